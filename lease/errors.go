@@ -1,0 +1,93 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Engines return the typed errors below, which match these with errors.Is.
+var (
+	// ErrHeld: another tab holds the lease.
+	ErrHeld = errors.New("lease: held by another tab")
+	// ErrLost: the tab and epoch named no longer hold the lease.
+	ErrLost = errors.New("lease: lost")
+	// ErrHandoffPending: the lease is reserved for a tab that asked for a handoff.
+	ErrHandoffPending = errors.New("lease: handoff pending")
+	// ErrBlocked: grants for the session are blocked for a while.
+	ErrBlocked = errors.New("lease: session blocked")
+	// ErrInvalid: an argument is malformed or out of range.
+	ErrInvalid = errors.New("lease: invalid argument")
+	// ErrUnavailable: the store could not be reached or did not answer in time.
+	ErrUnavailable = errors.New("lease: store unavailable")
+)
+
+// HeldError says who holds the lease that Acquire could not take.
+type HeldError struct {
+	Holder    Holder
+	Epoch     int64
+	Remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease: held by tab %q for %s", e.Holder.TabID, e.Remaining.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// LostError says what the lease is now, for a tab whose lease is gone.
+type LostError struct {
+	// Current is the lease as the store has it now (Held may be false).
+	Current Lease
+}
+
+func (e *LostError) Error() string {
+	if e.Current.Held {
+		return fmt.Sprintf("lease: lost; now held by tab %q at epoch %d", e.Current.Holder.TabID, e.Current.Epoch)
+	}
+	return "lease: lost; the lease is free"
+}
+
+// Is makes errors.Is(err, ErrLost) true.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// RetryError says how long a blocked or reserved session stays so.
+type RetryError struct {
+	Err        error // ErrHandoffPending or ErrBlocked
+	RetryAfter time.Duration
+}
+
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("%v; retry after %s", e.Err, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap exposes ErrHandoffPending or ErrBlocked.
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// InvalidError names the argument that is wrong.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("lease: invalid %s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// UnavailableError wraps the store's own error.
+type UnavailableError struct {
+	Op  string
+	Err error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("lease: store unavailable during %s: %v", e.Op, e.Err)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap exposes the store's error (a context deadline, a network error).
+func (e *UnavailableError) Unwrap() error { return e.Err }

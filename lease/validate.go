@@ -1,0 +1,148 @@
+package lease
+
+import (
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxIDLen and MaxLabelLen bound identifiers and labels.
+const (
+	MaxIDLen    = 128
+	MaxLabelLen = 200
+)
+
+// ValidateID checks an identifier: 1–128 characters of [A-Za-z0-9._:@|-], and not "." or "..".
+// Identifiers become parts of store keys, so nothing else may reach an engine.
+func ValidateID(field, s string) error {
+	if s == "" {
+		return &InvalidError{Field: field, Reason: "must not be empty"}
+	}
+	if len(s) > MaxIDLen {
+		return &InvalidError{Field: field, Reason: "must be at most 128 characters"}
+	}
+	if s == "." || s == ".." {
+		return &InvalidError{Field: field, Reason: `must not be "." or ".."`}
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) {
+			return &InvalidError{Field: field, Reason: "may contain only A-Z a-z 0-9 . _ : @ | -"}
+		}
+	}
+	return nil
+}
+
+func idByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	switch c {
+	case '.', '_', ':', '@', '|', '-':
+		return true
+	}
+	return false
+}
+
+// ValidateLabel checks a tab label: valid UTF-8, at most 200 characters, all printable.
+func ValidateLabel(s string) error {
+	if !utf8.ValidString(s) {
+		return &InvalidError{Field: "label", Reason: "must be valid UTF-8"}
+	}
+	if utf8.RuneCountInString(s) > MaxLabelLen {
+		return &InvalidError{Field: "label", Reason: "must be at most 200 characters"}
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return &InvalidError{Field: "label", Reason: "must contain only printable characters"}
+		}
+	}
+	return nil
+}
+
+// ValidateEpoch checks that an epoch a caller presents could have been granted.
+func ValidateEpoch(epoch int64) error {
+	if epoch < 1 || epoch >= MaxEpoch {
+		return &InvalidError{Field: "epoch", Reason: "must be an integer in [1, 2^53)"}
+	}
+	return nil
+}
+
+// ValidateMode checks an acquire mode and returns it with the default applied.
+func ValidateMode(m Mode) (Mode, error) {
+	switch m {
+	case "":
+		return ModeTry, nil
+	case ModeTry, ModeTakeover:
+		return m, nil
+	case ModeHandoff:
+		return "", &InvalidError{Field: "mode", Reason: `"handoff" is not available yet; use "try" or "takeover"`}
+	}
+	return "", &InvalidError{Field: "mode", Reason: `must be "try", "takeover" or "handoff"`}
+}
+
+// Limits bound the TTLs that engines grant.
+type Limits struct {
+	Min       time.Duration // shortest TTL granted (default 1s)
+	Default   time.Duration // TTL when none is asked for (default 45s)
+	Max       time.Duration // longest TTL for a visible tab (default 120s)
+	HiddenMax time.Duration // longest TTL for a hidden tab (default 150s)
+}
+
+// DefaultLimits are the TTL bounds of DESIGN §8.
+var DefaultLimits = Limits{Min: time.Second, Default: 45 * time.Second, Max: 120 * time.Second, HiddenMax: 150 * time.Second}
+
+// Validate checks that the bounds are ordered: 0 < Min <= Default <= Max <= HiddenMax, all in
+// whole milliseconds.
+func (l Limits) Validate() error {
+	for _, d := range []time.Duration{l.Min, l.Default, l.Max, l.HiddenMax} {
+		if d%time.Millisecond != 0 {
+			return &InvalidError{Field: "ttl limits", Reason: "must be whole milliseconds"}
+		}
+	}
+	switch {
+	case l.Min <= 0:
+		return &InvalidError{Field: "ttl limits", Reason: "minimum must be positive"}
+	case l.Default < l.Min:
+		return &InvalidError{Field: "ttl limits", Reason: "default must not be below the minimum"}
+	case l.Max < l.Default:
+		return &InvalidError{Field: "ttl limits", Reason: "maximum must not be below the default"}
+	case l.HiddenMax < l.Max:
+		return &InvalidError{Field: "ttl limits", Reason: "hidden maximum must not be below the maximum"}
+	}
+	return nil
+}
+
+// Clamp returns the TTL to grant for a request: the default when ttl is zero, otherwise ttl
+// bounded by Min and by Max (HiddenMax for a hidden tab), truncated to whole milliseconds.
+// A negative ttl is invalid.
+func (l Limits) Clamp(ttl time.Duration, hidden bool) (time.Duration, error) {
+	if ttl < 0 {
+		return 0, &InvalidError{Field: "ttlMs", Reason: "must not be negative"}
+	}
+	if ttl == 0 {
+		ttl = l.Default
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	upper := l.Max
+	if hidden {
+		upper = l.HiddenMax
+	}
+	return min(max(ttl, l.Min), upper), nil
+}
+
+// RenewAfter is when a holder should renew: a third of the TTL, so that two renews may fail before
+// the lease expires.
+func RenewAfter(ttl time.Duration) time.Duration {
+	return (ttl / 3).Truncate(time.Millisecond)
+}
+
+// NextEpoch is the epoch of a new grant: max(last+1, nowMicros). It fails when the result would
+// leave the safe-integer range.
+func NextEpoch(last int64, now time.Time) (int64, error) {
+	next := max(last+1, now.UnixMicro())
+	if next >= MaxEpoch || next < 1 {
+		return 0, &InvalidError{Field: "epoch", Reason: "epoch space exhausted"}
+	}
+	return next, nil
+}
