@@ -1,0 +1,20 @@
+// Command tablease runs the tablease lease service and its tools.
+//
+//	tablease serve [--dev] [flags]   run the service (see `tablease serve --help`)
+//	tablease token --sub alice ...   mint an HS256 access token from TABLEASE_JWT_HS256_SECRET
+//	tablease version                 print the version
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Main(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+const testSecret = "0123456789abcdef0123456789abcdef-e2e"
+
+// syncBuffer is a bytes.Buffer safe for the server's log writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServer runs `tablease serve` in-process with env and returns its base URL. The server is
+// stopped (as by SIGTERM) at cleanup, and must exit 0 within its shutdown timeout.
+func startServer(t *testing.T, env map[string]string) (string, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	addrs := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := Program{
+		Stdout:   io.Discard,
+		Stderr:   logs,
+		Getenv:   func(k string) string { return env[k] },
+		OnListen: func(addr string) { addrs <- addr },
+	}
+	done := make(chan int, 1)
+	go func() { done <- p.Main(ctx, []string{"serve", "--addr", "127.0.0.1:0"}) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d; logs:\n%s", code, logs)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("serve did not stop within 15s of the signal")
+		}
+	})
+	select {
+	case addr := <-addrs:
+		return "http://" + addr, logs
+	case code := <-done:
+		t.Fatalf("serve exited %d before listening; logs:\n%s", code, logs)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not listen within 15s; logs:\n%s", logs)
+	}
+	return "", nil
+}
+
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+// do sends a JSON request and decodes the JSON answer into a map.
+func (c client) do(method, path string, body any) (int, map[string]any) {
+	c.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		c.t.Fatalf("%s %s: answer is not JSON: %v", method, path, err)
+	}
+	return resp.StatusCode, out
+}
+
+func errCode(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func epochOf(t *testing.T, body map[string]any) int64 {
+	t.Helper()
+	f, ok := body["epoch"].(float64)
+	if !ok {
+		t.Fatalf("no epoch in %v", body)
+	}
+	return int64(f)
+}
+
+func TestTwoTabStoryOverHTTPOnRedis(t *testing.T) {
+	rds := redistest.Start(t)
+	base, _ := startServer(t, map[string]string{
+		"TABLEASE_REDIS_URL":        rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET": testSecret,
+		"TABLEASE_JWT_ISSUER":       "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":     "tablease",
+		"TABLEASE_LOG_FORMAT":       "text",
+	})
+	tok, err := api.IssueToken(api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"},
+		api.TokenSpec{Sub: "alice", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client{t: t, base: base, token: tok}
+	const lease = "/v1/sessions/doc-1/lease"
+
+	code, a := c.do("POST", lease, map[string]any{"tabId": "tab-a", "label": "Tab A"})
+	if code != 200 || a["role"] != "owner" {
+		t.Fatalf("A acquires: %d %v", code, a)
+	}
+	epochA := epochOf(t, a)
+
+	code, b := c.do("POST", lease, map[string]any{"tabId": "tab-b", "label": "Tab B"})
+	holder, _ := b["error"].(map[string]any)["details"].(map[string]any)["holder"].(map[string]any)
+	if code != 409 || errCode(b) != "LEASE_HELD" || holder["tabId"] != "tab-a" {
+		t.Fatalf("B is refused with A as holder: %d %v", code, b)
+	}
+
+	code, b = c.do("POST", lease, map[string]any{"tabId": "tab-b", "label": "Tab B", "mode": "takeover"})
+	if code != 200 || epochOf(t, b) <= epochA {
+		t.Fatalf("B takes over with a higher epoch: %d %v", code, b)
+	}
+	epochB := epochOf(t, b)
+
+	code, a = c.do("POST", lease+"/renew", map[string]any{"tabId": "tab-a", "epoch": epochA})
+	if code != 409 || errCode(a) != "LEASE_LOST" {
+		t.Fatalf("A's renew is LEASE_LOST: %d %v", code, a)
+	}
+
+	code, a = c.do("POST", lease+"/release", map[string]any{"tabId": "tab-a", "epoch": epochA})
+	if code != 200 || a["released"] != false {
+		t.Fatalf("A's stale release frees nothing: %d %v", code, a)
+	}
+	code, g := c.do("GET", lease+"?tabId=tab-a", nil)
+	if code != 200 || g["held"] != true || g["role"] != "viewer" || epochOf(t, g) != epochB {
+		t.Fatalf("B still holds after A's stale release: %d %v", code, g)
+	}
+
+	code, b = c.do("POST", lease+"/release", map[string]any{"tabId": "tab-b", "epoch": epochB})
+	if code != 200 || b["released"] != true {
+		t.Fatalf("B releases: %d %v", code, b)
+	}
+
+	code, a = c.do("POST", lease, map[string]any{"tabId": "tab-a", "label": "Tab A"})
+	if code != 200 || epochOf(t, a) <= epochB {
+		t.Fatalf("A acquires again with a higher epoch than %d: %d %v", epochB, code, a)
+	}
+}
+
+func TestServeRefusesBadConfigurationWithOneLine(t *testing.T) {
+	var stderr bytes.Buffer
+	p := Program{Stdout: io.Discard, Stderr: &stderr, Getenv: func(k string) string {
+		return map[string]string{"TABLEASE_JWT_HS256_SECRET": "too-short"}[k]
+	}}
+	if code := p.Main(context.Background(), []string{"serve"}); code != 2 {
+		t.Fatalf("exit code %d, want 2", code)
+	}
+	out := strings.TrimSpace(stderr.String())
+	if strings.Count(out, "\n") != 0 || !strings.Contains(out, "TABLEASE_JWT_HS256_SECRET") || strings.Contains(out, "too-short") {
+		t.Fatalf("want one line naming the variable and not the secret, got %q", out)
+	}
+}
+
+func TestDevModeServesTokensAndLeasesOnMemory(t *testing.T) {
+	base, logs := startServer(t, map[string]string{"TABLEASE_DEV": "true"})
+	resp, err := http.Get(base + "/dev/token?sub=alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct {
+		Token string `json:"token"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&tok)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || tok.Token == "" {
+		t.Fatalf("dev token: %d %v %+v", resp.StatusCode, err, tok)
+	}
+	c := client{t: t, base: base, token: tok.Token}
+	if code, body := c.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "t1"}); code != 200 {
+		t.Fatalf("acquire on the memory engine: %d %v", code, body)
+	}
+	if !strings.Contains(logs.String(), "dev mode on http://") {
+		t.Fatalf("no startup line saying what to open:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), tok.Token) {
+		t.Fatal("a token appeared in the logs")
+	}
+}
+
+func TestTokenCommandMintsAVerifiableToken(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"TABLEASE_JWT_HS256_SECRET": testSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud"}
+	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] }}
+	if code := p.Main(context.Background(), []string{"token", "--sub", "alice", "--scope", "lease:admin", "--sid", "doc-1,doc-2", "--ttl", "10m"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	claims := jwt.MapClaims{}
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(stdout.String()), claims, func(*jwt.Token) (any, error) { return []byte(testSecret), nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer("idp"), jwt.WithAudience("aud"), jwt.WithExpirationRequired())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims["sub"] != "alice" || claims["scope"] != "lease:admin" || fmt.Sprint(claims["sid"]) != "[doc-1 doc-2]" {
+		t.Fatalf("claims: %v", claims)
+	}
+	if code := p.Main(context.Background(), []string{"token", "--sub", "bad sub"}); code != 2 {
+		t.Fatalf("a bad sub must be a usage error, got %d", code)
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	if code := p.Main(context.Background(), []string{"version"}); code != 0 || !strings.HasPrefix(stdout.String(), "tablease ") {
+		t.Fatalf("version: %d %q", code, stdout.String())
+	}
+	if code := p.Main(context.Background(), []string{"frobnicate"}); code != 2 || !strings.Contains(stderr.String(), "unknown command") {
+		t.Fatalf("unknown command: %d %q", code, stderr.String())
+	}
+}

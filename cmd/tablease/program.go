@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise the module version.
+var version = ""
+
+// Program is the command line, with its surroundings injected so that tests run the very code the
+// binary runs.
+type Program struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	// OnListen, when set, is told the address the server listens on (tests bind port 0).
+	OnListen func(addr string)
+}
+
+const usage = `usage: tablease <command> [flags]
+
+commands:
+  serve     run the lease service (tablease serve --help)
+  token     mint an HS256 access token: tablease token --sub alice [--scope lease:admin] [--sid doc-1] [--ttl 1h]
+  version   print the version
+`
+
+// Main runs the command in args and returns the exit code: 0 on success, 1 when the command
+// failed, 2 on a usage error.
+func (p Program) Main(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(p.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return p.serve(ctx, args[1:])
+	case "token":
+		return p.token(args[1:])
+	case "version", "--version", "-v":
+		fmt.Fprintln(p.Stdout, "tablease", Version())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(p.Stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(p.Stderr, "tablease: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// Version is the version of this build.
+func Version() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

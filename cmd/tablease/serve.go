@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/config"
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leasemem"
+	"github.com/tablease/tablease/lease/leaseredis"
+)
+
+func (p Program) serve(ctx context.Context, args []string) int {
+	cfg, err := config.Load(args, p.Getenv, p.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(p.Stderr, "tablease: configuration:", err)
+		return 2
+	}
+	log := newLogger(p, cfg)
+	if err := p.run(ctx, cfg, log); err != nil {
+		log.Error("tablease stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(p Program, cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(p.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(p.Stderr, opts))
+}
+
+func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if len(cfg.HS256Secret) == 0 && cfg.Dev {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		cfg.HS256Secret = []byte(hex.EncodeToString(secret))
+		cfg.SecretGenerated = true
+	}
+
+	engine, engineName, err := openEngine(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+
+	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
+	if cfg.PublicKeysFile != "" {
+		pem, err := os.ReadFile(cfg.PublicKeysFile)
+		if err != nil {
+			return fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)
+		}
+		if auth.PublicKeys, err = api.ParsePublicKeysPEM(pem); err != nil {
+			return fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)
+		}
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := api.New(api.Options{
+		Engine:    engine,
+		Limits:    cfg.Limits,
+		Auth:      auth,
+		Logger:    log,
+		Registry:  registry,
+		RateLimit: cfg.RateLimit,
+		Dev:       cfg.Dev,
+		Version:   Version(),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("TABLEASE_ADDR: %w", err)
+	}
+	addr := ln.Addr().String()
+	httpServer := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(ln) }()
+
+	log.Info("tablease listening", "addr", addr, "engine", engineName, "version", Version(), "dev", cfg.Dev)
+	if cfg.Dev {
+		fmt.Fprintf(p.Stderr, "\ntablease dev mode on http://%s (%s engine)\n  a token:  curl 'http://%s/dev/token?sub=alice'\n  the API:  http://%s/openapi.yaml\n\n", addr, engineName, addr, addr)
+	}
+	if p.OnListen != nil {
+		p.OnListen(addr)
+	}
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("tablease shutting down", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	srv.Close() // streams end first: Shutdown never ends a connection that never goes idle
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		log.Warn("shutdown did not finish in time; closing connections", "err", err)
+		httpServer.Close()
+	}
+	log.Info("tablease stopped")
+	return nil
+}
+
+func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease.Engine, string, error) {
+	if cfg.RedisURL == "" {
+		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits})
+		return e, "memory", err
+	}
+	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
+	if err != nil {
+		return nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+	}
+	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout})
+	if err != nil {
+		client.Close()
+		return nil, "", err
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+	defer cancel()
+	switch policy, err := e.EvictionPolicy(checkCtx); {
+	case err != nil:
+		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
+	case policy != "noeviction":
+		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
+	}
+	return closeBoth{e, client}, "redis", nil
+}
+
+// closeBoth closes the engine, then the client it does not own.
+type closeBoth struct {
+	lease.Engine
+	client interface{ Close() error }
+}
+
+func (c closeBoth) Close() error { return errors.Join(c.Engine.Close(), c.client.Close()) }
