@@ -58,11 +58,13 @@ type Lease struct {
 	Held bool
 	// Holder is the zero value when Held is false.
 	Holder Holder
-	// Epoch is the current epoch while held, and the last epoch granted when free (0 when the
-	// session never had a lease).
+	// Epoch is the current epoch while held, and the last epoch granted when free, as far as the
+	// store remembers (0 when the session never had a lease, or the store forgot it; the epoch
+	// floor keeps the next grant higher all the same).
 	Epoch int64
-	// GrantedAt is when the current epoch was granted; ExpiresAt when the lease ends unless
-	// renewed. Both are zero when the session never had a lease.
+	// GrantedAt is when the current (or last) epoch was granted; ExpiresAt when the lease ends
+	// unless renewed, or when it was released. Both are zero when the session never had a lease.
+	// A lease whose ExpiresAt is not after the store's clock is not held.
 	GrantedAt time.Time
 	ExpiresAt time.Time
 	// TTL is the time to live granted by the last acquire or renew.
@@ -128,15 +130,18 @@ type ReleaseRequest struct {
 
 // ReleaseResult is the answer to Release.
 type ReleaseResult struct {
-	// Released is true when this call ended the lease. It is false when the lease was already free,
-	// expired, or held by another tab or epoch, which a release never touches.
+	// Released is true when this call ended the lease, and when it repeats the release that did
+	// (same tab and epoch, the lease still free since): a retried release answers the same. It is
+	// false when the lease was already free or expired, or is held by another tab or epoch, which a
+	// release never touches.
 	Released bool
 	// Lease is the state after the call.
 	Lease Lease
 }
 
 // Engine stores leases. Implementations must pass leasetest.Run. All methods are safe for
-// concurrent use, take the time from the store, and make every change in one atomic step.
+// concurrent use, take the time from the store, and make every change in one atomic step. A lease
+// is held until its ExpiresAt; at ExpiresAt and after, it is free.
 //
 // Errors: a bad identifier, label, epoch or mode is an *InvalidError (ErrInvalid); store trouble
 // is an *UnavailableError (ErrUnavailable) and never a decision about the lease.
@@ -148,8 +153,9 @@ type Engine interface {
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not
 	// expired: a renew never resurrects.
 	Renew(ctx context.Context, req RenewRequest) (Lease, error)
-	// Release ends the lease when req.TabID holds it at req.Epoch. It is idempotent: releasing a
-	// lease that is free, expired or held by someone else changes nothing and reports false.
+	// Release ends the lease when req.TabID holds it at req.Epoch. It is idempotent: a retry of a
+	// release that succeeded answers true again; releasing a lease that is free, expired or held
+	// by someone else changes nothing and reports false.
 	Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error)
 	// Get reads the lease of key. A session that never had a lease is a free lease with epoch 0.
 	Get(ctx context.Context, key Key) (Lease, error)

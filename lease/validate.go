@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -137,12 +138,16 @@ func RenewAfter(ttl time.Duration) time.Duration {
 	return (ttl / 3).Truncate(time.Millisecond)
 }
 
-// NextEpoch is the epoch of a new grant: max(last+1, nowMicros). It fails when the result would
-// leave the safe-integer range.
+// ErrEpochExhausted: the next epoch would reach 2^53. It is a fault of the store's state or clock,
+// not of the caller.
+var ErrEpochExhausted = errors.New("lease: epoch space exhausted")
+
+// NextEpoch is the epoch of a new grant: max(last+1, nowMicros). It fails with ErrEpochExhausted
+// when the result would leave the safe-integer range.
 func NextEpoch(last int64, now time.Time) (int64, error) {
 	next := max(last+1, now.UnixMicro())
 	if next >= MaxEpoch || next < 1 {
-		return 0, &InvalidError{Field: "epoch", Reason: "epoch space exhausted"}
+		return 0, ErrEpochExhausted
 	}
 	return next, nil
 }

@@ -30,5 +30,7 @@ type Target struct {
 	OpTimeout time.Duration
 }
 
-// Factory makes a Target whose engine grants TTLs within limits. Close is the suite's job.
+// Factory makes a Target whose engine grants TTLs within limits. Close is the suite's job: it
+// closes Target.Engine, and the engine LoseData returns when that is a different one, at the end
+// of the subtest.
 type Factory func(t *testing.T, limits lease.Limits) Target

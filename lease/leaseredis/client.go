@@ -1,0 +1,144 @@
+package leaseredis
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewClient makes a client for New from a URL, with timeouts bounded by opTimeout (0 means
+// DefaultOpTimeout). The URL forms are those of go-redis's parsers:
+//
+//	redis://[user:password@]host:port[/db][?option=value…]     standalone (redis.ParseURL)
+//	rediss://…                                                 the same over TLS
+//	unix://[user:password@]/path/to/redis.sock[?db=…]          standalone over a Unix socket
+//	redis[s]://[user:password@]sentinel:port[/db]?master_name=name[&addr=sentinel2:port…]
+//	                                                           Sentinel (redis.ParseFailoverURL)
+//	redis[s]://[user:password@]node:port?cluster=true[&addr=node2:port…]
+//	                                                           Cluster (redis.ParseClusterURL)
+//
+// master_name selects Sentinel (the user and password of the URL are the Sentinel's; the
+// username and password options are the primary's); cluster=true, which is this function's own
+// option, selects Cluster. Other options are go-redis's (max_retries, pool_size, read_timeout…)
+// and an unknown one is an error.
+//
+// Whatever the URL says, the client honours context deadlines (ContextTimeoutEnabled), and its
+// dial, read, write and pool timeouts are at most opTimeout. Unless the URL sets them, it retries a
+// failed command twice with a backoff of 8 to 100 ms, and a failed dial twice after 50 ms; all of
+// it within the context deadline that the engine sets for each operation.
+//
+// Errors never contain the URL's password.
+func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, error) {
+	switch {
+	case opTimeout == 0:
+		opTimeout = DefaultOpTimeout
+	case opTimeout < 0:
+		return nil, fmt.Errorf("leaseredis: negative operation timeout %v", opTimeout)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err // without the URL, which may hold a password
+		}
+		return nil, fmt.Errorf("leaseredis: bad Redis URL: %v", err)
+	}
+	redact := func(err error) error {
+		msg := err.Error()
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+		return fmt.Errorf("leaseredis: bad Redis URL: %s", msg)
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "unix":
+	default:
+		return nil, fmt.Errorf("leaseredis: bad Redis URL: scheme %q is not redis, rediss or unix", u.Scheme)
+	}
+
+	q := u.Query()
+	cluster := false
+	if q.Has("cluster") {
+		cluster, err = strconv.ParseBool(q.Get("cluster"))
+		if err != nil {
+			return nil, fmt.Errorf("leaseredis: bad Redis URL: cluster=%q is not a boolean", q.Get("cluster"))
+		}
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+	}
+	sentinel := q.Get("master_name") != ""
+	if u.Scheme == "unix" && (cluster || sentinel) {
+		return nil, errors.New("leaseredis: bad Redis URL: unix:// is for a standalone Redis only")
+	}
+	switch {
+	case cluster && sentinel:
+		return nil, errors.New("leaseredis: bad Redis URL: cluster=true and master_name exclude each other")
+	case cluster:
+		o, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, redact(err)
+		}
+		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
+			&o.ContextTimeoutEnabled})
+		return redis.NewClusterClient(o), nil
+	case sentinel:
+		o, err := redis.ParseFailoverURL(u.String())
+		if err != nil {
+			return nil, redact(err)
+		}
+		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
+			&o.ContextTimeoutEnabled})
+		return redis.NewFailoverClient(o), nil
+	}
+	o, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, redact(err)
+	}
+	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
+		&o.ContextTimeoutEnabled})
+	return redis.NewClient(o), nil
+}
+
+// knobs point at the fields of one of go-redis's option types that NewClient sets.
+type knobs struct {
+	dial, read, write, pool *time.Duration
+	retries                 *int
+	minBackoff, maxBackoff  *time.Duration
+	dialRetries             *int
+	dialRetryBackoff        *time.Duration
+	contextTimeoutEnabled   *bool
+}
+
+// bound applies NewClient's rules to k.
+func bound(op time.Duration, k knobs) {
+	*k.contextTimeoutEnabled = true
+	for _, d := range []*time.Duration{k.dial, k.read, k.write, k.pool} {
+		// Zero is go-redis's default, negative its "no timeout": both would exceed op.
+		if *d <= 0 || *d > op {
+			*d = op
+		}
+	}
+	if *k.retries == 0 {
+		*k.retries = 2
+	}
+	if *k.minBackoff == 0 {
+		*k.minBackoff = 8 * time.Millisecond
+	}
+	if *k.maxBackoff == 0 {
+		*k.maxBackoff = 100 * time.Millisecond
+	}
+	if *k.dialRetries <= 0 {
+		*k.dialRetries = 2
+	}
+	if *k.dialRetryBackoff == 0 {
+		*k.dialRetryBackoff = 50 * time.Millisecond
+	}
+}

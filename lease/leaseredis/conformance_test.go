@@ -1,0 +1,53 @@
+package leaseredis_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leaseredis"
+	"github.com/tablease/tablease/lease/leasetest"
+)
+
+// conformanceOpTimeout is short so that the outage subtest, where every call waits for it, is
+// quick.
+const conformanceOpTimeout = 300 * time.Millisecond
+
+// TestConformance runs the shared suite on a private redis-server of its own: the suite runs its
+// subtests one after the other, so each Target may FLUSHALL it (LoseData) and pause it with SIGSTOP
+// (Outage: the store hangs rather than refuses, the harder case, and keeps its data). Each Target
+// also gets a key prefix of its own, so that no subtest could see another's keys.
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	n := 0
+	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
+		n++
+		client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		eng, err := leaseredis.New(client, leaseredis.Options{
+			Limits:    limits,
+			Prefix:    fmt.Sprintf("conformance-%d", n),
+			OpTimeout: conformanceOpTimeout,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leasetest.Target{
+			Engine: eng,
+			LoseData: func(t *testing.T) lease.Engine {
+				srv.Flush(t)
+				return eng
+			},
+			Outage: func(t *testing.T) func() {
+				srv.Pause(t)
+				return func() { srv.Resume(t) }
+			},
+			OpTimeout: conformanceOpTimeout,
+		}
+	})
+}

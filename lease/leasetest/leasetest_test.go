@@ -1,0 +1,110 @@
+package leasetest_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leasemem"
+	"github.com/tablease/tablease/lease/leasetest"
+)
+
+// errDown is what the store of an unreachableEngine says while it is down.
+var errDown = errors.New("store unreachable")
+
+// unreachableEngine puts a store that can be unplugged in front of a lease.Engine: while down,
+// every call waits for opTimeout (or its context) and fails with a *lease.UnavailableError, as a
+// network engine with an operation timeout would. It lets the suite's outage test run without Redis.
+type unreachableEngine struct {
+	lease.Engine
+	opTimeout time.Duration
+	down      atomic.Bool
+}
+
+func (u *unreachableEngine) wait(ctx context.Context, op string) error {
+	if !u.down.Load() {
+		return nil
+	}
+	timer := time.NewTimer(u.opTimeout)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return &lease.UnavailableError{Op: op, Err: errDown}
+	case <-ctx.Done():
+		return &lease.UnavailableError{Op: op, Err: ctx.Err()}
+	}
+}
+
+func (u *unreachableEngine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
+	if err := u.wait(ctx, "acquire"); err != nil {
+		return lease.Lease{}, err
+	}
+	return u.Engine.Acquire(ctx, req)
+}
+
+func (u *unreachableEngine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease, error) {
+	if err := u.wait(ctx, "renew"); err != nil {
+		return lease.Lease{}, err
+	}
+	return u.Engine.Renew(ctx, req)
+}
+
+func (u *unreachableEngine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.ReleaseResult, error) {
+	if err := u.wait(ctx, "release"); err != nil {
+		return lease.ReleaseResult{}, err
+	}
+	return u.Engine.Release(ctx, req)
+}
+
+func (u *unreachableEngine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
+	if err := u.wait(ctx, "get"); err != nil {
+		return lease.Lease{}, err
+	}
+	return u.Engine.Get(ctx, key)
+}
+
+func (u *unreachableEngine) Check(ctx context.Context, key lease.Key, tabID string, epoch int64) (lease.Lease, error) {
+	if err := u.wait(ctx, "check"); err != nil {
+		return lease.Lease{}, err
+	}
+	return u.Engine.Check(ctx, key, tabID, epoch)
+}
+
+func (u *unreachableEngine) Ping(ctx context.Context) error {
+	if err := u.wait(ctx, "ping"); err != nil {
+		return err
+	}
+	return u.Engine.Ping(ctx)
+}
+
+// TestSuiteWithAnUnreachableStore runs the suite, its outage test included, against the memory
+// engine behind a store that can be unplugged.
+func TestSuiteWithAnUnreachableStore(t *testing.T) {
+	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
+		const opTimeout = 200 * time.Millisecond
+		opts := leasemem.Options{Limits: limits}
+		mem, err := leasemem.New(opts)
+		if err != nil {
+			t.Fatalf("leasemem.New: %v", err)
+		}
+		u := &unreachableEngine{Engine: mem, opTimeout: opTimeout}
+		return leasetest.Target{
+			Engine: u,
+			LoseData: func(t *testing.T) lease.Engine {
+				fresh, err := leasemem.New(opts)
+				if err != nil {
+					t.Fatalf("leasemem.New: %v", err)
+				}
+				return &unreachableEngine{Engine: fresh, opTimeout: opTimeout}
+			},
+			Outage: func(t *testing.T) func() {
+				u.down.Store(true)
+				return func() { u.down.Store(false) }
+			},
+			OpTimeout: opTimeout,
+		}
+	})
+}
