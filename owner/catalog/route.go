@@ -1,0 +1,218 @@
+package catalog
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Route patterns
+//
+// A tool's routes say on which pages (browser paths) the tool exists. A pattern is "/" (the root
+// page only) or a sequence of "/"-separated segments, each one of:
+//
+//	events      a literal: 1 or more of A-Z a-z 0-9 and - . _ ~ ! $ & ' ( ) + , ; = @ % :
+//	            (not starting with ":"); compared byte for byte, case-sensitively
+//	:id         a parameter: matches exactly one non-empty segment (the name, [A-Za-z_][A-Za-z0-9_]*,
+//	            is documentation only)
+//	*           a wildcard, only as the last segment: matches one or more segments
+//
+// So "/events" matches only /events, "/events/:id" matches /events/evt-1 but not /events or
+// /events/evt-1/edit, and "/events/*" matches /events/evt-1 and /events/evt-1/edit but not /events.
+// Patterns have no trailing "/" and no empty segments; at most 512 bytes.
+//
+// A concrete route (what a tab reports: location.pathname) is matched after normalization: the
+// query and fragment are dropped, empty segments are ignored (so "/events/" is "/events"), and
+// percent-encoding is left as it is. A tool with no routes exists on every route.
+
+const maxPatternLen = 512
+
+type segKind uint8
+
+const (
+	segLiteral segKind = iota
+	segParam
+	segWildcard
+)
+
+type segment struct {
+	kind segKind
+	lit  string
+}
+
+// pattern is a parsed route pattern. A wildcard, if any, is the last segment.
+type pattern struct {
+	src  string
+	segs []segment
+}
+
+func (p pattern) wildcard() bool {
+	return len(p.segs) > 0 && p.segs[len(p.segs)-1].kind == segWildcard
+}
+
+// fixed is the segments before the wildcard (all of them when there is none).
+func (p pattern) fixed() []segment {
+	if p.wildcard() {
+		return p.segs[:len(p.segs)-1]
+	}
+	return p.segs
+}
+
+func parsePattern(s string) (pattern, error) {
+	switch {
+	case s == "":
+		return pattern{}, fmt.Errorf("must not be empty")
+	case len(s) > maxPatternLen:
+		return pattern{}, fmt.Errorf("must be at most %d bytes", maxPatternLen)
+	case s[0] != '/':
+		return pattern{}, fmt.Errorf(`must start with "/"`)
+	case s == "/":
+		return pattern{src: s}, nil
+	case strings.HasSuffix(s, "/"):
+		return pattern{}, fmt.Errorf(`must not end with "/"`)
+	}
+	parts := strings.Split(s[1:], "/")
+	p := pattern{src: s, segs: make([]segment, 0, len(parts))}
+	for i, part := range parts {
+		switch {
+		case part == "":
+			return pattern{}, fmt.Errorf("segment %d is empty", i+1)
+		case part == "*":
+			if i != len(parts)-1 {
+				return pattern{}, fmt.Errorf(`"*" may only be the last segment`)
+			}
+			p.segs = append(p.segs, segment{kind: segWildcard})
+		case part[0] == ':':
+			if !paramName(part[1:]) {
+				return pattern{}, fmt.Errorf("parameter %q must be \":\" and a name of [A-Za-z_][A-Za-z0-9_]*", part)
+			}
+			p.segs = append(p.segs, segment{kind: segParam})
+		default:
+			for j := 0; j < len(part); j++ {
+				if !literalByte(part[j]) {
+					return pattern{}, fmt.Errorf("segment %q: character %q is not allowed (use A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) + , ; = @ %% :, \":name\" or a final \"*\")", part, part[j])
+				}
+			}
+			p.segs = append(p.segs, segment{kind: segLiteral, lit: part})
+		}
+	}
+	return p, nil
+}
+
+func paramName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func literalByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()+,;=@%:", c) >= 0
+}
+
+// match reports whether the normalized route segments segs match p.
+func (p pattern) match(segs []string) bool {
+	fixed := p.fixed()
+	if p.wildcard() {
+		if len(segs) <= len(fixed) {
+			return false
+		}
+	} else if len(segs) != len(fixed) {
+		return false
+	}
+	for i, s := range fixed {
+		if s.kind == segLiteral && s.lit != segs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// overlaps reports whether some concrete route matches both p and q.
+func overlaps(p, q pattern) bool {
+	pf, qf := p.fixed(), q.fixed()
+	n := min(len(pf), len(qf))
+	for i := 0; i < n; i++ {
+		a, b := pf[i], qf[i]
+		if a.kind == segLiteral && b.kind == segLiteral && a.lit != b.lit {
+			return false
+		}
+	}
+	switch {
+	case !p.wildcard() && !q.wildcard():
+		return len(pf) == len(qf)
+	case p.wildcard() && q.wildcard():
+		// The longer fixed part is absorbed by the shorter one's wildcard.
+		return true
+	case p.wildcard():
+		// q's extra fixed segments (at least one) go to p's wildcard.
+		return len(qf) > len(pf)
+	default:
+		return len(pf) > len(qf)
+	}
+}
+
+// compareSpecificity orders patterns from most to least specific: segment by segment a literal
+// beats a parameter, which beats a wildcard; then the longer pattern wins. It returns <0 when p is
+// more specific than q.
+func compareSpecificity(p, q pattern) int {
+	n := min(len(p.segs), len(q.segs))
+	for i := 0; i < n; i++ {
+		if d := int(p.segs[i].kind) - int(q.segs[i].kind); d != 0 {
+			return d
+		}
+	}
+	return len(q.segs) - len(p.segs)
+}
+
+// maxRouteLen bounds a concrete route.
+const maxRouteLen = 2048
+
+// CheckRoute reports whether route is a concrete route a tab may report: it starts with "/", has at
+// most 2048 bytes, and contains only printable ASCII other than space (browsers percent-encode
+// everything else in location.pathname). A query or fragment is allowed and ignored.
+func CheckRoute(route string) error {
+	switch {
+	case route == "":
+		return fmt.Errorf("catalog: route must not be empty")
+	case len(route) > maxRouteLen:
+		return fmt.Errorf("catalog: route must be at most %d bytes", maxRouteLen)
+	case route[0] != '/':
+		return fmt.Errorf(`catalog: route must start with "/"`)
+	}
+	for i := 0; i < len(route); i++ {
+		if c := route[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("catalog: route may contain only printable ASCII characters other than space")
+		}
+	}
+	return nil
+}
+
+// routeSegments normalizes a concrete route into its segments; ok is false when the route is not
+// valid (see CheckRoute).
+func routeSegments(route string) (segs []string, ok bool) {
+	if CheckRoute(route) != nil {
+		return nil, false
+	}
+	if i := strings.IndexAny(route, "?#"); i >= 0 {
+		route = route[:i]
+	}
+	for _, s := range strings.Split(route, "/") {
+		if s != "" {
+			segs = append(segs, s)
+		}
+	}
+	return segs, true
+}

@@ -1,0 +1,330 @@
+// Package guard is what an application backend imports to refuse mutations from a browser tab that
+// does not hold the tablease lease of the session the mutation touches.
+//
+// The tab's client (tablease.js, guard(handler)) sends the lease token it got from tablease in the
+// Tablease-Lease header. For each request the guard:
+//
+//  1. reads the token (missing: 403 NOT_LEASE_OWNER);
+//  2. verifies it offline — signature against tablease's JWKS (JWKSClient) or given keys,
+//     algorithm, typ, issuer, expiry (invalid, expired or unknown key: 403 NOT_LEASE_OWNER; keys
+//     unreachable: 503);
+//  3. asks the application which user and session the request touches (Options.Target: the user
+//     from the application's own authentication, the session from the route) and refuses a token
+//     of another user or session (403 NOT_LEASE_OWNER);
+//  4. in strict mode, asks tablease whether the epoch is still current, with
+//     POST <base>/v1/sessions/{sid}/lease/check {"token": …} (409 from tablease: 409 LEASE_LOST;
+//     tablease unreachable, timing out or failing: 503, fail closed);
+//  5. puts the verified claims in the request context (FromContext), so the handler can fence
+//     its writes with the epoch.
+//
+// Rejections use the error shape of tablease and its SDK, {"error": {"code", "message",
+// "retryable", "details"}}. A request without proof of ownership is 403 (the caller is
+// authenticated, but not allowed to mutate), a proof that tablease says is stale is 409 LEASE_LOST
+// (a conflict with the current state, as tablease answers it), and no decision is 503 with
+// Retry-After.
+//
+// Offline verification proves the tab held the lease at that epoch until the token's exp; it
+// cannot tell that another tab took over a second ago. Strict mode closes that window for the
+// check itself, not for the time between the check and the write: only fencing does that
+// (docs/fencing.md). Use both for writes that matter.
+//
+// guard/guardecho adapts the guard to Echo v4.
+package guard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tablease/tablease/owner/leasetoken"
+)
+
+// Header is the request header that carries the lease token.
+const Header = "Tablease-Lease"
+
+// Claims are the verified claims of a lease token.
+type Claims = leasetoken.Claims
+
+// Options configure a Guard.
+type Options struct {
+	// Keys find the keys that verify tokens: a *JWKSClient for tablease's JWKS, or
+	// leasetoken.PublicKeys. Required.
+	Keys leasetoken.KeySource
+	// Issuer is tablease's issuer name, the required iss of lease tokens. Required.
+	Issuer string
+	// Leeway is the clock skew tolerated on exp and iat; default leasetoken.DefaultLeeway, at most
+	// leasetoken.MaxLeeway.
+	Leeway time.Duration
+	// Target tells which user and session the request touches: sub from the application's own
+	// authentication, sid from the route or the resource. Required. An error that is a *Error is
+	// answered as it is; any other error (or an empty sub or sid) is 403 NOT_LEASE_OWNER.
+	Target func(r *http.Request) (sub, sid string, err error)
+	// Skip, when set, lets requests for which it returns true through unchecked (and without
+	// claims in the context). SafeMethods skips GET, HEAD and OPTIONS. Default: check every
+	// request.
+	Skip func(r *http.Request) bool
+
+	// Strict makes the guard ask tablease, for every request, whether the token's epoch is still
+	// current (POST BaseURL/v1/sessions/{sid}/lease/check). Default false: offline only.
+	Strict bool
+	// BaseURL is tablease's base URL. Required when Strict.
+	BaseURL string
+	// AccessToken gives the access token the check is made with (tablease requires one for every
+	// /v1 call). Default: the bearer token of the incoming request's Authorization header, passed
+	// through. An error is answered 503.
+	AccessToken func(r *http.Request) (string, error)
+	// HTTPClient makes the checks; default http.DefaultClient (CheckTimeout bounds each call).
+	HTTPClient *http.Client
+	// CheckTimeout bounds one check; default 2s.
+	CheckTimeout time.Duration
+
+	// OnReject, when set, is called with every rejection before it is written (for logs and
+	// metrics; e.Err has the cause).
+	OnReject func(r *http.Request, e *Error)
+	// Now is the clock for token expiry; default time.Now.
+	Now func() time.Time
+}
+
+// SafeMethods reports whether r is a GET, HEAD or OPTIONS request: a Skip for a guard that wraps
+// a whole router whose mutations are the other methods.
+func SafeMethods(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return false
+}
+
+// Guard checks lease tokens. It is safe for concurrent use.
+type Guard struct {
+	opts     Options
+	verifier *leasetoken.Verifier
+	checkURL func(sid string) string
+}
+
+// New checks opts and makes a Guard.
+func New(opts Options) (*Guard, error) {
+	if opts.Keys == nil {
+		return nil, errors.New("guard: Options.Keys is required (a *JWKSClient or leasetoken.PublicKeys)")
+	}
+	if opts.Target == nil {
+		return nil, errors.New("guard: Options.Target is required")
+	}
+	v, err := leasetoken.NewVerifier(opts.Keys, leasetoken.VerifierOptions{Issuer: opts.Issuer, Leeway: opts.Leeway, Now: opts.Now})
+	if err != nil {
+		return nil, fmt.Errorf("guard: %w", err)
+	}
+	g := &Guard{opts: opts, verifier: v}
+	if opts.Strict {
+		base, err := url.Parse(opts.BaseURL)
+		if opts.BaseURL == "" || err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
+			return nil, fmt.Errorf("guard: Options.BaseURL %q must be tablease's absolute http(s) URL in strict mode", opts.BaseURL)
+		}
+		prefix := strings.TrimRight(opts.BaseURL, "/") + "/v1/sessions/"
+		g.checkURL = func(sid string) string { return prefix + url.PathEscape(sid) + "/lease/check" }
+	}
+	if opts.CheckTimeout < 0 {
+		return nil, errors.New("guard: Options.CheckTimeout must not be negative")
+	}
+	if g.opts.CheckTimeout == 0 {
+		g.opts.CheckTimeout = 2 * time.Second
+	}
+	if g.opts.HTTPClient == nil {
+		g.opts.HTTPClient = http.DefaultClient
+	}
+	if g.opts.AccessToken == nil {
+		g.opts.AccessToken = bearerToken
+	}
+	return g, nil
+}
+
+func bearerToken(r *http.Request) (string, error) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", nil
+	}
+	return strings.TrimSpace(token), nil
+}
+
+// Applies reports whether the guard checks r (false when Options.Skip says to skip it).
+func (g *Guard) Applies(r *http.Request) bool { return g.opts.Skip == nil || !g.opts.Skip(r) }
+
+// Middleware refuses requests that fail Check with a JSON rejection, and passes the others to next
+// with the claims in the request context (FromContext).
+func (g *Guard) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.Applies(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c, err := g.Check(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), c)))
+	})
+}
+
+// Check runs the guard's checks on r (whatever Skip says) and returns the verified claims, or a
+// *Error to answer with (WriteError). OnReject is called with every rejection.
+func (g *Guard) Check(r *http.Request) (Claims, error) {
+	c, e := g.check(r)
+	if e != nil {
+		if g.opts.OnReject != nil {
+			g.opts.OnReject(r, e)
+		}
+		return Claims{}, e
+	}
+	return c, nil
+}
+
+func (g *Guard) check(r *http.Request) (Claims, *Error) {
+	token := strings.TrimSpace(r.Header.Get(Header))
+	if token == "" {
+		return Claims{}, notOwner(ReasonMissingToken, "This request changes data and needs the lease of the session: no Tablease-Lease header.", nil)
+	}
+	c, err := g.verifier.Verify(r.Context(), token)
+	switch {
+	case err == nil:
+	case errors.Is(err, leasetoken.ErrKeysUnavailable):
+		return Claims{}, unavailable("The lease token cannot be verified now: tablease's keys are unreachable.", 1, err)
+	case errors.Is(err, leasetoken.ErrTokenExpired):
+		return Claims{}, notOwner(ReasonExpiredToken, "The lease token has expired.", err)
+	case errors.Is(err, leasetoken.ErrUnknownKey):
+		return Claims{}, notOwner(ReasonUnknownKey, "The lease token is signed by an unknown key.", err)
+	default:
+		return Claims{}, notOwner(ReasonInvalidToken, "The lease token is invalid.", err)
+	}
+
+	sub, sid, err := g.opts.Target(r)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return Claims{}, e
+		}
+		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", err)
+	}
+	if sub == "" || sid == "" {
+		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", errors.New("Target returned an empty sub or sid"))
+	}
+	if c.Subject != sub {
+		return Claims{}, notOwner(ReasonWrongUser, "The lease token belongs to another user.", nil)
+	}
+	if c.Session != sid {
+		return Claims{}, notOwner(ReasonWrongSession, "The lease token is for another session.", nil)
+	}
+	if g.opts.Strict {
+		if e := g.strictCheck(r, sid, token, c); e != nil {
+			return Claims{}, e
+		}
+	}
+	return c, nil
+}
+
+// maxCheckBody bounds the answer of /lease/check that the guard reads.
+const maxCheckBody = 64 << 10
+
+func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error {
+	access, err := g.opts.AccessToken(r)
+	if err != nil {
+		return unavailable("The lease cannot be checked now.", 1, fmt.Errorf("access token for the lease check: %w", err))
+	}
+	body, _ := json.Marshal(map[string]string{"token": token})
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.CheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.checkURL(sid), bytes.NewReader(body))
+	if err != nil {
+		return unavailable("The lease cannot be checked now.", 1, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if access != "" {
+		req.Header.Set("Authorization", "Bearer "+access)
+	}
+	resp, err := g.opts.HTTPClient.Do(req)
+	if err != nil {
+		return unavailable("The lease cannot be checked now: tablease is unreachable.", 1, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxCheckBody))
+	if err != nil {
+		return unavailable("The lease cannot be checked now.", 1, err)
+	}
+	var answer struct {
+		Valid *bool `json:"valid"`
+		Error *struct {
+			Code    string         `json:"code"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	jsonErr := json.Unmarshal(raw, &answer)
+
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if jsonErr != nil || answer.Valid == nil {
+			return unavailable("The lease cannot be checked now.", 1, fmt.Errorf("lease check: unexpected answer %.200q", raw))
+		}
+		if !*answer.Valid {
+			return leaseLost(c, nil, errors.New("lease check: valid is false"))
+		}
+		return nil
+	case resp.StatusCode == http.StatusConflict:
+		var details map[string]any
+		if jsonErr == nil && answer.Error != nil {
+			details = answer.Error.Details
+		}
+		return leaseLost(c, details, fmt.Errorf("lease check: %s", resp.Status))
+	case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
+		e := notOwner(ReasonCheckRefused, "tablease refused to check the lease for this request.", fmt.Errorf("lease check: %s %.200q", resp.Status, raw))
+		e.Details["status"] = resp.StatusCode
+		return e
+	}
+	retryAfter, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return unavailable("The lease cannot be checked now.", min(max(retryAfter, 1), 60), fmt.Errorf("lease check: %s %.200q", resp.Status, raw))
+}
+
+// NewLeaseLost is the 409 LEASE_LOST rejection for a request made under the lease of c that can
+// no longer act: what tablease answers a strict check with, and what a handler answers when its
+// fenced write finds that a newer epoch already wrote (docs/fencing.md). details are copied into
+// the response's details, next to "tokenEpoch".
+func NewLeaseLost(c Claims, details map[string]any) *Error {
+	return leaseLost(c, details, nil)
+}
+
+func leaseLost(c Claims, details map[string]any, cause error) *Error {
+	d := map[string]any{}
+	for k, v := range details {
+		d[k] = v
+	}
+	d["tokenEpoch"] = c.Epoch
+	return &Error{
+		Status:  http.StatusConflict,
+		Code:    CodeLeaseLost,
+		Message: "The lease this request was made under is no longer current: another tab took control, or the lease ended.",
+		Details: d,
+		Err:     cause,
+	}
+}
+
+type ctxKey struct{}
+
+// NewContext returns ctx carrying c (what the middleware does; for tests of handlers).
+func NewContext(ctx context.Context, c Claims) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+
+// FromContext returns the verified claims the guard put in ctx; ok is false for a request the
+// guard did not check. The handler fences its writes with c.Epoch (docs/fencing.md).
+func FromContext(ctx context.Context) (c Claims, ok bool) {
+	c, ok = ctx.Value(ctxKey{}).(Claims)
+	return c, ok
+}

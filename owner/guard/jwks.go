@@ -1,0 +1,223 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tablease/tablease/owner/leasetoken"
+)
+
+// JWKSPath is where tablease publishes its lease-token keys.
+const JWKSPath = "/.well-known/jwks.json"
+
+// maxJWKSSize bounds the JWKS document the client reads.
+const maxJWKSSize = 1 << 20
+
+// JWKSOptions configure a JWKSClient.
+type JWKSOptions struct {
+	// BaseURL is tablease's base URL (e.g. "https://tablease.example.com"); the JWKS is fetched
+	// from BaseURL + JWKSPath. Required unless URL is set.
+	BaseURL string
+	// URL is the full URL of the JWKS, overriding BaseURL.
+	URL string
+	// HTTPClient makes the requests; default a client with Timeout.
+	HTTPClient *http.Client
+	// Timeout bounds one fetch; default 5s.
+	Timeout time.Duration
+	// MinRefreshInterval is the least time between two fetches, however many unknown kids
+	// arrive: an attacker sending tokens with made-up kids gets the JWKS fetched at most once per
+	// interval per process. Default 10s. A rotation is seen at once if the new key was published
+	// (KeySetOptions.Previous) before it signs, or after at most this interval otherwise.
+	MinRefreshInterval time.Duration
+	// MaxAge is how long a fetched set is used before it is fetched again on the next lookup, so
+	// that retired keys disappear; default 5m. When that fetch fails, the old set is used until a
+	// fetch succeeds.
+	MaxAge time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// JWKSClient is a leasetoken.KeySource that fetches tablease's JWKS over HTTP, caches it, and
+// fetches it again when a token names an unknown kid (rate-limited) or the set is older than
+// MaxAge. It is safe for concurrent use; concurrent lookups share one fetch.
+type JWKSClient struct {
+	url        string
+	client     *http.Client
+	timeout    time.Duration
+	minRefresh time.Duration
+	maxAge     time.Duration
+	now        func() time.Time
+
+	fetching chan struct{} // a one-slot semaphore: holding it means fetching
+
+	mu          sync.Mutex // guards the fields below
+	keys        leasetoken.PublicKeys
+	fetchedAt   time.Time // of the last successful fetch; zero before the first
+	attemptedAt time.Time // of the last fetch, successful or not
+	lastErr     error     // of the last fetch
+	fetches     int
+}
+
+// NewJWKSClient checks opts and makes a client. It fetches nothing until the first lookup (call
+// Refresh to fail fast at start).
+func NewJWKSClient(opts JWKSOptions) (*JWKSClient, error) {
+	u := opts.URL
+	if u == "" {
+		if opts.BaseURL == "" {
+			return nil, errors.New("guard: JWKSOptions needs BaseURL or URL")
+		}
+		u = strings.TrimRight(opts.BaseURL, "/") + JWKSPath
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || (parsed.Scheme != "https" && parsed.Scheme != "http") || parsed.Host == "" {
+		return nil, fmt.Errorf("guard: JWKS URL %q must be an absolute http(s) URL", u)
+	}
+	if opts.Timeout < 0 || opts.MinRefreshInterval < 0 || opts.MaxAge < 0 {
+		return nil, errors.New("guard: JWKSOptions durations must not be negative")
+	}
+	c := &JWKSClient{
+		url:        u,
+		client:     opts.HTTPClient,
+		timeout:    or(opts.Timeout, 5*time.Second),
+		minRefresh: or(opts.MinRefreshInterval, 10*time.Second),
+		maxAge:     or(opts.MaxAge, 5*time.Minute),
+		now:        opts.Now,
+		fetching:   make(chan struct{}, 1),
+	}
+	if c.client == nil {
+		c.client = &http.Client{Timeout: c.timeout}
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c, nil
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// URL is the JWKS URL the client fetches.
+func (c *JWKSClient) URL() string { return c.url }
+
+// Fetches is how many fetches the client has made (for tests and metrics).
+func (c *JWKSClient) Fetches() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fetches
+}
+
+// LookupKey finds kid in the cached set, fetching the set first when it has never been fetched,
+// is older than MaxAge, or lacks kid — unless the last fetch was less than MinRefreshInterval ago.
+// It fails with leasetoken.ErrUnknownKey when kid is not in the set, and
+// leasetoken.ErrKeysUnavailable when no set could ever be fetched.
+func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.PublicKey, error) {
+	k, found, fresh := c.cached(kid)
+	if found && fresh {
+		return k, nil
+	}
+	if err := c.fetch(ctx, true); err != nil && ctx.Err() != nil {
+		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable, Err: ctx.Err()}
+	}
+	if k, found, _ = c.cached(kid); found {
+		return k, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fetchedAt.IsZero() {
+		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable, Reason: "no JWKS fetched yet", Err: c.lastErr}
+	}
+	return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrUnknownKey, Reason: fmt.Sprintf("kid %q is not in the JWKS", kid)}
+}
+
+func (c *JWKSClient) cached(kid string) (k leasetoken.PublicKey, found, fresh bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range c.keys {
+		if key.KeyID() == kid {
+			return key, true, c.now().Sub(c.fetchedAt) < c.maxAge
+		}
+	}
+	return leasetoken.PublicKey{}, false, false
+}
+
+// Refresh fetches the JWKS now, regardless of MinRefreshInterval. Use it at start to fail fast.
+func (c *JWKSClient) Refresh(ctx context.Context) error { return c.fetch(ctx, false) }
+
+// fetch fetches the set, at most one at a time; with limited, it skips the fetch when the last
+// one was less than MinRefreshInterval ago (including one that finished while it waited).
+func (c *JWKSClient) fetch(ctx context.Context, limited bool) error {
+	select {
+	case c.fetching <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.fetching }()
+
+	c.mu.Lock()
+	now := c.now()
+	if limited && !c.attemptedAt.IsZero() && now.Sub(c.attemptedAt) < c.minRefresh {
+		err := c.lastErr
+		c.mu.Unlock()
+		return err
+	}
+	c.attemptedAt = now
+	c.fetches++
+	c.mu.Unlock()
+
+	// The fetch serves every waiting lookup, so one caller's cancellation must not end it; it is
+	// bounded by the timeout instead.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	defer cancel()
+	keys, err := c.get(fctx)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastErr = err
+	if err == nil {
+		c.keys, c.fetchedAt = keys, c.now()
+	}
+	return err
+}
+
+func (c *JWKSClient) get(ctx context.Context) (leasetoken.PublicKeys, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("guard: fetch JWKS: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("guard: fetch JWKS: %s answered %s", c.url, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKSSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("guard: fetch JWKS: %w", err)
+	}
+	if len(body) > maxJWKSSize {
+		return nil, errors.New("guard: fetch JWKS: document too large")
+	}
+	keys, err := leasetoken.ParseJWKS(body)
+	if err != nil {
+		return nil, fmt.Errorf("guard: fetch JWKS: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("guard: fetch JWKS: no usable key in the set")
+	}
+	return keys, nil
+}

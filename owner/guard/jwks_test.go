@@ -1,0 +1,83 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/owner/guard"
+	"github.com/tablease/tablease/owner/leasetoken"
+)
+
+func TestJWKSClient(t *testing.T) {
+	key, _ := leasetoken.GenerateKey()
+	var hits atomic.Int32
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path != guard.JWKSPath {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(int(status.Load()))
+		_, _ = w.Write(leasetoken.EncodeJWKS([]leasetoken.PublicKey{key.Public()}))
+	}))
+	defer srv.Close()
+	c0 := &clock{now: t0}
+	jc, err := guard.NewJWKSClient(guard.JWKSOptions{BaseURL: srv.URL + "/", MinRefreshInterval: 10 * time.Second, MaxAge: time.Minute, Now: c0.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jc.URL() != srv.URL+"/.well-known/jwks.json" {
+		t.Fatalf("URL %s", jc.URL())
+	}
+	ctx := context.Background()
+
+	if k, err := jc.LookupKey(ctx, key.KeyID()); err != nil || k.KeyID() != key.KeyID() {
+		t.Fatalf("LookupKey: %v", err)
+	}
+	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 1 {
+		t.Fatalf("a cached key was fetched again (%d fetches): %v", hits.Load(), err)
+	}
+	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 1 {
+		t.Fatalf("an unknown kid within the interval: %v, %d fetches", err, hits.Load())
+	}
+
+	// After MaxAge the set is fetched again; a failing fetch keeps the old set in use.
+	c0.Add(2 * time.Minute)
+	status.Store(http.StatusInternalServerError)
+	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 2 {
+		t.Fatalf("a stale set with tablease failing: %v, %d fetches", err, hits.Load())
+	}
+	if err := jc.Refresh(ctx); err == nil || hits.Load() != 3 {
+		t.Fatalf("Refresh ignores the interval and reports the failure: %v, %d fetches", err, hits.Load())
+	}
+	if jc.Fetches() != 3 {
+		t.Fatalf("Fetches = %d", jc.Fetches())
+	}
+}
+
+func TestJWKSClientNeverFetched(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`<html>oops</html>`))
+	}))
+	defer srv.Close()
+	jc, err := guard.NewJWKSClient(guard.JWKSOptions{URL: srv.URL + "/keys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = jc.LookupKey(context.Background(), "k")
+	if !errors.Is(err, leasetoken.ErrKeysUnavailable) || errors.Is(err, leasetoken.ErrUnknownKey) {
+		t.Fatalf("LookupKey with no JWKS ever fetched: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := jc.LookupKey(ctx, "k"); !errors.Is(err, leasetoken.ErrKeysUnavailable) {
+		t.Fatalf("LookupKey with a cancelled context: %v", err)
+	}
+}
