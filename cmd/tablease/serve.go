@@ -104,7 +104,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    256 << 10, // Authorization headers up to this size get a JSON 401 from the api, not a plain 431
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)

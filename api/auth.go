@@ -1,0 +1,377 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// ScopeAdmin is the scope that admin routes require.
+const ScopeAdmin = "lease:admin"
+
+// Bounds of access tokens.
+const (
+	// MinHS256SecretLen is the shortest HS256 secret accepted (32 bytes).
+	MinHS256SecretLen = 32
+	// MaxLeeway is the largest clock leeway accepted for exp, nbf and iat.
+	MaxLeeway = 30 * time.Second
+	// maxAuthHeaderLen bounds the Authorization header; longer ones are refused unparsed.
+	maxAuthHeaderLen = 8 << 10
+	// defaultTokenTTL is the lifetime of tokens from IssueToken when TokenSpec.TTL is zero.
+	defaultTokenTTL = time.Hour
+)
+
+// AuthConfig says how access tokens are verified. At least one of HS256Secret and PublicKeys is
+// required; Issuer and Audience are required, and tokens must carry both.
+type AuthConfig struct {
+	// HS256Secret verifies HS256 tokens; at least 32 bytes when set. Empty: HS256 is refused.
+	HS256Secret []byte
+	// PublicKeys verify RS256, ES256 and EdDSA tokens, chosen by the token's kid.
+	PublicKeys []PublicKey
+	// Issuer is the required iss claim.
+	Issuer string
+	// Audience must be one of the token's aud values.
+	Audience string
+	// Leeway tolerates clock skew on exp, nbf and iat; at most 30s.
+	Leeway time.Duration
+}
+
+// Principal is the verified caller of a request.
+type Principal struct {
+	Sub    string          // the token's sub: the user every lease of the request belongs to
+	Scopes map[string]bool // the token's scope claim
+	// Sessions is the token's sid claim: nil when the token has none (every session is allowed),
+	// otherwise the only sessions allowed (an empty list allows none).
+	Sessions []string
+}
+
+// AllowsSession reports whether the token may act on session sid.
+func (p *Principal) AllowsSession(sid string) bool {
+	return p.Sessions == nil || slices.Contains(p.Sessions, sid)
+}
+
+// HasScope reports whether the token granted scope.
+func (p *Principal) HasScope(scope string) bool { return p.Scopes[scope] }
+
+// principalOf returns the verified caller of the request, or nil before authentication.
+func principalOf(c echo.Context) *Principal {
+	p, _ := c.Get(keyPrincipal).(*Principal)
+	return p
+}
+
+// accessClaims are the claims read from an access token.
+type accessClaims struct {
+	jwt.RegisteredClaims
+	Scope string   `json:"scope,omitempty"`
+	SID   sidClaim `json:"sid"`
+}
+
+// sidClaim is the sid claim: a string or a list of strings. Unlike jwt.ClaimStrings it tells an
+// absent claim (every session) from an empty list (no session).
+type sidClaim struct {
+	present bool
+	values  []string
+}
+
+func (s *sidClaim) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = sidClaim{present: true, values: []string{one}}
+		return nil
+	}
+	many := []string{}
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("sid must be a string or a list of strings")
+	}
+	*s = sidClaim{present: true, values: many}
+	return nil
+}
+
+// authenticator verifies access tokens. It is immutable after newAuthenticator.
+type authenticator struct {
+	secret []byte
+	keys   map[string]verifyKey // by kid
+	parser *jwt.Parser
+}
+
+type verifyKey struct {
+	alg string
+	key any
+}
+
+func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
+	if len(cfg.HS256Secret) == 0 && len(cfg.PublicKeys) == 0 {
+		return nil, errors.New("api: Auth.HS256Secret or Auth.PublicKeys is required")
+	}
+	if n := len(cfg.HS256Secret); n > 0 && n < MinHS256SecretLen {
+		return nil, fmt.Errorf("api: Auth.HS256Secret must be at least %d bytes (it has %d)", MinHS256SecretLen, n)
+	}
+	if strings.TrimSpace(cfg.Issuer) == "" {
+		return nil, errors.New("api: Auth.Issuer is required")
+	}
+	if strings.TrimSpace(cfg.Audience) == "" {
+		return nil, errors.New("api: Auth.Audience is required")
+	}
+	if cfg.Leeway < 0 || cfg.Leeway > MaxLeeway {
+		return nil, fmt.Errorf("api: Auth.Leeway must be between 0 and %s", MaxLeeway)
+	}
+	a := &authenticator{keys: make(map[string]verifyKey)}
+	var methods []string
+	if len(cfg.HS256Secret) > 0 {
+		a.secret = slices.Clone(cfg.HS256Secret)
+		methods = append(methods, jwt.SigningMethodHS256.Alg())
+	}
+	for i, pk := range cfg.PublicKeys {
+		if pk.KID == "" {
+			return nil, fmt.Errorf("api: Auth.PublicKeys[%d].KID is required", i)
+		}
+		if _, dup := a.keys[pk.KID]; dup {
+			return nil, fmt.Errorf("api: Auth.PublicKeys[%d].KID %q appears twice", i, pk.KID)
+		}
+		alg, key, err := keyAlg(pk.Key)
+		if err != nil {
+			return nil, fmt.Errorf("api: Auth.PublicKeys[%d].Key: %w", i, err)
+		}
+		a.keys[pk.KID] = verifyKey{alg: alg, key: key}
+		if !slices.Contains(methods, alg) {
+			methods = append(methods, alg)
+		}
+	}
+	a.parser = jwt.NewParser(
+		jwt.WithValidMethods(methods),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuer(cfg.Issuer),
+		jwt.WithAudience(cfg.Audience),
+		jwt.WithLeeway(cfg.Leeway),
+		jwt.WithIssuedAt(),
+	)
+	return a, nil
+}
+
+var (
+	errNoKey      = errors.New("no key for this token")
+	errWrongKeyFn = errors.New("the token's algorithm does not match its key")
+)
+
+// keyFor chooses the verification key: the secret for HS256 and only for HS256; for the others
+// the public key named by kid, and only when that key is meant for the token's algorithm.
+func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	if alg == jwt.SigningMethodHS256.Alg() {
+		if a.secret == nil {
+			return nil, errNoKey
+		}
+		return a.secret, nil
+	}
+	kid, _ := t.Header["kid"].(string)
+	k, ok := a.keys[kid]
+	if !ok {
+		return nil, errNoKey
+	}
+	if k.alg != alg {
+		return nil, errWrongKeyFn
+	}
+	return k.key, nil
+}
+
+// verify checks a token and returns its principal, or an UNAUTHENTICATED error that says why
+// without echoing the token.
+func (a *authenticator) verify(token string) (*Principal, error) {
+	var claims accessClaims
+	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+		return nil, unauthenticated(tokenProblem(err))
+	}
+	if err := lease.ValidateID("sub", claims.Subject); err != nil {
+		return nil, unauthenticated("the token's sub claim is missing or is not a valid identifier")
+	}
+	for _, sid := range claims.SID.values {
+		if lease.ValidateID("sid", sid) != nil {
+			return nil, unauthenticated("the token's sid claim holds an invalid session id")
+		}
+	}
+	p := &Principal{Sub: claims.Subject, Scopes: make(map[string]bool)}
+	if claims.SID.present {
+		p.Sessions = append([]string{}, claims.SID.values...) // non-nil: restricted
+	}
+	for _, s := range strings.Fields(claims.Scope) {
+		p.Scopes[s] = true
+	}
+	return p, nil
+}
+
+func tokenProblem(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "the bearer token is malformed"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "the token's signature is not valid (or its algorithm is not allowed)"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "the token cannot be verified: unknown key or algorithm not allowed"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "the token lacks a required claim (exp, iss or aud)"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "the token has expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return "the token is not valid yet"
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "the token was issued in the future"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "the token's issuer is not accepted"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "the token's audience is not accepted"
+	}
+	return "the token is not valid"
+}
+
+func unauthenticated(msg string) *Error {
+	return &Error{Code: CodeUnauthenticated, Message: msg}
+}
+
+func forbidden(msg string) *Error {
+	return &Error{Code: CodeForbidden, Message: msg}
+}
+
+// bearer extracts the token of an Authorization header of the form "Bearer <token>".
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return "", false
+	}
+	for i := 0; i < len(token); i++ { // base64url segments and dots only
+		c := token[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-' || c == '_' || c == '.' || c == '=':
+		default:
+			return "", false
+		}
+	}
+	return token, true
+}
+
+// authenticate verifies the bearer token of a /v1 request, stores its Principal, and refuses a
+// path session that the token's sid claim does not list. Tokens are never read from the URL.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		header := req.Header.Get(echo.HeaderAuthorization)
+		if header == "" {
+			q := req.URL.Query()
+			if q.Has("access_token") || q.Has("token") {
+				return unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
+			}
+			return unauthenticated("an Authorization: Bearer access token is required")
+		}
+		if len(header) > maxAuthHeaderLen {
+			return unauthenticated("the Authorization header is too large")
+		}
+		token, ok := bearer(header)
+		if !ok {
+			return unauthenticated(`the Authorization header must be "Bearer <access token>"`)
+		}
+		p, err := s.auth.verify(token)
+		if err != nil {
+			return err
+		}
+		c.Set(keyPrincipal, p)
+		if sid := c.Param("sid"); sid != "" && !p.AllowsSession(sid) {
+			return forbidden("the access token does not grant this session")
+		}
+		return next(c)
+	}
+}
+
+// RequireScope refuses, with 403 FORBIDDEN, a request whose token lacks scope. It runs after
+// authentication (on /v1 routes).
+func RequireScope(scope string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p := principalOf(c)
+			if p == nil {
+				return unauthenticated("an Authorization: Bearer access token is required")
+			}
+			if !p.HasScope(scope) {
+				return forbidden("the access token lacks the scope " + scope)
+			}
+			return next(c)
+		}
+	}
+}
+
+// TokenSpec describes a token for IssueToken.
+type TokenSpec struct {
+	Sub      string        // required; a valid identifier
+	Scopes   []string      // the scope claim, space-separated; none when empty
+	Sessions []string      // the sid claim: a string for one, a list for several; none when empty
+	TTL      time.Duration // lifetime; zero means one hour
+}
+
+// IssueToken signs an HS256 access token with cfg.HS256Secret, for dev mode and the CLI. It sets
+// iss, aud, sub, iat, nbf, exp, and scope and sid when given.
+func IssueToken(cfg AuthConfig, spec TokenSpec) (string, error) {
+	return issueToken(cfg, spec, time.Now())
+}
+
+func issueToken(cfg AuthConfig, spec TokenSpec, now time.Time) (string, error) {
+	if len(cfg.HS256Secret) < MinHS256SecretLen {
+		return "", fmt.Errorf("api: IssueToken needs an HS256 secret of at least %d bytes", MinHS256SecretLen)
+	}
+	if cfg.Issuer == "" || cfg.Audience == "" {
+		return "", errors.New("api: IssueToken needs Auth.Issuer and Auth.Audience")
+	}
+	if err := lease.ValidateID("sub", spec.Sub); err != nil {
+		return "", fmt.Errorf("api: IssueToken: %w", err)
+	}
+	for _, sc := range spec.Scopes {
+		if sc == "" || strings.ContainsAny(sc, " \t\r\n") {
+			return "", fmt.Errorf("api: IssueToken: scope %q must be one word", sc)
+		}
+	}
+	for _, sid := range spec.Sessions {
+		if err := lease.ValidateID("sid", sid); err != nil {
+			return "", fmt.Errorf("api: IssueToken: %w", err)
+		}
+	}
+	ttl := spec.TTL
+	if ttl == 0 {
+		ttl = defaultTokenTTL
+	}
+	if ttl < 0 {
+		return "", errors.New("api: IssueToken: TTL must not be negative")
+	}
+	now = now.Truncate(time.Second)
+	claims := jwt.MapClaims{
+		"iss": cfg.Issuer,
+		"aud": cfg.Audience,
+		"sub": spec.Sub,
+		"iat": now.Unix(),
+		"nbf": now.Unix(),
+		"exp": now.Add(ttl).Unix(),
+	}
+	if len(spec.Scopes) > 0 {
+		claims["scope"] = strings.Join(spec.Scopes, " ")
+	}
+	switch len(spec.Sessions) {
+	case 0:
+	case 1:
+		claims["sid"] = spec.Sessions[0]
+	default:
+		claims["sid"] = slices.Clone(spec.Sessions)
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(cfg.HS256Secret)
+}

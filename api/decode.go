@@ -1,0 +1,174 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// decodeBody reads the JSON body of c into dst strictly: the Content-Type must be
+// application/json, the body at most MaxBodyBytes, one JSON object with only known fields of the
+// right types, and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized
+// body, which is 413 PAYLOAD_TOO_LARGE.
+func decodeBody(c echo.Context, dst any) error {
+	req := c.Request()
+	mt, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return errInvalid("Content-Type must be application/json")
+	}
+	if req.ContentLength > MaxBodyBytes {
+		return tooLarge()
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		return errInvalid("request body could not be read")
+	}
+	if err := checkKeys(data, jsonFields(dst)); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	// Exactly one value: anything but whitespace after it is an error.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errInvalid("request body must hold exactly one JSON object; found data after it")
+	}
+	return nil
+}
+
+// checkKeys refuses what encoding/json lets through: a key that matches a field only when case
+// is ignored ("TABID"), and a key given twice. Anything malformed is left for the decoder to
+// report.
+func checkKeys(data []byte, fields map[string]bool) *Error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		if !fields[key] {
+			return errInvalid(fmt.Sprintf("request body: unknown field %q", key))
+		}
+		if seen[key] {
+			return fieldError(key, "is given twice")
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonFields lists the JSON names of the fields of the struct dst points to.
+func jsonFields(dst any) map[string]bool {
+	t := reflect.TypeOf(dst)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	fields := make(map[string]bool)
+	if t.Kind() != reflect.Struct {
+		return fields
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = true
+	}
+	return fields
+}
+
+func decodeError(err error) *Error {
+	var (
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return errInvalid("request body is empty; a JSON object is required")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errInvalid("request body is truncated JSON")
+	case errors.As(err, &syntax):
+		return errInvalid("request body is not valid JSON: " + strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return errInvalid("request body must be a JSON object")
+		}
+		e := errInvalid(typ.Field + " must be " + jsonKind(typ.Type.Kind().String()))
+		e.Details = map[string]any{"field": typ.Field}
+		return e
+	}
+	// The remaining decoder errors (unknown field) have no type of their own; their text names
+	// the field and is safe to show.
+	return errInvalid("request body: " + strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "struct", "map":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	}
+	return "a number"
+}
+
+// intField reads a JSON integer named field from raw: a literal made of an optional minus sign and
+// digits, no fraction or exponent, within int64. present is false when the field was absent or
+// null.
+func intField(field string, raw json.RawMessage) (v int64, present bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, nil
+	}
+	s := string(raw)
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
+		if s[0] == '-' || (s[0] >= '0' && s[0] <= '9') {
+			return 0, true, fieldError(field, "must be an integer (no fraction or exponent)")
+		}
+		return 0, true, fieldError(field, "must be a number")
+	}
+	v, perr := strconv.ParseInt(s, 10, 64)
+	if perr != nil {
+		return 0, true, fieldError(field, "is out of range")
+	}
+	return v, true, nil
+}
+
+func fieldError(field, reason string) *Error {
+	e := errInvalid(field + " " + reason)
+	e.Details = map[string]any{"field": field}
+	return e
+}

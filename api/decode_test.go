@@ -1,0 +1,106 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestStrictDecoding(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	held := readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	epoch := held.Epoch
+
+	pad := func(n int) string { return `{"tabId":"tab-a","label":"` + strings.Repeat("x", n) + `"}` }
+	tests := []struct {
+		name        string
+		path        string // default: acquire on doc-1
+		body        string
+		contentType string // default application/json
+		status      int
+		code        string
+		field       string // details.field, when one is to blame
+	}{
+		{name: "an unknown field is refused", body: `{"tabId":"tab-a","color":"red"}`, status: 400, code: CodeInvalidArgument},
+		{name: "a field spelt in another case is refused", body: `{"TABID":"tab-a"}`, status: 400, code: CodeInvalidArgument},
+		{name: "a field given twice is refused", body: `{"tabId":"tab-a","tabId":"tab-b"}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a tabId that is a number is refused", body: `{"tabId":5}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "hidden as a string is refused", body: `{"tabId":"tab-a","hidden":"yes"}`, status: 400, code: CodeInvalidArgument, field: "hidden"},
+		{name: "a fractional ttlMs is refused", body: `{"tabId":"tab-a","ttlMs":1500.5}`, status: 400, code: CodeInvalidArgument, field: "ttlMs"},
+		{name: "a ttlMs with an exponent is refused", body: `{"tabId":"tab-a","ttlMs":1e4}`, status: 400, code: CodeInvalidArgument, field: "ttlMs"},
+		{name: "a ttlMs in a string is refused", body: `{"tabId":"tab-a","ttlMs":"45000"}`, status: 400, code: CodeInvalidArgument, field: "ttlMs"},
+		{name: "a negative ttlMs is refused", body: `{"tabId":"tab-a","ttlMs":-1}`, status: 400, code: CodeInvalidArgument, field: "ttlMs"},
+		{name: "a ttlMs beyond int64 is refused", body: `{"tabId":"tab-a","ttlMs":99999999999999999999}`, status: 400, code: CodeInvalidArgument, field: "ttlMs"},
+		{name: "a zero ttlMs asks for the default", body: `{"tabId":"tab-a","ttlMs":0}`, status: 200},
+		{name: "trailing garbage is refused", body: `{"tabId":"tab-a"} x`, status: 400, code: CodeInvalidArgument},
+		{name: "a second object is refused", body: `{"tabId":"tab-a"}{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument},
+		{name: "trailing whitespace is fine", body: "{\"tabId\":\"tab-a\"}\n\t ", status: 200},
+		{name: "an empty body is refused", body: ``, status: 400, code: CodeInvalidArgument},
+		{name: "a truncated body is refused", body: `{"tabId":"tab-a"`, status: 400, code: CodeInvalidArgument},
+		{name: "an array body is refused", body: `[{"tabId":"tab-a"}]`, status: 400, code: CodeInvalidArgument},
+		{name: "a text/plain body is refused", body: `{"tabId":"tab-a"}`, contentType: "text/plain", status: 400, code: CodeInvalidArgument},
+		{name: "a JSON body with a charset is accepted", body: `{"tabId":"tab-a"}`, contentType: "application/json; charset=utf-8", status: 200},
+		{name: "a body of 17 KiB is too large", body: pad(17 << 10), status: 413, code: CodePayloadTooLarge},
+		{name: "a body just under 16 KiB reaches validation", body: pad(16<<10 - 40), status: 400, code: CodeInvalidArgument, field: "label"},
+		{name: "a label over 200 characters is refused", body: pad(201), status: 400, code: CodeInvalidArgument, field: "label"},
+		{name: "a label with a control character is refused", body: `{"tabId":"tab-a","label":"a\u0007b"}`, status: 400, code: CodeInvalidArgument, field: "label"},
+		{name: "a missing tabId is refused", body: `{}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a tabId with a slash is refused", body: `{"tabId":"tab/a"}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a tabId of 129 characters is refused", body: `{"tabId":"` + strings.Repeat("t", 129) + `"}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a sid with a space is refused", path: "/v1/sessions/doc%201/lease", body: `{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument, field: "sessionId"},
+		{name: "a sid of dot-dot is refused", path: "/v1/sessions/../lease", body: `{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument, field: "sessionId"},
+		{name: "a sid of 129 characters is refused", path: leasePath(strings.Repeat("s", 129)), body: `{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument, field: "sessionId"},
+		{name: "an epoch of 0 is refused", path: leasePath("doc-1") + "/renew", body: `{"tabId":"tab-a","epoch":0}`, status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "a negative epoch is refused", path: leasePath("doc-1") + "/renew", body: `{"tabId":"tab-a","epoch":-5}`, status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "an epoch of 2^53 is refused", path: leasePath("doc-1") + "/renew", body: `{"tabId":"tab-a","epoch":9007199254740992}`, status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "a fractional epoch is refused", path: leasePath("doc-1") + "/renew", body: fmt.Sprintf(`{"tabId":"tab-a","epoch":%d.5}`, epoch), status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "an epoch in a string is refused", path: leasePath("doc-1") + "/release", body: fmt.Sprintf(`{"tabId":"tab-a","epoch":"%d"}`, epoch), status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "a missing epoch is refused", path: leasePath("doc-1") + "/check", body: `{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument, field: "epoch"},
+		{name: "an epoch of 2^53-1 is a valid number that has lost", path: leasePath("doc-1") + "/check", body: `{"tabId":"tab-a","epoch":9007199254740991}`, status: 409, code: CodeLeaseLost},
+		{name: "the current epoch renews", path: leasePath("doc-1") + "/renew", body: fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, epoch), status: 200},
+		{name: "a bad tabId in the query of get is refused", path: leasePath("doc-1") + "?tabId=a%20b", status: 400, code: CodeInvalidArgument, field: "tabId"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tt.path
+			if path == "" {
+				path = leasePath("doc-1")
+			}
+			method := http.MethodPost
+			if tt.body == "" && strings.Contains(path, "?") {
+				method = http.MethodGet
+			}
+			ct := tt.contentType
+			if ct == "" {
+				ct = "application/json"
+			}
+			rec := h.do(request{method: method, path: path, token: alice, body: tt.body, headers: map[string]string{"Content-Type": ct}})
+			if tt.status == 200 {
+				if rec.Code != 200 {
+					t.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+				return
+			}
+			e := wantError(t, rec, tt.status, tt.code)
+			if tt.field != "" && e.Error.Details["field"] != tt.field {
+				t.Fatalf("details.field = %v, want %q (message %q)", e.Error.Details["field"], tt.field, e.Error.Message)
+			}
+		})
+	}
+}
+
+func TestBodyLimitWithoutContentLength(t *testing.T) {
+	h := newHarness(t)
+	body := `{"tabId":"tab-a","label":"` + strings.Repeat("x", 17<<10) + `"}`
+	req := httptest.NewRequest(http.MethodPost, leasePath("doc-1"), io.MultiReader(strings.NewReader(body)))
+	req.ContentLength = -1 // as for a chunked request: only the reader can tell
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.token("alice"))
+	rec := httptest.NewRecorder()
+	h.srv.Handler().ServeHTTP(rec, req)
+	wantError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
+}

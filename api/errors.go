@@ -1,0 +1,232 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// Error codes of DESIGN §3, plus METHOD_NOT_ALLOWED for 405.
+const (
+	CodeInvalidArgument  = "INVALID_ARGUMENT"
+	CodeUnauthenticated  = "UNAUTHENTICATED"
+	CodeForbidden        = "FORBIDDEN"
+	CodeNotFound         = "NOT_FOUND"
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	CodeLeaseHeld        = "LEASE_HELD"
+	CodeLeaseLost        = "LEASE_LOST"
+	CodeHandoffPending   = "HANDOFF_PENDING"
+	CodeSessionBlocked   = "SESSION_BLOCKED"
+	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
+	CodeRateLimited      = "RATE_LIMITED"
+	CodeStoreUnavailable = "STORE_UNAVAILABLE"
+	CodeInternal         = "INTERNAL"
+)
+
+// Codes maps every error code to its HTTP status. Read it; never modify it.
+var Codes = map[string]int{
+	CodeInvalidArgument:  http.StatusBadRequest,
+	CodeUnauthenticated:  http.StatusUnauthorized,
+	CodeForbidden:        http.StatusForbidden,
+	CodeNotFound:         http.StatusNotFound,
+	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
+	CodeLeaseHeld:        http.StatusConflict,
+	CodeLeaseLost:        http.StatusConflict,
+	CodeHandoffPending:   http.StatusConflict,
+	CodeSessionBlocked:   http.StatusLocked,
+	CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
+	CodeRateLimited:      http.StatusTooManyRequests,
+	CodeStoreUnavailable: http.StatusServiceUnavailable,
+	CodeInternal:         http.StatusInternalServerError,
+}
+
+// Error is an error answer: it becomes {"error": {code, message, retryable, details}} with the
+// status of its code. Handlers and middleware return it; the error handler writes it.
+type Error struct {
+	Code      string
+	Message   string
+	Retryable bool
+	Details   map[string]any
+	// RetryAfter, when positive, is sent as a Retry-After header (whole seconds, rounded up).
+	RetryAfter time.Duration
+	// Err is the cause, for the log of internal errors; never sent.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Unwrap exposes the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Status is the HTTP status of e's code (500 for an unknown code).
+func (e *Error) Status() int {
+	if s, ok := Codes[e.Code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+func errInvalid(format string) *Error {
+	return &Error{Code: CodeInvalidArgument, Message: format}
+}
+
+// leaseErrors is the one table from domain errors to answers (STYLE §5). The details come from
+// the typed errors in errorFor.
+var leaseErrors = []struct {
+	target    error
+	code      string
+	retryable bool
+	message   string
+}{
+	{lease.ErrInvalid, CodeInvalidArgument, false, "invalid argument"},
+	{lease.ErrHeld, CodeLeaseHeld, false, "another tab holds the lease"},
+	{lease.ErrLost, CodeLeaseLost, false, "this tab no longer holds the lease at this epoch"},
+	{lease.ErrHandoffPending, CodeHandoffPending, true, "the lease is reserved for a tab that asked for a handoff"},
+	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
+	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
+}
+
+// storeRetryAfter is the Retry-After sent with STORE_UNAVAILABLE.
+const storeRetryAfter = time.Second
+
+// errorFor turns any error into the answer to send. Unknown errors are INTERNAL.
+func errorFor(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	for _, row := range leaseErrors {
+		if !errors.Is(err, row.target) {
+			continue
+		}
+		out := &Error{Code: row.code, Message: row.message, Retryable: row.retryable, Err: err}
+		var (
+			inv   *lease.InvalidError
+			held  *lease.HeldError
+			lost  *lease.LostError
+			retry *lease.RetryError
+		)
+		switch {
+		case errors.As(err, &inv):
+			out.Message = inv.Field + " " + inv.Reason
+			out.Details = map[string]any{"field": inv.Field}
+		case errors.As(err, &held):
+			out.Details = map[string]any{
+				"holder":      holderView(held.Holder),
+				"epoch":       held.Epoch,
+				"remainingMs": held.Remaining.Milliseconds(),
+			}
+		case errors.As(err, &lost):
+			var holder any // JSON null when free
+			if lost.Current.Held {
+				holder = holderView(lost.Current.Holder)
+			}
+			out.Details = map[string]any{"holder": holder, "epoch": lost.Current.Epoch}
+		case errors.As(err, &retry):
+			out.Details = map[string]any{"retryAfterMs": retry.RetryAfter.Milliseconds()}
+			out.RetryAfter = retry.RetryAfter
+		}
+		if row.code == CodeStoreUnavailable {
+			out.RetryAfter = storeRetryAfter
+		}
+		return out
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return fromEchoError(he)
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooLarge()
+	}
+	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
+}
+
+func tooLarge() *Error {
+	return &Error{Code: CodePayloadTooLarge, Message: "request body is larger than 16 KiB"}
+}
+
+// fromEchoError maps the errors Echo itself returns (router 404/405, middleware). Echo's shared
+// error values are only read, never modified.
+func fromEchoError(he *echo.HTTPError) *Error {
+	switch he.Code {
+	case http.StatusNotFound:
+		return &Error{Code: CodeNotFound, Message: "no such route"}
+	case http.StatusMethodNotAllowed:
+		return &Error{Code: CodeMethodNotAllowed, Message: "method not allowed on this route"}
+	case http.StatusRequestEntityTooLarge:
+		return tooLarge()
+	case http.StatusUnauthorized:
+		return &Error{Code: CodeUnauthenticated, Message: "authentication required"}
+	case http.StatusForbidden:
+		return &Error{Code: CodeForbidden, Message: "forbidden"}
+	case http.StatusTooManyRequests:
+		return &Error{Code: CodeRateLimited, Message: "too many requests", Retryable: true, RetryAfter: time.Second}
+	case http.StatusServiceUnavailable:
+		return &Error{Code: CodeStoreUnavailable, Message: "service unavailable", Retryable: true, RetryAfter: storeRetryAfter}
+	}
+	if he.Code >= 400 && he.Code < 500 {
+		return &Error{Code: CodeInvalidArgument, Message: "bad request"}
+	}
+	return &Error{Code: CodeInternal, Message: "internal error", Err: he}
+}
+
+type errorBody struct {
+	Error errorJSON `json:"error"`
+}
+
+type errorJSON struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details"`
+}
+
+// handleError is Echo's HTTPErrorHandler: every error becomes the JSON error shape.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	ae := errorFor(err)
+	c.Set(keyErrCode, ae.Code)
+	if ae.Code == CodeInternal {
+		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "internal error",
+			slog.String("request_id", requestID(c)),
+			slog.String("method", c.Request().Method),
+			slog.String("route", s.routeLabel(c)),
+			slog.String("error", errString(ae.Err)))
+	}
+	h := c.Response().Header()
+	if ae.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	if ae.Code == CodeUnauthenticated {
+		h.Set("WWW-Authenticate", `Bearer realm="tablease"`)
+	}
+	details := ae.Details
+	if details == nil {
+		details = map[string]any{}
+	}
+	body := errorBody{Error: errorJSON{Code: ae.Code, Message: ae.Message, Retryable: ae.Retryable, Details: details}}
+	if werr := c.JSON(ae.Status(), body); werr != nil {
+		s.log.Debug("writing error answer", slog.String("request_id", requestID(c)), slog.String("error", werr.Error()))
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

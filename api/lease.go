@@ -1,0 +1,294 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// maxTTLMs caps the ttlMs read from a request before it becomes a time.Duration (about 34 years:
+// no overflow). The engine clamps it to the configured bounds anyway.
+const maxTTLMs = 1 << 40
+
+// timeLayout is RFC 3339 in UTC with milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Roles of a tab.
+const (
+	RoleOwner  = "owner"
+	RoleViewer = "viewer"
+)
+
+// leaseJSON is the lease object of DESIGN §3.
+type leaseJSON struct {
+	SessionID    string      `json:"sessionId"`
+	Held         bool        `json:"held"`
+	Holder       *holderJSON `json:"holder"`    // null when free
+	Epoch        int64       `json:"epoch"`     // the last epoch when free; 0 when never granted
+	GrantedAt    *string     `json:"grantedAt"` // null when never granted
+	ExpiresAt    *string     `json:"expiresAt"` // null when never granted
+	TTLMs        int64       `json:"ttlMs"`
+	RemainingMs  int64       `json:"remainingMs"`
+	RenewAfterMs int64       `json:"renewAfterMs"`
+	Transitions  int64       `json:"transitions"`
+	Role         string      `json:"role,omitempty"` // only when the request named a tabId
+}
+
+type holderJSON struct {
+	TabID  string `json:"tabId"`
+	Label  string `json:"label"`
+	Hidden bool   `json:"hidden"`
+}
+
+func holderView(h lease.Holder) *holderJSON {
+	return &holderJSON{TabID: h.TabID, Label: h.Label, Hidden: h.Hidden}
+}
+
+func timeView(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(timeLayout)
+	return &s
+}
+
+// leaseView renders l; tabID, when not empty, adds the role of that tab.
+func leaseView(l lease.Lease, tabID string) *leaseJSON {
+	out := &leaseJSON{
+		SessionID:    l.Key.Session,
+		Held:         l.Held,
+		Epoch:        l.Epoch,
+		GrantedAt:    timeView(l.GrantedAt),
+		ExpiresAt:    timeView(l.ExpiresAt),
+		TTLMs:        l.TTL.Milliseconds(),
+		RemainingMs:  l.Remaining().Milliseconds(),
+		RenewAfterMs: lease.RenewAfter(l.TTL).Milliseconds(),
+		Transitions:  l.Transitions,
+	}
+	if l.Held {
+		out.Holder = holderView(l.Holder)
+	}
+	if tabID != "" {
+		out.Role = RoleViewer
+		if l.Held && l.Holder.TabID == tabID && l.Remaining() > 0 {
+			out.Role = RoleOwner
+		}
+	}
+	return out
+}
+
+// Request bodies. Numbers are read as raw JSON so that fractions and out-of-range values are
+// refused by intField rather than silently truncated.
+type acquireBody struct {
+	TabID  string          `json:"tabId"`
+	Label  string          `json:"label"`
+	TTLMs  json.RawMessage `json:"ttlMs"`
+	Hidden bool            `json:"hidden"`
+	Mode   lease.Mode      `json:"mode"`
+}
+
+type renewBody struct {
+	TabID  string          `json:"tabId"`
+	Epoch  json.RawMessage `json:"epoch"`
+	TTLMs  json.RawMessage `json:"ttlMs"`
+	Hidden bool            `json:"hidden"`
+}
+
+type releaseBody struct {
+	TabID string          `json:"tabId"`
+	Epoch json.RawMessage `json:"epoch"`
+}
+
+// checkBody is {tabId, epoch} or {token}; the token form waits for lease tokens.
+type checkBody struct {
+	TabID string          `json:"tabId"`
+	Epoch json.RawMessage `json:"epoch"`
+	Token *string         `json:"token"`
+}
+
+// key is the lease key of the request: the token's sub and the path's sid.
+func (s *Server) key(c echo.Context) (lease.Key, error) {
+	p := principalOf(c)
+	if p == nil { // authenticate did not run: a wiring bug
+		return lease.Key{}, &Error{Code: CodeInternal, Message: "internal error"}
+	}
+	sid := c.Param("sid")
+	if err := lease.ValidateID("sessionId", sid); err != nil {
+		return lease.Key{}, err
+	}
+	return lease.Key{User: p.Sub, Session: sid}, nil
+}
+
+func validTabID(tabID string) error { return lease.ValidateID("tabId", tabID) }
+
+func ttlFrom(raw json.RawMessage) (time.Duration, error) {
+	ms, _, err := intField("ttlMs", raw)
+	if err != nil {
+		return 0, err
+	}
+	if ms < 0 {
+		return 0, fieldError("ttlMs", "must not be negative")
+	}
+	return time.Duration(min(ms, maxTTLMs)) * time.Millisecond, nil
+}
+
+func epochFrom(raw json.RawMessage) (int64, error) {
+	v, present, err := intField("epoch", raw)
+	if err != nil {
+		return 0, fieldError("epoch", "must be an integer in [1, 2^53)")
+	}
+	if !present {
+		return 0, fieldError("epoch", "is required")
+	}
+	if err := lease.ValidateEpoch(v); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+func (s *Server) acquire(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	var b acquireBody
+	if err := decodeBody(c, &b); err != nil {
+		return err
+	}
+	if err := validTabID(b.TabID); err != nil {
+		return err
+	}
+	if err := lease.ValidateLabel(b.Label); err != nil {
+		return err
+	}
+	mode, err := lease.ValidateMode(b.Mode)
+	if err != nil {
+		return err
+	}
+	ttl, err := ttlFrom(b.TTLMs)
+	if err != nil {
+		return err
+	}
+	l, err := s.engine.Acquire(c.Request().Context(), lease.AcquireRequest{
+		Key:    key,
+		Holder: lease.Holder{TabID: b.TabID, Label: b.Label, Hidden: b.Hidden},
+		TTL:    ttl,
+		Mode:   mode,
+	})
+	s.metrics.observeOp("acquire", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, leaseView(l, b.TabID))
+}
+
+func (s *Server) renew(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	var b renewBody
+	if err := decodeBody(c, &b); err != nil {
+		return err
+	}
+	if err := validTabID(b.TabID); err != nil {
+		return err
+	}
+	epoch, err := epochFrom(b.Epoch)
+	if err != nil {
+		return err
+	}
+	ttl, err := ttlFrom(b.TTLMs)
+	if err != nil {
+		return err
+	}
+	l, err := s.engine.Renew(c.Request().Context(), lease.RenewRequest{
+		Key: key, TabID: b.TabID, Epoch: epoch, TTL: ttl, Hidden: b.Hidden,
+	})
+	s.metrics.observeOp("renew", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, leaseView(l, b.TabID))
+}
+
+func (s *Server) release(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	var b releaseBody
+	if err := decodeBody(c, &b); err != nil {
+		return err
+	}
+	if err := validTabID(b.TabID); err != nil {
+		return err
+	}
+	epoch, err := epochFrom(b.Epoch)
+	if err != nil {
+		return err
+	}
+	res, err := s.engine.Release(c.Request().Context(), lease.ReleaseRequest{Key: key, TabID: b.TabID, Epoch: epoch})
+	s.metrics.observeOp("release", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]bool{"released": res.Released})
+}
+
+func (s *Server) get(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	tabID := c.QueryParam("tabId") // empty means not given: no role in the answer
+	if tabID != "" {
+		if err := validTabID(tabID); err != nil {
+			return err
+		}
+	}
+	l, err := s.engine.Get(c.Request().Context(), key)
+	s.metrics.observeOp("get", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, leaseView(l, tabID))
+}
+
+type checkJSON struct {
+	Valid bool       `json:"valid"`
+	Lease *leaseJSON `json:"lease"`
+}
+
+func (s *Server) check(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	var b checkBody
+	if err := decodeBody(c, &b); err != nil {
+		return err
+	}
+	if b.Token != nil {
+		e := errInvalid("lease tokens are not enabled on this server; check with {tabId, epoch}")
+		e.Details = map[string]any{"field": "token"}
+		return e
+	}
+	if err := validTabID(b.TabID); err != nil {
+		return err
+	}
+	epoch, err := epochFrom(b.Epoch)
+	if err != nil {
+		return err
+	}
+	l, err := s.engine.Check(c.Request().Context(), key, b.TabID, epoch)
+	s.metrics.observeOp("check", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, checkJSON{Valid: true, Lease: leaseView(l, b.TabID)})
+}

@@ -1,0 +1,178 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLeaseLifecycle(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	p := leasePath("doc-42")
+
+	// Tab A acquires a free lease and becomes the owner.
+	a := readLease(t, h.post(p, alice, `{"tabId":"tab-a","label":"Events — /events/evt-1"}`))
+	if !a.Held || a.Role == nil || *a.Role != RoleOwner || a.Epoch <= 0 || a.Epoch >= 1<<53 {
+		t.Fatalf("acquire answered %+v, want held by the owner with an epoch in [1, 2^53)", a)
+	}
+	if a.SessionID != "doc-42" || a.Holder == nil || a.Holder.TabID != "tab-a" || a.Holder.Label != "Events — /events/evt-1" || a.Holder.Hidden {
+		t.Fatalf("acquire answered holder %+v of session %q", a.Holder, a.SessionID)
+	}
+	if a.TTLMs != 45000 || a.RemainingMs != 45000 || a.RenewAfterMs != 15000 || a.Transitions != 1 {
+		t.Fatalf("acquire answered ttl %d remaining %d renewAfter %d transitions %d, want 45000 45000 15000 1",
+			a.TTLMs, a.RemainingMs, a.RenewAfterMs, a.Transitions)
+	}
+	if a.GrantedAt == nil || *a.GrantedAt != "2026-12-02T13:00:00.123Z" || a.ExpiresAt == nil || *a.ExpiresAt != "2026-12-02T13:00:45.123Z" {
+		t.Fatalf("acquire answered grantedAt %v expiresAt %v, want RFC 3339 UTC with milliseconds", a.GrantedAt, a.ExpiresAt)
+	}
+
+	// Tab B is told who holds it.
+	e := wantError(t, h.post(p, alice, `{"tabId":"tab-b"}`), http.StatusConflict, CodeLeaseHeld)
+	holder, _ := e.Error.Details["holder"].(map[string]any)
+	if holder["tabId"] != "tab-a" || holder["label"] != "Events — /events/evt-1" || holder["hidden"] != false {
+		t.Fatalf("LEASE_HELD details.holder = %v", e.Error.Details["holder"])
+	}
+	if e.Error.Details["remainingMs"] != float64(45000) || e.Error.Details["epoch"] != float64(a.Epoch) {
+		t.Fatalf("LEASE_HELD details = %v", e.Error.Details)
+	}
+	if *e.Error.Retryable {
+		t.Fatal("LEASE_HELD is retryable; it needs a user action")
+	}
+
+	// Tab A acquiring again keeps its epoch.
+	if again := readLease(t, h.post(p, alice, `{"tabId":"tab-a","label":"Events — /events/evt-1"}`)); again.Epoch != a.Epoch {
+		t.Fatalf("re-acquire by the holder changed the epoch %d → %d", a.Epoch, again.Epoch)
+	}
+
+	// Tab A renews later with a hidden tab's longer TTL.
+	h.clock.Advance(10 * time.Second)
+	r := readLease(t, h.post(p+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d,"ttlMs":150000,"hidden":true}`, a.Epoch)))
+	if r.Epoch != a.Epoch || r.TTLMs != 150000 || r.RemainingMs != 150000 || r.RenewAfterMs != 50000 || !r.Holder.Hidden || *r.Role != RoleOwner {
+		t.Fatalf("renew answered %+v", r)
+	}
+
+	// Tab B takes over with a new epoch.
+	b := readLease(t, h.post(p, alice, `{"tabId":"tab-b","mode":"takeover"}`))
+	if b.Epoch <= a.Epoch || b.Holder.TabID != "tab-b" || *b.Role != RoleOwner || b.Transitions != 2 {
+		t.Fatalf("takeover answered %+v after epoch %d", b, a.Epoch)
+	}
+
+	// Tab A's renew is refused with what the lease is now.
+	e = wantError(t, h.post(p+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, a.Epoch)), http.StatusConflict, CodeLeaseLost)
+	holder, _ = e.Error.Details["holder"].(map[string]any)
+	if holder["tabId"] != "tab-b" || e.Error.Details["epoch"] != float64(b.Epoch) {
+		t.Fatalf("LEASE_LOST details = %v, want holder tab-b at epoch %d", e.Error.Details, b.Epoch)
+	}
+
+	// Get: no role without tabId; viewer for A, owner for B.
+	g := readLease(t, h.get(p, alice))
+	if g.Role != nil || g.Epoch != b.Epoch || !g.Held {
+		t.Fatalf("get without tabId answered %+v", g)
+	}
+	if g := readLease(t, h.get(p+"?tabId=tab-a", alice)); g.Role == nil || *g.Role != RoleViewer {
+		t.Fatalf("get for tab-a answered role %v, want viewer", g.Role)
+	}
+	if g := readLease(t, h.get(p+"?tabId=tab-b", alice)); g.Role == nil || *g.Role != RoleOwner {
+		t.Fatalf("get for tab-b answered role %v, want owner", g.Role)
+	}
+
+	// Check: valid for B, lost for A.
+	var ok struct {
+		Valid bool        `json:"valid"`
+		Lease leaseAnswer `json:"lease"`
+	}
+	rec := h.post(p+"/check", alice, fmt.Sprintf(`{"tabId":"tab-b","epoch":%d}`, b.Epoch))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("check by the holder: %d %s", rec.Code, rec.Body)
+	}
+	decodeStrict(t, rec, &ok)
+	if !ok.Valid || ok.Lease.Epoch != b.Epoch || *ok.Lease.Role != RoleOwner {
+		t.Fatalf("check answered %+v", ok)
+	}
+	wantError(t, h.post(p+"/check", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, a.Epoch)), http.StatusConflict, CodeLeaseLost)
+
+	// Release: the stale tab releases nothing; the holder releases once; a retry is harmless.
+	for _, step := range []struct {
+		name string
+		body string
+		want string
+	}{
+		{"a stale tab never releases the newer lease", fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, a.Epoch), `{"released":false}`},
+		{"the holder releases", fmt.Sprintf(`{"tabId":"tab-b","epoch":%d}`, b.Epoch), `{"released":true}`},
+		{"a retried release answers as the first did", fmt.Sprintf(`{"tabId":"tab-b","epoch":%d}`, b.Epoch), `{"released":true}`},
+	} {
+		rec := h.post(p+"/release", alice, step.body)
+		if rec.Code != http.StatusOK || trimNL(rec.Body.String()) != step.want {
+			t.Fatalf("%s: %d %s, want %s", step.name, rec.Code, rec.Body, step.want)
+		}
+	}
+
+	// Free: held false, holder null, the last epoch.
+	f := readLease(t, h.get(p+"?tabId=tab-b", alice))
+	if f.Held || f.Holder != nil || f.Epoch != b.Epoch || f.RemainingMs != 0 || *f.Role != RoleViewer {
+		t.Fatalf("get after release answered %+v", f)
+	}
+	e = wantError(t, h.post(p+"/check", alice, fmt.Sprintf(`{"tabId":"tab-b","epoch":%d}`, b.Epoch)), http.StatusConflict, CodeLeaseLost)
+	if v, present := e.Error.Details["holder"]; !present || v != nil || e.Error.Details["epoch"] != float64(b.Epoch) {
+		t.Fatalf("LEASE_LOST on a free lease has details %v, want holder null and the last epoch", e.Error.Details)
+	}
+}
+
+func TestLeaseAnswers(t *testing.T) {
+	h := newHarness(t)
+	alice, bob := h.token("alice"), h.token("bob")
+
+	t.Run("a session that never had a lease is free at epoch 0 with null times", func(t *testing.T) {
+		rec := h.get(leasePath("never"), alice)
+		l := readLease(t, rec)
+		if l.Held || l.Holder != nil || l.Epoch != 0 || l.GrantedAt != nil || l.ExpiresAt != nil || l.Transitions != 0 {
+			t.Fatalf("answered %s", rec.Body)
+		}
+		for _, field := range []string{`"holder":null`, `"grantedAt":null`, `"expiresAt":null`} {
+			if !strings.Contains(rec.Body.String(), field) {
+				t.Fatalf("answer %s lacks %s", rec.Body, field)
+			}
+		}
+	})
+	t.Run("leases of different users are unrelated", func(t *testing.T) {
+		readLease(t, h.post(leasePath("shared"), alice, `{"tabId":"t1"}`))
+		if l := readLease(t, h.post(leasePath("shared"), bob, `{"tabId":"t2"}`)); l.Holder.TabID != "t2" {
+			t.Fatalf("bob got %+v", l)
+		}
+	})
+	t.Run("the TTL asked for is clamped to the maximum", func(t *testing.T) {
+		if l := readLease(t, h.post(leasePath("clamp"), alice, `{"tabId":"t1","ttlMs":999999999999}`)); l.TTLMs != 120000 || l.RenewAfterMs != 40000 {
+			t.Fatalf("answered ttl %d renewAfter %d", l.TTLMs, l.RenewAfterMs)
+		}
+	})
+	t.Run("a lease that expired is free and renew does not resurrect it", func(t *testing.T) {
+		l := readLease(t, h.post(leasePath("expire"), alice, `{"tabId":"t1","ttlMs":1000}`))
+		h.clock.Advance(2 * time.Second)
+		wantError(t, h.post(leasePath("expire")+"/renew", alice, fmt.Sprintf(`{"tabId":"t1","epoch":%d}`, l.Epoch)), http.StatusConflict, CodeLeaseLost)
+		if g := readLease(t, h.get(leasePath("expire")+"?tabId=t1", alice)); g.Held || *g.Role != RoleViewer {
+			t.Fatalf("expired lease answered %+v", g)
+		}
+	})
+	t.Run("mode handoff is refused as not available yet", func(t *testing.T) {
+		wantError(t, h.post(leasePath("handoff"), alice, `{"tabId":"t1","mode":"handoff"}`), http.StatusBadRequest, CodeInvalidArgument)
+	})
+	t.Run("an unknown mode is refused", func(t *testing.T) {
+		wantError(t, h.post(leasePath("mode"), alice, `{"tabId":"t1","mode":"steal"}`), http.StatusBadRequest, CodeInvalidArgument)
+	})
+	t.Run("check with a lease token says tokens are not enabled", func(t *testing.T) {
+		e := wantError(t, h.post(leasePath("doc")+"/check", alice, `{"token":"abc.def.ghi"}`), http.StatusBadRequest, CodeInvalidArgument)
+		if !strings.Contains(e.Error.Message, "lease tokens are not enabled") {
+			t.Fatalf("message %q", e.Error.Message)
+		}
+	})
+}
+
+func trimNL(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// metrics are the collectors of the server, registered on Options.Registry.
+type metrics struct {
+	requests    *prometheus.CounterVec   // route, method, status
+	duration    *prometheus.HistogramVec // route, method
+	leaseOps    *prometheus.CounterVec   // op, result
+	storeErrors *prometheus.CounterVec   // op
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tablease_http_requests_total",
+			Help: "HTTP requests answered, by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tablease_http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by route pattern and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tablease_lease_operations_total",
+			Help: "Lease operations, by operation (acquire, renew, release, get, check) and result (ok, held, lost, invalid, handoff_pending, blocked, unavailable, error).",
+		}, []string{"op", "result"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tablease_store_errors_total",
+			Help: "Lease store operations that failed because the store was unavailable or answered an unexpected error, by operation.",
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.leaseOps, m.storeErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Expose the store error counters at zero, so that a rate over them is defined from the start.
+	for _, op := range []string{"acquire", "renew", "release", "get", "check", "ping"} {
+		m.storeErrors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+// observeOp counts one lease operation by the class of its outcome.
+func (m *metrics) observeOp(op string, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, lease.ErrInvalid):
+		result = "invalid"
+	case errors.Is(err, lease.ErrHeld):
+		result = "held"
+	case errors.Is(err, lease.ErrLost):
+		result = "lost"
+	case errors.Is(err, lease.ErrHandoffPending):
+		result = "handoff_pending"
+	case errors.Is(err, lease.ErrBlocked):
+		result = "blocked"
+	case errors.Is(err, lease.ErrUnavailable):
+		result = "unavailable"
+		m.storeErrors.WithLabelValues(op).Inc()
+	default:
+		result = "error"
+		m.storeErrors.WithLabelValues(op).Inc()
+	}
+	m.leaseOps.WithLabelValues(op, result).Inc()
+}

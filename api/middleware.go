@@ -1,0 +1,163 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Keys of values stored in the Echo context.
+const (
+	keyRequestID = "tablease.requestID"
+	keyPrincipal = "tablease.principal"
+	keyErrCode   = "tablease.errCode"
+)
+
+const maxRequestIDLen = 128
+
+// requestID is the id of the request being served ("" outside observe).
+func requestID(c echo.Context) string {
+	id, _ := c.Get(keyRequestID).(string)
+	return id
+}
+
+// saneRequestID accepts a client's X-Request-ID when it is short and made of harmless characters,
+// so that it can go into logs and headers as it is.
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-' || c == '_' || c == '.' || c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// routeLabel is the route pattern of the request for metrics and logs, or "unmatched" for a 404
+// or 405, so that label values stay bounded whatever paths clients send.
+func (s *Server) routeLabel(c echo.Context) string {
+	p := c.Path()
+	if s.routeSet[c.Request().Method+" "+p] {
+		return p
+	}
+	return "unmatched"
+}
+
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "OTHER"
+}
+
+// observe is the outermost middleware: it assigns the request id, turns panics into 500s, lets
+// the error handler answer errors, and then logs the request and counts it. It never logs the
+// Authorization header or the query string.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		req := c.Request()
+		id := req.Header.Get(echo.HeaderXRequestID)
+		if !saneRequestID(id) {
+			id = newRequestID()
+		}
+		c.Set(keyRequestID, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+
+		if err := callRecovering(next, c); err != nil {
+			c.Error(err) // s.handleError writes the answer
+		}
+
+		status := c.Response().Status
+		route := s.routeLabel(c)
+		method := methodLabel(req.Method)
+		elapsed := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		s.metrics.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
+
+		attrs := []slog.Attr{
+			slog.String("request_id", id),
+			slog.String("method", method),
+			slog.String("route", route),
+			slog.String("path", req.URL.Path),
+			slog.Int("status", status),
+			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+		}
+		if p := principalOf(c); p != nil {
+			attrs = append(attrs, slog.String("sub", p.Sub))
+		}
+		if code, ok := c.Get(keyErrCode).(string); ok {
+			attrs = append(attrs, slog.String("code", code))
+		}
+		level := slog.LevelInfo
+		if status >= 500 {
+			level = slog.LevelWarn
+		}
+		s.log.LogAttrs(req.Context(), level, "request", attrs...)
+		return nil
+	}
+}
+
+// callRecovering runs h and turns a panic into an INTERNAL error (http.ErrAbortHandler is
+// re-panicked, as net/http expects).
+func callRecovering(h echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			err = &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return h(c)
+}
+
+// rateLimit limits requests per user (the token's sub); it runs after authenticate.
+func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p := principalOf(c)
+		if s.limiter == nil || p == nil {
+			return next(c)
+		}
+		if ok, wait := s.limiter.allow(p.Sub); !ok {
+			return &Error{
+				Code:       CodeRateLimited,
+				Message:    "too many requests for this user; retry after the Retry-After delay",
+				Retryable:  true,
+				Details:    map[string]any{"retryAfterMs": wait.Milliseconds()},
+				RetryAfter: wait,
+			}
+		}
+		return next(c)
+	}
+}
+
+func contextWithTimeout(c echo.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), d)
+}

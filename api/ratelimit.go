@@ -1,0 +1,94 @@
+package api
+
+import (
+	"container/list"
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// defaultLimiterCap bounds the number of users whose limiters are kept at once.
+const defaultLimiterCap = 100_000
+
+// userLimiter keeps one token bucket per user, in least-recently-used order. A bucket idle long
+// enough to have refilled is dropped (that loses nothing); beyond cap users the least recently
+// seen is dropped (that forgives its debt, the price of bounded memory).
+type userLimiter struct {
+	limit rate.Limit
+	burst int
+	idle  time.Duration // a bucket unused this long is full again
+	cap   int
+	now   func() time.Time
+
+	mu    sync.Mutex // protects lru and byKey
+	lru   *list.List // of *limiterEntry, most recently used at the front
+	byKey map[string]*list.Element
+}
+
+type limiterEntry struct {
+	key  string
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+func newUserLimiter(perSecond float64, capacity int, now func() time.Time) *userLimiter {
+	burst := int(math.Ceil(2 * perSecond))
+	burst = max(burst, 1)
+	idle := time.Duration(float64(burst) / perSecond * float64(time.Second))
+	return &userLimiter{
+		limit: rate.Limit(perSecond),
+		burst: burst,
+		idle:  max(idle, time.Second),
+		cap:   capacity,
+		now:   now,
+		lru:   list.New(),
+		byKey: make(map[string]*list.Element),
+	}
+}
+
+// allow takes one token for key; when none is left it reports how long until one is.
+func (u *userLimiter) allow(key string) (bool, time.Duration) {
+	now := u.now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.evict(now)
+	var e *limiterEntry
+	if el, ok := u.byKey[key]; ok {
+		e = el.Value.(*limiterEntry)
+		u.lru.MoveToFront(el)
+	} else {
+		e = &limiterEntry{key: key, lim: rate.NewLimiter(u.limit, u.burst)}
+		u.byKey[key] = u.lru.PushFront(e)
+	}
+	e.seen = now
+	r := e.lim.ReserveN(now, 1)
+	if !r.OK() {
+		return false, time.Second
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// evict drops idle buckets and, beyond the cap, the least recently used. Call with mu held.
+func (u *userLimiter) evict(now time.Time) {
+	for el := u.lru.Back(); el != nil; el = u.lru.Back() {
+		e := el.Value.(*limiterEntry)
+		if now.Sub(e.seen) < u.idle && u.lru.Len() < u.cap {
+			return
+		}
+		u.lru.Remove(el)
+		delete(u.byKey, e.key)
+	}
+}
+
+// size is the number of buckets kept.
+func (u *userLimiter) size() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.lru.Len()
+}

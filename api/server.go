@@ -1,0 +1,189 @@
+// Package api is the HTTP face of tablease: an Echo v4 server that exposes the lease lifecycle of
+// DESIGN §3 under /v1, verifies access tokens, maps domain errors to one JSON error shape, and
+// serves /healthz, /readyz, /metrics and /openapi.yaml.
+//
+// Every /v1 call acts for the user named by the `sub` of a verified access token: the lease of
+// session {sid} is lease.Key{User: sub, Session: sid}. Every non-2xx answer is
+//
+//	{"error": {"code": "…", "message": "…", "retryable": false, "details": {…}}}
+//
+// and never HTML. The codes and their statuses are listed in Codes; lease errors are mapped by
+// one table (leaseErrors in errors.go).
+//
+// Requests with a body must say Content-Type: application/json; anything else is
+// 400 INVALID_ARGUMENT (not 415, so that clients handle one code for every malformed request).
+// Bodies are at most 16 KiB (413 PAYLOAD_TOO_LARGE) and are decoded strictly: unknown fields,
+// wrong types, fractional numbers, trailing data and empty bodies are 400 INVALID_ARGUMENT.
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// MaxBodyBytes bounds a request body (16 KiB).
+const MaxBodyBytes = 16 << 10
+
+// readyTimeout bounds the store ping of /readyz.
+const readyTimeout = 2 * time.Second
+
+// Options configure a Server. New checks them and names the field that is wrong.
+type Options struct {
+	// Engine stores the leases. Required.
+	Engine lease.Engine
+	// Limits are the TTL bounds the engine was built with; zero means lease.DefaultLimits. The
+	// engine clamps TTLs itself: the server uses Limits to document them and to check them.
+	Limits lease.Limits
+	// Auth verifies access tokens. Required.
+	Auth AuthConfig
+	// Logger receives one line per request and the errors behind 500s; nil discards.
+	Logger *slog.Logger
+	// Registry receives the metrics served at /metrics; nil makes a new one (with the Go and
+	// process collectors).
+	Registry *prometheus.Registry
+	// RateLimit is the number of requests per second allowed per user (the token's sub), with a
+	// burst of twice that; 0 turns the limit off.
+	RateLimit float64
+	// Dev enables GET /dev/token, answered only to loopback addresses. It needs Auth.HS256Secret.
+	Dev bool
+	// Version is the build version, served in /openapi.yaml as info.x-build-version.
+	Version string
+}
+
+// Server is the HTTP server of tablease. Make it with New.
+type Server struct {
+	engine   lease.Engine
+	limits   lease.Limits
+	auth     *authenticator
+	authCfg  AuthConfig
+	log      *slog.Logger
+	metrics  *metrics
+	limiter  *userLimiter // nil when rate limiting is off
+	dev      bool
+	spec     []byte // the OpenAPI document served
+	echo     *echo.Echo
+	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
+	registry *prometheus.Registry
+}
+
+// New checks opts and builds the server with its routes.
+func New(opts Options) (*Server, error) {
+	if opts.Engine == nil {
+		return nil, errors.New("api: Options.Engine is required")
+	}
+	limits := opts.Limits
+	if limits == (lease.Limits{}) {
+		limits = lease.DefaultLimits
+	}
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("api: Options.Limits: %w", err)
+	}
+	auth, err := newAuthenticator(opts.Auth)
+	if err != nil {
+		return nil, err
+	}
+	if math.IsNaN(opts.RateLimit) || math.IsInf(opts.RateLimit, 0) || opts.RateLimit < 0 {
+		return nil, errors.New("api: Options.RateLimit must be a finite number >= 0")
+	}
+	if opts.Dev && len(opts.Auth.HS256Secret) == 0 {
+		return nil, errors.New("api: Options.Dev needs Auth.HS256Secret to sign /dev/token tokens")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("api: Options.Registry: %w", err)
+	}
+
+	s := &Server{
+		engine:   opts.Engine,
+		limits:   limits,
+		auth:     auth,
+		authCfg:  opts.Auth,
+		log:      logger,
+		metrics:  m,
+		dev:      opts.Dev,
+		spec:     specWithVersion(opts.Version),
+		registry: reg,
+		routeSet: make(map[string]bool),
+	}
+	if opts.RateLimit > 0 {
+		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
+	}
+	s.echo = s.newEcho()
+	return s, nil
+}
+
+// Handler is the Echo instance, ready to be served by an http.Server.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Close stops the server's background work. It does not close the engine, which the caller owns.
+// There is no background work yet (rate limiters are swept as requests come); event streams will
+// be ended here.
+func (s *Server) Close() {}
+
+func (s *Server) newEcho() *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.Logger.SetOutput(io.Discard)
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
+	e.GET("/openapi.yaml", s.openapi)
+	if s.dev {
+		e.GET("/dev/token", s.devToken)
+	}
+
+	v1 := e.Group("/v1") // no group middleware: it would turn unknown /v1 routes into 401s
+	authed := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
+	v1.POST("/sessions/:sid/lease", s.acquire, authed...)
+	v1.GET("/sessions/:sid/lease", s.get, authed...)
+	v1.POST("/sessions/:sid/lease/renew", s.renew, authed...)
+	v1.POST("/sessions/:sid/lease/release", s.release, authed...)
+	v1.POST("/sessions/:sid/lease/check", s.check, authed...)
+
+	for _, r := range e.Routes() {
+		s.routeSet[r.Method+" "+r.Path] = true
+	}
+	return e
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := contextWithTimeout(c, readyTimeout)
+	defer cancel()
+	if err := s.engine.Ping(ctx); err != nil {
+		s.metrics.storeErrors.WithLabelValues("ping").Inc()
+		if !errors.Is(err, lease.ErrUnavailable) {
+			err = &lease.UnavailableError{Op: "ping", Err: err}
+		}
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,417 @@
+package api
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tablease/tablease/lease"
+)
+
+func TestUnknownRoutesAndMethodsAnswerJSON(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		status int
+		code   string
+	}{
+		{"an unknown path is NOT_FOUND", http.MethodGet, "/nope", 404, CodeNotFound},
+		{"an unknown /v1 path is NOT_FOUND, not UNAUTHENTICATED", http.MethodGet, "/v1/nope", 404, CodeNotFound},
+		{"a path under a session that does not exist is NOT_FOUND", http.MethodPost, "/v1/sessions/doc-1/lease/steal", 404, CodeNotFound},
+		{"DELETE on the lease is METHOD_NOT_ALLOWED", http.MethodDelete, leasePath("doc-1"), 405, CodeMethodNotAllowed},
+		{"GET on renew is METHOD_NOT_ALLOWED", http.MethodGet, leasePath("doc-1") + "/renew", 405, CodeMethodNotAllowed},
+		{"POST on healthz is METHOD_NOT_ALLOWED", http.MethodPost, "/healthz", 405, CodeMethodNotAllowed},
+		{"dev/token is not registered outside dev mode", http.MethodGet, "/dev/token?sub=alice", 404, CodeNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := h.do(request{method: tt.method, path: tt.path, token: alice})
+			wantError(t, rec, tt.status, tt.code)
+			if tt.status == 405 && rec.Header().Get("Allow") == "" {
+				t.Error("405 without an Allow header")
+			}
+		})
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Run("healthz answers ok", func(t *testing.T) {
+		h := newHarness(t)
+		rec := h.get("/healthz", "")
+		if rec.Code != 200 || trimNL(rec.Body.String()) != `{"status":"ok"}` {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+	t.Run("readyz answers ok when the store answers", func(t *testing.T) {
+		h := newHarness(t)
+		if rec := h.get("/readyz", ""); rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+	for _, pingErr := range []error{
+		&lease.UnavailableError{Op: "ping", Err: context.DeadlineExceeded},
+		errors.New("dial tcp 10.0.0.1:6379: connection refused"),
+	} {
+		t.Run("readyz is STORE_UNAVAILABLE when the ping fails with "+pingErr.Error(), func(t *testing.T) {
+			h := newHarness(t, func(o *Options) { o.Engine = failingPing{Engine: o.Engine, err: pingErr} })
+			rec := h.get("/readyz", "")
+			e := wantError(t, rec, http.StatusServiceUnavailable, CodeStoreUnavailable)
+			if !*e.Error.Retryable || rec.Header().Get("Retry-After") == "" {
+				t.Fatalf("503 not retryable or without Retry-After: %v %s", rec.Header(), rec.Body)
+			}
+			if strings.Contains(rec.Body.String(), "10.0.0.1") {
+				t.Fatalf("the answer leaks the store's address: %s", rec.Body)
+			}
+		})
+	}
+}
+
+// failingPing is an engine whose store never answers a ping.
+type failingPing struct {
+	lease.Engine
+	err error
+}
+
+func (f failingPing) Ping(context.Context) error { return f.err }
+
+// panicking is an engine that panics on Get.
+type panicking struct{ lease.Engine }
+
+func (panicking) Get(context.Context, lease.Key) (lease.Lease, error) {
+	panic("secret internal state")
+}
+
+func TestStoreTroubleIsNeverLoss(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	l := readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	if err := h.engine.Close(); err != nil { // every call now fails with an UnavailableError
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, method, path, body string
+	}{
+		{"acquire", http.MethodPost, leasePath("doc-1"), `{"tabId":"tab-a"}`},
+		{"renew", http.MethodPost, leasePath("doc-1") + "/renew", `{"tabId":"tab-a","epoch":` + itoa(l.Epoch) + `}`},
+		{"release", http.MethodPost, leasePath("doc-1") + "/release", `{"tabId":"tab-a","epoch":` + itoa(l.Epoch) + `}`},
+		{"get", http.MethodGet, leasePath("doc-1"), ""},
+		{"check", http.MethodPost, leasePath("doc-1") + "/check", `{"tabId":"tab-a","epoch":` + itoa(l.Epoch) + `}`},
+	} {
+		t.Run(tt.name+" with the store down is STORE_UNAVAILABLE, retryable, with Retry-After", func(t *testing.T) {
+			rec := h.do(request{method: tt.method, path: tt.path, token: alice, body: tt.body})
+			e := wantError(t, rec, http.StatusServiceUnavailable, CodeStoreUnavailable)
+			if !*e.Error.Retryable || rec.Header().Get("Retry-After") != "1" {
+				t.Fatalf("retryable %v, Retry-After %q", *e.Error.Retryable, rec.Header().Get("Retry-After"))
+			}
+		})
+	}
+	metrics := h.get("/metrics", "").Body.String()
+	for _, want := range []string{
+		`tablease_store_errors_total{op="acquire"} 1`,
+		`tablease_lease_operations_total{op="renew",result="unavailable"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func TestPanicIsAJSONInternalError(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Engine = panicking{Engine: o.Engine} })
+	rec := h.do(request{method: http.MethodGet, path: leasePath("doc-1"), token: h.token("alice"), headers: map[string]string{"X-Request-ID": "req-panic-1"}})
+	e := wantError(t, rec, http.StatusInternalServerError, CodeInternal)
+	if strings.Contains(e.Error.Message, "secret internal state") || strings.Contains(rec.Body.String(), "goroutine") {
+		t.Fatalf("the answer says something internal: %s", rec.Body)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "secret internal state") || !strings.Contains(logs, `"request_id":"req-panic-1"`) {
+		t.Fatalf("the panic is not logged with the request id:\n%s", logs)
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	h := newHarness(t)
+	tests := []struct {
+		name, sent string
+		kept       bool
+	}{
+		{"a sane X-Request-ID is kept", "abc-123_DEF.4:5", true},
+		{"a request without one gets one", "", false},
+		{"an X-Request-ID with spaces is replaced", "a b", false},
+		{"an X-Request-ID with a newline escape is replaced", "a%0d%0aSet-Cookie", false},
+		{"an X-Request-ID of 129 characters is replaced", strings.Repeat("r", 129), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := request{method: http.MethodGet, path: "/healthz", headers: map[string]string{}}
+			if tt.sent != "" {
+				req.headers["X-Request-ID"] = tt.sent
+			}
+			got := h.do(req).Header().Get("X-Request-ID")
+			if tt.kept && got != tt.sent {
+				t.Fatalf("X-Request-ID = %q, want %q", got, tt.sent)
+			}
+			if !tt.kept && (got == "" || got == tt.sent || !saneRequestID(got)) {
+				t.Fatalf("X-Request-ID = %q", got)
+			}
+		})
+	}
+}
+
+func TestMetricsExposeTheCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, func(o *Options) { o.Registry = reg })
+	alice := h.token("alice")
+	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	wantError(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-b"}`), 409, CodeLeaseHeld)
+	wantError(t, h.post(leasePath("doc-2")+"/renew", alice, `{"tabId":"tab-b","epoch":12}`), 409, CodeLeaseLost)
+	h.get("/a/random/path/that/must/not/become/a/label", "")
+
+	rec := h.get("/metrics", "")
+	if rec.Code != 200 {
+		t.Fatalf("/metrics: %d", rec.Code)
+	}
+	body := rec.Body.String()
+	for _, want := range []string{
+		`tablease_http_requests_total{method="POST",route="/v1/sessions/:sid/lease",status="200"} 1`,
+		`tablease_http_requests_total{method="POST",route="/v1/sessions/:sid/lease",status="409"} 1`,
+		`tablease_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+		`tablease_http_request_duration_seconds_bucket{method="POST",route="/v1/sessions/:sid/lease/renew",le="+Inf"} 1`,
+		`tablease_lease_operations_total{op="acquire",result="ok"} 1`,
+		`tablease_lease_operations_total{op="acquire",result="held"} 1`,
+		`tablease_lease_operations_total{op="renew",result="lost"} 1`,
+		`# TYPE tablease_store_errors_total counter`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "random/path") || strings.Contains(body, "doc-1") {
+		t.Error("/metrics has raw paths in its labels")
+	}
+	t.Run("a second server on the same registry is refused, naming the field", func(t *testing.T) {
+		_, err := New(Options{Engine: h.engine, Auth: testAuthConfig(), Registry: reg})
+		if err == nil || !strings.Contains(err.Error(), "Registry") {
+			t.Fatalf("New = %v", err)
+		}
+	})
+}
+
+func TestOpenAPIIsServed(t *testing.T) {
+	h := newHarness(t)
+	rec := h.get("/openapi.yaml", "")
+	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "openapi: 3.1") {
+		t.Fatalf("%d %.40s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(rec.Body.String(), "\n  x-build-version: \"test\"\n") {
+		t.Fatal("the served document lacks the build version")
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.RateLimit = 1 }) // burst 2
+	alice, bob := h.token("alice"), h.token("bob")
+	for range 2 {
+		readLease(t, h.get(leasePath("doc-1"), alice))
+	}
+	rec := h.get(leasePath("doc-1"), alice)
+	e := wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited)
+	if ra := rec.Header().Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After = %q, want 1", ra)
+	}
+	if !*e.Error.Retryable || e.Error.Details["retryAfterMs"] == nil {
+		t.Fatalf("429 answer %s", rec.Body)
+	}
+	t.Run("another user has a bucket of their own", func(t *testing.T) {
+		readLease(t, h.get(leasePath("doc-1"), bob))
+	})
+	t.Run("unauthenticated requests do not use a user's bucket", func(t *testing.T) {
+		wantError(t, h.get(leasePath("doc-1"), ""), 401, CodeUnauthenticated)
+	})
+}
+
+func TestUserLimiterMemoryIsBounded(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time { return now }
+	u := newUserLimiter(10, 3, clock) // burst 20, refilled after 2s
+	t.Run("beyond the cap the least recently seen user is dropped", func(t *testing.T) {
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			if ok, _ := u.allow(k); !ok {
+				t.Fatalf("first request of %s refused", k)
+			}
+		}
+		if n := u.size(); n > 3 {
+			t.Fatalf("%d limiters kept, cap 3", n)
+		}
+	})
+	t.Run("idle limiters are dropped once they have refilled", func(t *testing.T) {
+		now = now.Add(3 * time.Second)
+		u.allow("z")
+		if n := u.size(); n != 1 {
+			t.Fatalf("%d limiters kept after the others idled, want 1", n)
+		}
+	})
+	t.Run("a user over the limit waits for the next token", func(t *testing.T) {
+		for range 20 {
+			u.allow("y")
+		}
+		ok, wait := u.allow("y")
+		if ok || wait <= 0 || wait > 100*time.Millisecond {
+			t.Fatalf("allow = %v, %s; want refused with a wait of at most 100ms", ok, wait)
+		}
+	})
+}
+
+func TestDevToken(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Dev = true })
+	tests := []struct {
+		name   string
+		remote string
+		query  string
+		status int
+		code   string
+	}{
+		{"a loopback client gets a token", "127.0.0.1:5555", "sub=alice", 200, ""},
+		{"an IPv6 loopback client gets a token", "[::1]:5555", "sub=alice&scope=lease:admin&sid=doc-1,doc-2&ttl=10m", 200, ""},
+		{"a remote client is told the route does not exist", "192.0.2.10:5555", "sub=alice", 404, CodeNotFound},
+		{"a forwarded header does not make a client local", "192.0.2.10:5555", "sub=alice", 404, CodeNotFound},
+		{"a missing sub is refused", "127.0.0.1:5555", "", 400, CodeInvalidArgument},
+		{"a bad sub is refused", "127.0.0.1:5555", "sub=a/b", 400, CodeInvalidArgument},
+		{"a bad sid is refused", "127.0.0.1:5555", "sub=alice&sid=..", 400, CodeInvalidArgument},
+		{"a bad ttl is refused", "127.0.0.1:5555", "sub=alice&ttl=forever", 400, CodeInvalidArgument},
+		{"a ttl over a day is refused", "127.0.0.1:5555", "sub=alice&ttl=48h", 400, CodeInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := h.do(request{method: http.MethodGet, path: "/dev/token?" + tt.query, remote: tt.remote,
+				headers: map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Real-IP": "127.0.0.1"}})
+			if tt.status != 200 {
+				wantError(t, rec, tt.status, tt.code)
+				return
+			}
+			var tok struct {
+				Token     string `json:"token"`
+				TokenType string `json:"tokenType"`
+				Sub       string `json:"sub"`
+				ExpiresAt string `json:"expiresAt"`
+			}
+			if rec.Code != 200 {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+			decodeStrict(t, rec, &tok)
+			readLease(t, h.get(leasePath("doc-1"), tok.Token)) // the token works
+		})
+	}
+	t.Run("dev mode without an HS256 secret is refused", func(t *testing.T) {
+		pub, _, _ := ed25519.GenerateKey(rand.Reader)
+		auth := testAuthConfig()
+		auth.HS256Secret = nil
+		auth.PublicKeys = []PublicKey{{KID: "k", Key: pub}}
+		if _, err := New(Options{Engine: h.engine, Auth: auth, Dev: true}); err == nil || !strings.Contains(err.Error(), "HS256Secret") {
+			t.Fatalf("New = %v", err)
+		}
+	})
+}
+
+func TestNewChecksItsOptions(t *testing.T) {
+	h := newHarness(t)
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	tests := []struct {
+		name  string
+		edit  func(*Options)
+		field string
+	}{
+		{"a missing engine is refused", func(o *Options) { o.Engine = nil }, "Engine"},
+		{"unordered limits are refused", func(o *Options) {
+			o.Limits = lease.Limits{Min: 10 * time.Second, Default: time.Second, Max: time.Minute, HiddenMax: time.Minute}
+		}, "Limits"},
+		{"no key at all is refused", func(o *Options) { o.Auth.HS256Secret = nil }, "HS256Secret"},
+		{"a 31-byte secret is refused", func(o *Options) { o.Auth.HS256Secret = make([]byte, 31) }, "HS256Secret"},
+		{"a missing issuer is refused", func(o *Options) { o.Auth.Issuer = "" }, "Issuer"},
+		{"a missing audience is refused", func(o *Options) { o.Auth.Audience = " " }, "Audience"},
+		{"a leeway over 30s is refused", func(o *Options) { o.Auth.Leeway = 31 * time.Second }, "Leeway"},
+		{"a negative leeway is refused", func(o *Options) { o.Auth.Leeway = -time.Second }, "Leeway"},
+		{"a public key without a kid is refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{Key: pub}} }, "KID"},
+		{"two public keys with one kid are refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: pub}, {KID: "k", Key: pub}} }, "KID"},
+		{"an unsupported key type is refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: "not a key"}} }, "Key"},
+		{"a negative rate limit is refused", func(o *Options) { o.RateLimit = -1 }, "RateLimit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := Options{Engine: h.engine, Auth: testAuthConfig()}
+			tt.edit(&opts)
+			_, err := New(opts)
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("New = %v, want an error naming %s", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestLogsNeverCarryTokensOrTheSecret(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Engine = panicking{Engine: o.Engine} })
+	alice := h.token("alice")
+	expired, err := issueToken(h.auth, TokenSpec{Sub: "alice", TTL: time.Minute}, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := alice[:len(alice)-4] + "AAAA"
+	for _, r := range []request{
+		{method: http.MethodPost, path: leasePath("doc-1"), token: alice, body: `{"tabId":"tab-a"}`},
+		{method: http.MethodGet, path: leasePath("doc-1"), token: alice}, // panics: logged as internal
+		{method: http.MethodGet, path: leasePath("doc-1"), token: expired},
+		{method: http.MethodGet, path: leasePath("doc-1"), token: forged},
+		{method: http.MethodGet, path: leasePath("doc-1") + "?access_token=" + alice},
+		{method: http.MethodGet, path: "/nope?token=" + alice},
+	} {
+		h.do(r)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, `"request_id"`) || !strings.Contains(logs, `"sub":"alice"`) || !strings.Contains(logs, `"route":"/v1/sessions/:sid/lease"`) {
+		t.Fatalf("the logs lack the request id, sub or route:\n%s", logs)
+	}
+	for _, secret := range []string{alice, expired, forged, testSecret, strings.Split(alice, ".")[2], "access_token"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("the logs carry %q:\n%s", secret, logs)
+		}
+	}
+}
+
+func TestErrorHandlerLeavesCommittedResponsesAlone(t *testing.T) {
+	h := newHarness(t)
+	h.srv.echo.GET("/test/committed", func(c echo.Context) error {
+		if err := c.String(http.StatusOK, "partial"); err != nil {
+			return err
+		}
+		return errors.New("failed after writing")
+	})
+	rec := h.get("/test/committed", "")
+	body, _ := io.ReadAll(rec.Body)
+	if rec.Code != 200 || string(body) != "partial" {
+		t.Fatalf("%d %q", rec.Code, body)
+	}
+}
+
+func TestEchoSharedErrorsAreNotModified(t *testing.T) {
+	h := newHarness(t)
+	h.get("/nope", "")
+	h.do(request{method: http.MethodDelete, path: "/healthz"})
+	if echo.ErrNotFound.Internal != nil || echo.ErrMethodNotAllowed.Internal != nil {
+		t.Fatal("an Echo shared error value was modified")
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
