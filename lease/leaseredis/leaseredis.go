@@ -18,7 +18,8 @@
 //
 // Every call is one Lua script (acquire.lua, renew.lua, release.lua, check.lua, get.lua) that reads
 // the store clock with redis.call('TIME'), decides and writes: the caller's clock is never used.
-// Scripts run with EVALSHA, falling back to EVAL when the server does not know them (after a
+// Reading TIME before writing needs effects replication, the only mode of Redis 7 and the default
+// since Redis 5. Scripts run with EVALSHA, falling back to EVAL when the server does not know them (after a
 // restart). Every writing script is idempotent under the retries of go-redis: a retried acquire or
 // takeover finds its tab holding and keeps the epoch, a retried release finds the release it
 // repeats, and a retried renew extends again.
@@ -162,7 +163,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	case statusHeld:
 		return lease.Lease{}, &lease.HeldError{Holder: l.Holder, Epoch: l.Epoch, Remaining: l.Remaining()}
 	case statusExhausted:
-		return lease.Lease{}, &lease.InvalidError{Field: "epoch", Reason: "epoch space exhausted"}
+		return lease.Lease{}, lease.ErrEpochExhausted
 	}
 	return lease.Lease{}, unexpected("acquire", status)
 }

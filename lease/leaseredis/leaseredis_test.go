@@ -1,0 +1,787 @@
+package leaseredis
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+)
+
+var (
+	alice = lease.Key{User: "alice", Session: "doc-1"}
+	tabA  = lease.Holder{TabID: "tab-a", Label: "Events — /events/evt-1"}
+	tabB  = lease.Holder{TabID: "tab-b", Label: "Calendar"}
+)
+
+// newEngine returns an engine on a namespace of the shared Redis, with the namespace's prefix, and
+// a plain client of the same database for looking at the keys.
+func newEngine(t *testing.T) (*Engine, *redis.Client, *redistest.DB) {
+	t.Helper()
+	db := redistest.Shared(t)
+	return engineOn(t, db.URL(), db.Prefix(), DefaultOpTimeout), db.Client(t), db
+}
+
+func engineOn(t *testing.T, url, prefix string, opTimeout time.Duration) *Engine {
+	t.Helper()
+	client, err := NewClient(url, opTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := New(client, Options{Prefix: prefix, OpTimeout: opTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func mustAcquire(t *testing.T, e *Engine, key lease.Key, h lease.Holder, mode lease.Mode) lease.Lease {
+	t.Helper()
+	l, err := e.Acquire(t.Context(), lease.AcquireRequest{Key: key, Holder: h, TTL: time.Minute, Mode: mode})
+	if err != nil {
+		t.Fatalf("Acquire by %s: %v", h.TabID, err)
+	}
+	return l
+}
+
+// storeMicros is the store's clock.
+func storeMicros(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	now, err := c.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMicro()
+}
+
+// wantUnavailable fails unless err is a *lease.UnavailableError for op and no decision.
+func wantUnavailable(t *testing.T, what, op string, err error) *lease.UnavailableError {
+	t.Helper()
+	var u *lease.UnavailableError
+	switch {
+	case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrHeld) || errors.Is(err, lease.ErrInvalid):
+		t.Fatalf("%s = %v: store trouble must not be reported as a decision", what, err)
+	case !errors.Is(err, lease.ErrUnavailable) || !errors.As(err, &u):
+		t.Fatalf("%s = %v, want a *lease.UnavailableError", what, err)
+	case u.Op != op:
+		t.Errorf("%s: UnavailableError.Op = %q, want %q", what, u.Op, op)
+	}
+	return u
+}
+
+func TestStateKeyPutsTheSessionInOneHashTagThatIdentifiersCannotForge(t *testing.T) {
+	e := &Engine{prefix: "tablease"}
+	if got, want := e.stateKey(alice), "tablease:{alice/doc-1}:lease"; got != want {
+		t.Fatalf("stateKey = %q, want %q", got, want)
+	}
+	seen := map[string]lease.Key{}
+	for _, k := range []lease.Key{
+		{User: "a|b", Session: "c"}, {User: "a", Session: "b|c"},
+		{User: "a:b", Session: "c"}, {User: "a", Session: "b:c"},
+		{User: "a.b", Session: "c"}, {User: "a", Session: "b.c"},
+		{User: "a", Session: "b"}, {User: "b", Session: "a"},
+	} {
+		key := e.stateKey(k)
+		if other, ok := seen[key]; ok {
+			t.Errorf("%+v and %+v share the key %q", k, other, key)
+		}
+		seen[key] = k
+		// The hash tag is what lies between the first '{' and the next '}'.
+		open, end := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
+		if tag := key[open+1 : end]; tag != k.User+"/"+k.Session {
+			t.Errorf("hash tag of %+v = %q", k, tag)
+		}
+	}
+	// What makes it safe: no identifier may hold the characters the layout relies on.
+	for _, c := range []string{"/", "{", "}"} {
+		if lease.ValidateID("sub", "a"+c+"b") == nil {
+			t.Errorf("an identifier may contain %q, which the key layout relies on", c)
+		}
+	}
+}
+
+func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
+	e, c, db := newEngine(t)
+	ctx := t.Context()
+	key := db.Prefix() + ":{alice/doc-1}:lease"
+
+	wantPersistentHash := func(when string) map[string]string {
+		t.Helper()
+		if typ := c.Type(ctx, key).Val(); typ != "hash" {
+			t.Fatalf("%s: TYPE %s = %q, want hash", when, key, typ)
+		}
+		if ttl := c.TTL(ctx, key).Val(); ttl != -1 {
+			t.Fatalf("%s: TTL %s = %v, want -1 (no expiry)", when, key, ttl)
+		}
+		keys, err := c.Keys(ctx, db.Prefix()+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 || keys[0] != key {
+			t.Fatalf("%s: keys under the prefix = %q, want only %q", when, keys, key)
+		}
+		return c.HGetAll(ctx, key).Val()
+	}
+
+	if _, err := e.Get(ctx, alice); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, key).Val(); n != 0 {
+		t.Fatal("Get created the state key; only a grant should")
+	}
+
+	a, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: lease.Holder{TabID: "tab-a", Label: "L", Hidden: true}, TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wantPersistentHash("after a grant")
+	want := map[string]string{
+		"tab": "tab-a", "label": "L", "hidden": "1",
+		"epoch":       strconv.FormatInt(a.Epoch, 10),
+		"granted_us":  strconv.FormatInt(a.GrantedAt.UnixMicro(), 10),
+		"expires_us":  strconv.FormatInt(a.ExpiresAt.UnixMicro(), 10),
+		"ttl_ms":      "1500",
+		"transitions": "1",
+	}
+	for f, v := range want {
+		if h[f] != v {
+			t.Errorf("field %s = %q, want %q (hash %v)", f, h[f], v, h)
+		}
+	}
+	if a.Epoch != a.GrantedAt.UnixMicro() {
+		t.Errorf("first epoch %d, want the grant time in µs %d", a.Epoch, a.GrantedAt.UnixMicro())
+	}
+
+	if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch, TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	wantPersistentHash("after a renew")
+	r, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch})
+	if err != nil || !r.Released {
+		t.Fatalf("Release = %+v, %v", r, err)
+	}
+	h = wantPersistentHash("after a release")
+	if _, ok := h["tab"]; ok || h["epoch"] != want["epoch"] || h["rel_tab"] != "tab-a" || h["rel_epoch"] != want["epoch"] {
+		t.Errorf("hash after a release = %v, want no holder, the epoch kept and the release recorded", h)
+	}
+
+	b, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: lease.DefaultLimits.Min})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = wantPersistentHash("after a second grant")
+	if _, ok := h["rel_tab"]; ok {
+		t.Errorf("hash after a new grant = %v, want the last release forgotten", h)
+	}
+	// Expiry is a comparison with the store clock: the hash stays, with its epoch.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, err := e.Get(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Held {
+			if g.Epoch != b.Epoch {
+				t.Fatalf("Get after expiry: epoch %d, want %d", g.Epoch, b.Epoch)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease did not expire: %+v", g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantPersistentHash("after expiry")
+}
+
+func TestLeaseNowIsTheStoreTimeOfTheAnswer(t *testing.T) {
+	e, c, _ := newEngine(t)
+	before := storeMicros(t, c)
+	l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	after := storeMicros(t, c)
+	if now := l.Now.UnixMicro(); now < before || now > after {
+		t.Errorf("Now = %d µs, want the store time, between %d and %d", now, before, after)
+	}
+	if l.Now.Location() != time.UTC || l.GrantedAt.Location() != time.UTC {
+		t.Errorf("times are not in UTC: %v, %v", l.Now, l.GrantedAt)
+	}
+	if l.Epoch < before || l.Epoch > after {
+		t.Errorf("first epoch %d, want the store clock in µs (between %d and %d)", l.Epoch, before, after)
+	}
+}
+
+func TestEpochsSurviveAFlushBecauseTheyAreFlooredAtTheStoreClock(t *testing.T) {
+	e, c, db := newEngine(t)
+	ctx := t.Context()
+	var last int64
+	for i := range 3 {
+		a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+		b := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+		if a.Epoch <= last || b.Epoch <= a.Epoch {
+			t.Fatalf("round %d: epochs %d then %d after %d, want increasing", i, a.Epoch, b.Epoch, last)
+		}
+		last = b.Epoch
+		// Wait until the store clock has passed the last epoch (takeovers may run ahead of it).
+		for storeMicros(t, c) <= last {
+			time.Sleep(time.Millisecond)
+		}
+		db.Flush(t) // FLUSHDB of the test's own database, or its keys on an external Redis
+		g, err := e.Get(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Held || g.Epoch != 0 || g.Transitions != 0 {
+			t.Fatalf("Get after the flush = %+v, want a session the store forgot", g)
+		}
+	}
+	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); l.Epoch <= last || l.Transitions != 1 {
+		t.Fatalf("grant after the last flush: epoch %d, transitions %d; want above %d, 1", l.Epoch, l.Transitions, last)
+	}
+}
+
+func TestEpochsAreExactUpTo2To53AndThenExhausted(t *testing.T) {
+	e, c, db := newEngine(t)
+	ctx := t.Context()
+	key := db.Prefix() + ":{alice/doc-1}:lease"
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+
+	// An odd value above 2^52, where a float with fewer bits than a double would round.
+	const big = 1<<52 + 1
+	if err := c.HSet(ctx, key, "epoch", strconv.FormatInt(big, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+	if b.Epoch != big+1 {
+		t.Fatalf("takeover after epoch %d = %d, want %d", int64(big), b.Epoch, int64(big+1))
+	}
+	if got := c.HGet(ctx, key, "epoch").Val(); got != strconv.FormatInt(big+1, 10) {
+		t.Fatalf("stored epoch %q, want %d written as an integer", got, int64(big+1))
+	}
+	if _, err := e.Check(ctx, alice, "tab-b", big+1); err != nil {
+		t.Fatalf("Check at %d: %v", int64(big+1), err)
+	}
+	if _, err := e.Check(ctx, alice, "tab-b", big); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Check at %d, one below: %v, want ErrLost", int64(big), err)
+	}
+
+	// The last epoch there is, and then none.
+	if err := c.HSet(ctx, key, "epoch", strconv.FormatInt(lease.MaxEpoch-2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := mustAcquire(t, e, alice, tabA, lease.ModeTakeover)
+	if l.Epoch != lease.MaxEpoch-1 {
+		t.Fatalf("takeover after 2^53-2 = %d, want 2^53-1", l.Epoch)
+	}
+	if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: lease.MaxEpoch - 1}); err != nil {
+		t.Fatalf("Renew at 2^53-1: %v", err)
+	}
+	_, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, Mode: lease.ModeTakeover})
+	if !errors.Is(err, lease.ErrEpochExhausted) || errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("takeover after 2^53-1 = %v, want lease.ErrEpochExhausted (a fault of the store, not of the caller)", err)
+	}
+	if g, err := e.Get(ctx, alice); err != nil || !g.HeldBy("tab-a", lease.MaxEpoch-1) {
+		t.Fatalf("Get after the refused takeover = %+v, %v; want tab-a unchanged", g, err)
+	}
+}
+
+// twice is a hook that sends every script twice and keeps the second answer, as when go-redis
+// retries a command whose first answer was lost after the server ran it.
+type twice struct{}
+
+func (twice) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (twice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (twice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			if err := next(ctx, cmd.Clone()); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestEveryWriteIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
+	db := redistest.Shared(t)
+	client, err := NewClient(db.URL(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	client.AddHook(twice{})
+	e, err := New(client, Options{Prefix: db.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if a.Transitions != 1 {
+		t.Fatalf("acquire sent twice: transitions %d, want 1", a.Transitions)
+	}
+	b := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+	if b.Transitions != 2 || b.Epoch <= a.Epoch {
+		t.Fatalf("takeover sent twice: epoch %d, transitions %d; want one new epoch above %d", b.Epoch, b.Transitions, a.Epoch)
+	}
+	if _, err := e.Check(ctx, alice, "tab-b", b.Epoch); err != nil {
+		t.Fatalf("Check of the takeover's epoch: %v", err)
+	}
+	r, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-b", Epoch: b.Epoch, TTL: time.Minute})
+	if err != nil || r.Epoch != b.Epoch {
+		t.Fatalf("renew sent twice = %+v, %v; want epoch %d", r, err, b.Epoch)
+	}
+	rel, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-b", Epoch: b.Epoch})
+	if err != nil || !rel.Released || rel.Lease.Held {
+		t.Fatalf("release sent twice = %+v, %v; want Released", rel, err)
+	}
+	c := mustAcquire(t, e, alice, tabA, lease.ModeTakeover)
+	if c.Transitions != 3 || c.Epoch <= b.Epoch {
+		t.Fatalf("takeover of a free session sent twice: epoch %d, transitions %d", c.Epoch, c.Transitions)
+	}
+}
+
+func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
+	t.Run("a corrupted state key", func(t *testing.T) {
+		e, c, db := newEngine(t)
+		if err := c.Set(t.Context(), db.Prefix()+":{alice/doc-1}:lease", "not a hash", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		forEachCall(t, e, func(op string, err error) {
+			u := wantUnavailable(t, op, op, err)
+			if !redis.HasErrorPrefix(errors.Unwrap(u), "WRONGTYPE") && !strings.Contains(u.Error(), "WRONGTYPE") {
+				t.Errorf("%s: %v, want the WRONGTYPE of Redis inside", op, err)
+			}
+		})
+	})
+
+	t.Run("a read-only replica", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := srv.Client(t)
+		e := engineOn(t, srv.URL(), "", time.Second)
+		l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+		// Replicate from a port nobody listens on: the server keeps its data and refuses writes.
+		port := unusedPort(t)
+		if err := c.Do(t.Context(), "replicaof", "127.0.0.1", port).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []struct {
+			name string
+			err  error
+		}{
+			{"acquire", func() error {
+				_, err := e.Acquire(t.Context(), lease.AcquireRequest{Key: alice, Holder: tabB, Mode: lease.ModeTakeover})
+				return err
+			}()},
+			{"renew", func() error {
+				_, err := e.Renew(t.Context(), lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: l.Epoch})
+				return err
+			}()},
+			{"release", func() error {
+				_, err := e.Release(t.Context(), lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: l.Epoch})
+				return err
+			}()},
+		} {
+			wantUnavailable(t, op.name+" on a read-only replica", op.name, op.err)
+		}
+		// Reads still answer, and nothing was written.
+		if g, err := e.Get(t.Context(), alice); err != nil || !g.HeldBy("tab-a", l.Epoch) || !g.ExpiresAt.Equal(l.ExpiresAt) {
+			t.Fatalf("Get on the replica = %+v, %v; want the lease unchanged", g, err)
+		}
+	})
+
+	t.Run("a server out of memory", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := srv.Client(t)
+		e := engineOn(t, srv.URL(), "", time.Second)
+		l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+		if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.Acquire(t.Context(), lease.AcquireRequest{Key: lease.Key{User: "alice", Session: "doc-2"}, Holder: tabB})
+		wantUnavailable(t, "Acquire with the server out of memory", "acquire", err)
+		if _, err := e.Check(t.Context(), alice, "tab-a", l.Epoch); err != nil {
+			t.Fatalf("Check with the server out of memory: %v", err)
+		}
+	})
+
+	t.Run("a stopped server, then restarted empty", func(t *testing.T) {
+		srv := redistest.Start(t)
+		e := engineOn(t, srv.URL(), "", 300*time.Millisecond)
+		l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+		srv.Stop(t)
+		forEachCall(t, e, func(op string, err error) { wantUnavailable(t, op+" with the server stopped", op, err) })
+		if err := e.Ping(t.Context()); err == nil {
+			t.Fatal("Ping with the server stopped answered nil")
+		} else {
+			wantUnavailable(t, "Ping with the server stopped", "ping", err)
+		}
+
+		srv.Restart(t)
+		deadline := time.Now().Add(15 * time.Second)
+		for e.Ping(t.Context()) != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the engine did not come back after the restart")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// The restarted server lost everything (nothing is persisted); the floor keeps epochs rising.
+		g, err := e.Get(t.Context(), alice)
+		if err != nil || g.Epoch != 0 {
+			t.Fatalf("Get after the restart = %+v, %v; want the session forgotten", g, err)
+		}
+		if n := mustAcquire(t, e, alice, tabB, lease.ModeTry); n.Epoch <= l.Epoch {
+			t.Fatalf("epoch after the restart %d, want above %d", n.Epoch, l.Epoch)
+		}
+	})
+
+	t.Run("a paused server is bounded by the operation timeout", func(t *testing.T) {
+		srv := redistest.Start(t)
+		e := engineOn(t, srv.URL(), "", 200*time.Millisecond)
+		mustAcquire(t, e, alice, tabA, lease.ModeTry)
+		srv.Pause(t)
+		defer srv.Resume(t)
+		start := time.Now()
+		_, err := e.Get(context.Background(), alice)
+		wantUnavailable(t, "Get with the server paused", "get", err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Errorf("Get with the server paused = %v, want a timeout inside", err)
+			}
+		}
+		if d := time.Since(start); d > 200*time.Millisecond+2*time.Second {
+			t.Errorf("Get with the server paused took %v", d)
+		}
+	})
+
+	t.Run("a cancelled caller", func(t *testing.T) {
+		e, _, _ := newEngine(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA})
+		wantUnavailable(t, "Acquire with a cancelled context", "acquire", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Acquire with a cancelled context = %v, want context.Canceled inside", err)
+		}
+	})
+}
+
+// forEachCall makes every lease call on alice once and hands each error to check.
+func forEachCall(t *testing.T, e *Engine, check func(op string, err error)) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB})
+	check("acquire", err)
+	_, err = e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: 1})
+	check("renew", err)
+	_, err = e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: 1})
+	check("release", err)
+	_, err = e.Get(ctx, alice)
+	check("get", err)
+	_, err = e.Check(ctx, alice, "tab-a", 1)
+	check("check", err)
+}
+
+func unusedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func TestCloseStopsTheEngineButNotTheClient(t *testing.T) {
+	e, _, _ := newEngine(t)
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	forEachCall(t, e, func(op string, err error) {
+		if u := wantUnavailable(t, op+" after Close", op, err); !errors.Is(u, ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed inside", op, err)
+		}
+	})
+	if err := e.Ping(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ping after Close = %v, want ErrClosed", err)
+	}
+	if _, err := e.EvictionPolicy(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Errorf("EvictionPolicy after Close = %v, want ErrClosed", err)
+	}
+	if err := e.client.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("the client stopped working with the engine: %v", err)
+	}
+}
+
+func TestEvictionPolicyReadsTheServerSetting(t *testing.T) {
+	srv := redistest.Start(t)
+	e := engineOn(t, srv.URL(), "", time.Second)
+	if p, err := e.EvictionPolicy(t.Context()); err != nil || p != "noeviction" {
+		t.Fatalf("EvictionPolicy = %q, %v; want noeviction", p, err)
+	}
+	if err := srv.Client(t).ConfigSet(t.Context(), "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := e.EvictionPolicy(t.Context()); err != nil || p != "volatile-lru" {
+		t.Fatalf("EvictionPolicy = %q, %v; want volatile-lru", p, err)
+	}
+	srv.Stop(t)
+	_, err := e.EvictionPolicy(t.Context())
+	wantUnavailable(t, "EvictionPolicy with the server stopped", "config get", err)
+}
+
+func TestNewChecksItsOptions(t *testing.T) {
+	ok, err := NewClient("redis://127.0.0.1:1/0", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+
+	for _, tc := range []struct {
+		name    string
+		client  redis.UniversalClient
+		opts    Options
+		invalid bool // a *lease.InvalidError
+	}{
+		{"a nil client", nil, Options{}, false},
+		{"a client that ignores context deadlines", plain, Options{}, false},
+		{"a negative operation timeout", ok, Options{OpTimeout: -time.Second}, false},
+		{"limits out of order", ok, Options{Limits: lease.Limits{Min: time.Second, Default: time.Millisecond, Max: time.Second, HiddenMax: time.Second}}, true},
+		{"a prefix with braces", ok, Options{Prefix: "a{b}"}, true},
+		{"a prefix with a slash", ok, Options{Prefix: "a/b"}, true},
+		{"a prefix with a space", ok, Options{Prefix: "a b"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New(tc.client, tc.opts)
+			if err == nil {
+				t.Fatalf("New = %+v, want an error", e)
+			}
+			if got := errors.Is(err, lease.ErrInvalid); got != tc.invalid {
+				t.Errorf("New = %v; InvalidError %v, want %v", err, got, tc.invalid)
+			}
+		})
+	}
+
+	e, err := New(ok, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.prefix != DefaultPrefix || e.opTimeout != DefaultOpTimeout || e.limits != lease.DefaultLimits {
+		t.Errorf("defaults = prefix %q, timeout %v, limits %+v", e.prefix, e.opTimeout, e.limits)
+	}
+}
+
+func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
+	const op = 700 * time.Millisecond
+	t.Run("standalone", func(t *testing.T) {
+		for _, tc := range []struct {
+			url     string
+			addr    string
+			db      int
+			tls     bool
+			retries int
+		}{
+			{"redis://127.0.0.1:6380/3", "127.0.0.1:6380", 3, false, 2},
+			{"redis://user:pw@redis.example:6379", "redis.example:6379", 0, false, 2},
+			{"rediss://redis.example:6380/1?max_retries=1&read_timeout=10s&dial_timeout=100ms", "redis.example:6380", 1, true, 1},
+			{"redis://h:1?read_timeout=-1&write_timeout=0&pool_timeout=1h", "h:1", 0, false, 2},
+		} {
+			c, err := NewClient(tc.url, op)
+			if err != nil {
+				t.Fatalf("NewClient(%q): %v", tc.url, err)
+			}
+			o := c.(*redis.Client).Options()
+			_ = c.Close()
+			if o.Addr != tc.addr || o.DB != tc.db || (o.TLSConfig != nil) != tc.tls || o.MaxRetries != tc.retries {
+				t.Errorf("NewClient(%q): addr %q db %d tls %v retries %d; want %q %d %v %d",
+					tc.url, o.Addr, o.DB, o.TLSConfig != nil, o.MaxRetries, tc.addr, tc.db, tc.tls, tc.retries)
+			}
+			if !o.ContextTimeoutEnabled {
+				t.Errorf("NewClient(%q): ContextTimeoutEnabled is off", tc.url)
+			}
+			for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout, "pool": o.PoolTimeout} {
+				if d <= 0 || d > op {
+					t.Errorf("NewClient(%q): %s timeout %v, want in (0, %v]", tc.url, name, d, op)
+				}
+			}
+		}
+		c, err := NewClient("rediss://redis.example:6380/1?dial_timeout=100ms", op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := c.(*redis.Client).Options().DialTimeout; d != 100*time.Millisecond {
+			t.Errorf("a shorter dial timeout from the URL became %v", d)
+		}
+		_ = c.Close()
+	})
+
+	t.Run("unix socket", func(t *testing.T) {
+		c, err := NewClient("unix:///run/redis.sock?db=2", op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if o := c.(*redis.Client).Options(); o.Network != "unix" || o.Addr != "/run/redis.sock" || o.DB != 2 {
+			t.Errorf("unix URL: network %q addr %q db %d", o.Network, o.Addr, o.DB)
+		}
+	})
+
+	t.Run("cluster", func(t *testing.T) {
+		c, err := NewClient("redis://n1:7000?cluster=true&addr=n2:7000&addr=n3:7000", op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cc, ok := c.(*redis.ClusterClient)
+		if !ok {
+			t.Fatalf("cluster=true made a %T", c)
+		}
+		o := cc.Options()
+		if strings.Join(o.Addrs, ",") != "n1:7000,n2:7000,n3:7000" || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
+			t.Errorf("cluster options: addrs %v, context timeouts %v, read timeout %v", o.Addrs, o.ContextTimeoutEnabled, o.ReadTimeout)
+		}
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		c, err := NewClient("redis://s1:26379/2?master_name=main&addr=s2:26379", op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cl, ok := c.(*redis.Client)
+		if !ok {
+			t.Fatalf("master_name made a %T", c)
+		}
+		if o := cl.Options(); o.DB != 2 || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
+			t.Errorf("sentinel options: db %d, context timeouts %v, read timeout %v", o.DB, o.ContextTimeoutEnabled, o.ReadTimeout)
+		}
+	})
+
+	t.Run("zero timeout means the default", func(t *testing.T) {
+		c, err := NewClient("redis://h:1", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if d := c.(*redis.Client).Options().ReadTimeout; d != DefaultOpTimeout {
+			t.Errorf("read timeout %v, want %v", d, DefaultOpTimeout)
+		}
+	})
+
+	t.Run("bad URLs", func(t *testing.T) {
+		for _, u := range []string{
+			"",
+			"127.0.0.1:6379",
+			"http://u:s3cret@h:6379",
+			"redis://u:s3cret@h:notaport",
+			"redis://u:s3cret@h:6379/notadb",
+			"redis://u:s3cret@h:6379/0?bogus=1",
+			"redis://u:s3cret@h:6379/0?cluster=maybe",
+			"redis://u:s3cret@h:6379?cluster=true&master_name=m",
+			"unix://u:s3cret@/run/redis.sock?cluster=true",
+			"redis://u:s3cret@h:6379/0?max_retries=many",
+			"redis://u:s3cret@h:6379/0?cluster=true&db=3x",
+		} {
+			c, err := NewClient(u, op)
+			if err == nil {
+				_ = c.Close()
+				t.Errorf("NewClient(%q) = nil error", u)
+				continue
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("NewClient(%q) = %q: the error shows the password", u, err)
+			}
+			if !strings.HasPrefix(err.Error(), "leaseredis: ") {
+				t.Errorf("NewClient(%q) = %q, want it prefixed", u, err)
+			}
+		}
+		if _, err := NewClient("redis://h:1", -time.Second); err == nil {
+			t.Error("NewClient with a negative timeout = nil error")
+		}
+	})
+}
+
+func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
+	for name, src := range map[string]string{
+		"acquire.lua": acquireLua, "renew.lua": renewLua, "release.lua": releaseLua,
+		"check.lua": checkLua, "get.lua": getLua, "state.lua": stateLua,
+	} {
+		var header, code []string
+		inHeader := true
+		for line := range strings.SplitSeq(src, "\n") {
+			comment := strings.HasPrefix(strings.TrimSpace(line), "--")
+			if inHeader && comment {
+				header = append(header, line)
+				continue
+			}
+			inHeader = false
+			if !comment {
+				code = append(code, line)
+			}
+		}
+		h, body := strings.Join(header, "\n"), strings.Join(code, "\n")
+		if !strings.HasPrefix(h, "-- "+name+": ") {
+			t.Errorf("%s does not start with a header naming it: %q", name, firstLine(src))
+		}
+		// Numbers go through string.format('%d') or integer replies, never tostring (1.7e+15).
+		if strings.Contains(body, "tostring") {
+			t.Errorf("%s uses tostring", name)
+		}
+		if name == "state.lua" {
+			continue
+		}
+		if !strings.Contains(h, "-- KEYS[1]") || !strings.Contains(h, "-- ARGV") {
+			t.Errorf("%s: the header does not name KEYS and ARGV:\n%s", name, h)
+		}
+		if strings.Contains(body, "KEYS[2]") {
+			t.Errorf("%s uses a second key; every key of a session is KEYS[1]", name)
+		}
+		for i := 1; i <= 6; i++ {
+			arg := "ARGV[" + strconv.Itoa(i) + "]"
+			used := strings.Contains(body, arg) || strings.Contains(body, "arg_int("+strconv.Itoa(i)+",")
+			if used != strings.Contains(h, "-- "+arg) {
+				t.Errorf("%s: %s is used without a header line, or named and unused", name, arg)
+			}
+		}
+	}
+}
+
+func firstLine(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
+
+func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
+	good := []any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6)}
+	if _, l, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond {
+		t.Fatalf("parseReply(good) = %+v, %v", l, err)
+	}
+	for name, v := range map[string]any{
+		"nil":              nil,
+		"a string":         "OK",
+		"too short":        good[:10],
+		"a number as str":  append(append([]any{}, good[:5]...), append([]any{"5"}, good[6:]...)...),
+		"an epoch of 2^53": append(append([]any{}, good[:5]...), append([]any{int64(lease.MaxEpoch)}, good[6:]...)...),
+		"a negative time":  append(append([]any{}, good[:10]...), int64(-1)),
+		"no store time":    append(append([]any{}, good[:10]...), int64(0)),
+		"a float":          append(append([]any{}, good[:10]...), math.Pi),
+	} {
+		if _, _, err := parseReply(alice, v); err == nil {
+			t.Errorf("parseReply(%s) = nil error", name)
+		}
+	}
+}
