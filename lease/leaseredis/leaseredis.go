@@ -5,11 +5,13 @@
 //
 // All the state of a session is one hash that never expires:
 //
-//	<prefix>:{<sub>/<sessionId>}:lease
+//	<prefix>:{<sub>}:lease:<sessionId>
 //
-// The braces are the hash tag, so every key a session will ever have lands on one Cluster slot.
-// Keys are built only from validated identifiers, which cannot contain '/', '{' or '}': the pairs
-// (a|b, c) and (a, b|c) get different keys, and nothing a caller sends can move the hash tag. Each
+// The braces are the hash tag: every key of a user (each session's lease, and the per-user
+// indexes and logs that scripts keep in step with them) lands on one Cluster slot, so one script
+// may touch them all without a CROSSSLOT error. Keys are built only from validated identifiers,
+// which cannot contain '{' or '}': the user ends at the brace, the session follows a fixed word,
+// and nothing a caller sends can move the hash tag. Each
 // script names its one key in KEYS. The fields of the hash are described in state.lua. The hash is
 // never deleted or given a TTL: it holds the epoch counter (DESIGN §2). Its size is a few hundred
 // bytes per session that ever held a lease.
@@ -136,7 +138,7 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 
 // stateKey is the key of the state hash of k, which must be valid.
 func (e *Engine) stateKey(k lease.Key) string {
-	return e.prefix + ":{" + k.User + "/" + k.Session + "}:lease"
+	return e.prefix + ":{" + k.User + "}:lease:" + k.Session
 }
 
 // Acquire implements lease.Engine. A new grant (the lease is free, expired or released, or a

@@ -79,9 +79,9 @@ func wantUnavailable(t *testing.T, what, op string, err error) *lease.Unavailabl
 	return u
 }
 
-func TestStateKeyPutsTheSessionInOneHashTagThatIdentifiersCannotForge(t *testing.T) {
+func TestStateKeyPutsEveryKeyOfAUserInOneHashTagThatIdentifiersCannotForge(t *testing.T) {
 	e := &Engine{prefix: "tablease"}
-	if got, want := e.stateKey(alice), "tablease:{alice/doc-1}:lease"; got != want {
+	if got, want := e.stateKey(alice), "tablease:{alice}:lease:doc-1"; got != want {
 		t.Fatalf("stateKey = %q, want %q", got, want)
 	}
 	seen := map[string]lease.Key{}
@@ -98,12 +98,12 @@ func TestStateKeyPutsTheSessionInOneHashTagThatIdentifiersCannotForge(t *testing
 		seen[key] = k
 		// The hash tag is what lies between the first '{' and the next '}'.
 		open, end := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
-		if tag := key[open+1 : end]; tag != k.User+"/"+k.Session {
+		if tag := key[open+1 : end]; tag != k.User {
 			t.Errorf("hash tag of %+v = %q", k, tag)
 		}
 	}
 	// What makes it safe: no identifier may hold the characters the layout relies on.
-	for _, c := range []string{"/", "{", "}"} {
+	for _, c := range []string{"{", "}"} {
 		if lease.ValidateID("sub", "a"+c+"b") == nil {
 			t.Errorf("an identifier may contain %q, which the key layout relies on", c)
 		}
@@ -113,7 +113,7 @@ func TestStateKeyPutsTheSessionInOneHashTagThatIdentifiersCannotForge(t *testing
 func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 	e, c, db := newEngine(t)
 	ctx := t.Context()
-	key := db.Prefix() + ":{alice/doc-1}:lease"
+	key := db.Prefix() + ":{alice}:lease:doc-1"
 
 	wantPersistentHash := func(when string) map[string]string {
 		t.Helper()
@@ -252,7 +252,7 @@ func TestEpochsSurviveAFlushBecauseTheyAreFlooredAtTheStoreClock(t *testing.T) {
 func TestEpochsAreExactUpTo2To53AndThenExhausted(t *testing.T) {
 	e, c, db := newEngine(t)
 	ctx := t.Context()
-	key := db.Prefix() + ":{alice/doc-1}:lease"
+	key := db.Prefix() + ":{alice}:lease:doc-1"
 	mustAcquire(t, e, alice, tabA, lease.ModeTry)
 
 	// An odd value above 2^52, where a float with fewer bits than a double would round.
@@ -355,7 +355,7 @@ func TestEveryWriteIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
 	t.Run("a corrupted state key", func(t *testing.T) {
 		e, c, db := newEngine(t)
-		if err := c.Set(t.Context(), db.Prefix()+":{alice/doc-1}:lease", "not a hash", 0).Err(); err != nil {
+		if err := c.Set(t.Context(), db.Prefix()+":{alice}:lease:doc-1", "not a hash", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		forEachCall(t, e, func(op string, err error) {
