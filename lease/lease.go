@@ -18,6 +18,23 @@
 // further than the time since the loss. Epochs stay below 2^53 so that JavaScript reads them
 // exactly.
 //
+// # Events
+//
+// Every change of a session's state (its lease, or the tabs present on its event stream) produces
+// its events in the same atomic step that makes the change: one Lua script in Redis, one critical
+// section in memory. There is no change without its event and no event without its change. The
+// step appends the events to a bounded per-session log, where each gets an id that strictly
+// increases per session (EventID), and hands them to the session's watchers. The methods of Engine
+// are unchanged by this: events are their side effect, observed through the Feed and Presence
+// interfaces that engines implement beside Engine. Feed documents which call produces which
+// event.
+//
+// An expiry changes the state without a call, so it is announced by whoever sees it first: the
+// engine's expiry timer for sessions that have watchers (within a second, with no call needed), or
+// any call that touches the session, before its own event. The step that announces an expiry marks
+// the epoch whose end it announced, so every expiry is announced exactly once, however many
+// instances share the store.
+//
 // This package imports only the standard library; engines live in leasemem and leaseredis, and the
 // conformance suite that both must pass lives in leasetest.
 package lease

@@ -18,20 +18,40 @@
 // are floored at the clock: the first grant of a new Engine is at least now in microseconds, above
 // every epoch granted before unless the clock stepped back.
 //
+// # Events
+//
+// The engine implements lease.Feed and lease.Presence. Each critical section that changes a
+// session appends its events to the session's log (a ring of Options.EventLogLen events) and hands
+// them to the session's watchers before it ends, so events and changes cannot be told apart by any
+// caller. Event ids are lease.NextEventID of the session's last id and the engine clock.
+//
+// The expiry timer is one goroutine per engine that runs while some session has watchers or
+// presence entries (the live sessions), and stops when none has. It wakes at the earliest expiry
+// among the live sessions, as told by the engine clock, and at least every
+// Options.ExpiryCheckInterval of real time (which is what moves it along when the engine clock is a
+// fake one that tests advance), and announces what expired in one critical section. Every call
+// that touches a session announces what expired first too, so an expiry is announced by whichever
+// comes first, once: the entry remembers the epoch whose end it announced.
+//
 // # Bounded memory
 //
-// A session's entry holds its last epoch, its transition count and the tab and epoch of its last
-// release. Entries of sessions whose lease has been free (released or expired) for longer than
-// IdleRetention are deleted by a sweep that runs, at most once per SweepInterval of engine time,
-// inside a writing call (Acquire, Renew or Release). Only Acquire creates entries, so memory is
-// bounded by the sessions that held a lease in the last IdleRetention. Deleting an entry is safe
-// for fencing because the sweep only deletes entries whose last epoch is below the clock in
+// A session's entry holds its last epoch, its transition count, the tab and epoch of its last
+// release, its event log (at most EventLogLen events), its watchers (each buffering at most
+// WatchBuffer events) and its presence entries (each expiring unless refreshed). Entries of
+// sessions that have no watchers and no presence entries, whose lease has been free (released or
+// expired) for longer than IdleRetention and whose last event is older than that, are deleted by a
+// sweep that runs, at most once per SweepInterval of engine time, inside a writing call (Acquire,
+// Renew or Release). Acquire, Watch and Join create entries, so memory is bounded by the sessions
+// that held a lease, were watched or had tabs present in the last IdleRetention. Deleting an entry
+// is safe for fencing because the sweep only deletes entries whose last epoch is below the clock in
 // microseconds: a later grant in that session gets an epoch above it. What is forgotten is the
 // history: Get of a pruned session answers epoch 0 and no transitions, like a session that never
-// had a lease, and a release retried after the prune answers Released false.
+// had a lease, a release retried after the prune answers Released false, and a watch that resumes
+// after the prune starts from a snapshot.
 package leasemem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -56,14 +76,43 @@ type Options struct {
 	// Limits bound the TTLs granted. The zero value means lease.DefaultLimits; anything else must
 	// pass Limits.Validate.
 	Limits lease.Limits
-	// Now is the engine's clock (default time.Now). The engine reads no other clock.
+	// Now is the engine's clock (default time.Now). The engine reads no other clock for its
+	// decisions; the expiry timer sleeps in real time (see ExpiryCheckInterval).
 	Now func() time.Time
+	// EventLogLen is the number of events each session's log keeps for replay (default
+	// lease.DefaultEventLogLen). It must not be negative.
+	EventLogLen int
+	// WatchBuffer is the number of events a watch buffers for a reader that is behind (default
+	// lease.DefaultWatchBuffer); one more ends the watch with lease.ErrResync. It must not be
+	// negative.
+	WatchBuffer int
+	// PresenceTTL is how long a presence entry lives unless refreshed (default
+	// lease.DefaultPresenceTTL). It must be zero or at least a millisecond; it is truncated to
+	// whole milliseconds.
+	PresenceTTL time.Duration
+	// ExpiryCheckInterval is the longest the expiry timer sleeps, in real time, between two looks
+	// at the live sessions (default DefaultExpiryCheckInterval). The timer also wakes at the
+	// earliest expiry it knows of, which is exact with a real clock; the interval is what drives a
+	// fake clock that tests advance by hand, and bounds the delay after a clock jump. It must not
+	// be negative.
+	ExpiryCheckInterval time.Duration
 }
+
+// DefaultExpiryCheckInterval is the default of Options.ExpiryCheckInterval.
+const DefaultExpiryCheckInterval = 250 * time.Millisecond
 
 // Engine is an in-memory lease.Engine. Use New; the zero value is not usable.
 type Engine struct {
-	limits lease.Limits     // immutable after New
-	now    func() time.Time // immutable after New
+	// Immutable after New.
+	limits        lease.Limits
+	now           func() time.Time
+	logLen        int
+	watchBuffer   int
+	presenceTTL   time.Duration
+	checkInterval time.Duration
+	wake          chan struct{} // (capacity 1) makes the expiry timer look again at once
+	done          chan struct{} // closed by Close, to stop the expiry timer
+	timers        sync.WaitGroup
 
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
@@ -77,6 +126,13 @@ type Engine struct {
 	lastSweep time.Time
 	// closed is set by Close; every later call fails with ErrClosed.
 	closed bool
+	// live holds the entries that have watchers or presence entries: those the expiry timer looks
+	// at. An entry in live is never swept.
+	live map[lease.Key]*entry
+	// timerOn is true while the expiry timer goroutine runs; timerAt is the engine time it will
+	// look again at (zero when unknown), so that a change bringing a deadline earlier can wake it.
+	timerOn bool
+	timerAt time.Time
 }
 
 // entry is the state of one session; it is only touched with Engine.mu held.
@@ -95,6 +151,18 @@ type entry struct {
 	// next grant (empty and 0 otherwise), so that a retried release answers as the first one did.
 	releasedTab   string
 	releasedEpoch int64
+	// ended is the last epoch whose end (release or expiry) was announced: the expiry marker. An
+	// expired lease whose epoch is not ended still has its EventExpired to come.
+	ended int64
+
+	// log is the session's recent events; lastID the id of the last event ever appended, which
+	// the next id must exceed.
+	log    eventLog
+	lastID lease.EventID
+	// watchers are the session's watches.
+	watchers map[*lease.WatchSender]struct{}
+	// present holds the session's presence entries by tab and connection.
+	present map[presenceKey]*presenceEntry
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
@@ -104,7 +172,8 @@ func (s *entry) heldBy(tabID string, epoch int64, now time.Time) bool {
 }
 
 // New returns an empty engine. It fails with a *lease.InvalidError when opts.Limits are not
-// ordered (see lease.Limits.Validate).
+// ordered (see lease.Limits.Validate) or another option is out of range. It starts no goroutine:
+// the expiry timer runs only while some session is watched or has tabs present.
 func New(opts Options) (*Engine, error) {
 	limits := opts.Limits
 	if limits == (lease.Limits{}) {
@@ -117,7 +186,32 @@ func New(opts Options) (*Engine, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{limits: limits, now: now, sessions: make(map[lease.Key]*entry)}, nil
+	for _, o := range []struct {
+		field, reason string
+		bad           bool
+	}{
+		{"EventLogLen", "must not be negative", opts.EventLogLen < 0},
+		{"WatchBuffer", "must not be negative", opts.WatchBuffer < 0},
+		{"PresenceTTL", "must be zero (the default) or at least a millisecond", opts.PresenceTTL < 0 || (opts.PresenceTTL > 0 && opts.PresenceTTL < time.Millisecond)},
+		{"ExpiryCheckInterval", "must not be negative", opts.ExpiryCheckInterval < 0},
+	} {
+		if o.bad {
+			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
+		}
+	}
+	e := &Engine{
+		limits:        limits,
+		now:           now,
+		logLen:        cmp.Or(opts.EventLogLen, lease.DefaultEventLogLen),
+		watchBuffer:   cmp.Or(opts.WatchBuffer, lease.DefaultWatchBuffer),
+		presenceTTL:   cmp.Or(opts.PresenceTTL.Truncate(time.Millisecond), lease.DefaultPresenceTTL),
+		checkInterval: cmp.Or(opts.ExpiryCheckInterval, DefaultExpiryCheckInterval),
+		wake:          make(chan struct{}, 1),
+		done:          make(chan struct{}),
+		sessions:      make(map[lease.Key]*entry),
+		live:          make(map[lease.Key]*entry),
+	}
+	return e, nil
 }
 
 var _ lease.Engine = (*Engine)(nil)
@@ -142,16 +236,26 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	e.sweep(now)
 
 	s := e.sessions[req.Key]
+	if s != nil {
+		e.settle(req.Key, s, now)
+	}
+	var previous *lease.Previous
 	if s != nil && s.held(now) {
 		if s.holder.TabID == req.Holder.TabID {
+			changed := s.holder != req.Holder
 			s.holder = req.Holder
 			s.expiresAt = now.Add(ttl)
 			s.ttl = ttl
+			if changed {
+				e.emit(req.Key, s, now, s.event(lease.EventUpdated, now))
+			}
+			e.deadline(req.Key, s.expiresAt)
 			return s.lease(req.Key, now), nil
 		}
 		if mode != lease.ModeTakeover {
 			return lease.Lease{}, &lease.HeldError{Holder: s.holder, Epoch: s.epoch, Remaining: s.expiresAt.Sub(now)}
 		}
+		previous = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
 	}
 	var last int64
 	if s != nil {
@@ -162,9 +266,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, err
 	}
 	if s == nil {
-		s = &entry{}
-		e.sessions[req.Key] = s
-		e.peak = max(e.peak, len(e.sessions))
+		s = e.create(req.Key)
 	}
 	s.holder = req.Holder
 	s.epoch = epoch
@@ -173,6 +275,12 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	s.ttl = ttl
 	s.transitions++
 	s.releasedTab, s.releasedEpoch = "", 0
+	ev := s.event(lease.EventGranted, now)
+	if previous != nil {
+		ev.Type, ev.Previous = lease.EventTakenOver, previous
+	}
+	e.emit(req.Key, s, now, ev)
+	e.deadline(req.Key, s.expiresAt)
 	return s.lease(req.Key, now), nil
 }
 
@@ -193,12 +301,20 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	e.sweep(now)
 
 	s := e.sessions[req.Key]
+	if s != nil {
+		e.settle(req.Key, s, now)
+	}
 	if s == nil || !s.heldBy(req.TabID, req.Epoch, now) {
 		return lease.Lease{}, &lease.LostError{Current: e.lease(req.Key, now)}
 	}
+	changed := s.holder.Hidden != req.Hidden
 	s.holder.Hidden = req.Hidden
 	s.expiresAt = now.Add(ttl)
 	s.ttl = ttl
+	if changed {
+		e.emit(req.Key, s, now, s.event(lease.EventUpdated, now))
+	}
+	e.deadline(req.Key, s.expiresAt)
 	return s.lease(req.Key, now), nil
 }
 
@@ -217,12 +333,22 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	e.sweep(now)
 
 	s := e.sessions[req.Key]
+	if s != nil {
+		e.settle(req.Key, s, now)
+	}
 	switch {
 	case s == nil:
 		return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
 	case s.heldBy(req.TabID, req.Epoch, now):
 		s.expiresAt = now
 		s.releasedTab, s.releasedEpoch = req.TabID, req.Epoch
+		s.ended = s.epoch
+		e.emit(req.Key, s, now, lease.Event{
+			Type:     lease.EventReleased,
+			Epoch:    s.epoch,
+			Previous: &lease.Previous{TabID: req.TabID, Epoch: req.Epoch},
+			At:       now,
+		})
 		return lease.ReleaseResult{Released: true, Lease: s.lease(req.Key, now)}, nil
 	default:
 		retried := !s.held(now) && s.releasedTab == req.TabID && s.releasedEpoch == req.Epoch
@@ -240,6 +366,9 @@ func (e *Engine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	defer unlock()
+	if s := e.sessions[key]; s != nil {
+		e.settle(key, s, now)
+	}
 	return e.lease(key, now), nil
 }
 
@@ -254,6 +383,9 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 	}
 	defer unlock()
 	s := e.sessions[key]
+	if s != nil {
+		e.settle(key, s, now)
+	}
 	if s == nil || !s.heldBy(tabID, epoch, now) {
 		return lease.Lease{}, &lease.LostError{Current: e.lease(key, now)}
 	}
@@ -270,13 +402,25 @@ func (e *Engine) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close forgets every lease; later calls fail with a *lease.UnavailableError wrapping ErrClosed.
-// Closing twice is not an error.
+// Close forgets every lease and ends every watch (whose Err is then a *lease.UnavailableError
+// wrapping ErrClosed); later calls fail with a *lease.UnavailableError wrapping ErrClosed. It
+// returns once the expiry timer has stopped. Closing twice is not an error.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
 	e.closed = true
-	e.sessions = nil
+	for _, s := range e.live {
+		for w := range s.watchers {
+			w.End(&lease.UnavailableError{Op: "watch", Err: ErrClosed})
+		}
+	}
+	e.sessions, e.live = nil, nil
+	e.mu.Unlock()
+	close(e.done)
+	e.timers.Wait()
 	return nil
 }
 
@@ -331,8 +475,10 @@ func (e *Engine) sweep(now time.Time) {
 	e.lastSweep = now
 	nowMicros := now.UnixMicro()
 	for key, s := range e.sessions {
-		// The epoch test keeps fencing safe even if epochs ran ahead of the clock.
-		if now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros {
+		// The epoch test keeps fencing safe even if epochs ran ahead of the clock, and the event
+		// test keeps event ids increasing if they did.
+		if e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
+			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention {
 			delete(e.sessions, key)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
-		opts := Options{Limits: limits}
+		opts := Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
 		eng, err := New(opts)
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -29,6 +29,7 @@ func TestConformance(t *testing.T) {
 				}
 				return fresh
 			},
+			PresenceTTL: leasetest.ShortPresenceTTL,
 		}
 	})
 }

@@ -6,6 +6,10 @@
 //	}
 //
 // Behaviour that only one engine has is a bug this suite should catch.
+//
+// The events part of the suite (DESIGN §3: lease.Feed and lease.Presence) runs for engines that
+// implement those interfaces, and skips for the others, so an engine passes the lease part before
+// its events land.
 package leasetest
 
 import (
@@ -28,7 +32,31 @@ type Target struct {
 	// OpTimeout is the engine's configured bound on one store operation; with the store
 	// unreachable, every call must fail with lease.ErrUnavailable within about this long.
 	OpTimeout time.Duration
+
+	// Feed and Presence are the engine's events (nil means Engine's own, when it implements
+	// lease.Feed and lease.Presence). They must observe the changes made through Engine, and end
+	// their watches when Engine is closed. The events part of the suite skips without a Feed, the
+	// presence part without a Presence.
+	Feed     lease.Feed
+	Presence lease.Presence
+	// Peer returns another engine on the same store, as a second tablease instance on the same
+	// Redis would have, with the same limits and options (the same key prefix, and a client and
+	// expiry timer of its own); nil for a store that cannot be shared
+	// (memory). Its Feed and Presence, if any, are the engine's own. The suite closes it. The
+	// tests of events across instances skip without it.
+	Peer func(t *testing.T) lease.Engine
+	// PresenceTTL is the time to live the engine gives presence entries. The test of presence
+	// expiry needs it short (at most MaxPresenceTTL; ShortPresenceTTL is a good choice) and skips
+	// otherwise.
+	PresenceTTL time.Duration
 }
+
+const (
+	// ShortPresenceTTL is the presence TTL factories should configure for the suite.
+	ShortPresenceTTL = time.Second
+	// MaxPresenceTTL is the longest presence TTL the suite waits for.
+	MaxPresenceTTL = 3 * time.Second
+)
 
 // Factory makes a Target whose engine grants TTLs within limits. Close is the suite's job: it
 // closes Target.Engine, and the engine LoseData returns when that is a different one, at the end

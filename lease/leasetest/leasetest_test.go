@@ -85,7 +85,7 @@ func (u *unreachableEngine) Ping(ctx context.Context) error {
 func TestSuiteWithAnUnreachableStore(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
 		const opTimeout = 200 * time.Millisecond
-		opts := leasemem.Options{Limits: limits}
+		opts := leasemem.Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
 		mem, err := leasemem.New(opts)
 		if err != nil {
 			t.Fatalf("leasemem.New: %v", err)
@@ -105,6 +105,34 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 				return func() { u.down.Store(false) }
 			},
 			OpTimeout: opTimeout,
+			// The events of the engine behind the unpluggable store, which does not unplug them.
+			Feed:        mem,
+			Presence:    mem,
+			PresenceTTL: leasetest.ShortPresenceTTL,
+		}
+	})
+}
+
+// peerView is a second handle on a memory engine, standing for a second instance on one store:
+// closing it leaves the engine open.
+type peerView struct{ *leasemem.Engine }
+
+func (peerView) Close() error { return nil }
+
+// TestSuiteWithAPeer runs the suite, its tests across instances included, against a memory engine
+// and a second handle on it: the memory engine has no store to share, but the tests of the suite
+// that need two instances run all the same.
+func TestSuiteWithAPeer(t *testing.T) {
+	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
+		opts := leasemem.Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
+		mem, err := leasemem.New(opts)
+		if err != nil {
+			t.Fatalf("leasemem.New: %v", err)
+		}
+		return leasetest.Target{
+			Engine:      mem,
+			Peer:        func(t *testing.T) lease.Engine { return peerView{mem} },
+			PresenceTTL: leasetest.ShortPresenceTTL,
 		}
 	})
 }

@@ -21,9 +21,18 @@ import (
 // give up within Target.OpTimeout plus two seconds. It allows a store to round the times it answers
 // to the millisecond, and asks every answer (LostError.Current and ReleaseResult.Lease included)
 // to carry the Key it is about.
+//
+// The events part (eventTests) runs for targets with a lease.Feed, and its presence tests for
+// targets with a lease.Presence; it skips otherwise. Its latency bound is DESIGN's: an expiry is
+// announced within a second of it, which the suite allows another second of slack.
 func Run(t *testing.T, newTarget Factory) {
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, newTarget) })
+	for _, group := range [][]struct {
+		name string
+		run  func(t *testing.T, newTarget Factory)
+	}{tests, eventTests} {
+		for _, tc := range group {
+			t.Run(tc.name, func(t *testing.T) { tc.run(t, newTarget) })
+		}
 	}
 }
 

@@ -1,0 +1,187 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+func TestParseEventIDReadsOnlyWhatStringWrites(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want lease.EventID
+		ok   bool
+	}{
+		{"0-0", lease.EventID{}, true},
+		{"1764680400123-0", lease.EventID{Millis: 1764680400123}, true},
+		{"1764680400123-17", lease.EventID{Millis: 1764680400123, Seq: 17}, true},
+		{"18446744073709551615-18446744073709551615", lease.EventID{Millis: 1<<64 - 1, Seq: 1<<64 - 1}, true},
+		{"", lease.EventID{}, false},
+		{"-", lease.EventID{}, false},
+		{"12", lease.EventID{}, false},
+		{"12-", lease.EventID{}, false},
+		{"-3", lease.EventID{}, false},
+		{"12-3-4", lease.EventID{}, false},
+		{"+12-3", lease.EventID{}, false},
+		{"012-3", lease.EventID{}, false},
+		{"12-03", lease.EventID{}, false},
+		{"12 -3", lease.EventID{}, false},
+		{"1a-3", lease.EventID{}, false},
+		{"18446744073709551616-0", lease.EventID{}, false},
+		{"123456789012345678901-0", lease.EventID{}, false},
+	} {
+		got, err := lease.ParseEventID(tc.in)
+		if tc.ok != (err == nil) || got != tc.want {
+			t.Errorf("ParseEventID(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("ParseEventID(%q) = %v, want lease.ErrInvalid", tc.in, err)
+		}
+		if err == nil && got.String() != tc.in {
+			t.Errorf("ParseEventID(%q).String() = %q", tc.in, got.String())
+		}
+	}
+}
+
+func TestEventIDsCompareByMillisecondThenSequence(t *testing.T) {
+	ordered := []string{"0-0", "0-1", "1-0", "9-5", "10-0", "10-1", "10-10", "100-2"}
+	for i, a := range ordered {
+		for j, b := range ordered {
+			got, err := lease.CompareEventIDs(a, b)
+			want := 0
+			switch {
+			case i < j:
+				want = -1
+			case i > j:
+				want = 1
+			}
+			if err != nil || got != want {
+				t.Errorf("CompareEventIDs(%q, %q) = %d, %v; want %d", a, b, got, err, want)
+			}
+		}
+	}
+	if _, err := lease.CompareEventIDs("1-0", "x"); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("CompareEventIDs with a bad id = %v, want lease.ErrInvalid", err)
+	}
+}
+
+func TestNextEventIDStrictlyIncreasesWhateverTheClock(t *testing.T) {
+	t0 := time.UnixMilli(1764680400123).Add(456 * time.Microsecond)
+	steps := []struct {
+		name string
+		at   time.Time
+		want lease.EventID
+	}{
+		{"the first event takes the clock", t0, lease.EventID{Millis: 1764680400123}},
+		{"the same millisecond counts on", t0.Add(300 * time.Microsecond), lease.EventID{Millis: 1764680400123, Seq: 1}},
+		{"a later millisecond starts again at 0", t0.Add(2 * time.Millisecond), lease.EventID{Millis: 1764680400125}},
+		{"a clock that stepped back counts on", t0.Add(-time.Hour), lease.EventID{Millis: 1764680400125, Seq: 1}},
+		{"a clock before 1970 counts on", time.UnixMilli(-5), lease.EventID{Millis: 1764680400125, Seq: 2}},
+	}
+	var last lease.EventID
+	for _, s := range steps {
+		got := lease.NextEventID(last, s.at)
+		if got != s.want || got.Compare(last) <= 0 {
+			t.Errorf("%s: NextEventID(%v, %v) = %v, want %v", s.name, last, s.at, got, s.want)
+		}
+		last = got
+	}
+}
+
+func TestEventTypesNameTheirStream(t *testing.T) {
+	for _, typ := range []lease.EventType{lease.EventGranted, lease.EventReleased, lease.EventExpired, lease.EventTakenOver,
+		lease.EventRevoked, lease.EventHandoffRequested, lease.EventUpdated} {
+		if typ.Stream() != "lease" {
+			t.Errorf("%s.Stream() = %q, want lease", typ, typ.Stream())
+		}
+	}
+	for _, typ := range []lease.EventType{lease.EventTabJoined, lease.EventTabLeft} {
+		if typ.Stream() != "tabs" {
+			t.Errorf("%s.Stream() = %q, want tabs", typ, typ.Stream())
+		}
+	}
+}
+
+var key = lease.Key{User: "alice", Session: "doc-1"}
+
+func TestAWatchDeliversInOrderUntilItsBufferOverflows(t *testing.T) {
+	var stops atomic.Int32
+	w, s := lease.NewWatch(t.Context(), key, 2, func() { stops.Add(1) })
+	if cap(w.Events()) != 2 || w.Key != key {
+		t.Fatalf("NewWatch: buffer %d, key %+v; want 2, %+v", cap(w.Events()), w.Key, key)
+	}
+	for i, id := range []string{"1-0", "1-1"} {
+		if !s.Send(lease.Event{ID: id}) {
+			t.Fatalf("Send %d into a buffer with room answered false", i)
+		}
+	}
+	if s.Send(lease.Event{ID: "1-2"}) || !s.Done() {
+		t.Fatal("Send into a full buffer answered true, or did not end the watch")
+	}
+	if s.Send(lease.Event{ID: "1-3"}) {
+		t.Error("Send after the end answered true")
+	}
+	var got []string
+	for ev := range w.Events() {
+		got = append(got, ev.ID)
+	}
+	if len(got) != 2 || got[0] != "1-0" || got[1] != "1-1" {
+		t.Errorf("events delivered = %v, want 1-0 and 1-1", got)
+	}
+	if !errors.Is(w.Err(), lease.ErrResync) {
+		t.Errorf("Err = %v, want lease.ErrResync", w.Err())
+	}
+	if stops.Load() != 0 {
+		t.Error("the engine's stop was called for a watch the engine ended")
+	}
+	w.Close()
+	w.Close()
+	if stops.Load() != 1 || !errors.Is(w.Err(), lease.ErrResync) {
+		t.Errorf("after Close: %d stops, Err %v; want 1 and ErrResync kept", stops.Load(), w.Err())
+	}
+}
+
+func TestAWatchEndsOnceWhicheverEndsItFirst(t *testing.T) {
+	t.Run("Close ends it with no error and stops it once", func(t *testing.T) {
+		var stops atomic.Int32
+		w, s := lease.NewWatch(t.Context(), key, 0, func() { stops.Add(1) })
+		if cap(w.Events()) != lease.DefaultWatchBuffer {
+			t.Errorf("buffer = %d, want the default %d", cap(w.Events()), lease.DefaultWatchBuffer)
+		}
+		w.Close()
+		w.Close()
+		if _, open := <-w.Events(); open || w.Err() != nil || stops.Load() != 1 || !s.Done() || s.Send(lease.Event{}) {
+			t.Errorf("after Close: open %v, Err %v, %d stops; want closed, nil, 1", open, w.Err(), stops.Load())
+		}
+	})
+	t.Run("the context ends it with its error and stops it once", func(t *testing.T) {
+		stopped := make(chan struct{}, 2)
+		ctx, cancel := context.WithCancel(t.Context())
+		w, _ := lease.NewWatch(ctx, key, 1, func() { stopped <- struct{}{} })
+		cancel()
+		if _, open := <-w.Events(); open {
+			t.Fatal("the watch delivered an event")
+		}
+		<-stopped
+		w.Close()
+		if !errors.Is(w.Err(), context.Canceled) || len(stopped) != 0 {
+			t.Errorf("Err = %v, %d more stops; want context.Canceled and none", w.Err(), len(stopped))
+		}
+	})
+	t.Run("the engine ends it with its error and is not called back", func(t *testing.T) {
+		var stops atomic.Int32
+		ctx, cancel := context.WithCancel(t.Context())
+		w, s := lease.NewWatch(ctx, key, 1, func() { stops.Add(1) })
+		closed := &lease.UnavailableError{Op: "watch", Err: errors.New("closed")}
+		s.End(closed)
+		s.End(lease.ErrResync)
+		cancel() // after the end: changes nothing
+		if _, open := <-w.Events(); open || !errors.Is(w.Err(), lease.ErrUnavailable) || stops.Load() != 0 {
+			t.Errorf("after End: open %v, Err %v, %d stops; want closed, the engine's error, 0", open, w.Err(), stops.Load())
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package leasemem
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// presenceKey names one connection of one tab.
+type presenceKey struct{ tabID, conn string }
+
+// presenceEntry is one connection of a tab to the session's event stream.
+type presenceEntry struct {
+	label       string
+	hidden      bool
+	connectedAt time.Time // when this connection first joined
+	refreshedAt time.Time // when it last joined
+	expiresAt   time.Time // the entry is gone at expiresAt and after
+}
+
+// Join implements lease.Presence.
+func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
+	if err := lease.ValidateJoin(key, conn, tab); err != nil {
+		return 0, err
+	}
+	now, unlock, err := e.begin(ctx, "join")
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	s := e.sessions[key]
+	if s == nil {
+		s = e.create(key)
+	}
+	e.settle(key, s, now)
+
+	pk := presenceKey{tab.TabID, conn}
+	p := s.present[pk]
+	listed := s.listed(tab.TabID)
+	if p == nil {
+		p = &presenceEntry{connectedAt: now}
+		if s.present == nil {
+			s.present = make(map[presenceKey]*presenceEntry)
+		}
+		s.present[pk] = p
+	}
+	p.label, p.hidden = tab.Label, tab.Hidden
+	p.refreshedAt, p.expiresAt = now, now.Add(e.presenceTTL)
+	if !listed {
+		t := s.tab(tab.TabID)
+		e.emit(key, s, now, lease.Event{Type: lease.EventTabJoined, Tab: &t, At: now})
+	}
+	e.updateLive(key, s)
+	e.deadline(key, p.expiresAt)
+	return e.presenceTTL, nil
+}
+
+// Leave implements lease.Presence.
+func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) error {
+	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
+		return err
+	}
+	now, unlock, err := e.begin(ctx, "leave")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s := e.sessions[key]
+	if s == nil {
+		return nil
+	}
+	e.settle(key, s, now)
+	pk := presenceKey{tabID, conn}
+	if s.present[pk] == nil {
+		return nil
+	}
+	t := s.tab(tabID)
+	delete(s.present, pk)
+	if !s.listed(tabID) {
+		e.emit(key, s, now, lease.Event{Type: lease.EventTabLeft, Tab: &t, At: now})
+	}
+	e.updateLive(key, s)
+	return nil
+}
+
+// Tabs implements lease.Presence.
+func (e *Engine) Tabs(ctx context.Context, key lease.Key) ([]lease.Tab, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	now, unlock, err := e.begin(ctx, "tabs")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	s := e.sessions[key]
+	if s == nil {
+		return nil, nil
+	}
+	e.settle(key, s, now)
+	return s.tabs(), nil
+}
+
+// expirePresence removes the presence entries of s that expired by now, and announces the tabs
+// that left with them, in the order they left. e.mu must be held.
+func (e *Engine) expirePresence(key lease.Key, s *entry, now time.Time) {
+	type gone struct {
+		tab lease.Tab // as listed before its entries expired
+		at  time.Time // when the last of them expired
+	}
+	var left []gone
+	for pk, p := range s.present {
+		if p.expiresAt.After(now) {
+			continue
+		}
+		i := slices.IndexFunc(left, func(g gone) bool { return g.tab.TabID == pk.tabID })
+		if i < 0 {
+			left = append(left, gone{tab: s.tab(pk.tabID)})
+			i = len(left) - 1
+		}
+		left[i].at = later(left[i].at, p.expiresAt)
+	}
+	if len(left) == 0 {
+		return
+	}
+	for pk, p := range s.present {
+		if !p.expiresAt.After(now) {
+			delete(s.present, pk)
+		}
+	}
+	left = slices.DeleteFunc(left, func(g gone) bool { return s.listed(g.tab.TabID) })
+	slices.SortFunc(left, func(a, b gone) int {
+		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.tab.TabID, b.tab.TabID))
+	})
+	for _, g := range left {
+		e.emit(key, s, now, lease.Event{Type: lease.EventTabLeft, Tab: &g.tab, Reason: lease.ReasonTimeout, At: g.at})
+	}
+	e.updateLive(key, s)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// listed reports whether tabID has a presence entry in s.
+func (s *entry) listed(tabID string) bool {
+	for pk := range s.present {
+		if pk.tabID == tabID {
+			return true
+		}
+	}
+	return false
+}
+
+// tab is tabID as listed: connected since its earliest entry, with the label and hidden flag of
+// its latest refresh.
+func (s *entry) tab(tabID string) lease.Tab {
+	t := lease.Tab{TabID: tabID}
+	var refreshed time.Time
+	for pk, p := range s.present {
+		if pk.tabID != tabID {
+			continue
+		}
+		if t.ConnectedAt.IsZero() || p.connectedAt.Before(t.ConnectedAt) {
+			t.ConnectedAt = p.connectedAt
+		}
+		if refreshed.IsZero() || !p.refreshedAt.Before(refreshed) {
+			refreshed = p.refreshedAt
+			t.Label, t.Hidden = p.label, p.hidden
+		}
+	}
+	return t
+}
+
+// tabs lists the tabs of s, in the order they connected, then by tab id.
+func (s *entry) tabs() []lease.Tab {
+	var tabs []lease.Tab
+	for pk := range s.present {
+		if !slices.ContainsFunc(tabs, func(t lease.Tab) bool { return t.TabID == pk.tabID }) {
+			tabs = append(tabs, s.tab(pk.tabID))
+		}
+	}
+	slices.SortFunc(tabs, func(a, b lease.Tab) int {
+		return cmp.Or(a.ConnectedAt.Compare(b.ConnectedAt), cmp.Compare(a.TabID, b.TabID))
+	})
+	return tabs
+}
