@@ -12,7 +12,8 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// Error codes of DESIGN §3, plus METHOD_NOT_ALLOWED for 405.
+// Error codes of DESIGN §3, plus METHOD_NOT_ALLOWED for 405 and the two preconditions of
+// PUT /v1/admin/catalog.
 const (
 	CodeInvalidArgument  = "INVALID_ARGUMENT"
 	CodeUnauthenticated  = "UNAUTHENTICATED"
@@ -23,27 +24,33 @@ const (
 	CodeLeaseLost        = "LEASE_LOST"
 	CodeHandoffPending   = "HANDOFF_PENDING"
 	CodeSessionBlocked   = "SESSION_BLOCKED"
-	CodePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
-	CodeRateLimited      = "RATE_LIMITED"
-	CodeStoreUnavailable = "STORE_UNAVAILABLE"
-	CodeInternal         = "INTERNAL"
+	// CodePreconditionFailed (412): If-Match names a version that is no longer current.
+	CodePreconditionFailed = "PRECONDITION_FAILED"
+	// CodePreconditionRequired (428): a conditional write came without If-Match.
+	CodePreconditionRequired = "PRECONDITION_REQUIRED"
+	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	CodeRateLimited          = "RATE_LIMITED"
+	CodeStoreUnavailable     = "STORE_UNAVAILABLE"
+	CodeInternal             = "INTERNAL"
 )
 
 // Codes maps every error code to its HTTP status. Read it; never modify it.
 var Codes = map[string]int{
-	CodeInvalidArgument:  http.StatusBadRequest,
-	CodeUnauthenticated:  http.StatusUnauthorized,
-	CodeForbidden:        http.StatusForbidden,
-	CodeNotFound:         http.StatusNotFound,
-	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
-	CodeLeaseHeld:        http.StatusConflict,
-	CodeLeaseLost:        http.StatusConflict,
-	CodeHandoffPending:   http.StatusConflict,
-	CodeSessionBlocked:   http.StatusLocked,
-	CodePayloadTooLarge:  http.StatusRequestEntityTooLarge,
-	CodeRateLimited:      http.StatusTooManyRequests,
-	CodeStoreUnavailable: http.StatusServiceUnavailable,
-	CodeInternal:         http.StatusInternalServerError,
+	CodeInvalidArgument:      http.StatusBadRequest,
+	CodeUnauthenticated:      http.StatusUnauthorized,
+	CodeForbidden:            http.StatusForbidden,
+	CodeNotFound:             http.StatusNotFound,
+	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	CodeLeaseHeld:            http.StatusConflict,
+	CodeLeaseLost:            http.StatusConflict,
+	CodeHandoffPending:       http.StatusConflict,
+	CodeSessionBlocked:       http.StatusLocked,
+	CodePreconditionFailed:   http.StatusPreconditionFailed,
+	CodePreconditionRequired: http.StatusPreconditionRequired,
+	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	CodeRateLimited:          http.StatusTooManyRequests,
+	CodeStoreUnavailable:     http.StatusServiceUnavailable,
+	CodeInternal:             http.StatusInternalServerError,
 }
 
 // Error is an error answer: it becomes {"error": {code, message, retryable, details}} with the
@@ -95,6 +102,7 @@ var leaseErrors = []struct {
 	{lease.ErrHandoffPending, CodeHandoffPending, true, "the lease is reserved for a tab that asked for a handoff"},
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
+	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},
 }
 
 // storeRetryAfter is the Retry-After sent with STORE_UNAVAILABLE.
@@ -116,6 +124,7 @@ func errorFor(err error) *Error {
 			held  *lease.HeldError
 			lost  *lease.LostError
 			retry *lease.RetryError
+			vm    *lease.VersionMismatchError
 		)
 		switch {
 		case errors.As(err, &inv):
@@ -136,6 +145,8 @@ func errorFor(err error) *Error {
 		case errors.As(err, &retry):
 			out.Details = map[string]any{"retryAfterMs": retry.RetryAfter.Milliseconds()}
 			out.RetryAfter = retry.RetryAfter
+		case errors.As(err, &vm):
+			out.Details = map[string]any{"version": vm.Current}
 		}
 		if row.code == CodeStoreUnavailable {
 			out.RetryAfter = storeRetryAfter

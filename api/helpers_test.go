@@ -88,6 +88,7 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 		Auth:    testAuthConfig(),
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Version: "test",
+		Now:     clock.Now,
 	}
 	for _, m := range mods {
 		m(&opts)
@@ -164,6 +165,7 @@ type leaseAnswer struct {
 	RenewAfterMs int64       `json:"renewAfterMs"`
 	Transitions  int64       `json:"transitions"`
 	Role         *string     `json:"role"`
+	Token        *string     `json:"token"`
 }
 
 type errorAnswer struct {

@@ -36,6 +36,8 @@ type leaseJSON struct {
 	RenewAfterMs int64       `json:"renewAfterMs"`
 	Transitions  int64       `json:"transitions"`
 	Role         string      `json:"role,omitempty"` // only when the request named a tabId
+	// Token is the lease token, only in answers to the holder (acquire, renew).
+	Token string `json:"token,omitempty"`
 }
 
 type holderJSON struct {
@@ -103,7 +105,7 @@ type releaseBody struct {
 	Epoch json.RawMessage `json:"epoch"`
 }
 
-// checkBody is {tabId, epoch} or {token}; the token form waits for lease tokens.
+// checkBody is {tabId, epoch} or {token} (see checkToken).
 type checkBody struct {
 	TabID string          `json:"tabId"`
 	Epoch json.RawMessage `json:"epoch"`
@@ -183,7 +185,11 @@ func (s *Server) acquire(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, leaseView(l, b.TabID))
+	out, err := s.holderAnswer(l, b.TabID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) renew(c echo.Context) error {
@@ -213,7 +219,11 @@ func (s *Server) renew(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, leaseView(l, b.TabID))
+	out, err := s.holderAnswer(l, b.TabID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) release(c echo.Context) error {
@@ -274,9 +284,14 @@ func (s *Server) check(c echo.Context) error {
 		return err
 	}
 	if b.Token != nil {
-		e := errInvalid("lease tokens are not enabled on this server; check with {tabId, epoch}")
-		e.Details = map[string]any{"field": "token"}
-		return e
+		if b.TabID != "" || len(b.Epoch) > 0 {
+			return errInvalid("give either {tabId, epoch} or {token}, not both")
+		}
+		l, claims, err := s.checkToken(c.Request().Context(), key, *b.Token)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, checkJSON{Valid: true, Lease: leaseView(l, claims.Tab)})
 	}
 	if err := validTabID(b.TabID); err != nil {
 		return err

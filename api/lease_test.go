@@ -162,10 +162,10 @@ func TestLeaseAnswers(t *testing.T) {
 	t.Run("an unknown mode is refused", func(t *testing.T) {
 		wantError(t, h.post(leasePath("mode"), alice, `{"tabId":"t1","mode":"steal"}`), http.StatusBadRequest, CodeInvalidArgument)
 	})
-	t.Run("check with a lease token says tokens are not enabled", func(t *testing.T) {
+	t.Run("check with a malformed lease token is refused as invalid", func(t *testing.T) {
 		e := wantError(t, h.post(leasePath("doc")+"/check", alice, `{"token":"abc.def.ghi"}`), http.StatusBadRequest, CodeInvalidArgument)
-		if !strings.Contains(e.Error.Message, "lease tokens are not enabled") {
-			t.Fatalf("message %q", e.Error.Message)
+		if e.Error.Details["field"] != "token" || e.Error.Details["reason"] != "invalid_token" {
+			t.Fatalf("details %v", e.Error.Details)
 		}
 	})
 }

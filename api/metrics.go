@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	// Expose the store error counters at zero, so that a rate over them is defined from the start.
-	for _, op := range []string{"acquire", "renew", "release", "get", "check", "ping"} {
+	for _, op := range []string{"acquire", "renew", "release", "get", "check", "ping", "catalog"} {
 		m.storeErrors.WithLabelValues(op)
 	}
 	return m, nil

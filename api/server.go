@@ -1,19 +1,23 @@
 // Package api is the HTTP face of tablease: an Echo v4 server that exposes the lease lifecycle of
 // DESIGN §3 under /v1, verifies access tokens, maps domain errors to one JSON error shape, and
-// serves /healthz, /readyz, /metrics and /openapi.yaml.
+// serves /healthz, /readyz, /metrics and /openapi.yaml. It also serves the tool catalog by role
+// and route and its replacement by admins (catalog.go, catalogsource.go), and signs the lease
+// tokens of holders, publishes their keys at /.well-known/jwks.json and checks them for guards
+// (leasetokens.go).
 //
 // Every /v1 call acts for the user named by the `sub` of a verified access token: the lease of
-// session {sid} is lease.Key{User: sub, Session: sid}. Every non-2xx answer is
+// session {sid} is lease.Key{User: sub, Session: sid}. Every error answer (4xx and 5xx) is
 //
 //	{"error": {"code": "…", "message": "…", "retryable": false, "details": {…}}}
 //
-// and never HTML. The codes and their statuses are listed in Codes; lease errors are mapped by
-// one table (leaseErrors in errors.go).
+// and never HTML; a 304 Not Modified has no body. The codes and their statuses are listed in
+// Codes; lease errors are mapped by one table (leaseErrors in errors.go).
 //
 // Requests with a body must say Content-Type: application/json; anything else is
 // 400 INVALID_ARGUMENT (not 415, so that clients handle one code for every malformed request).
-// Bodies are at most 16 KiB (413 PAYLOAD_TOO_LARGE) and are decoded strictly: unknown fields,
-// wrong types, fractional numbers, trailing data and empty bodies are 400 INVALID_ARGUMENT.
+// Bodies are at most 16 KiB (413 PAYLOAD_TOO_LARGE; a catalog PUT at most 1 MiB) and are decoded
+// strictly: unknown fields, wrong types, fractional numbers, trailing data and empty bodies are
+// 400 INVALID_ARGUMENT.
 package api
 
 import (
@@ -31,6 +35,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leasemem"
+	"github.com/tablease/tablease/owner/catalog"
+	"github.com/tablease/tablease/owner/leasetoken"
 )
 
 // MaxBodyBytes bounds a request body (16 KiB).
@@ -60,6 +67,34 @@ type Options struct {
 	Dev bool
 	// Version is the build version, served in /openapi.yaml as info.x-build-version.
 	Version string
+
+	// Catalog is the tool catalog of the configuration (TABLEASE_CATALOG_FILE); nil means none.
+	// The stored catalog wins over it once the store holds one (see SeedCatalog).
+	Catalog *catalog.Catalog
+	// Documents stores the catalog that admins PUT, so that every instance on the same store
+	// serves the same version. Nil: the Engine when it is a lease.DocumentStore, else a store in
+	// this process only (leasemem.DocumentStore), which is right for one instance only.
+	Documents lease.DocumentStore
+	// CatalogMaxAge is how long the catalog read from the store is served before it is read again
+	// (a version check); it bounds how long an instance serves a version another instance
+	// replaced. Default DefaultCatalogMaxAge.
+	CatalogMaxAge time.Duration
+	// LeaseKeys sign the lease tokens given to holders and are published at
+	// /.well-known/jwks.json. Nil: a key generated for this process, which other instances
+	// cannot verify (one instance only).
+	LeaseKeys *leasetoken.KeySet
+	// LeaseIssuer is the iss of lease tokens; guards require it. Default DefaultLeaseIssuer.
+	LeaseIssuer string
+	// Now is the clock that checks the exp and iat of lease tokens presented to /lease/check and
+	// ages the cached catalog; default time.Now. (Leases themselves use the engine's clock.)
+	Now func() time.Time
+
+	// Admin serves the admin lease routes (list, read, revoke, audit under /v1/admin, scope
+	// lease:admin); nil leaves those routes out (404).
+	Admin lease.Admin
+	// MaxBlock bounds the blockMs of a revoke (TABLEASE_ADMIN_MAX_BLOCK); zero means
+	// DefaultMaxBlock (1h).
+	MaxBlock time.Duration
 }
 
 // Server is the HTTP server of tablease. Make it with New.
@@ -76,6 +111,14 @@ type Server struct {
 	echo     *echo.Echo
 	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
 	registry *prometheus.Registry
+
+	catalogs  *catalogSource
+	leaseKeys *leasetoken.KeySet
+	signer    *leasetoken.Signer
+	verifier  *leasetoken.Verifier
+
+	admin    lease.Admin   // nil: no admin lease routes
+	maxBlock time.Duration // bound on the blockMs of a revoke
 }
 
 // New checks opts and builds the server with its routes.
@@ -113,6 +156,58 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: Options.Registry: %w", err)
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	keys := opts.LeaseKeys
+	if keys == nil {
+		k, err := leasetoken.GenerateKey()
+		if err != nil {
+			return nil, fmt.Errorf("api: generating a lease-token key: %w", err)
+		}
+		if keys, err = leasetoken.NewKeySet(k, leasetoken.KeySetOptions{}); err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+	}
+	issuer := opts.LeaseIssuer
+	if issuer == "" {
+		issuer = DefaultLeaseIssuer
+	}
+	signer, err := leasetoken.NewSigner(keys, issuer)
+	if err != nil {
+		return nil, fmt.Errorf("api: Options.LeaseIssuer: %w", err)
+	}
+	verifier, err := leasetoken.NewVerifier(keys, leasetoken.VerifierOptions{Issuer: issuer, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	docs := opts.Documents
+	if docs == nil {
+		if ds, ok := opts.Engine.(lease.DocumentStore); ok {
+			docs = ds
+		} else {
+			docs = leasemem.NewDocumentStore(nil)
+		}
+	}
+	maxAge := opts.CatalogMaxAge
+	switch {
+	case maxAge == 0:
+		maxAge = DefaultCatalogMaxAge
+	case maxAge < 0:
+		return nil, errors.New("api: Options.CatalogMaxAge must not be negative")
+	}
+	maxBlock := opts.MaxBlock
+	switch {
+	case maxBlock == 0:
+		maxBlock = DefaultMaxBlock
+	case maxBlock < 0 || maxBlock%time.Millisecond != 0:
+		return nil, errors.New("api: Options.MaxBlock must be positive whole milliseconds (or zero for the default)")
+	}
+	catalogs, err := newCatalogSource(docs, opts.Catalog, maxAge, now, logger)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 
 	s := &Server{
 		engine:   opts.Engine,
@@ -125,6 +220,14 @@ func New(opts Options) (*Server, error) {
 		spec:     specWithVersion(opts.Version),
 		registry: reg,
 		routeSet: make(map[string]bool),
+
+		catalogs:  catalogs,
+		leaseKeys: keys,
+		signer:    signer,
+		verifier:  verifier,
+
+		admin:    opts.Admin,
+		maxBlock: maxBlock,
 	}
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
@@ -136,10 +239,9 @@ func New(opts Options) (*Server, error) {
 // Handler is the Echo instance, ready to be served by an http.Server.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Close stops the server's background work. It does not close the engine, which the caller owns.
-// There is no background work yet (rate limiters are swept as requests come); event streams will
-// be ended here.
-func (s *Server) Close() {}
+// Close stops the server's background work (the catalog poller; event streams will be ended
+// here). It does not close the engine, which the caller owns.
+func (s *Server) Close() { s.catalogs.close() }
 
 func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()
@@ -153,6 +255,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
 	e.GET("/openapi.yaml", s.openapi)
+	e.GET("/.well-known/jwks.json", s.jwks)
 	if s.dev {
 		e.GET("/dev/token", s.devToken)
 	}
@@ -164,6 +267,15 @@ func (s *Server) newEcho() *echo.Echo {
 	v1.POST("/sessions/:sid/lease/renew", s.renew, authed...)
 	v1.POST("/sessions/:sid/lease/release", s.release, authed...)
 	v1.POST("/sessions/:sid/lease/check", s.check, authed...)
+	v1.GET("/sessions/:sid/catalog", s.sessionCatalog, authed...)
+
+	admin := append(authed[:len(authed):len(authed)], RequireScope(ScopeAdmin))
+	v1.GET("/admin/catalog", s.adminCatalog, admin...)
+	v1.PUT("/admin/catalog", s.putCatalog, admin...)
+	if s.admin != nil {
+		s.registerAdmin(v1, admin)
+	}
+	s.registerStatic(e)
 
 	for _, r := range e.Routes() {
 		s.routeSet[r.Method+" "+r.Path] = true

@@ -5,10 +5,13 @@
 package config
 
 import (
+	"bytes"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -17,6 +20,8 @@ import (
 	"time"
 
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner/catalog"
+	"github.com/tablease/tablease/owner/leasetoken"
 )
 
 // Config is the validated configuration of `tablease serve`.
@@ -44,6 +49,28 @@ type Config struct {
 	Dev bool // dev mode: memory engine unless RedisURL, generated secret, /dev/token
 	// SecretGenerated is true when dev mode made up HS256Secret.
 	SecretGenerated bool
+
+	// CatalogFile is the JSON tool catalog (TABLEASE_CATALOG_FILE), validated into Catalog; both
+	// empty when none is configured.
+	CatalogFile string
+	Catalog     *catalog.Catalog
+
+	// LeaseSigningKeyFile is the PEM private key that signs lease tokens
+	// (TABLEASE_LEASE_SIGNING_KEY), loaded into LeaseSigningKey. Empty: the key is generated at
+	// start, which only dev mode and the memory engine allow (one instance: nobody else needs to
+	// verify its tokens after a restart).
+	LeaseSigningKeyFile string
+	LeaseSigningKey     leasetoken.SigningKey
+	// LeasePreviousKeysFile is a PEM file of public keys published and accepted besides the
+	// signing key (TABLEASE_LEASE_PREVIOUS_KEYS): the previous key after a rotation, or the next
+	// one before it. Loaded into LeasePreviousKeys.
+	LeasePreviousKeysFile string
+	LeasePreviousKeys     []leasetoken.PublicKey
+	// LeaseIssuer is the iss of lease tokens (TABLEASE_LEASE_ISSUER); guards require the same.
+	LeaseIssuer string
+
+	// AdminMaxBlock bounds the block an admin may set with a revoke (TABLEASE_ADMIN_MAX_BLOCK).
+	AdminMaxBlock time.Duration
 }
 
 // Error is a configuration error naming the variable.
@@ -157,6 +184,62 @@ var variables = []variable{
 		}
 		return fmt.Errorf("must be debug, info, warn or error (%q)", v)
 	}},
+	{"TABLEASE_CATALOG_FILE", "", "JSON file of the tool catalog (validated at start)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		data, err := readFile(v, lease.MaxDocumentSize)
+		if err != nil {
+			return err
+		}
+		cat, err := catalog.Parse(data)
+		if err != nil {
+			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
+		}
+		c.CatalogFile, c.Catalog = v, cat
+		return nil
+	}},
+	{"TABLEASE_LEASE_SIGNING_KEY", "", "PEM file of the Ed25519 (or P-256) private key that signs lease tokens (tablease keygen makes one)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		data, err := readFile(v, 64<<10)
+		if err != nil {
+			return err
+		}
+		k, err := leasetoken.ParsePrivateKeyPEM(data)
+		if err != nil {
+			return fmt.Errorf("%s: %s", v, oneLine(strings.TrimPrefix(err.Error(), "leasetoken: ")))
+		}
+		c.LeaseSigningKeyFile, c.LeaseSigningKey = v, k
+		return nil
+	}},
+	{"TABLEASE_LEASE_PREVIOUS_KEYS", "", "PEM file of public keys still accepted for lease tokens (the previous key after a rotation)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		data, err := readFile(v, 1<<20)
+		if err != nil {
+			return err
+		}
+		keys, err := parsePublicKeys(data)
+		if err != nil {
+			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
+		}
+		c.LeasePreviousKeysFile, c.LeasePreviousKeys = v, keys
+		return nil
+	}},
+	{"TABLEASE_LEASE_ISSUER", "tablease", "iss claim of lease tokens (guards must require the same)", func(c *Config, v string) error {
+		if v == "" || strings.ContainsAny(v, " \t\r\n") {
+			return fmt.Errorf("must be a non-empty word (%q)", v)
+		}
+		c.LeaseIssuer = v
+		return nil
+	}},
+	{"TABLEASE_ADMIN_MAX_BLOCK", "1h", "longest block of new grants an admin may set with a revoke", func(c *Config, v string) (err error) {
+		c.AdminMaxBlock, err = duration(v, time.Second, 7*24*time.Hour)
+		return err
+	}},
 	{"TABLEASE_DEV", "false", "dev mode: memory engine unless a Redis URL is set, generated secret, /dev/token", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -234,6 +317,9 @@ func (c *Config) finish() error {
 		}
 		return &Error{Var: "TABLEASE_TTL_MIN/DEFAULT/MAX/HIDDEN_MAX", Reason: reason}
 	}
+	if c.RedisURL != "" && !c.Dev && c.LeaseSigningKey.IsZero() {
+		return &Error{Var: "TABLEASE_LEASE_SIGNING_KEY", Reason: "required with TABLEASE_REDIS_URL (unless --dev): every instance must sign lease tokens with the same key; create one with `tablease keygen --out lease-key.pem`"}
+	}
 	if c.Dev {
 		host, _, _ := net.SplitHostPort(c.Addr)
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -276,4 +362,56 @@ func duration(v string, lo, hi time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("must be whole milliseconds (%s)", d)
 	}
 	return d, nil
+}
+
+// readFile reads a configuration file of at most limit bytes, with an error that names the file
+// and fits on one line.
+func readFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("cannot read %q: %v", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %q: %v", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%q is larger than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+// parsePublicKeys reads every PEM block of data as a lease-token public key: "PUBLIC KEY" blocks,
+// or private keys of which only the public half is kept.
+func parsePublicKeys(data []byte) ([]leasetoken.PublicKey, error) {
+	var keys []leasetoken.PublicKey
+	for n := 1; ; n++ {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		k, err := leasetoken.ParsePublicKeyPEM(pem.EncodeToMemory(block))
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %d: %s", n, strings.TrimPrefix(err.Error(), "leasetoken: "))
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no PEM block found")
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		return nil, errors.New("data after the last PEM block is not PEM")
+	}
+	return keys, nil
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }

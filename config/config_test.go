@@ -3,9 +3,13 @@ package config
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tablease/tablease/owner/leasetoken"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -101,4 +105,131 @@ func TestDevModeListensOnLoopbackOnly(t *testing.T) {
 			t.Fatalf("%s: %v", addr, err)
 		}
 	}
+}
+
+// writeFile writes data to a file in a temporary directory and returns its path.
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func prodEnv(extra map[string]string) map[string]string {
+	m := map[string]string{"TABLEASE_JWT_HS256_SECRET": goodSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+func TestTheCatalogFileIsValidatedAtStart(t *testing.T) {
+	good := writeFile(t, "catalog.json", `{"tools":[{"name":"search_events","description":"Search.","annotations":{"readOnlyHint":true}}]}`)
+	c, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_CATALOG_FILE": good})), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalog == nil || len(c.Catalog.Tools) != 1 || c.CatalogFile != good {
+		t.Fatalf("catalog not loaded: %+v", c.Catalog)
+	}
+
+	cases := []struct {
+		name, data, want string
+	}{
+		{"a read-only tool marked destructive", `{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":true,"destructiveHint":true}}]}`, `tools[0] "x": annotations.destructiveHint`},
+		{"an unknown field", `{"tools":[{"name":"x","description":"d","colour":"red"}]}`, `tools[0] "x"`},
+		{"two profiles for one route", `{"tools":[{"name":"x","description":"d"},{"name":"x","description":"e","routes":["/a"]}]}`, `tools[1] "x"`},
+		{"a bad route pattern", `{"tools":[{"name":"x","description":"d","routes":["events"]}]}`, `routes[0]`},
+		{"JSON that does not parse", "{\n\"tools\": [\n", "catalog:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" is refused with one line naming the variable and the problem", func(t *testing.T) {
+			p := writeFile(t, "catalog.json", tc.data)
+			_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_CATALOG_FILE": p})), io.Discard)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != "TABLEASE_CATALOG_FILE" {
+				t.Fatalf("got %v, want an error naming TABLEASE_CATALOG_FILE", err)
+			}
+			if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, tc.want) || !strings.Contains(msg, p) {
+				t.Fatalf("error %q should be one line naming the file and %q", msg, tc.want)
+			}
+		})
+	}
+	_, err = Load(nil, env(prodEnv(map[string]string{"TABLEASE_CATALOG_FILE": "/nonexistent/catalog.json"})), io.Discard)
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Var != "TABLEASE_CATALOG_FILE" {
+		t.Fatalf("a missing file: %v", err)
+	}
+}
+
+func TestLeaseSigningKeys(t *testing.T) {
+	key, err := leasetoken.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	privPEM, _ := key.MarshalPEM()
+	pubPEM, _ := key.Public().MarshalPEM()
+	other, _ := leasetoken.GenerateKey()
+	otherPub, _ := other.Public().MarshalPEM()
+	keyFile := writeFile(t, "lease-key.pem", string(privPEM))
+
+	t.Run("the signing key is loaded from its PEM file", func(t *testing.T) {
+		c, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_LEASE_SIGNING_KEY": keyFile})), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.LeaseSigningKey.KeyID() != key.KeyID() || c.LeaseIssuer != "tablease" {
+			t.Fatalf("key %s issuer %q", c.LeaseSigningKey.KeyID(), c.LeaseIssuer)
+		}
+	})
+	t.Run("previous keys are read from every PEM block, private ones as their public half", func(t *testing.T) {
+		prev := writeFile(t, "previous.pem", string(pubPEM)+string(otherPub))
+		c, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_LEASE_PREVIOUS_KEYS": prev})), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.LeasePreviousKeys) != 2 || c.LeasePreviousKeys[0].KeyID() != key.KeyID() || c.LeasePreviousKeys[1].KeyID() != other.KeyID() {
+			t.Fatalf("previous keys %v", c.LeasePreviousKeys)
+		}
+		c, err = Load(nil, env(prodEnv(map[string]string{"TABLEASE_LEASE_PREVIOUS_KEYS": keyFile})), io.Discard)
+		if err != nil || len(c.LeasePreviousKeys) != 1 || c.LeasePreviousKeys[0].KeyID() != key.KeyID() {
+			t.Fatalf("a private key as previous key: %v %v", c.LeasePreviousKeys, err)
+		}
+	})
+	bad := []struct {
+		name, key, data string
+	}{
+		{"a public key as the signing key", "TABLEASE_LEASE_SIGNING_KEY", string(pubPEM)},
+		{"a signing key that is not PEM", "TABLEASE_LEASE_SIGNING_KEY", "not a key"},
+		{"previous keys that are not PEM", "TABLEASE_LEASE_PREVIOUS_KEYS", "not a key"},
+		{"previous keys followed by garbage", "TABLEASE_LEASE_PREVIOUS_KEYS", string(pubPEM) + "garbage"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			p := writeFile(t, "k.pem", tc.data)
+			_, err := Load(nil, env(prodEnv(map[string]string{tc.key: p})), io.Discard)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != tc.key || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v, want one line naming %s", err, tc.key)
+			}
+		})
+	}
+	t.Run("a signing key is required with Redis outside dev mode", func(t *testing.T) {
+		_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0"})), io.Discard)
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Var != "TABLEASE_LEASE_SIGNING_KEY" || !strings.Contains(err.Error(), "tablease keygen") {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0", "TABLEASE_LEASE_SIGNING_KEY": keyFile})), io.Discard); err != nil {
+			t.Fatalf("with a key: %v", err)
+		}
+		if _, err := Load([]string{"--dev"}, env(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0"}), io.Discard); err != nil {
+			t.Fatalf("dev mode generates one: %v", err)
+		}
+		if _, err := Load(nil, env(prodEnv(nil)), io.Discard); err != nil {
+			t.Fatalf("the memory engine may generate one: %v", err)
+		}
+	})
 }

@@ -2,6 +2,8 @@
 //
 //	tablease serve [--dev] [flags]   run the service (see `tablease serve --help`)
 //	tablease token --sub alice ...   mint an HS256 access token from TABLEASE_JWT_HS256_SECRET
+//	tablease keygen [--out file]     write a new Ed25519 lease-token signing key (PKCS#8 PEM)
+//	tablease admin leases|lease|revoke|audit   call the admin API (token from TABLEASE_TOKEN)
 //	tablease version                 print the version
 package main
 

@@ -127,11 +127,12 @@ func epochOf(t *testing.T, body map[string]any) int64 {
 func TestTwoTabStoryOverHTTPOnRedis(t *testing.T) {
 	rds := redistest.Start(t)
 	base, _ := startServer(t, map[string]string{
-		"TABLEASE_REDIS_URL":        rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET": testSecret,
-		"TABLEASE_JWT_ISSUER":       "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":     "tablease",
-		"TABLEASE_LOG_FORMAT":       "text",
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LOG_FORMAT":        "text",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
 	})
 	tok, err := api.IssueToken(api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"},
 		api.TokenSpec{Sub: "alice", TTL: time.Hour})
@@ -213,8 +214,8 @@ func TestDevModeServesTokensAndLeasesOnMemory(t *testing.T) {
 		t.Fatalf("dev token: %d %v %+v", resp.StatusCode, err, tok)
 	}
 	c := client{t: t, base: base, token: tok.Token}
-	if code, body := c.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "t1"}); code != 200 {
-		t.Fatalf("acquire on the memory engine: %d %v", code, body)
+	if code, body := c.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "t1"}); code != 200 || body["token"] == nil {
+		t.Fatalf("acquire on the memory engine, with a lease token signed by a generated key: %d %v", code, body)
 	}
 	if !strings.Contains(logs.String(), "dev mode on http://") {
 		t.Fatalf("no startup line saying what to open:\n%s", logs)

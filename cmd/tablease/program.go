@@ -24,11 +24,17 @@ const usage = `usage: tablease <command> [flags]
 commands:
   serve     run the lease service (tablease serve --help)
   token     mint an HS256 access token: tablease token --sub alice [--scope lease:admin] [--sid doc-1] [--ttl 1h]
+  keygen    write a new Ed25519 lease-token signing key: tablease keygen [--out lease-key.pem] [--public-out lease-key.pub.pem]
+  admin     call the admin API (token from TABLEASE_TOKEN; tablease admin --help):
+              tablease admin leases [--sub S] [--limit N] [--cursor C]
+              tablease admin lease --sub S --sid D
+              tablease admin revoke --sub S --sid D --reason R [--block 5m]
+              tablease admin audit [--sub S] [--sid D] [--limit N] [--cursor C]
   version   print the version
 `
 
 // Main runs the command in args and returns the exit code: 0 on success, 1 when the command
-// failed, 2 on a usage error.
+// failed, 2 on a usage error (and 3 when `admin lease` or `admin revoke` found nothing).
 func (p Program) Main(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(p.Stderr, usage)
@@ -39,6 +45,10 @@ func (p Program) Main(ctx context.Context, args []string) int {
 		return p.serve(ctx, args[1:])
 	case "token":
 		return p.token(args[1:])
+	case "keygen":
+		return p.keygen(args[1:])
+	case "admin":
+		return p.admin(ctx, args[1:])
 	case "version", "--version", "-v":
 		fmt.Fprintln(p.Stdout, "tablease", Version())
 		return 0

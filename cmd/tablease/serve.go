@@ -21,6 +21,7 @@ import (
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
 	"github.com/tablease/tablease/lease/leaseredis"
+	"github.com/tablease/tablease/owner/leasetoken"
 )
 
 func (p Program) serve(ctx context.Context, args []string) int {
@@ -60,11 +61,16 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		cfg.SecretGenerated = true
 	}
 
-	engine, engineName, err := openEngine(ctx, cfg, log)
+	engine, docs, engineName, err := openEngine(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer engine.Close()
+
+	leaseKeys, err := leaseKeySet(cfg, log)
+	if err != nil {
+		return err
+	}
 
 	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
 	if cfg.PublicKeysFile != "" {
@@ -88,11 +94,20 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		RateLimit: cfg.RateLimit,
 		Dev:       cfg.Dev,
 		Version:   Version(),
+
+		Catalog:     cfg.Catalog,
+		Documents:   docs,
+		LeaseKeys:   leaseKeys,
+		LeaseIssuer: cfg.LeaseIssuer,
+
+		Admin:    adminOf(engine, log),
+		MaxBlock: cfg.AdminMaxBlock,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	seedCatalog(ctx, srv, cfg, log)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -135,19 +150,21 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	return nil
 }
 
-func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease.Engine, string, error) {
+// openEngine opens the lease engine and the document store that keeps the catalog next to the
+// leases: the Redis engine itself, or a memory store beside the memory engine.
+func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease.Engine, lease.DocumentStore, string, error) {
 	if cfg.RedisURL == "" {
 		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits})
-		return e, "memory", err
+		return e, leasemem.NewDocumentStore(nil), "memory", err
 	}
 	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
-		return nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+		return nil, nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout})
 	if err != nil {
 		client.Close()
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	defer cancel()
@@ -157,7 +174,60 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease
 	case policy != "noeviction":
 		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
 	}
-	return closeBoth{e, client}, "redis", nil
+	return closeBoth{e, client}, e, "redis", nil
+}
+
+// leaseKeySet is the key set of lease tokens: the configured signing key, or one generated for
+// this process (dev mode, and the memory engine with a warning), with the previous keys.
+func leaseKeySet(cfg config.Config, log *slog.Logger) (*leasetoken.KeySet, error) {
+	key := cfg.LeaseSigningKey
+	if key.IsZero() {
+		var err error
+		if key, err = leasetoken.GenerateKey(); err != nil {
+			return nil, fmt.Errorf("generating a lease-token key: %w", err)
+		}
+		if !cfg.Dev {
+			log.Warn("TABLEASE_LEASE_SIGNING_KEY is not set: lease tokens are signed with a key generated for this process, "+
+				"so tokens issued before a restart will not verify after it; create one with `tablease keygen --out lease-key.pem`",
+				"kid", key.KeyID())
+		}
+	} else if fi, err := os.Stat(cfg.LeaseSigningKeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("the lease signing key file can be read by other users; chmod 600 it",
+			"file", cfg.LeaseSigningKeyFile, "mode", fi.Mode().Perm().String())
+	}
+	keys, err := leasetoken.NewKeySet(key, leasetoken.KeySetOptions{Previous: cfg.LeasePreviousKeys})
+	if err != nil {
+		return nil, fmt.Errorf("TABLEASE_LEASE_PREVIOUS_KEYS: %w", err)
+	}
+	published := make([]string, 0, 4)
+	for _, k := range keys.Published(time.Now()) {
+		published = append(published, k.KeyID())
+	}
+	log.Info("lease tokens", "issuer", cfg.LeaseIssuer, "alg", key.Algorithm(), "kid", key.KeyID(), "published", published,
+		"generated", cfg.LeaseSigningKey.IsZero())
+	return keys, nil
+}
+
+// seedCatalog stores the file's catalog when the store holds none, and says which catalog is
+// served. A store that does not answer is only logged: the file's catalog is served meanwhile.
+func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+	defer cancel()
+	st, err := srv.SeedCatalog(sctx)
+	switch {
+	case err != nil:
+		log.Warn("could not read the stored catalog; serving the file's catalog until the store answers", "err", err)
+	case st.Source == api.CatalogNone:
+		log.Info("no tool catalog: serving an empty one (set TABLEASE_CATALOG_FILE or PUT /v1/admin/catalog)")
+	case st.Seeded:
+		log.Info("tool catalog: stored the file's catalog, which every instance now serves", "version", st.Version, "file", cfg.CatalogFile)
+	case st.FileVersion != "" && st.FileVersion != st.Version:
+		log.Warn("tool catalog: serving the STORED catalog, not TABLEASE_CATALOG_FILE's: the stored one wins once it exists; "+
+			"PUT the file to /v1/admin/catalog to serve it",
+			"version", st.Version, "updated_at", st.UpdatedAt, "file", cfg.CatalogFile, "file_version", st.FileVersion)
+	default:
+		log.Info("tool catalog", "version", st.Version, "source", st.Source, "updated_at", st.UpdatedAt)
+	}
 }
 
 // closeBoth closes the engine, then the client it does not own.

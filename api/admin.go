@@ -1,0 +1,330 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// Admin routes (DESIGN §3), served when Options.Admin is set, under authentication and scope
+// lease:admin:
+//
+//	GET  /v1/admin/leases?sub=&cursor=&limit=                 → {leases: [adminLease], nextCursor}
+//	GET  /v1/admin/users/{sub}/sessions/{sid}/lease           → adminLease
+//	POST /v1/admin/users/{sub}/sessions/{sid}/lease/revoke    {reason, blockMs?} → {revoked, epoch, blockedUntil, previous}
+//	GET  /v1/admin/audit?sub=&sid=&cursor=&limit=             → {records: [auditRecord], nextCursor}
+
+// DefaultMaxBlock is the longest block an admin may ask for when Options.MaxBlock is zero.
+const DefaultMaxBlock = time.Hour
+
+// MaxCursorLen bounds the cursor of a page request.
+const MaxCursorLen = 512
+
+// adminLeaseJSON is a lease as admins see it: the lease object of DESIGN §3 with the user it
+// belongs to, and never a lease token or a role.
+type adminLeaseJSON struct {
+	Sub string `json:"sub"`
+	*leaseJSON
+}
+
+func adminLeaseView(l lease.Lease) adminLeaseJSON {
+	return adminLeaseJSON{Sub: l.Key.User, leaseJSON: leaseView(l, "")}
+}
+
+type adminLeasePageJSON struct {
+	Leases     []adminLeaseJSON `json:"leases"`
+	NextCursor *string          `json:"nextCursor"` // null on the last page
+}
+
+// adminPreviousJSON names the holder before a change.
+type adminPreviousJSON struct {
+	TabID string `json:"tabId"`
+	Epoch int64  `json:"epoch"`
+}
+
+func adminPreviousView(p *lease.Previous) *adminPreviousJSON {
+	if p == nil {
+		return nil
+	}
+	return &adminPreviousJSON{TabID: p.TabID, Epoch: p.Epoch}
+}
+
+type revokeBody struct {
+	Reason  *string         `json:"reason"`
+	BlockMs json.RawMessage `json:"blockMs"`
+}
+
+type revokeJSON struct {
+	Revoked bool `json:"revoked"`
+	// Epoch is the epoch the revoke minted when revoked, the last epoch otherwise.
+	Epoch        int64              `json:"epoch"`
+	BlockedUntil *string            `json:"blockedUntil"` // null when nothing is blocked
+	Previous     *adminPreviousJSON `json:"previous"`     // null when the lease was free
+}
+
+type auditRecordJSON struct {
+	ID        string             `json:"id"`
+	At        *string            `json:"at"`
+	Sub       string             `json:"sub"`
+	SessionID string             `json:"sessionId"`
+	Action    string             `json:"action"`
+	Epoch     int64              `json:"epoch"`
+	TabID     *string            `json:"tabId"` // the acting tab: grant, takeover, handoff, release
+	Admin     *string            `json:"admin"` // the acting admin: revoke, block
+	Previous  *adminPreviousJSON `json:"previous"`
+	Reason    *string            `json:"reason"`
+	Until     *string            `json:"until"` // the end of a block
+}
+
+type auditPageJSON struct {
+	Records    []auditRecordJSON `json:"records"`
+	NextCursor *string           `json:"nextCursor"`
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func auditRecordView(r lease.AuditRecord) auditRecordJSON {
+	return auditRecordJSON{
+		ID:        r.ID,
+		At:        timeView(r.At),
+		Sub:       r.Key.User,
+		SessionID: r.Key.Session,
+		Action:    string(r.Action),
+		Epoch:     r.Epoch,
+		TabID:     optString(r.TabID),
+		Admin:     optString(r.Admin),
+		Previous:  adminPreviousView(r.Previous),
+		Reason:    optString(r.Reason),
+		Until:     timeView(r.Until),
+	}
+}
+
+// registerAdmin adds the admin lease routes to v1, each behind mw (authentication, rate limit,
+// scope lease:admin).
+func (s *Server) registerAdmin(v1 *echo.Group, mw []echo.MiddlewareFunc) {
+	v1.GET("/admin/leases", s.adminListLeases, mw...)
+	v1.GET("/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
+	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", s.adminRevoke, mw...)
+	v1.GET("/admin/audit", s.adminAudit, mw...)
+}
+
+// adminKey is the lease named by the path of an admin route: /users/{sub}/sessions/{sid}. Echo
+// hands path parameters over still percent-encoded, and clients encode ":", "@" and "|"
+// (encodeURIComponent does), so they are decoded before they are checked.
+func adminKey(c echo.Context) (lease.Key, error) {
+	key := lease.Key{User: pathParam(c, "sub"), Session: pathParam(c, "sid")}
+	if err := lease.ValidateID("sub", key.User); err != nil {
+		return lease.Key{}, err
+	}
+	if err := lease.ValidateID("sessionId", key.Session); err != nil {
+		return lease.Key{}, err
+	}
+	return key, nil
+}
+
+// pathParam is the decoded path parameter name; a malformed escape is left as it is, for
+// ValidateID to refuse.
+func pathParam(c echo.Context, name string) string {
+	v := c.Param(name)
+	if d, err := url.PathUnescape(v); err == nil {
+		return d
+	}
+	return v
+}
+
+// pageQuery reads the query parameters of a page request: the identifiers named in ids (absent
+// or empty means no filter), cursor and limit. A parameter given twice is refused rather than
+// read one way or the other.
+func pageQuery(c echo.Context, ids ...string) (map[string]string, string, int, error) {
+	q := c.Request().URL.Query()
+	for _, name := range append([]string{"cursor", "limit"}, ids...) {
+		if len(q[name]) > 1 {
+			return nil, "", 0, fieldError(name, "is given more than once")
+		}
+	}
+	out := make(map[string]string, len(ids))
+	for _, name := range ids {
+		v := q.Get(name)
+		if v == "" {
+			continue
+		}
+		if err := lease.ValidateID(name, v); err != nil {
+			return nil, "", 0, err
+		}
+		out[name] = v
+	}
+	cursor := q.Get("cursor")
+	if err := validateCursor(cursor); err != nil {
+		return nil, "", 0, err
+	}
+	limit := 0 // the engine's default
+	if v, ok := q["limit"]; ok {
+		n, err := pageLimit(v[0])
+		if err != nil {
+			return nil, "", 0, err
+		}
+		limit = n
+	}
+	return out, cursor, limit, nil
+}
+
+// validateCursor checks an opaque cursor: at most MaxCursorLen characters of printable ASCII
+// without spaces. What it means is the engine's business (a cursor it did not make is
+// INVALID_ARGUMENT from the engine).
+func validateCursor(cursor string) error {
+	if len(cursor) > MaxCursorLen {
+		return fieldError("cursor", "must be at most 512 characters")
+	}
+	for i := 0; i < len(cursor); i++ {
+		if c := cursor[i]; c <= ' ' || c > '~' {
+			return fieldError("cursor", "must be the nextCursor of an earlier page")
+		}
+	}
+	return nil
+}
+
+// pageLimit reads limit: a decimal integer from 1 to lease.MaxPageLimit, without sign or
+// leading zero.
+func pageLimit(v string) (int, error) {
+	bad := fieldError("limit", "must be an integer from 1 to "+strconv.Itoa(lease.MaxPageLimit))
+	if v == "" || len(v) > 3 || v[0] == '0' || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, bad
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > lease.MaxPageLimit {
+		return 0, bad
+	}
+	return n, nil
+}
+
+func nextCursor(next string) *string { return optString(next) }
+
+func (s *Server) adminListLeases(c echo.Context) error {
+	ids, cursor, limit, err := pageQuery(c, "sub")
+	if err != nil {
+		return err
+	}
+	page, err := s.admin.ListLeases(c.Request().Context(), lease.ListQuery{User: ids["sub"], Cursor: cursor, Limit: limit})
+	s.metrics.observeOp("admin_list", err)
+	if err != nil {
+		return err
+	}
+	out := adminLeasePageJSON{Leases: make([]adminLeaseJSON, 0, len(page.Leases)), NextCursor: nextCursor(page.Next)}
+	for _, l := range page.Leases {
+		out.Leases = append(out.Leases, adminLeaseView(l))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) adminGetLease(c echo.Context) error {
+	key, err := adminKey(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.engine.Get(c.Request().Context(), key)
+	s.metrics.observeOp("get", err)
+	if err != nil {
+		return err
+	}
+	l.Key = key // the answer names the lease asked for, whatever the engine filled in
+	return c.JSON(http.StatusOK, adminLeaseView(l))
+}
+
+// validateReason checks the reason of a revoke: required, at most 200 printable characters.
+func validateReason(r *string) (string, error) {
+	if r == nil || strings.TrimSpace(*r) == "" {
+		return "", fieldError("reason", "is required: say why the lease is revoked")
+	}
+	switch {
+	case !utf8.ValidString(*r):
+		return "", fieldError("reason", "must be valid UTF-8")
+	case utf8.RuneCountInString(*r) > lease.MaxLabelLen:
+		return "", fieldError("reason", "must be at most 200 characters")
+	}
+	for _, c := range *r {
+		if !unicode.IsPrint(c) {
+			return "", fieldError("reason", "must contain only printable characters")
+		}
+	}
+	return *r, nil
+}
+
+func (s *Server) adminRevoke(c echo.Context) error {
+	key, err := adminKey(c)
+	if err != nil {
+		return err
+	}
+	var b revokeBody
+	if err := decodeBody(c, &b); err != nil {
+		return err
+	}
+	reason, err := validateReason(b.Reason)
+	if err != nil {
+		return err
+	}
+	blockMs, _, err := intField("blockMs", b.BlockMs)
+	if err != nil {
+		return err
+	}
+	if blockMs < 0 || blockMs > s.maxBlock.Milliseconds() {
+		return fieldError("blockMs", "must be an integer from 0 to "+strconv.FormatInt(s.maxBlock.Milliseconds(), 10)+
+			" (the configured maximum, "+s.maxBlock.String()+")")
+	}
+	req := lease.RevokeRequest{
+		Key:    key,
+		Admin:  principalOf(c).Sub,
+		Reason: reason,
+		Block:  time.Duration(blockMs) * time.Millisecond,
+	}
+	// A client that retries with the same X-Request-ID gets the first answer again.
+	if id := requestID(c); lease.ValidateID("requestId", id) == nil {
+		req.RequestID = id
+	}
+	res, err := s.admin.Revoke(c.Request().Context(), req)
+	s.metrics.observeOp("admin_revoke", err)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, revokeJSON{
+		Revoked:      res.Revoked,
+		Epoch:        res.Epoch,
+		BlockedUntil: timeView(res.BlockedUntil),
+		Previous:     adminPreviousView(res.Previous),
+	})
+}
+
+func (s *Server) adminAudit(c echo.Context) error {
+	ids, cursor, limit, err := pageQuery(c, "sub", "sid")
+	if err != nil {
+		return err
+	}
+	if ids["sid"] != "" && ids["sub"] == "" {
+		return fieldError("sid", "needs sub: sessions are namespaced by user")
+	}
+	page, err := s.admin.Audit(c.Request().Context(), lease.AuditQuery{
+		User: ids["sub"], Session: ids["sid"], Cursor: cursor, Limit: limit,
+	})
+	s.metrics.observeOp("admin_audit", err)
+	if err != nil {
+		return err
+	}
+	out := auditPageJSON{Records: make([]auditRecordJSON, 0, len(page.Records)), NextCursor: nextCursor(page.Next)}
+	for _, r := range page.Records {
+		out.Records = append(out.Records, auditRecordView(r))
+	}
+	return c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,424 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// fakeAdmin is a lease.Admin that records its calls and answers what the test set. It tests the
+// HTTP layer only; the engines' own behaviour is checked by leasetest and the end-to-end tests.
+type fakeAdmin struct {
+	mu      sync.Mutex // protects everything below
+	lists   []lease.ListQuery
+	revokes []lease.RevokeRequest
+	audits  []lease.AuditQuery
+
+	leasePage lease.LeasePage
+	revokeRes lease.RevokeResult
+	auditPage lease.AuditPage
+	err       error // returned by every call when set
+}
+
+func (f *fakeAdmin) ListLeases(_ context.Context, q lease.ListQuery) (lease.LeasePage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists = append(f.lists, q)
+	return f.leasePage, f.err
+}
+
+func (f *fakeAdmin) Revoke(_ context.Context, req lease.RevokeRequest) (lease.RevokeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revokes = append(f.revokes, req)
+	return f.revokeRes, f.err
+}
+
+func (f *fakeAdmin) Audit(_ context.Context, q lease.AuditQuery) (lease.AuditPage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.audits = append(f.audits, q)
+	return f.auditPage, f.err
+}
+
+func (f *fakeAdmin) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.lists) + len(f.revokes) + len(f.audits)
+}
+
+// newAdminHarness is a harness whose server serves the admin routes from a fakeAdmin.
+func newAdminHarness(t *testing.T, mods ...func(*Options)) (*harness, *fakeAdmin) {
+	t.Helper()
+	fa := &fakeAdmin{}
+	h := newHarness(t, append([]func(*Options){func(o *Options) { o.Admin = fa }}, mods...)...)
+	return h, fa
+}
+
+// harness.adminToken (in catalog_test.go) makes an access token with the scope lease:admin.
+
+// errSecret stands for an unexpected engine error whose text must never reach a client.
+var errSecret = errors.New("s3cr3t internal detail")
+
+const revokePath = "/v1/admin/users/alice/sessions/doc-1/lease/revoke"
+
+func TestAdminRoutesNeedTheAdminScope(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/admin/leases", ""},
+		{http.MethodGet, "/v1/admin/users/alice/sessions/doc-1/lease", ""},
+		{http.MethodPost, revokePath, `{"reason":"test"}`},
+		{http.MethodGet, "/v1/admin/audit", ""},
+	}
+	tabToken := h.token("alice")
+	otherScope, err := IssueToken(h.auth, TokenSpec{Sub: "bob", Scopes: []string{"lease:read"}, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes {
+		t.Run(r.method+" "+r.path, func(t *testing.T) {
+			rec := h.do(request{method: r.method, path: r.path, body: r.body})
+			wantError(t, rec, http.StatusUnauthorized, CodeUnauthenticated)
+
+			rec = h.do(request{method: r.method, path: r.path, body: r.body, token: tabToken})
+			e := wantError(t, rec, http.StatusForbidden, CodeForbidden)
+			if !strings.Contains(e.Error.Message, ScopeAdmin) {
+				t.Fatalf("the message should name the missing scope: %q", e.Error.Message)
+			}
+			rec = h.do(request{method: r.method, path: r.path, body: r.body, token: otherScope})
+			wantError(t, rec, http.StatusForbidden, CodeForbidden)
+		})
+	}
+	if n := fa.calls(); n != 0 {
+		t.Fatalf("the engine was called %d times for refused requests", n)
+	}
+}
+
+func TestAdminRoutesAreAbsentWithoutAnAdminEngine(t *testing.T) {
+	h := newHarness(t)
+	tok := h.adminToken("root")
+	for _, p := range []string{"/v1/admin/leases", "/v1/admin/audit", "/v1/admin/users/alice/sessions/doc-1/lease"} {
+		wantError(t, h.get(p, tok), http.StatusNotFound, CodeNotFound)
+	}
+	wantError(t, h.post(revokePath, tok, `{"reason":"x"}`), http.StatusNotFound, CodeNotFound)
+}
+
+type adminLeaseAnswer struct {
+	Sub string `json:"sub"`
+	leaseAnswer
+}
+
+func TestAdminListsLeasesAPageAtATime(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	now := h.clock.Now()
+	fa.leasePage = lease.LeasePage{
+		Leases: []lease.Lease{{
+			Key: lease.Key{User: "alice", Session: "doc-1"}, Held: true,
+			Holder: lease.Holder{TabID: "tab-a", Label: "Events — /events/1"}, Epoch: 1764680400123456,
+			GrantedAt: now.Add(-5 * time.Second), ExpiresAt: now.Add(40 * time.Second), TTL: 45 * time.Second,
+			Transitions: 2, Now: now,
+		}},
+		Next: "alice|doc-1",
+	}
+	tok := h.adminToken("root")
+	rec := h.get("/v1/admin/leases?sub=alice&limit=10&cursor=alice|doc-0", tok)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var page struct {
+		Leases     []adminLeaseAnswer `json:"leases"`
+		NextCursor *string            `json:"nextCursor"`
+	}
+	decodeStrict(t, rec, &page)
+	if len(page.Leases) != 1 || page.NextCursor == nil || *page.NextCursor != "alice|doc-1" {
+		t.Fatalf("page: %s", rec.Body)
+	}
+	l := page.Leases[0]
+	if l.Sub != "alice" || l.SessionID != "doc-1" || !l.Held || l.Holder == nil || l.Holder.TabID != "tab-a" ||
+		l.Epoch != 1764680400123456 || l.RemainingMs != 40000 || l.Role != nil || l.Token != nil {
+		t.Fatalf("lease: %s", rec.Body)
+	}
+	want := lease.ListQuery{User: "alice", Cursor: "alice|doc-0", Limit: 10}
+	if len(fa.lists) != 1 || fa.lists[0] != want {
+		t.Fatalf("engine asked %+v, want %+v", fa.lists, want)
+	}
+
+	t.Run("the last page has a null nextCursor and an empty list is []", func(t *testing.T) {
+		fa.mu.Lock()
+		fa.leasePage = lease.LeasePage{}
+		fa.mu.Unlock()
+		rec := h.get("/v1/admin/leases", tok)
+		if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"leases":[],"nextCursor":null}` {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if got := fa.lists[len(fa.lists)-1]; got != (lease.ListQuery{}) {
+			t.Fatalf("without parameters the engine gets the zero query (its defaults), got %+v", got)
+		}
+	})
+}
+
+func TestAdminPageParametersAreValidated(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	tok := h.adminToken("root")
+	long := strings.Repeat("c", MaxCursorLen+1)
+	tests := []struct {
+		name, query, field string
+	}{
+		{"a sub that is not an identifier is refused", "sub=al%20ice", "sub"},
+		{"a sub of dots is refused", "sub=..", "sub"},
+		{"a limit of zero is refused", "limit=0", "limit"},
+		{"a limit over 500 is refused", "limit=501", "limit"},
+		{"a negative limit is refused", "limit=-1", "limit"},
+		{"a fractional limit is refused", "limit=1.5", "limit"},
+		{"a limit with a leading zero is refused", "limit=010", "limit"},
+		{"an empty limit is refused", "limit=", "limit"},
+		{"a cursor over 512 characters is refused", "cursor=" + long, "cursor"},
+		{"a cursor with a control character is refused", "cursor=a%0Ab", "cursor"},
+		{"a parameter given twice is refused", "sub=a&sub=b", "sub"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, route := range []string{"/v1/admin/leases?", "/v1/admin/audit?"} {
+				e := wantError(t, h.get(route+tt.query, tok), http.StatusBadRequest, CodeInvalidArgument)
+				if e.Error.Details["field"] != tt.field {
+					t.Fatalf("%s: details %v, want field %s", route, e.Error.Details, tt.field)
+				}
+			}
+		})
+	}
+	t.Run("a limit of 500 and a cursor of 512 characters are accepted", func(t *testing.T) {
+		rec := h.get("/v1/admin/leases?limit=500&cursor="+long[:MaxCursorLen], tok)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+	t.Run("the audit log by session needs the user", func(t *testing.T) {
+		e := wantError(t, h.get("/v1/admin/audit?sid=doc-1", tok), http.StatusBadRequest, CodeInvalidArgument)
+		if e.Error.Details["field"] != "sid" {
+			t.Fatalf("details %v", e.Error.Details)
+		}
+	})
+	if len(fa.audits) != 0 {
+		t.Fatalf("refused requests reached the engine: %+v", fa.audits)
+	}
+}
+
+func TestAdminReadsTheLeaseOfAnyUser(t *testing.T) {
+	h, _ := newAdminHarness(t)
+	acq := readLease(t, h.post(leasePath("doc-1"), h.token("alice"), `{"tabId":"tab-a","label":"Tab A"}`))
+
+	rec := h.get("/v1/admin/users/alice/sessions/doc-1/lease", h.adminToken("root"))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	var l adminLeaseAnswer
+	decodeStrict(t, rec, &l)
+	if l.Sub != "alice" || l.SessionID != "doc-1" || !l.Held || l.Holder.TabID != "tab-a" || l.Epoch != acq.Epoch ||
+		l.Role != nil || l.Token != nil {
+		t.Fatalf("admin read: %s", rec.Body)
+	}
+
+	rec = h.get("/v1/admin/users/bob/sessions/doc-1/lease", h.adminToken("root"))
+	decodeStrict(t, rec, &l)
+	if l.Sub != "bob" || l.Held || l.Epoch != 0 {
+		t.Fatalf("bob's doc-1 is another, free lease: %s", rec.Body)
+	}
+
+	t.Run("identifiers may come percent-encoded", func(t *testing.T) {
+		rec := h.get("/v1/admin/users/a%7Cb%40idp/sessions/doc%3A1/lease", h.adminToken("root"))
+		decodeStrict(t, rec, &l)
+		if rec.Code != http.StatusOK || l.Sub != "a|b@idp" || l.SessionID != "doc:1" {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+
+	for _, p := range []string{
+		"/v1/admin/users/al%20ice/sessions/doc-1/lease",
+		"/v1/admin/users/a%2Fb/sessions/doc-1/lease",
+		"/v1/admin/users/alice/sessions/%2E%2E/lease",
+		"/v1/admin/users/" + strings.Repeat("a", 129) + "/sessions/doc-1/lease",
+	} {
+		wantError(t, h.get(p, h.adminToken("root")), http.StatusBadRequest, CodeInvalidArgument)
+	}
+}
+
+func TestAdminRevoke(t *testing.T) {
+	h, fa := newAdminHarness(t, func(o *Options) { o.MaxBlock = 10 * time.Minute })
+	until := h.clock.Now().Add(5 * time.Minute)
+	fa.revokeRes = lease.RevokeResult{Revoked: true, Epoch: 1764680400999999, BlockedUntil: until,
+		Previous: &lease.Previous{TabID: "tab-a", Epoch: 1764680400123456}}
+	tok := h.adminToken("root")
+
+	rec := h.do(request{method: http.MethodPost, path: revokePath, token: tok,
+		body:    `{"reason":"stuck tab — user asked","blockMs":300000}`,
+		headers: map[string]string{"X-Request-ID": "retry-1"}})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	var out struct {
+		Revoked      bool    `json:"revoked"`
+		Epoch        int64   `json:"epoch"`
+		BlockedUntil *string `json:"blockedUntil"`
+		Previous     *struct {
+			TabID string `json:"tabId"`
+			Epoch int64  `json:"epoch"`
+		} `json:"previous"`
+	}
+	decodeStrict(t, rec, &out)
+	if !out.Revoked || out.Epoch != 1764680400999999 || out.BlockedUntil == nil ||
+		*out.BlockedUntil != until.UTC().Format(timeLayout) || out.Previous == nil || out.Previous.TabID != "tab-a" {
+		t.Fatalf("answer: %s", rec.Body)
+	}
+	want := lease.RevokeRequest{Key: lease.Key{User: "alice", Session: "doc-1"}, Admin: "root",
+		Reason: "stuck tab — user asked", Block: 5 * time.Minute, RequestID: "retry-1"}
+	if len(fa.revokes) != 1 || fa.revokes[0] != want {
+		t.Fatalf("engine asked %+v, want %+v", fa.revokes, want)
+	}
+
+	t.Run("revoking nothing answers revoked false with nulls", func(t *testing.T) {
+		fa.mu.Lock()
+		fa.revokeRes = lease.RevokeResult{Epoch: 42}
+		fa.mu.Unlock()
+		rec := h.post(revokePath, tok, `{"reason":"cleanup"}`)
+		if rec.Code != http.StatusOK ||
+			strings.TrimSpace(rec.Body.String()) != `{"revoked":false,"epoch":42,"blockedUntil":null,"previous":null}` {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if got := fa.revokes[len(fa.revokes)-1]; got.Block != 0 || got.RequestID == "" {
+			t.Fatalf("without blockMs nothing is blocked, and a generated request id is passed: %+v", got)
+		}
+	})
+
+	t.Run("the largest block is accepted", func(t *testing.T) {
+		rec := h.post(revokePath, tok, `{"reason":"r","blockMs":600000}`)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+func TestAdminRevokeValidatesItsBody(t *testing.T) {
+	h, fa := newAdminHarness(t, func(o *Options) { o.MaxBlock = time.Hour })
+	tok := h.adminToken("root")
+	tests := []struct {
+		name, path, body, field string
+	}{
+		{"a missing reason is refused", revokePath, `{}`, "reason"},
+		{"a null reason is refused", revokePath, `{"reason":null}`, "reason"},
+		{"a blank reason is refused", revokePath, `{"reason":"   "}`, "reason"},
+		{"a reason over 200 characters is refused", revokePath, `{"reason":"` + strings.Repeat("é", 201) + `"}`, "reason"},
+		{"a reason with a control character is refused", revokePath, `{"reason":"a\nb"}`, "reason"},
+		{"a reason that is not a string is refused", revokePath, `{"reason":5}`, "reason"},
+		{"a negative blockMs is refused", revokePath, `{"reason":"r","blockMs":-1}`, "blockMs"},
+		{"a blockMs over the configured maximum is refused", revokePath, `{"reason":"r","blockMs":3600001}`, "blockMs"},
+		{"a fractional blockMs is refused", revokePath, `{"reason":"r","blockMs":1.5}`, "blockMs"},
+		{"a blockMs in a string is refused", revokePath, `{"reason":"r","blockMs":"60000"}`, "blockMs"},
+		{"an unknown field is refused", revokePath, `{"reason":"r","until":"tomorrow"}`, ""},
+		{"a bad user in the path is refused", "/v1/admin/users/a%2Fb/sessions/doc-1/lease/revoke", `{"reason":"r"}`, "sub"},
+		{"a bad session in the path is refused", "/v1/admin/users/alice/sessions/%2E/lease/revoke", `{"reason":"r"}`, "sessionId"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := wantError(t, h.post(tt.path, tok, tt.body), http.StatusBadRequest, CodeInvalidArgument)
+			if tt.field != "" && e.Error.Details["field"] != tt.field {
+				t.Fatalf("details %v, want field %s", e.Error.Details, tt.field)
+			}
+		})
+	}
+	t.Run("a body that is not JSON is refused", func(t *testing.T) {
+		rec := h.do(request{method: http.MethodPost, path: revokePath, token: tok, headers: map[string]string{"Content-Type": "text/plain"}})
+		wantError(t, rec, http.StatusBadRequest, CodeInvalidArgument)
+	})
+	if n := fa.calls(); n != 0 {
+		t.Fatalf("refused requests reached the engine %d times", n)
+	}
+	t.Run("a reason of exactly 200 characters is accepted", func(t *testing.T) {
+		rec := h.post(revokePath, tok, `{"reason":"`+strings.Repeat("é", 200)+`"}`)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+func TestAdminErrorsGoThroughTheOneTable(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	tok := h.adminToken("root")
+	tests := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"store trouble is 503 and retryable", &lease.UnavailableError{Op: "revoke", Err: context.DeadlineExceeded}, http.StatusServiceUnavailable, CodeStoreUnavailable},
+		{"a cursor the engine did not make is 400", &lease.InvalidError{Field: "cursor", Reason: "is not a cursor of this list"}, http.StatusBadRequest, CodeInvalidArgument},
+		{"an unexpected error is a 500 that says nothing internal", errSecret, http.StatusInternalServerError, CodeInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fa.mu.Lock()
+			fa.err = tt.err
+			fa.mu.Unlock()
+			for _, rec := range []*httptest.ResponseRecorder{
+				h.get("/v1/admin/leases", tok),
+				h.post(revokePath, tok, `{"reason":"r"}`),
+				h.get("/v1/admin/audit", tok),
+			} {
+				e := wantError(t, rec, tt.status, tt.code)
+				if strings.Contains(rec.Body.String(), "s3cr3t") {
+					t.Fatalf("the internal error leaked: %s", rec.Body)
+				}
+				if tt.code == CodeStoreUnavailable && (rec.Header().Get("Retry-After") == "" || !*e.Error.Retryable) {
+					t.Fatalf("503 without Retry-After or retryable: %v %s", rec.Header(), rec.Body)
+				}
+			}
+		})
+	}
+}
+
+func TestAdminAuditLog(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	at := h.clock.Now()
+	fa.auditPage = lease.AuditPage{
+		Records: []lease.AuditRecord{
+			{ID: "r2", At: at, Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditRevoke, Epoch: 20,
+				Admin: "root", Previous: &lease.Previous{TabID: "tab-a", Epoch: 10}, Reason: "stuck", Until: at.Add(time.Minute)},
+			{ID: "r1", At: at.Add(-time.Second), Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditGrant,
+				Epoch: 10, TabID: "tab-a"},
+		},
+		Next: "r1",
+	}
+	rec := h.get("/v1/admin/audit?sub=alice&sid=doc-1&limit=2&cursor=r3", h.adminToken("root"))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	want := `{"records":[` +
+		`{"id":"r2","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"revoke","epoch":20,"tabId":null,"admin":"root","previous":{"tabId":"tab-a","epoch":10},"reason":"stuck","until":"2026-12-02T13:01:00.123Z"},` +
+		`{"id":"r1","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"grant","epoch":10,"tabId":"tab-a","admin":null,"previous":null,"reason":null,"until":null}` +
+		`],"nextCursor":"r1"}`
+	want = strings.Replace(want, `"at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"grant"`,
+		`"at":"2026-12-02T12:59:59.123Z","sub":"alice","sessionId":"doc-1","action":"grant"`, 1)
+	if got := strings.TrimSpace(rec.Body.String()); got != want {
+		t.Fatalf("audit page:\n got %s\nwant %s", got, want)
+	}
+	wantQ := lease.AuditQuery{User: "alice", Session: "doc-1", Cursor: "r3", Limit: 2}
+	if len(fa.audits) != 1 || fa.audits[0] != wantQ {
+		t.Fatalf("engine asked %+v, want %+v", fa.audits, wantQ)
+	}
+}
+
+func TestNewChecksMaxBlock(t *testing.T) {
+	h := newHarness(t)
+	for _, d := range []time.Duration{-time.Second, time.Microsecond} {
+		o := Options{Engine: h.engine, Auth: testAuthConfig(), MaxBlock: d}
+		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "MaxBlock") {
+			t.Fatalf("MaxBlock %s: err %v, want one naming MaxBlock", d, err)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner"
+	"github.com/tablease/tablease/owner/catalog"
+)
+
+// MaxCatalogBytes bounds the body of PUT /v1/admin/catalog (1 MiB, the size of a stored document).
+const MaxCatalogBytes = lease.MaxDocumentSize
+
+// catalogViewJSON is the answer of GET /v1/sessions/{sid}/catalog.
+type catalogViewJSON struct {
+	Role    owner.Role     `json:"role"`
+	Epoch   *int64         `json:"epoch,omitempty"` // only for the owner
+	Version string         `json:"version"`
+	Tools   []catalog.Tool `json:"tools"`
+}
+
+// sessionCatalog answers GET /v1/sessions/{sid}/catalog?tabId=&route=: the tools the tab may
+// register for its role on its route. Without tabId the caller is a viewer.
+func (s *Server) sessionCatalog(c echo.Context) error {
+	key, err := s.key(c)
+	if err != nil {
+		return err
+	}
+	tabID := c.QueryParam("tabId")
+	if tabID != "" {
+		if err := validTabID(tabID); err != nil {
+			return err
+		}
+	}
+	route := c.QueryParam("route")
+	if route != "" {
+		if err := catalog.CheckRoute(route); err != nil {
+			return fieldError("route", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "catalog: "), "route "))
+		}
+	}
+	ctx := c.Request().Context()
+	st, err := s.catalogs.current(ctx)
+	if err != nil {
+		s.storeError("catalog", err)
+		return err
+	}
+	view := catalogViewJSON{Role: owner.RoleViewer, Version: st.cat.Version}
+	if tabID != "" {
+		l, err := s.engine.Get(ctx, key)
+		s.metrics.observeOp("get", err)
+		if err != nil {
+			return err
+		}
+		view.Role = owner.RoleFor(l, tabID)
+		if view.Role == owner.RoleOwner {
+			epoch := l.Epoch
+			view.Epoch = &epoch
+		}
+	}
+	view.Tools = st.cat.For(view.Role, route)
+	body, err := json.Marshal(view)
+	if err != nil {
+		return err
+	}
+	// The tag names this exact answer: the version, the role, the epoch and the route's tools.
+	sum := sha256.Sum256(body)
+	return sendCached(c, `"`+hex.EncodeToString(sum[:12])+`"`, body)
+}
+
+// sendCached answers body with its ETag, or 304 Not Modified without a body when the request's
+// If-None-Match names that tag. Answers are private to the caller and revalidated every time.
+func sendCached(c echo.Context, etag string, body []byte) error {
+	h := c.Response().Header()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "private, no-cache")
+	if noneMatch(c.Request().Header.Get("If-None-Match"), etag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
+}
+
+// noneMatch reports whether an If-None-Match header matches etag: "*", or a list of entity tags
+// one of which is etag under the weak comparison (RFC 9110 §13.1.2: W/ is ignored).
+func noneMatch(header, etag string) bool {
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return false
+	}
+	if header == "*" {
+		return true
+	}
+	for _, tag := range strings.Split(header, ",") {
+		if strings.TrimPrefix(strings.TrimSpace(tag), "W/") == strings.TrimPrefix(etag, "W/") {
+			return true
+		}
+	}
+	return false
+}
+
+// adminCatalog answers GET /v1/admin/catalog: the catalog served, whole (disabled tools
+// included), in the form PUT takes back, with its version as ETag.
+func (s *Server) adminCatalog(c echo.Context) error {
+	st, err := s.catalogs.fresh(c.Request().Context())
+	if err != nil {
+		s.storeError("catalog", err)
+		return err
+	}
+	body, err := json.Marshal(st.cat)
+	if err != nil {
+		return err
+	}
+	setCatalogSource(c, st)
+	return sendCached(c, st.cat.ETag(), body)
+}
+
+func setCatalogSource(c echo.Context, st catalogState) {
+	h := c.Response().Header()
+	if st.docVersion != "" {
+		h.Set("Last-Modified", st.updatedAt.UTC().Format(http.TimeFormat))
+	}
+}
+
+// putCatalog answers PUT /v1/admin/catalog: it replaces the catalog when If-Match names the
+// version served now (or is *). Without If-Match: 428 PRECONDITION_REQUIRED; with a stale one, or
+// when another admin's PUT came first: 412 PRECONDITION_FAILED with the current version.
+func (s *Server) putCatalog(c echo.Context) error {
+	req := c.Request()
+	ifMatch := strings.TrimSpace(req.Header.Get("If-Match"))
+	if ifMatch == "" {
+		return &Error{Code: CodePreconditionRequired,
+			Message: `If-Match is required: send the ETag of GET /v1/admin/catalog (or "*" to replace whatever is there)`}
+	}
+	data, err := readCatalogBody(c)
+	if err != nil {
+		return err
+	}
+	next, err := catalog.Parse(data)
+	if err != nil {
+		return catalogInvalid(err)
+	}
+	ctx := req.Context()
+	base, err := s.catalogs.fresh(ctx)
+	if err != nil {
+		s.storeError("catalog", err)
+		return err
+	}
+	if !base.cat.MatchETag(ifMatch) {
+		c.Response().Header().Set("ETag", base.cat.ETag())
+		return preconditionFailed(base.cat.Version)
+	}
+	st, err := s.catalogs.put(ctx, next, base)
+	if err != nil {
+		var vm *lease.VersionMismatchError
+		if errors.As(err, &vm) { // another PUT won between the read and the write
+			return preconditionFailed(vm.Current)
+		}
+		s.storeError("catalog", err)
+		return err
+	}
+	disabled := 0
+	for _, t := range next.Tools {
+		if t.Disabled {
+			disabled++
+		}
+	}
+	p := principalOf(c)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "catalog replaced",
+		slog.String("request_id", requestID(c)),
+		slog.String("sub", p.Sub),
+		slog.String("previous_version", base.cat.Version),
+		slog.String("version", next.Version),
+		slog.Int("tools", len(next.Tools)),
+		slog.Int("disabled", disabled))
+	body, err := json.Marshal(st.cat)
+	if err != nil {
+		return err
+	}
+	setCatalogSource(c, st)
+	c.Response().Header().Set("ETag", st.cat.ETag())
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
+}
+
+func preconditionFailed(current string) *Error {
+	return &Error{
+		Code:    CodePreconditionFailed,
+		Message: "the catalog changed since the version If-Match names; GET it again and reapply the change",
+		Details: map[string]any{"version": current},
+	}
+}
+
+// readCatalogBody reads a JSON body of at most MaxCatalogBytes.
+func readCatalogBody(c echo.Context) ([]byte, error) {
+	req := c.Request()
+	mt, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return nil, errInvalid("Content-Type must be application/json")
+	}
+	tooBig := &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"}
+	if req.ContentLength > MaxCatalogBytes {
+		return nil, tooBig
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxCatalogBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooBig
+		}
+		return nil, errInvalid("request body could not be read")
+	}
+	return data, nil
+}
+
+// catalogInvalid is the 400 for a catalog that catalog.Parse refused, saying where.
+func catalogInvalid(err error) *Error {
+	e := errInvalid(err.Error())
+	var ce *catalog.Error
+	if errors.As(err, &ce) {
+		d := map[string]any{}
+		if ce.Index >= 0 {
+			d["index"] = ce.Index
+			d["tool"] = ce.Name
+		}
+		if ce.Field != "" {
+			d["field"] = ce.Field
+		}
+		e.Details = d
+	} else {
+		e.Err = err
+	}
+	return e
+}
+
+// storeError counts a store error of op.
+func (s *Server) storeError(op string, err error) {
+	if errors.Is(err, lease.ErrUnavailable) {
+		s.metrics.storeErrors.WithLabelValues(op).Inc()
+	}
+}

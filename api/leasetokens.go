@@ -1,0 +1,125 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner/leasetoken"
+)
+
+// DefaultLeaseIssuer is the iss of lease tokens when Options.LeaseIssuer is empty.
+const DefaultLeaseIssuer = "tablease"
+
+// jwksMaxAge is the Cache-Control max-age of /.well-known/jwks.json, in seconds. Guards that
+// cache the set longer still fetch it again when a token names a kid they do not know.
+const jwksMaxAge = "300"
+
+// # Lease tokens
+//
+// Every answer to the holder — acquire and renew — carries `token`, a lease token (see package
+// leasetoken) for the lease as the store granted it: sub, sid, tab, epoch, iat = the store time
+// of the answer, exp = the lease's expiry, signed with the active key of Options.LeaseKeys. The
+// public keys are published at /.well-known/jwks.json.
+//
+// POST /v1/sessions/{sid}/lease/check with {token} checks a token for guards (strict mode):
+//
+//   - a token that is not tablease's — malformed, wrongly signed, of another type or issuer, or
+//     signed by a key this server does not publish (never, or retired) — is 400 INVALID_ARGUMENT
+//     (details.field "token", details.reason): it proves nothing, and never passes;
+//   - a genuine token that has expired (beyond the leeway) is 409 LEASE_LOST with details.reason
+//     "expired_token", whatever the lease is now: the holder renews and uses the new token;
+//   - a genuine token of another user (the access token's sub) or session (the path's sid) is
+//     403 FORBIDDEN: it is no proof for this request, whatever the state of its own lease;
+//   - otherwise the engine checks the token's tab and epoch atomically: 200 {valid, lease}, or
+//     409 LEASE_LOST after a takeover, release, expiry or revoke.
+//
+// A guard (owner/guard) turns 400 and 403 into 403 NOT_LEASE_OWNER and 409 into 409 LEASE_LOST.
+
+// Reasons in details.reason of check answers about tokens.
+const (
+	reasonInvalidToken = "invalid_token"
+	reasonUnknownKey   = "unknown_key"
+	reasonExpiredToken = "expired_token"
+)
+
+// jwks answers GET /.well-known/jwks.json: the public keys of lease tokens, never a private part.
+func (s *Server) jwks(c echo.Context) error {
+	h := c.Response().Header()
+	h.Set("Cache-Control", "public, max-age="+jwksMaxAge)
+	return c.Blob(http.StatusOK, "application/jwk-set+json", s.leaseKeys.JWKS())
+}
+
+// signLease is the lease token of l for its holder.
+func (s *Server) signLease(l lease.Lease) (string, error) {
+	tok, err := s.signer.Sign(leasetoken.ClaimsFor(l))
+	if err != nil {
+		return "", &Error{Code: CodeInternal, Message: "internal error", Err: err}
+	}
+	return tok, nil
+}
+
+// holderAnswer renders l for its holder tabID, with a lease token.
+func (s *Server) holderAnswer(l lease.Lease, tabID string) (*leaseJSON, error) {
+	out := leaseView(l, tabID)
+	tok, err := s.signLease(l)
+	if err != nil {
+		return nil, err
+	}
+	out.Token = tok
+	return out, nil
+}
+
+// checkToken is POST …/lease/check with {token}: see "Lease tokens" above.
+func (s *Server) checkToken(ctx context.Context, key lease.Key, token string) (lease.Lease, *leasetoken.Claims, error) {
+	claims, err := s.verifier.Verify(ctx, token)
+	switch {
+	case err == nil:
+	case errors.Is(err, leasetoken.ErrTokenExpired):
+		// Genuine but expired: LEASE_LOST, with the lease as it is now for the details.
+		l, gerr := s.engine.Get(ctx, key)
+		s.metrics.observeOp("get", gerr)
+		if gerr != nil {
+			return lease.Lease{}, nil, gerr
+		}
+		return lease.Lease{}, nil, expiredToken(l)
+	case errors.Is(err, leasetoken.ErrKeysUnavailable): // not with the server's own keys
+		return lease.Lease{}, nil, &Error{Code: CodeInternal, Message: "internal error", Err: err}
+	case errors.Is(err, leasetoken.ErrUnknownKey):
+		return lease.Lease{}, nil, tokenRefused(reasonUnknownKey, "the lease token is signed by a key this server does not publish", err)
+	default:
+		return lease.Lease{}, nil, tokenRefused(reasonInvalidToken, "the lease token is not valid", err)
+	}
+	if claims.Subject != key.User || claims.Session != key.Session {
+		return lease.Lease{}, nil, forbidden("the lease token is for another user or session")
+	}
+	l, err := s.engine.Check(ctx, key, claims.Tab, claims.Epoch)
+	s.metrics.observeOp("check", err)
+	return l, &claims, err
+}
+
+func tokenRefused(reason, msg string, cause error) *Error {
+	return &Error{
+		Code:    CodeInvalidArgument,
+		Message: msg,
+		Details: map[string]any{"field": "token", "reason": reason},
+		Err:     cause,
+	}
+}
+
+// expiredToken is the LEASE_LOST answer for a genuine lease token that has expired, with the
+// current holder and epoch and the reason.
+func expiredToken(current lease.Lease) *Error {
+	var holder any // JSON null when free
+	if current.Held {
+		holder = holderView(current.Holder)
+	}
+	return &Error{
+		Code:    CodeLeaseLost,
+		Message: "the lease token has expired; renew the lease and use the new token",
+		Details: map[string]any{"holder": holder, "epoch": current.Epoch, "reason": reasonExpiredToken},
+	}
+}

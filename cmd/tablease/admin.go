@@ -1,0 +1,632 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// Exit codes of `tablease admin`.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the server answered an error, or could not be reached
+	exitUsage   = 2 // bad flags or environment; nothing was sent
+	exitNothing = 3 // the call worked but found nothing: `lease` of a free session, `revoke` that revoked nothing
+)
+
+const adminUsage = `usage: tablease admin <command> [flags]
+
+Calls the admin API of a running tablease over HTTP. The access token (scope lease:admin) is read
+from TABLEASE_TOKEN, never from a flag. Every command takes --url (default $TABLEASE_URL or
+http://127.0.0.1:8080), --json (print the server's JSON answer as it is) and --timeout (default 30s).
+
+commands:
+  leases  [--sub S] [--limit N] [--cursor C]       list the leases held now
+  lease   --sub S --sid D                          read one session's lease
+  revoke  --sub S --sid D --reason R [--block 5m]  revoke a lease; --block also refuses grants for that long
+  audit   [--sub S] [--sid D] [--limit N] [--cursor C]   the audit log, newest first (--sid needs --sub)
+
+exit codes:
+  0  done
+  1  the server answered an error (its code and message are printed) or could not be reached
+  2  usage error: bad flags, or TABLEASE_TOKEN unset; nothing was sent
+  3  nothing there: lease found the session free, or revoke found no lease to revoke
+`
+
+// adminFlags are the flags every admin command takes.
+type adminFlags struct {
+	url     *string
+	json    *bool
+	timeout *time.Duration
+}
+
+func (p Program) adminFlagSet(name string) (*flag.FlagSet, adminFlags) {
+	fs := flag.NewFlagSet("tablease admin "+name, flag.ContinueOnError)
+	fs.SetOutput(p.Stderr)
+	def := p.Getenv("TABLEASE_URL")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	f := adminFlags{
+		url:     fs.String("url", def, "base URL of the tablease server ($TABLEASE_URL)"),
+		json:    fs.Bool("json", false, "print the JSON answer as it is"),
+		timeout: fs.Duration("timeout", 30*time.Second, "bound on the request"),
+	}
+	return fs, f
+}
+
+// usageError is a problem with the command line or the environment: exit 2, nothing sent.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// apiError is an error answer of the server.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (e *apiError) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+	if ms, ok := e.Details["retryAfterMs"].(float64); ok {
+		s += fmt.Sprintf(" (retry after %s)", time.Duration(ms)*time.Millisecond)
+	}
+	if f, ok := e.Details["field"].(string); ok && !strings.Contains(e.Message, f) {
+		s += " (field " + f + ")"
+	}
+	return s
+}
+
+func (p Program) admin(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(p.Stderr, adminUsage)
+		return exitUsage
+	}
+	var run func(context.Context, []string) (int, error)
+	switch args[0] {
+	case "leases":
+		run = p.adminLeases
+	case "lease":
+		run = p.adminLease
+	case "revoke":
+		run = p.adminRevoke
+	case "audit":
+		run = p.adminAudit
+	case "help", "-h", "--help":
+		fmt.Fprint(p.Stdout, adminUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(p.Stderr, "tablease admin: unknown command %q\n\n%s", args[0], adminUsage)
+		return exitUsage
+	}
+	code, err := run(ctx, args[1:])
+	var ue *usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(p.Stderr, "tablease admin %s: %s\n", args[0], ue.msg)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(p.Stderr, "tablease admin %s: %v\n", args[0], err)
+		return exitFailed
+	}
+	return code
+}
+
+// parse parses args into fs and refuses anything left over.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: "bad flags (see --help)"} // the flag package printed what
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (every value is a flag; see --help)", fs.Arg(0))
+	}
+	return nil
+}
+
+// adminClient calls the admin API.
+type adminClient struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+func (p Program) newAdminClient(f adminFlags) (*adminClient, error) {
+	u, err := url.Parse(strings.TrimRight(*f.url, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, usagef("--url must be an http:// or https:// base URL such as http://127.0.0.1:8080 (got %q)", *f.url)
+	}
+	if u.User != nil {
+		return nil, usagef("--url must not carry credentials; the token comes from TABLEASE_TOKEN")
+	}
+	token := strings.TrimSpace(p.Getenv("TABLEASE_TOKEN"))
+	if token == "" {
+		return nil, usagef("TABLEASE_TOKEN is not set: export an access token with the scope lease:admin (tablease token --sub you --scope lease:admin)")
+	}
+	if *f.timeout <= 0 {
+		return nil, usagef("--timeout must be positive")
+	}
+	return &adminClient{base: u, token: token, http: &http.Client{Timeout: *f.timeout}}, nil
+}
+
+// do sends one request and returns the body of a 2xx answer, an *apiError for an error answer,
+// or an error that says the server could not be reached.
+func (c *adminClient) do(ctx context.Context, method string, segments []string, q url.Values, body any) ([]byte, error) {
+	u := c.base.JoinPath(segments...)
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "tablease-cli/"+Version())
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is said once, below
+		}
+		return nil, fmt.Errorf("cannot reach %s: %v", c.base.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %v", c.base.Redacted(), err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if !json.Valid(data) {
+			return nil, fmt.Errorf("%s answered %d with something that is not JSON; is --url a tablease server?", c.base.Redacted(), resp.StatusCode)
+		}
+		return data, nil
+	}
+	var e struct {
+		Error *struct {
+			Code    string         `json:"code"`
+			Message string         `json:"message"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &e) != nil || e.Error == nil || e.Error.Code == "" {
+		return nil, fmt.Errorf("%s answered %s without a tablease error; is --url a tablease server?", c.base.Redacted(), resp.Status)
+	}
+	return nil, &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
+}
+
+// output prints data as it is (--json) or through human.
+func (p Program) output(jsonOut bool, data []byte, human func(w io.Writer) error) error {
+	if jsonOut {
+		data = bytes.TrimRight(data, "\n")
+		_, err := fmt.Fprintf(p.Stdout, "%s\n", data)
+		return err
+	}
+	tw := tabwriter.NewWriter(p.Stdout, 0, 4, 2, ' ', 0)
+	if err := human(tw); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// The answers, as the CLI reads them.
+type cliHolder struct {
+	TabID  string `json:"tabId"`
+	Label  string `json:"label"`
+	Hidden bool   `json:"hidden"`
+}
+
+type cliLease struct {
+	Sub         string     `json:"sub"`
+	SessionID   string     `json:"sessionId"`
+	Held        bool       `json:"held"`
+	Holder      *cliHolder `json:"holder"`
+	Epoch       int64      `json:"epoch"`
+	GrantedAt   *string    `json:"grantedAt"`
+	ExpiresAt   *string    `json:"expiresAt"`
+	TTLMs       int64      `json:"ttlMs"`
+	RemainingMs int64      `json:"remainingMs"`
+	Transitions int64      `json:"transitions"`
+}
+
+type cliPrevious struct {
+	TabID string `json:"tabId"`
+	Epoch int64  `json:"epoch"`
+}
+
+type cliAuditRecord struct {
+	ID        string       `json:"id"`
+	At        *string      `json:"at"`
+	Sub       string       `json:"sub"`
+	SessionID string       `json:"sessionId"`
+	Action    string       `json:"action"`
+	Epoch     int64        `json:"epoch"`
+	TabID     *string      `json:"tabId"`
+	Admin     *string      `json:"admin"`
+	Previous  *cliPrevious `json:"previous"`
+	Reason    *string      `json:"reason"`
+	Until     *string      `json:"until"`
+}
+
+// clean makes a value from the server safe for a terminal and a table: control characters
+// (tabs, newlines, escapes) become U+FFFD.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return clean(*s)
+}
+
+func or(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}
+
+func ms(n int64) string {
+	return (time.Duration(n) * time.Millisecond).Round(100 * time.Millisecond).String()
+}
+
+// shellQuote quotes a value for the "next page" hint.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func validID(field, v string, required bool) error {
+	if v == "" && !required {
+		return nil
+	}
+	if v == "" {
+		return usagef("--%s is required", field)
+	}
+	if err := lease.ValidateID(field, v); err != nil {
+		var ie *lease.InvalidError
+		if errors.As(err, &ie) {
+			return usagef("--%s %s", field, ie.Reason)
+		}
+		return usagef("--%s: %v", field, err)
+	}
+	return nil
+}
+
+func pageParams(q url.Values, limit int, cursor string) error {
+	if limit != 0 {
+		if limit < 1 || limit > lease.MaxPageLimit {
+			return usagef("--limit must be from 1 to %d", lease.MaxPageLimit)
+		}
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		if len(cursor) > 512 {
+			return usagef("--cursor must be at most 512 characters (the nextCursor of an earlier page)")
+		}
+		q.Set("cursor", cursor)
+	}
+	return nil
+}
+
+func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
+	fs, f := p.adminFlagSet("leases")
+	sub := fs.String("sub", "", "only this user's leases")
+	limit := fs.Int("limit", 0, "page size, 1 to 500 (default: the server's, 50)")
+	cursor := fs.String("cursor", "", "the nextCursor of the previous page")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	q := url.Values{}
+	if err := validID("sub", *sub, false); err != nil {
+		return 0, err
+	}
+	if *sub != "" {
+		q.Set("sub", *sub)
+	}
+	if err := pageParams(q, *limit, *cursor); err != nil {
+		return 0, err
+	}
+	c, err := p.newAdminClient(f)
+	if err != nil {
+		return 0, err
+	}
+	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "leases"}, q, nil)
+	if err != nil {
+		return 0, err
+	}
+	var page struct {
+		Leases     []cliLease `json:"leases"`
+		NextCursor *string    `json:"nextCursor"`
+	}
+	if err := json.Unmarshal(data, &page); err != nil {
+		return 0, fmt.Errorf("the answer is not a page of leases: %v", err)
+	}
+	return exitOK, p.output(*f.json, data, func(w io.Writer) error {
+		if len(page.Leases) == 0 {
+			fmt.Fprintln(w, "no active leases")
+		} else {
+			fmt.Fprintln(w, "USER\tSESSION\tHOLDER\tLABEL\tEPOCH\tLEFT\tEXPIRES")
+			for _, l := range page.Leases {
+				tab, label := "-", ""
+				if l.Holder != nil {
+					tab, label = clean(l.Holder.TabID), clean(l.Holder.Label)
+					if l.Holder.Hidden {
+						tab += " (hidden)"
+					}
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", clean(l.Sub), clean(l.SessionID), tab, or(label, "-"),
+					l.Epoch, ms(l.RemainingMs), or(deref(l.ExpiresAt), "-"))
+			}
+		}
+		if page.NextCursor != nil {
+			hint := "tablease admin leases"
+			if *sub != "" {
+				hint += " --sub " + shellQuote(*sub)
+			}
+			fmt.Fprintf(w, "\nmore: %s --cursor %s\n", hint, shellQuote(clean(*page.NextCursor)))
+		}
+		return nil
+	})
+}
+
+func (p Program) adminLease(ctx context.Context, args []string) (int, error) {
+	fs, f := p.adminFlagSet("lease")
+	sub := fs.String("sub", "", "the user (required)")
+	sid := fs.String("sid", "", "the session (required)")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if err := validID("sub", *sub, true); err != nil {
+		return 0, err
+	}
+	if err := validID("sid", *sid, true); err != nil {
+		return 0, err
+	}
+	c, err := p.newAdminClient(f)
+	if err != nil {
+		return 0, err
+	}
+	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease"}, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	var l cliLease
+	if err := json.Unmarshal(data, &l); err != nil {
+		return 0, fmt.Errorf("the answer is not a lease: %v", err)
+	}
+	code := exitOK
+	if !l.Held {
+		code = exitNothing
+	}
+	return code, p.output(*f.json, data, func(w io.Writer) error {
+		fmt.Fprintf(w, "user\t%s\nsession\t%s\n", clean(l.Sub), clean(l.SessionID))
+		if l.Held && l.Holder != nil {
+			vis := "visible"
+			if l.Holder.Hidden {
+				vis = "hidden"
+			}
+			fmt.Fprintf(w, "held\tyes\nholder\t%s (%s)\nlabel\t%s\n", clean(l.Holder.TabID), vis, or(clean(l.Holder.Label), "-"))
+			fmt.Fprintf(w, "epoch\t%d\ngranted at\t%s\nexpires at\t%s\ntime left\t%s\nttl\t%s\n",
+				l.Epoch, deref(l.GrantedAt), deref(l.ExpiresAt), ms(l.RemainingMs), ms(l.TTLMs))
+		} else {
+			fmt.Fprintf(w, "held\tno\nlast epoch\t%d\n", l.Epoch)
+			if l.ExpiresAt != nil {
+				fmt.Fprintf(w, "ended at\t%s\n", deref(l.ExpiresAt))
+			}
+		}
+		fmt.Fprintf(w, "transitions\t%d\n", l.Transitions)
+		return nil
+	})
+}
+
+// validReason mirrors the server's rule, so that a bad reason is a usage error sent nowhere.
+func validReason(r string) error {
+	switch {
+	case strings.TrimSpace(r) == "":
+		return usagef("--reason is required: say why (the holder and the audit log see it)")
+	case !utf8.ValidString(r):
+		return usagef("--reason must be valid UTF-8")
+	case utf8.RuneCountInString(r) > lease.MaxLabelLen:
+		return usagef("--reason must be at most %d characters", lease.MaxLabelLen)
+	}
+	for _, c := range r {
+		if !unicode.IsPrint(c) {
+			return usagef("--reason must contain only printable characters")
+		}
+	}
+	return nil
+}
+
+func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
+	fs, f := p.adminFlagSet("revoke")
+	sub := fs.String("sub", "", "the user (required)")
+	sid := fs.String("sid", "", "the session (required)")
+	reason := fs.String("reason", "", "why, at most 200 printable characters (required)")
+	block := fs.Duration("block", 0, "also refuse every grant of the session for this long, e.g. 5m (at most the server's TABLEASE_ADMIN_MAX_BLOCK)")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if err := validID("sub", *sub, true); err != nil {
+		return 0, err
+	}
+	if err := validID("sid", *sid, true); err != nil {
+		return 0, err
+	}
+	if err := validReason(*reason); err != nil {
+		return 0, err
+	}
+	if *block < 0 || *block%time.Millisecond != 0 {
+		return 0, usagef("--block must be a duration of whole milliseconds, not negative, such as 5m")
+	}
+	c, err := p.newAdminClient(f)
+	if err != nil {
+		return 0, err
+	}
+	body := map[string]any{"reason": *reason}
+	if *block > 0 {
+		body["blockMs"] = block.Milliseconds()
+	}
+	data, err := c.do(ctx, http.MethodPost, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease", "revoke"}, nil, body)
+	if err != nil {
+		return 0, err
+	}
+	var res struct {
+		Revoked      bool         `json:"revoked"`
+		Epoch        int64        `json:"epoch"`
+		BlockedUntil *string      `json:"blockedUntil"`
+		Previous     *cliPrevious `json:"previous"`
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		return 0, fmt.Errorf("the answer is not a revoke result: %v", err)
+	}
+	code := exitOK
+	if !res.Revoked {
+		code = exitNothing
+	}
+	return code, p.output(*f.json, data, func(w io.Writer) error {
+		if res.Revoked {
+			fmt.Fprintf(w, "revoked %s/%s", *sub, *sid)
+			if res.Previous != nil {
+				fmt.Fprintf(w, " (held by tab %s at epoch %d)", clean(res.Previous.TabID), res.Previous.Epoch)
+			}
+			fmt.Fprintf(w, "; new epoch %d\n", res.Epoch)
+		} else {
+			fmt.Fprintf(w, "nothing to revoke: %s/%s is free (last epoch %d)\n", *sub, *sid, res.Epoch)
+		}
+		if res.BlockedUntil != nil {
+			fmt.Fprintf(w, "grants blocked until %s\n", deref(res.BlockedUntil))
+		}
+		return nil
+	})
+}
+
+func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
+	fs, f := p.adminFlagSet("audit")
+	sub := fs.String("sub", "", "only this user's records")
+	sid := fs.String("sid", "", "only this session's records (needs --sub)")
+	limit := fs.Int("limit", 0, "page size, 1 to 500 (default: the server's, 50)")
+	cursor := fs.String("cursor", "", "the nextCursor of the previous page")
+	if err := parse(fs, args); err != nil {
+		return 0, err
+	}
+	if err := validID("sub", *sub, false); err != nil {
+		return 0, err
+	}
+	if err := validID("sid", *sid, false); err != nil {
+		return 0, err
+	}
+	if *sid != "" && *sub == "" {
+		return 0, usagef("--sid needs --sub: sessions are named per user")
+	}
+	q := url.Values{}
+	if *sub != "" {
+		q.Set("sub", *sub)
+	}
+	if *sid != "" {
+		q.Set("sid", *sid)
+	}
+	if err := pageParams(q, *limit, *cursor); err != nil {
+		return 0, err
+	}
+	c, err := p.newAdminClient(f)
+	if err != nil {
+		return 0, err
+	}
+	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "audit"}, q, nil)
+	if err != nil {
+		return 0, err
+	}
+	var page struct {
+		Records    []cliAuditRecord `json:"records"`
+		NextCursor *string          `json:"nextCursor"`
+	}
+	if err := json.Unmarshal(data, &page); err != nil {
+		return 0, fmt.Errorf("the answer is not a page of audit records: %v", err)
+	}
+	return exitOK, p.output(*f.json, data, func(w io.Writer) error {
+		if len(page.Records) == 0 {
+			fmt.Fprintln(w, "no audit records")
+		} else {
+			fmt.Fprintln(w, "TIME\tACTION\tUSER\tSESSION\tEPOCH\tACTOR\tPREVIOUS\tREASON\tUNTIL")
+			for _, r := range page.Records {
+				actor := "-"
+				switch {
+				case r.Admin != nil:
+					actor = "admin " + deref(r.Admin)
+				case r.TabID != nil:
+					actor = "tab " + deref(r.TabID)
+				}
+				prev := "-"
+				if r.Previous != nil {
+					prev = fmt.Sprintf("%s@%d", clean(r.Previous.TabID), r.Previous.Epoch)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", or(deref(r.At), "-"), clean(r.Action), clean(r.Sub),
+					clean(r.SessionID), r.Epoch, actor, prev, or(deref(r.Reason), "-"), or(deref(r.Until), "-"))
+			}
+		}
+		if page.NextCursor != nil {
+			hint := "tablease admin audit"
+			if *sub != "" {
+				hint += " --sub " + shellQuote(*sub)
+			}
+			if *sid != "" {
+				hint += " --sid " + shellQuote(*sid)
+			}
+			fmt.Fprintf(w, "\nolder: %s --cursor %s\n", hint, shellQuote(clean(*page.NextCursor)))
+		}
+		return nil
+	})
+}
+
+// adminOf is the admin side of the engine, or nil (no admin lease routes) when the engine does
+// not offer one.
+func adminOf(engine lease.Engine, log *slog.Logger) lease.Admin {
+	e := engine
+	if cb, ok := e.(closeBoth); ok {
+		e = cb.Engine
+	}
+	if a, ok := e.(lease.Admin); ok {
+		return a
+	}
+	log.Warn("the lease engine does not offer the admin operations yet: /v1/admin/leases, /v1/admin/users/…/lease[/revoke] and /v1/admin/audit answer 404")
+	return nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/tablease/tablease/owner/leasetoken"
+)
+
+// keygen writes a new Ed25519 private key for lease tokens as PKCS#8 PEM (the format of
+// TABLEASE_LEASE_SIGNING_KEY): to stdout, or to --out, created with mode 0600 and never over an
+// existing file. --public-out also writes the public key, for TABLEASE_LEASE_PREVIOUS_KEYS of
+// another deployment. The key id goes to stderr.
+func (p Program) keygen(args []string) int {
+	fs := flag.NewFlagSet("tablease keygen", flag.ContinueOnError)
+	fs.SetOutput(p.Stderr)
+	out := fs.String("out", "", "file to write the private key to (mode 0600; refused if it exists); default stdout")
+	pubOut := fs.String("public-out", "", "file to write the public key to, for TABLEASE_LEASE_PREVIOUS_KEYS")
+	fs.Usage = func() {
+		fmt.Fprintln(p.Stderr, "usage: tablease keygen [--out lease-key.pem] [--public-out lease-key.pub.pem]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(p.Stderr, "tablease keygen: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	key, err := leasetoken.GenerateKey()
+	if err != nil {
+		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+		return 1
+	}
+	priv, err := key.MarshalPEM()
+	if err != nil {
+		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+		return 1
+	}
+	pub, err := key.Public().MarshalPEM()
+	if err != nil {
+		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+		return 1
+	}
+	if *out == "" {
+		if _, err := p.Stdout.Write(priv); err != nil {
+			fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+			return 1
+		}
+	} else if err := writeNew(*out, priv, 0o600); err != nil {
+		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+		return 1
+	}
+	if *pubOut != "" {
+		if err := writeNew(*pubOut, pub, 0o644); err != nil {
+			fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(p.Stderr, "tablease keygen: Ed25519 lease-token key, kid %s\n", key.KeyID())
+	return 0
+}
+
+// writeNew writes data to a file that must not exist yet, with mode perm.
+func writeNew(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,545 @@
+// The tablease admin console: a plain ES module, no build step, no dependencies.
+//
+// It calls the admin API of the server that serves it (same origin) with an access token of
+// scope lease:admin. The token lives in sessionStorage (this tab only, gone with the tab) and is
+// never put in a URL. Every value from the server reaches the page through textContent, never as
+// HTML. There is no event stream for admins, so the lists are polled every 2 seconds.
+
+const TOKEN_KEY = 'tablease.adminToken';
+const POLL_MS = 2000;
+const TICK_MS = 500;
+const PAGE_LIMIT = 50;
+const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
+
+const $ = (sel) => document.querySelector(sel);
+
+const state = {
+  token: '',
+  authFailed: false, // the server refused the token: polling waits for a new one
+  leaseSub: '', // the user filter of the lease list
+  leaseCursor: '', // the cursor of the page shown ('' = first page)
+  leaseNext: null,
+  leaseRows: new Map(), // "sub|sid" → {tr, lease, deadline}
+  auditSub: '',
+  auditSid: '',
+  auditNext: null,
+  auditPaged: false, // older records were loaded: polling leaves the log alone
+  revokeTarget: null, // {sub, sid, opener}
+  inFlight: false,
+  lastStatus: '',
+};
+
+// ApiError is an error answer of the server, {error: {code, message, details}}.
+class ApiError extends Error {
+  constructor(code, message, status, details) {
+    super(message);
+    this.code = code;
+    this.status = status;
+    this.details = details || {};
+  }
+  toString() {
+    return `${this.code}: ${this.message}`;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json', Authorization: `Bearer ${state.token}` };
+  const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError('NETWORK', `cannot reach the server (${e.message})`, 0);
+  }
+  let data = null;
+  try {
+    data = await res.json();
+  } catch {
+    // not JSON: handled below
+  }
+  if (!res.ok) {
+    const err = data && data.error;
+    if (res.status === 401 || res.status === 403) state.authFailed = true;
+    throw new ApiError(err?.code || `HTTP_${res.status}`, err?.message || `the server answered ${res.status}`, res.status, err?.details);
+  }
+  if (data === null) throw new ApiError('BAD_ANSWER', 'the server answered something that is not JSON', res.status);
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== '' && v !== null && v !== undefined) q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+// --- status --------------------------------------------------------------------------------
+
+function setStatus(text, kind = 'info') {
+  const el = $('#status');
+  if (text === state.lastStatus && el.dataset.kind === kind) return; // polling must not repeat announcements
+  state.lastStatus = text;
+  el.dataset.kind = kind;
+  el.textContent = text;
+}
+
+function reportError(what, err) {
+  const msg = err instanceof ApiError ? err.toString() : String(err);
+  let hint = '';
+  if (err instanceof ApiError && err.status === 401) hint = ' Enter a valid admin token.';
+  if (err instanceof ApiError && err.status === 403) hint = ' The token needs the scope lease:admin.';
+  setStatus(`${what} failed — ${msg}.${hint}`, 'error');
+}
+
+// --- formatting ----------------------------------------------------------------------------
+
+function fmtLeft(ms) {
+  if (ms <= 0) return 'expired';
+  const s = Math.ceil(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${String(s % 60).padStart(2, '0')} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, '0')} min`;
+}
+
+function fmtTime(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+}
+
+function timeEl(iso) {
+  const t = document.createElement('time');
+  if (iso) {
+    t.dateTime = iso;
+    t.textContent = fmtTime(iso);
+  }
+  return t;
+}
+
+function cell(content) {
+  const td = document.createElement('td');
+  if (content instanceof Node) td.append(content);
+  else td.textContent = content ?? '';
+  return td;
+}
+
+function keyOf(sub, sid) {
+  return `${sub}|${sid}`;
+}
+
+// --- token ---------------------------------------------------------------------------------
+
+function tokenSubject(token) {
+  try {
+    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const claims = JSON.parse(atob(part));
+    return { sub: claims.sub, exp: claims.exp, scope: claims.scope || '' };
+  } catch {
+    return null;
+  }
+}
+
+function useToken(token, how) {
+  state.token = token;
+  state.authFailed = false;
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  const info = token ? tokenSubject(token) : null;
+  const el = $('#token-state');
+  if (!token) {
+    el.textContent = 'No token yet.';
+  } else if (info) {
+    const exp = info.exp ? `, expires ${new Date(info.exp * 1000).toLocaleTimeString()}` : '';
+    const scope = info.scope.split(' ').includes('lease:admin') ? '' : ' — it lacks the scope lease:admin';
+    el.textContent = `${how} a token for “${info.sub}”${exp}${scope}.`;
+  } else {
+    el.textContent = `${how} a token that is not a JWT; the server will judge it.`;
+  }
+}
+
+async function devToken() {
+  try {
+    const res = await fetch('/dev/token?sub=admin&scope=lease:admin', { cache: 'no-store', credentials: 'omit' });
+    if (!res.ok) return '';
+    const data = await res.json();
+    return typeof data.token === 'string' ? data.token : '';
+  } catch {
+    return '';
+  }
+}
+
+// --- leases --------------------------------------------------------------------------------
+
+function leaseRow(l) {
+  const tr = document.createElement('tr');
+  tr.dataset.key = keyOf(l.sub, l.sessionId);
+  for (let i = 0; i < 6; i++) tr.append(cell(''));
+  const btn = document.createElement('button');
+  btn.type = 'button';
+  btn.textContent = 'Revoke…';
+  btn.dataset.action = 'revoke';
+  btn.dataset.sub = l.sub;
+  btn.dataset.sid = l.sessionId;
+  btn.setAttribute('aria-label', `Revoke the lease of ${l.sub} / ${l.sessionId}`);
+  tr.append(cell(btn));
+  return tr;
+}
+
+function fillLeaseRow(tr, l) {
+  const c = tr.cells;
+  c[0].textContent = l.sub;
+  c[1].textContent = l.sessionId;
+  c[2].textContent = l.holder ? l.holder.tabId + (l.holder.hidden ? ' (hidden)' : '') : '—';
+  c[3].textContent = l.holder ? l.holder.label : '';
+  c[4].textContent = String(l.epoch);
+}
+
+function renderLeases(leases, fetchedAt) {
+  const tbody = $('#leases tbody');
+  const keys = leases.map((l) => keyOf(l.sub, l.sessionId));
+  const same = keys.length === state.leaseRows.size && keys.every((k, i) => tbody.rows[i]?.dataset.key === k);
+  const focusKey = document.activeElement?.closest?.('#leases tr')?.dataset.key;
+  const rows = new Map();
+  leases.forEach((l, i) => {
+    const entry = state.leaseRows.get(keys[i]) || { tr: leaseRow(l) };
+    entry.lease = l;
+    entry.deadline = fetchedAt + l.remainingMs;
+    fillLeaseRow(entry.tr, l);
+    rows.set(keys[i], entry);
+  });
+  state.leaseRows = rows;
+  if (!same) {
+    tbody.replaceChildren(...[...rows.values()].map((e) => e.tr));
+    if (focusKey) (rows.get(focusKey)?.tr.querySelector('button') || $('#leases-heading')).focus();
+  }
+  tick();
+  const who = state.leaseSub ? ` of “${state.leaseSub}”` : '';
+  const page = state.leaseCursor ? ' (a later page)' : '';
+  $('#leases-summary').textContent = leases.length === 0
+    ? `No active leases${who}${page}.`
+    : `${leases.length} active lease${leases.length === 1 ? '' : 's'}${who}${page}${state.leaseNext ? '; more on the next page' : ''}.`;
+  document.querySelector('[data-action="next-page"]').disabled = !state.leaseNext;
+  document.querySelector('[data-action="first-page"]').disabled = !state.leaseCursor;
+}
+
+// tick counts down the time left of every listed lease on this tab's monotonic clock.
+function tick() {
+  const now = performance.now();
+  for (const { tr, deadline } of state.leaseRows.values()) {
+    const text = fmtLeft(deadline - now);
+    if (tr.cells[5].textContent !== text) tr.cells[5].textContent = text;
+    tr.classList.toggle('expired', deadline <= now);
+  }
+}
+
+async function refreshLeases() {
+  const data = await api('GET', `/v1/admin/leases${query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT })}`);
+  state.leaseNext = data.nextCursor || null;
+  renderLeases(data.leases || [], performance.now());
+}
+
+// --- audit ---------------------------------------------------------------------------------
+
+function actorOf(r) {
+  if (r.admin) return `admin ${r.admin}`;
+  if (r.tabId) return `tab ${r.tabId}`;
+  return r.action === 'expire' ? '(expiry)' : '—';
+}
+
+function auditRow(r) {
+  const tr = document.createElement('tr');
+  tr.dataset.id = r.id;
+  tr.dataset.action = r.action;
+  tr.append(
+    cell(timeEl(r.at)),
+    cell(r.action),
+    cell(r.sub),
+    cell(r.sessionId),
+    cell(String(r.epoch)),
+    cell(actorOf(r)),
+    cell(r.previous ? `${r.previous.tabId} @ ${r.previous.epoch}` : ''),
+    cell(r.reason || ''),
+    cell(timeEl(r.until)),
+  );
+  return tr;
+}
+
+function renderAudit(records, append) {
+  const tbody = $('#audit tbody');
+  const rows = records.map(auditRow);
+  if (append) tbody.append(...rows);
+  else tbody.replaceChildren(...rows);
+  const n = tbody.rows.length;
+  const who = [state.auditSub, state.auditSid].filter(Boolean).join(' / ');
+  $('#audit-summary').textContent = `${n === 0 ? 'No' : n} audit record${n === 1 ? '' : 's'}${who ? ` for ${who}` : ''}, newest first.`;
+  document.querySelector('[data-action="audit-more"]').disabled = !state.auditNext;
+}
+
+async function refreshAudit(more = false) {
+  const cursor = more ? state.auditNext : '';
+  const data = await api('GET', `/v1/admin/audit${query({ sub: state.auditSub, sid: state.auditSid, cursor, limit: PAGE_LIMIT })}`);
+  state.auditNext = data.nextCursor || null;
+  renderAudit(data.records || [], more);
+}
+
+// --- refresh -------------------------------------------------------------------------------
+
+async function refreshAll({ announce = false } = {}) {
+  if (!state.token || state.inFlight) return;
+  state.inFlight = true;
+  try {
+    await refreshLeases();
+    if (!state.auditPaged) await refreshAudit();
+    if (announce || $('#status').dataset.kind === 'error') setStatus(`Up to date at ${new Date().toLocaleTimeString()}.`);
+  } catch (err) {
+    reportError('Loading', err);
+  } finally {
+    state.inFlight = false;
+  }
+}
+
+function poll() {
+  if (!$('#live').checked || state.authFailed || document.visibilityState !== 'visible') return;
+  refreshAll();
+}
+
+// --- revoke --------------------------------------------------------------------------------
+
+function openRevoke(sub, sid, opener, { lease = null, block = 0 } = {}) {
+  state.revokeTarget = { sub, sid, opener };
+  const what = lease && lease.held && lease.holder
+    ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
+    : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
+  $('#revoke-title').textContent = lease && !lease.held ? 'Block session' : 'Revoke lease';
+  $('#revoke-what').textContent = what;
+  $('#revoke-reason').value = '';
+  $('#revoke-block').value = String(block);
+  $('#revoke-error').textContent = '';
+  const dlg = $('#revoke-dialog');
+  dlg.showModal();
+  $('#revoke-reason').focus();
+}
+
+function closeRevoke() {
+  const dlg = $('#revoke-dialog');
+  if (dlg.open) dlg.close();
+  const t = state.revokeTarget;
+  state.revokeTarget = null;
+  // Give focus back to the row's button, which a refresh may have replaced.
+  const again = t && [...document.querySelectorAll('[data-action="revoke"]')]
+    .find((b) => b.dataset.sub === t.sub && b.dataset.sid === t.sid);
+  const target = again || (t?.opener?.isConnected ? t.opener : $('#leases-heading'));
+  target.focus();
+}
+
+async function confirmRevoke() {
+  const t = state.revokeTarget;
+  if (!t) return;
+  const reason = $('#revoke-reason').value;
+  const errEl = $('#revoke-error');
+  if (!reason.trim()) {
+    errEl.textContent = 'A reason is required.';
+    $('#revoke-reason').focus();
+    return;
+  }
+  const blockMs = Number($('#revoke-block').value) || 0;
+  const confirmBtn = document.querySelector('[data-action="confirm-revoke"]');
+  confirmBtn.disabled = true;
+  errEl.textContent = '';
+  try {
+    const body = blockMs > 0 ? { reason, blockMs } : { reason };
+    const res = await api('POST', `/v1/admin/users/${enc(t.sub)}/sessions/${enc(t.sid)}/lease/revoke`, body);
+    let msg = res.revoked
+      ? `Revoked the lease of ${t.sub} / ${t.sid}${res.previous ? ` (tab ${res.previous.tabId}, epoch ${res.previous.epoch})` : ''}. New epoch: ${res.epoch}.`
+      : `Nothing to revoke: ${t.sub} / ${t.sid} was free (last epoch ${res.epoch}).`;
+    if (res.blockedUntil) msg += ` New grants blocked until ${fmtTime(res.blockedUntil)}.`;
+    setStatus(msg, res.revoked ? 'ok' : 'info');
+    closeRevoke();
+    state.auditPaged = false;
+    await refreshAll();
+  } catch (err) {
+    errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.`;
+  } finally {
+    confirmBtn.disabled = false;
+  }
+}
+
+// --- wiring --------------------------------------------------------------------------------
+
+function validId(value, what) {
+  if (value === '' || ID_RE.test(value)) return true;
+  setStatus(`${what} must be 1–128 characters of A–Z a–z 0–9 . _ : @ | -.`, 'error');
+  return false;
+}
+
+async function onAction(action, btn) {
+  switch (action) {
+    case 'forget-token':
+      useToken('', '');
+      $('#token').value = '';
+      state.leaseRows = new Map();
+      $('#leases tbody').replaceChildren();
+      $('#audit tbody').replaceChildren();
+      $('#leases-summary').textContent = 'No leases loaded.';
+      $('#audit-summary').textContent = 'No records loaded.';
+      setStatus('Token forgotten.');
+      return;
+    case 'clear-filter':
+      $('#filter-sub').value = '';
+      state.leaseSub = '';
+      state.leaseCursor = '';
+      return refreshAll({ announce: true });
+    case 'refresh':
+      state.authFailed = false;
+      return refreshAll({ announce: true });
+    case 'first-page':
+      state.leaseCursor = '';
+      return refreshAll({ announce: true });
+    case 'next-page':
+      if (!state.leaseNext) return;
+      state.leaseCursor = state.leaseNext;
+      return refreshAll({ announce: true });
+    case 'revoke': {
+      const entry = state.leaseRows.get(keyOf(btn.dataset.sub, btn.dataset.sid));
+      openRevoke(btn.dataset.sub, btn.dataset.sid, btn, { lease: entry?.lease ? { ...entry.lease, held: true } : null });
+      return;
+    }
+    case 'cancel-revoke':
+      closeRevoke();
+      setStatus('Revoke cancelled.');
+      return;
+    case 'audit-clear':
+      $('#audit-sub').value = '';
+      $('#audit-sid').value = '';
+      state.auditSub = '';
+      state.auditSid = '';
+      state.auditPaged = false;
+      try {
+        await refreshAudit();
+      } catch (err) {
+        reportError('Loading the audit log', err);
+      }
+      return;
+    case 'audit-more':
+      if (!state.auditNext) return;
+      state.auditPaged = true;
+      try {
+        await refreshAudit(true);
+      } catch (err) {
+        reportError('Loading older records', err);
+      }
+      return;
+    default:
+  }
+}
+
+function wire() {
+  document.addEventListener('click', (ev) => {
+    const btn = ev.target.closest('button[data-action]');
+    if (!btn || btn.type === 'submit') return; // submit buttons act through their form
+    onAction(btn.dataset.action, btn);
+  });
+
+  $('#token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const token = $('#token').value.trim();
+    if (!token) {
+      setStatus('Paste an access token with the scope lease:admin.', 'error');
+      return;
+    }
+    useToken(token, 'Using');
+    state.auditPaged = false;
+    refreshAll({ announce: true });
+  });
+
+  $('#lease-filter').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const sub = $('#filter-sub').value.trim();
+    if (!validId(sub, 'The user')) return;
+    state.leaseSub = sub;
+    state.leaseCursor = '';
+    refreshAll({ announce: true });
+  });
+
+  $('#audit-filter').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const sub = $('#audit-sub').value.trim();
+    const sid = $('#audit-sid').value.trim();
+    if (!validId(sub, 'The user') || !validId(sid, 'The session')) return;
+    if (sid && !sub) {
+      setStatus('Filtering the audit log by session needs a user: sessions are named per user.', 'error');
+      $('#audit-sub').focus();
+      return;
+    }
+    state.auditSub = sub;
+    state.auditSid = sid;
+    state.auditPaged = false;
+    try {
+      await refreshAudit();
+      setStatus(`Audit log filtered${sub ? ` by ${[sub, sid].filter(Boolean).join(' / ')}` : ''}.`);
+    } catch (err) {
+      reportError('Loading the audit log', err);
+    }
+  });
+
+  $('#block-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const sub = $('#block-sub').value.trim();
+    const sid = $('#block-sid').value.trim();
+    if (!sub || !sid || !validId(sub, 'The user') || !validId(sid, 'The session')) {
+      if (!sub || !sid) setStatus('Name the user and the session.', 'error');
+      return;
+    }
+    let lease = null;
+    try {
+      lease = await api('GET', `/v1/admin/users/${enc(sub)}/sessions/${enc(sid)}/lease`);
+    } catch (err) {
+      reportError('Reading the lease', err);
+      return;
+    }
+    openRevoke(sub, sid, ev.submitter || null, { lease, block: 300000 });
+  });
+
+  $('#revoke-form').addEventListener('submit', (ev) => {
+    ev.preventDefault(); // method=dialog would close it before the request answers
+    confirmRevoke();
+  });
+  $('#revoke-dialog').addEventListener('cancel', () => {
+    // Escape: let the dialog close, then put focus back.
+    setTimeout(closeRevoke, 0);
+    setStatus('Revoke cancelled.');
+  });
+
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible') poll();
+  });
+  setInterval(poll, POLL_MS);
+  setInterval(tick, TICK_MS);
+}
+
+async function start() {
+  wire();
+  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  let how = 'Using';
+  if (!token) {
+    token = await devToken(); // only a dev-mode server on loopback answers it; anything else is ignored
+    how = 'Dev mode: using';
+  }
+  if (token) {
+    useToken(token, how);
+    $('#token').value = token;
+    await refreshAll({ announce: true });
+  } else {
+    setStatus('Enter an admin access token to begin.');
+    $('#token').focus();
+  }
+}
+
+start();

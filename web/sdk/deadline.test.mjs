@@ -1,0 +1,186 @@
+// The local deadline and the fail-closed role: `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { TabLease } from "./tablease.js";
+import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+
+function setup({ server: so = {}, lease: lo = {} } = {}) {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, so);
+  const lease = new TabLease(fakeOptions(server, clock, lo));
+  const roles = [];
+  lease.on("rolechange", (d) => roles.push([d.role, d.reason, clock.now()]));
+  return { clock, server, lease, roles };
+}
+
+test("the deadline is the send time plus remainingMs minus the margin", async () => {
+  const { lease } = setup({ lease: { marginMs: 1500 } });
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  // sent at 1000, remainingMs 45000, margin 1500
+  assert.equal(lease.timeLeftMs, 45000 - 1500);
+  assert.equal(lease._deadline, 1000 + 45000 - 1500);
+  await lease.stop({ release: false });
+});
+
+test("a slow answer does not move the deadline: it counts from when the request was sent", async () => {
+  const { clock, lease, server } = setup({ server: { latencyMs: 5000 }, lease: { marginMs: 1000 } });
+  const started = lease.start();
+  await clock.advance(5000);
+  await started;
+  assert.equal(lease.role, "owner");
+  assert.equal(lease._deadline, 1000 + 45000 - 1000);
+  assert.equal(lease.timeLeftMs, 45000 - 1000 - 5000);
+  server.latencyMs = 0;
+  await lease.stop({ release: false });
+});
+
+test("the margin is capped at a quarter of the granted TTL, so short TTLs still give control", async () => {
+  const { lease } = setup({ server: { ttlMs: 2000 }, lease: { marginMs: 1500 } });
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  assert.equal(lease._deadline, 1000 + 2000 - 500);
+  await lease.stop({ release: false });
+});
+
+test("the tab turns viewer the moment the deadline passes without a confirmed renew", async () => {
+  const { clock, server, lease, roles } = setup({ lease: { marginMs: 1000 } });
+  server.fail("POST /lease/renew", { network: true, times: 1000 });
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  await clock.advance(44000 - 1); // deadline = 1000 + 45000 - 1000 = 45000
+  assert.equal(clock.now(), 44999);
+  assert.equal(lease.role, "owner");
+  await clock.advance(1);
+  assert.equal(lease.role, "viewer");
+  assert.deepEqual(roles.at(-1), ["viewer", "expired", 45000]);
+  await lease.stop({ release: false });
+});
+
+test("a renew that confirms after the deadline makes the tab owner again", async () => {
+  const { clock, server, lease, roles } = setup({ lease: { marginMs: 1000 } });
+  server.fail("POST /lease/renew", { status: 503, times: 1000 });
+  await lease.start();
+  await clock.advance(44000); // past the deadline; the server lease (expires 46000) still stands
+  assert.equal(lease.role, "viewer");
+  server.failures.length = 0;
+  // the next scheduled retry confirms
+  const next = clock.pending()[0];
+  await clock.advance(next.at - clock.now());
+  assert.equal(lease.role, "owner");
+  assert.deepEqual(roles.map((r) => r.slice(0, 2)), [["owner", "confirmed"], ["viewer", "expired"], ["owner", "confirmed"]]);
+  await lease.stop({ release: false });
+});
+
+test("a renew answered LEASE_LOST ends ownership at once and that epoch is never renewed again", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  const lost = lease.epoch;
+  server.takeoverBy("t-other");
+  await clock.advance(15000); // renewAfterMs
+  assert.equal(lease.role, "viewer");
+  assert.equal(lease.lease.holder.tabId, "t-other");
+  const before = server.callsTo("POST", "/lease/renew").length;
+  await clock.advance(20000); // the other tab still holds it (until 46000)
+  assert.equal(server.callsTo("POST", "/lease/renew").length, before, "no renew after LEASE_LOST");
+  await clock.advance(40000); // it expired: this tab acquires a new epoch and renews that one
+  assert.equal(lease.role, "owner");
+  assert.ok(lease.epoch > lost);
+  assert.ok(server.callsTo("POST", "/lease/renew").slice(before).every((c) => c.body.epoch !== lost));
+  await lease.stop({ release: false });
+});
+
+test("an event showing a newer epoch ends ownership before any renew; an older one is ignored", async () => {
+  const { lease } = setup();
+  await lease.start();
+  const epoch = lease.epoch;
+  lease._onStreamEvent({ type: "lease", id: "1-0", data: { type: "granted", epoch: epoch - 1, holder: { tabId: "t-old" }, previous: null } });
+  assert.equal(lease.role, "owner", "a late event about an older grant changes nothing");
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "taken_over", epoch: epoch + 1, holder: { tabId: "t-other", label: "B" }, previous: { tabId: lease.tabId, epoch } } });
+  assert.equal(lease.role, "viewer");
+  assert.equal(lease.lease.holder.label, "B");
+  await lease.stop({ release: false });
+});
+
+test("an expired or released event for the held epoch ends ownership", async () => {
+  for (const type of ["expired", "released", "revoked"]) {
+    const { lease } = setup({ lease: { autoAcquire: false } });
+    await lease.start();
+    await lease.acquire();
+    const epoch = lease.epoch;
+    lease._onStreamEvent({ type: "lease", id: "1-0", data: { type, epoch: type === "revoked" ? epoch + 1 : epoch, holder: null, previous: { tabId: lease.tabId, epoch } } });
+    assert.equal(lease.role, "viewer", type);
+    await lease.stop({ release: false });
+  }
+});
+
+test("while the stream is down the owner is read-only until a renew sent after the drop confirms", async () => {
+  const { clock, server, lease, roles } = setup({ server: { latencyMs: 100 }, lease: { stream: "fetch" } });
+  const p = lease.start();
+  await clock.advance(100);
+  await p;
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.streamLive, true);
+  await clock.advance(1000);
+  server.dropStreams();
+  await flush();
+  assert.equal(lease.streamLive, false);
+  assert.equal(lease.role, "viewer", "read-only the moment the stream drops");
+  assert.equal(roles.at(-1)[1], "stream_down");
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 1, "renews at once");
+  await clock.advance(100);
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("after resume the tab is read-only until a renew confirms", async () => {
+  const { clock, server, lease } = setup({ server: { latencyMs: 50 } });
+  const p = lease.start();
+  await clock.advance(50);
+  await p;
+  lease._document.fire("freeze");
+  await clock.advance(10000);
+  lease._document.fire("resume");
+  assert.equal(lease.role, "viewer");
+  await flush();
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 1);
+  await clock.advance(50);
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("a tab that finds the lease held is a viewer that knows the holder and the time left", async () => {
+  const { clock, server, lease } = setup();
+  server.takeoverBy("t-other", "Events — /events");
+  await clock.advance(5000);
+  await lease.start();
+  assert.equal(lease.role, "viewer");
+  assert.deepEqual(lease.lease.holder, { tabId: "t-other", label: "Events — /events", hidden: false });
+  assert.equal(lease.lease.remainingMs, 40000);
+  await lease.stop({ release: false });
+});
+
+test("a viewer takes the lease when the holder's lease ends, and not before", async () => {
+  const { clock, server, lease } = setup();
+  server.takeoverBy("t-other");
+  await lease.start();
+  assert.equal(lease.role, "viewer");
+  await clock.advance(30000);
+  assert.equal(lease.role, "viewer");
+  await clock.advance(16000); // the other tab never renewed: expired at 46000
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("start, stop and restart never leave a stale owner", async () => {
+  const { server, lease } = setup();
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  await lease.stop();
+  assert.equal(lease.role, "viewer");
+  assert.equal(server.valid(), false, "stop released the lease");
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  await lease.stop();
+});

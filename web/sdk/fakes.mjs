@@ -1,0 +1,405 @@
+// Test doubles for the tablease.js tests (not a test file itself): a fake monotonic clock, a
+// fake tablease server that follows DESIGN §3 closely enough to drive the client, and a fake
+// document and window for the page lifecycle.
+
+/** A clock whose time moves only when the test says so. */
+export class FakeClock {
+  constructor(start = 1000) {
+    this._now = start;
+    this._timers = new Map();
+    this._next = 1;
+  }
+
+  now() {
+    return this._now;
+  }
+
+  setTimeout(fn, ms) {
+    const id = this._next++;
+    this._timers.set(id, { at: this._now + Math.max(0, ms), fn, id });
+    return id;
+  }
+
+  clearTimeout(id) {
+    this._timers.delete(id);
+  }
+
+  /** Pending timers, soonest first: [{at, id}]. */
+  pending() {
+    return [...this._timers.values()].sort((a, b) => a.at - b.at || a.id - b.id).map(({ at, id }) => ({ at, id }));
+  }
+
+  /** Moves time forward by ms, running due timers in order and letting promises settle. */
+  async advance(ms) {
+    const target = this._now + ms;
+    await flush();
+    for (;;) {
+      const due = [...this._timers.values()].filter((t) => t.at <= target).sort((a, b) => a.at - b.at || a.id - b.id)[0];
+      if (!due) break;
+      this._timers.delete(due.id);
+      this._now = due.at;
+      due.fn();
+      await flush();
+    }
+    this._now = target;
+    await flush();
+  }
+
+  /** A promise resolved after ms of fake time. */
+  sleep(ms) {
+    return new Promise((resolve) => this.setTimeout(resolve, ms));
+  }
+}
+
+/** Lets every queued promise job (and I/O callbacks such as stream reads) run. */
+export async function flush() {
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+}
+
+/** An unsigned JWT-shaped token with the given sub (the client only decodes it to key streams). */
+export function fakeJWT(sub, n = 1) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  return `${b64({ alg: "none" })}.${b64({ sub, n })}.sig`;
+}
+
+export class FakeDocument extends EventTarget {
+  constructor() {
+    super();
+    this.visibilityState = "visible";
+  }
+
+  setHidden(hidden) {
+    this.visibilityState = hidden ? "hidden" : "visible";
+    this.dispatchEvent(new Event("visibilitychange"));
+  }
+
+  fire(type) {
+    this.dispatchEvent(new Event(type));
+  }
+}
+
+export class FakeWindow extends EventTarget {
+  fire(type, props = {}) {
+    const e = new Event(type);
+    Object.assign(e, props);
+    this.dispatchEvent(e);
+  }
+}
+
+const json = (status, body, headers = {}) => ({ status, body, headers });
+
+function errorBody(code, message, details = {}, retryable = false) {
+  return { error: { code, message, retryable, details } };
+}
+
+/**
+ * A tablease server in memory, timed by a FakeClock. fetch is a fetch() for the client. Every
+ * request is recorded in calls as {method, path, query, body, headers, keepalive, at}.
+ */
+export class FakeServer {
+  constructor(clock, { sessionId = "s1", ttlMs = 45000, hiddenMaxMs = 150000, latencyMs = 0, tools = [] } = {}) {
+    this.clock = clock;
+    this.sessionId = sessionId;
+    this.defaultTtl = ttlMs;
+    this.hiddenMaxMs = hiddenMaxMs;
+    this.latencyMs = latencyMs;
+    this.epoch = 1000;
+    this.holder = null; // {tabId, label, hidden}
+    this.expiresAt = 0;
+    this.ttlMs = ttlMs;
+    this.transitions = 0;
+    this.handoff = null; // {requester, label}
+    this.reserved = null; // {tabId, until}
+    this.calls = [];
+    this.failures = []; // [{match: "POST /lease/renew", status, code, retryAfter, times}]
+    this.down = false; // answer every request with a network error
+    this.tools = tools;
+    this.catalogVersion = "sha256:v1";
+    this.streams = new Set();
+    this.eventSeq = 0;
+    this.tokenSeq = 0;
+    this.fetch = (url, init = {}) => this._fetch(url, init);
+  }
+
+  valid() {
+    return this.holder != null && this.clock.now() < this.expiresAt;
+  }
+
+  /** Makes the next `times` requests matching "METHOD /path" fail with status (and code). */
+  fail(match, { status = 503, code = "STORE_UNAVAILABLE", retryAfter = null, times = 1, network = false } = {}) {
+    this.failures.push({ match, status, code, retryAfter, times, network });
+  }
+
+  lease(tabId) {
+    const valid = this.valid();
+    const out = {
+      sessionId: this.sessionId,
+      held: valid,
+      holder: valid ? { ...this.holder } : null,
+      epoch: this.epoch,
+      grantedAt: null,
+      expiresAt: null,
+      ttlMs: this.ttlMs,
+      remainingMs: valid ? Math.max(0, Math.floor(this.expiresAt - this.clock.now())) : 0,
+      renewAfterMs: Math.floor(this.ttlMs / 3),
+      transitions: this.transitions,
+    };
+    if (tabId) out.role = valid && this.holder.tabId === tabId ? "owner" : "viewer";
+    return out;
+  }
+
+  holderAnswer(tabId) {
+    return { ...this.lease(tabId), token: `lt.${this.epoch}.${++this.tokenSeq}` };
+  }
+
+  clampTtl(body) {
+    const max = body.hidden ? this.hiddenMaxMs : 120000;
+    return body.ttlMs ? Math.min(body.ttlMs, max) : this.defaultTtl;
+  }
+
+  /** Appends a lease event and sends it to every open stream. */
+  emit(type, data) {
+    const id = `${Math.floor(this.clock.now())}-${this.eventSeq++}`;
+    const frame = `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+    for (const s of this.streams) s.send(frame);
+    return id;
+  }
+
+  leaseEvent(type, extra = {}) {
+    const valid = this.valid();
+    return this.emit("lease", { type, sessionId: this.sessionId, epoch: this.epoch, holder: valid ? { ...this.holder } : null, previous: null, reason: "", at: new Date(0).toISOString(), ...extra });
+  }
+
+  /** Lets the lease expire now (as if time had passed) and announces it. */
+  expireNow() {
+    const prev = this.holder;
+    this.expiresAt = this.clock.now();
+    this.holder = null;
+    this.leaseEvent("expired", { previous: prev ? { tabId: prev.tabId, epoch: this.epoch } : null });
+  }
+
+  /** Another tab (not a TabLease) takes the lease over. */
+  takeoverBy(tabId, label = "other") {
+    const prev = this.holder;
+    this.epoch++;
+    this.transitions++;
+    this.holder = { tabId, label, hidden: false };
+    this.ttlMs = this.defaultTtl;
+    this.expiresAt = this.clock.now() + this.ttlMs;
+    this.leaseEvent("taken_over", { previous: prev ? { tabId: prev.tabId, epoch: this.epoch - 1 } : null });
+  }
+
+  grant(body, ttl) {
+    this.epoch++;
+    this.transitions++;
+    this.holder = { tabId: body.tabId, label: body.label ?? "", hidden: Boolean(body.hidden) };
+    this.ttlMs = ttl;
+    this.expiresAt = this.clock.now() + ttl;
+    this.handoff = null;
+  }
+
+  async _fetch(url, init) {
+    const u = new URL(url, "http://tablease.test");
+    const method = init.method ?? "GET";
+    const path = u.pathname.replace(`/v1/sessions/${encodeURIComponent(this.sessionId)}`, "");
+    const body = init.body ? JSON.parse(init.body) : undefined;
+    const headers = { ...(init.headers ?? {}) };
+    const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), at: this.clock.now() };
+    this.calls.push(call);
+    if (this.down) throw new TypeError("fetch failed");
+    const f = this.failures.find((x) => x.match === `${method} ${path}` && x.times > 0);
+    let ans;
+    if (f) {
+      f.times--;
+      if (f.network) throw new TypeError("fetch failed");
+      const h = f.retryAfter != null ? { "Retry-After": String(f.retryAfter) } : {};
+      ans = json(f.status, errorBody(f.code, "injected", {}, f.status === 503 || f.status === 429), h);
+    } else if (path === "/events" && method === "GET") {
+      return this._stream(call, init.signal);
+    } else {
+      ans = this._handle(method, path, call);
+    }
+    if (this.latencyMs > 0) await this.clock.sleep(this.latencyMs);
+    const h = new Headers({ "Content-Type": "application/json", ...(ans.headers ?? {}) });
+    return new Response(ans.status === 304 ? null : JSON.stringify(ans.body), { status: ans.status, headers: h });
+  }
+
+  _handle(method, path, { body, query, headers }) {
+    const auth = headers.Authorization ?? "";
+    if (this.rejectToken && auth === `Bearer ${this.rejectToken}`) return json(401, errorBody("UNAUTHENTICATED", "expired token"));
+    const now = this.clock.now();
+    if (method === "POST" && path === "/lease") {
+      const ttl = this.clampTtl(body);
+      const mode = body.mode ?? "try";
+      const mine = this.valid() && this.holder.tabId === body.tabId;
+      if (this.reserved && now < this.reserved.until && this.reserved.tabId !== body.tabId && !mine && mode !== "takeover") {
+        return json(409, errorBody("HANDOFF_PENDING", "reserved", { retryAfterMs: Math.ceil(this.reserved.until - now) }));
+      }
+      if (mine) {
+        this.holder = { tabId: body.tabId, label: body.label ?? "", hidden: Boolean(body.hidden) };
+        this.ttlMs = ttl;
+        this.expiresAt = now + ttl;
+        return json(200, this.holderAnswer(body.tabId));
+      }
+      if (!this.valid()) {
+        this.reserved = null;
+        this.grant(body, ttl);
+        this.leaseEvent("granted");
+        return json(200, this.holderAnswer(body.tabId));
+      }
+      if (mode === "takeover") {
+        const prev = this.holder;
+        this.grant(body, ttl);
+        this.leaseEvent("taken_over", { previous: { tabId: prev.tabId, epoch: this.epoch - 1 } });
+        return json(200, this.holderAnswer(body.tabId));
+      }
+      if (mode === "handoff") {
+        if (!this.handoff || this.handoff.requester !== body.tabId) {
+          this.handoff = { requester: body.tabId, at: now };
+          this.leaseEvent("handoff_requested", { requester: { tabId: body.tabId, label: body.label ?? "" } });
+        }
+        return json(409, errorBody("HANDOFF_PENDING", "asked the holder", { retryAfterMs: 1000 }));
+      }
+      return json(409, errorBody("LEASE_HELD", "held", { holder: { ...this.holder }, remainingMs: Math.floor(this.expiresAt - now), epoch: this.epoch }));
+    }
+    if (method === "POST" && path === "/lease/renew") {
+      if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) {
+        this.ttlMs = this.clampTtl(body);
+        this.expiresAt = now + this.ttlMs;
+        this.holder.hidden = Boolean(body.hidden);
+        return json(200, this.holderAnswer(body.tabId));
+      }
+      return json(409, errorBody("LEASE_LOST", "lost", this.valid() ? { holder: { ...this.holder }, epoch: this.epoch } : { epoch: this.epoch }));
+    }
+    if (method === "POST" && path === "/lease/release") {
+      if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) {
+        const prev = this.holder;
+        this.holder = null;
+        this.expiresAt = now;
+        if (this.handoff) {
+          this.reserved = { tabId: this.handoff.requester, until: now + 5000 };
+          this.handoff = null;
+        }
+        this.leaseEvent("released", { previous: { tabId: prev.tabId, epoch: this.epoch } });
+        return json(200, { released: true });
+      }
+      return json(200, { released: false });
+    }
+    if (method === "POST" && path === "/lease/check") {
+      if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) return json(200, { valid: true, lease: this.lease(body.tabId) });
+      return json(409, errorBody("LEASE_LOST", "lost", { epoch: this.epoch }));
+    }
+    if (method === "GET" && path === "/lease") return json(200, this.lease(query.tabId));
+    if (method === "GET" && path === "/catalog") {
+      const role = this.valid() && this.holder.tabId === query.tabId ? "owner" : "viewer";
+      const tools = this.tools.filter((t) => role === "owner" || t.annotations?.readOnlyHint === true);
+      const etag = `"${this.catalogVersion}-${role}-${this.epoch}"`;
+      if (headers["If-None-Match"] === etag) return json(304, null, { ETag: etag });
+      return json(200, { role, epoch: role === "owner" ? this.epoch : undefined, version: this.catalogVersion, tools }, { ETag: etag });
+    }
+    return json(404, errorBody("NOT_FOUND", "no such route"));
+  }
+
+  _stream(call, signal) {
+    let ctrl;
+    const enc = new TextEncoder();
+    const stream = {
+      call,
+      send: (text) => {
+        try {
+          ctrl.enqueue(enc.encode(text));
+        } catch {}
+      },
+      close: () => {
+        this.streams.delete(stream);
+        try {
+          ctrl.close();
+        } catch {}
+      },
+    };
+    const body = new ReadableStream({
+      start: (c) => {
+        ctrl = c;
+      },
+      cancel: () => {
+        this.streams.delete(stream);
+      },
+    });
+    this.streams.add(stream);
+    signal?.addEventListener("abort", () => stream.close(), { once: true });
+    stream.send(`retry: 1000\nid: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify(this.lease(call.query.tabId))}\n\n`);
+    return Promise.resolve(new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } }));
+  }
+
+  /** Ends every open stream (as a dropped connection would). */
+  dropStreams() {
+    for (const s of [...this.streams]) s.close();
+  }
+
+  callsTo(method, path) {
+    return this.calls.filter((c) => c.method === method && c.path === path);
+  }
+}
+
+/** Options for a TabLease wired to the fakes. */
+export function fakeOptions(server, clock, extra = {}) {
+  return {
+    baseUrl: "http://tablease.test",
+    sessionId: server.sessionId,
+    getToken: async ({ refresh } = {}) => (refresh ? "token-2" : "token-1"),
+    label: "Tab",
+    fetch: server.fetch,
+    clock,
+    random: () => 0,
+    document: new FakeDocument(),
+    window: new FakeWindow(),
+    stream: false,
+    shareStream: false,
+    ...extra,
+  };
+}
+
+/** Web Locks in memory: exclusive locks granted in request order; abortable while waiting. */
+export class FakeLocks {
+  constructor() {
+    this._held = new Map(); // name → true
+    this._queue = new Map(); // name → [{fn, resolve, reject, signal}]
+  }
+
+  request(name, options, fn) {
+    if (typeof options === "function") {
+      fn = options;
+      options = {};
+    }
+    return new Promise((resolve, reject) => {
+      const req = { fn, resolve, reject, signal: options.signal };
+      if (req.signal?.aborted) return reject(new DOMException("aborted", "AbortError"));
+      req.signal?.addEventListener("abort", () => {
+        const q = this._queue.get(name) ?? [];
+        const i = q.indexOf(req);
+        if (i >= 0) {
+          q.splice(i, 1);
+          reject(new DOMException("aborted", "AbortError"));
+        }
+      }, { once: true });
+      if (!this._queue.has(name)) this._queue.set(name, []);
+      this._queue.get(name).push(req);
+      this._grant(name);
+    });
+  }
+
+  _grant(name) {
+    if (this._held.get(name)) return;
+    const q = this._queue.get(name) ?? [];
+    const req = q.shift();
+    if (!req) return;
+    this._held.set(name, true);
+    Promise.resolve()
+      .then(() => req.fn({ name, mode: "exclusive" }))
+      .then(req.resolve, req.reject)
+      .finally(() => {
+        this._held.set(name, false);
+        this._grant(name);
+      });
+  }
+}

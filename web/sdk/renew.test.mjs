@@ -1,0 +1,205 @@
+// Renew scheduling, backoff, token refresh and the page lifecycle: `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { TabLease, backoffDelay, parseRetryAfter } from "./tablease.js";
+import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+
+function setup({ server: so = {}, lease: lo = {} } = {}) {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, so);
+  const lease = new TabLease(fakeOptions(server, clock, lo));
+  return { clock, server, lease };
+}
+
+test("backoff doubles from the base, is capped, and keeps half of each step fixed", () => {
+  const low = (n) => backoffDelay(n, { baseMs: 250, maxMs: 15000, random: () => 0 });
+  const high = (n) => backoffDelay(n, { baseMs: 250, maxMs: 15000, random: () => 1 });
+  assert.deepEqual([0, 1, 2, 3, 4].map(low), [125, 250, 500, 1000, 2000]);
+  assert.deepEqual([0, 1, 2, 3, 4].map(high), [250, 500, 1000, 2000, 4000]);
+  assert.equal(high(10), 15000);
+  assert.equal(low(100), 7500, "large attempt numbers stay finite and capped");
+});
+
+test("backoff never comes back before a Retry-After, even past the cap", () => {
+  assert.equal(backoffDelay(0, { baseMs: 250, random: () => 0, retryAfterMs: 2000 }), 2000);
+  assert.equal(backoffDelay(0, { baseMs: 250, maxMs: 1000, random: () => 1, retryAfterMs: 30000 }), 30000);
+  assert.equal(backoffDelay(3, { baseMs: 250, random: () => 1, retryAfterMs: 10 }), 2000);
+});
+
+test("Retry-After is read as seconds or as an HTTP date", () => {
+  assert.equal(parseRetryAfter("3"), 3000);
+  assert.equal(parseRetryAfter(null), null);
+  assert.equal(parseRetryAfter("soon"), null);
+  const wall = Date.parse("2026-12-02T13:00:00Z");
+  assert.equal(parseRetryAfter("Wed, 02 Dec 2026 13:00:05 GMT", wall), 5000);
+  assert.equal(parseRetryAfter("Wed, 02 Dec 2026 12:00:00 GMT", wall), 0);
+});
+
+test("the owner renews every renewAfterMs, counted from when each renew was sent", async () => {
+  const { clock, server, lease } = setup({ server: { latencyMs: 200 } });
+  const p = lease.start();
+  await clock.advance(200);
+  await p;
+  await clock.advance(60000);
+  const times = server.callsTo("POST", "/lease/renew").map((c) => c.at);
+  // acquire sent at 1000, renewAfterMs 15000
+  assert.deepEqual(times, [16000, 31000, 46000, 61000]);
+  assert.ok(server.callsTo("POST", "/lease/renew").every((c) => c.body.epoch === lease.epoch && c.body.tabId === lease.tabId));
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("the renew body carries exactly the contract's fields", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000);
+  const [renew] = server.callsTo("POST", "/lease/renew");
+  assert.deepEqual(Object.keys(renew.body).sort(), ["epoch", "tabId"]);
+  const [acq] = server.callsTo("POST", "/lease");
+  assert.deepEqual(Object.keys(acq.body).sort(), ["label", "tabId"]);
+  assert.equal(acq.headers.Authorization, "Bearer token-1");
+  assert.equal(acq.headers["Content-Type"], "application/json");
+  await lease.stop({ release: false });
+});
+
+test("hiding the tab renews at once with hidden and the hidden TTL; showing it renews back", async () => {
+  const { clock, server, lease } = setup({ lease: { hiddenTtlMs: 150000 } });
+  await lease.start();
+  await clock.advance(3000);
+  lease._document.setHidden(true);
+  await flush();
+  let renews = server.callsTo("POST", "/lease/renew");
+  assert.equal(renews.length, 1);
+  assert.equal(renews[0].at, 4000);
+  assert.deepEqual(renews[0].body, { tabId: lease.tabId, epoch: lease.epoch, hidden: true, ttlMs: 150000 });
+  assert.equal(server.holder.hidden, true);
+  // hidden: the next renew comes a third of the longer TTL later
+  await clock.advance(50000 - 1);
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 1);
+  await clock.advance(1);
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 2);
+  lease._document.setHidden(false);
+  await flush();
+  renews = server.callsTo("POST", "/lease/renew");
+  assert.equal(renews.length, 3);
+  assert.deepEqual(renews[2].body, { tabId: lease.tabId, epoch: lease.epoch });
+  assert.equal(server.holder.hidden, false);
+  await lease.stop({ release: false });
+});
+
+test("a visibility change during a renew in flight is followed by a renew with the new flag", async () => {
+  const { clock, server, lease } = setup({ server: { latencyMs: 100 } });
+  const p = lease.start();
+  await clock.advance(100);
+  await p;
+  await clock.advance(15000 - 100); // a scheduled renew is now in flight
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 1);
+  lease._document.setHidden(true);
+  await clock.advance(100);
+  await flush();
+  const renews = server.callsTo("POST", "/lease/renew");
+  assert.equal(renews.length, 2);
+  assert.equal(renews[1].body.hidden, true);
+  await clock.advance(100);
+  await lease.stop({ release: false });
+});
+
+test("a 503 renew is retried with jittered exponential backoff that respects Retry-After", async () => {
+  const { clock, server, lease } = setup({ lease: { backoffBaseMs: 250, backoffMaxMs: 15000 } });
+  await lease.start();
+  server.fail("POST /lease/renew", { status: 503, times: 4 });
+  server.fail("POST /lease/renew", { status: 503, retryAfter: 3, times: 1 });
+  await clock.advance(15000 + 10000);
+  const times = server.callsTo("POST", "/lease/renew").map((c) => c.at);
+  // random() = 0: delays 125, 250, 500, 1000; then Retry-After 3 s
+  assert.deepEqual(times, [16000, 16125, 16375, 16875, 17875, 20875]);
+  assert.equal(lease.role, "owner", "a failed renew before the deadline keeps the lease");
+  const last = times.at(-1);
+  await clock.advance(15000 - (clock.now() - last)); // back to the normal schedule after success
+  assert.equal(server.callsTo("POST", "/lease/renew").at(-1).at, last + 15000);
+  await lease.stop({ release: false });
+});
+
+test("network errors back off the same way and the tab stays owner until its deadline", async () => {
+  const { clock, server, lease } = setup({ lease: { marginMs: 1000 } });
+  await lease.start();
+  server.down = true;
+  await clock.advance(43999);
+  assert.equal(lease.role, "owner");
+  await clock.advance(1);
+  assert.equal(lease.role, "viewer");
+  assert.ok(server.callsTo("POST", "/lease/renew").length > 5);
+  server.down = false;
+  await clock.advance(16000);
+  assert.equal(lease.role, "owner", "a lease the server still holds is confirmed again (it expires at 46000)");
+  await lease.stop({ release: false });
+});
+
+test("a 401 asks getToken for a fresh token once and retries", async () => {
+  const { clock, server, lease } = setup();
+  const asked = [];
+  lease._getTokenFn = async (o) => {
+    asked.push(Boolean(o?.refresh));
+    return o?.refresh ? "token-new" : "token-old";
+  };
+  server.rejectToken = "token-old";
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  const acq = server.callsTo("POST", "/lease");
+  assert.deepEqual(acq.map((c) => c.headers.Authorization), ["Bearer token-old", "Bearer token-new"]);
+  assert.deepEqual(asked, [false, true]);
+  void clock;
+  await lease.stop({ release: false });
+});
+
+test("pagehide releases with a keepalive fetch sent synchronously with the last token", async () => {
+  const { server, lease } = setup();
+  await lease.start();
+  const epoch = lease.epoch;
+  let sync = null;
+  const orig = lease._fetch;
+  lease._fetch = (url, init) => {
+    sync ??= init;
+    return orig(url, init);
+  };
+  lease._window.fire("pagehide", { persisted: false });
+  assert.ok(sync, "the release fetch was made inside the pagehide handler");
+  assert.equal(sync.keepalive, true);
+  assert.equal(sync.headers.Authorization, "Bearer token-1");
+  assert.deepEqual(JSON.parse(sync.body), { tabId: lease.tabId, epoch });
+  assert.equal(lease.role, "viewer");
+  await flush();
+  assert.equal(server.valid(), false);
+  await lease.stop({ release: false });
+});
+
+test("a page restored from the back/forward cache acquires again before it may mutate", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  const first = lease.epoch;
+  lease._window.fire("pagehide", { persisted: true });
+  await clock.advance(60000);
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 0, "no timers while in the cache");
+  lease._window.fire("pageshow", { persisted: true });
+  assert.equal(lease.role, "viewer");
+  await flush();
+  assert.equal(lease.role, "owner");
+  assert.ok(lease.epoch > first, "a new grant after the release");
+  await lease.stop({ release: false });
+});
+
+test("a tab id is fresh per TabLease and never stored", async () => {
+  const clock = new FakeClock();
+  const server = new FakeServer(clock);
+  const a = new TabLease(fakeOptions(server, clock));
+  const b = new TabLease(fakeOptions(server, clock));
+  assert.notEqual(a.tabId, b.tabId);
+  assert.match(a.tabId, /^[A-Za-z0-9._:@|-]{1,128}$/);
+});
+
+test("bad options are refused with a clear message", () => {
+  assert.throws(() => new TabLease({ sessionId: "a b", getToken: () => "t" }), /sessionId/);
+  assert.throws(() => new TabLease({ sessionId: "..", getToken: () => "t" }), /sessionId/);
+  assert.throws(() => new TabLease({ sessionId: "doc-1" }), /getToken/);
+});
