@@ -289,7 +289,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(keyPrincipal, p)
-		if sid := c.Param("sid"); sid != "" && !p.AllowsSession(sid) {
+		if sid := pathParam(c, "sid"); sid != "" && !p.AllowsSession(sid) {
 			return forbidden("the access token does not grant this session")
 		}
 		return next(c)

@@ -118,7 +118,7 @@ func (s *Server) key(c echo.Context) (lease.Key, error) {
 	if p == nil { // authenticate did not run: a wiring bug
 		return lease.Key{}, &Error{Code: CodeInternal, Message: "internal error"}
 	}
-	sid := c.Param("sid")
+	sid := pathParam(c, "sid")
 	if err := lease.ValidateID("sessionId", sid); err != nil {
 		return lease.Key{}, err
 	}

@@ -176,3 +176,15 @@ func trimNL(s string) string {
 	}
 	return s
 }
+
+func TestPercentEncodedSessionIDsAreDecoded(t *testing.T) {
+	h := newHarness(t)
+	tok := h.token("alice", "doc:1")
+	if rec := h.post("/v1/sessions/doc%3A1/lease", tok, `{"tabId":"t1"}`); rec.Code != 200 {
+		t.Fatalf("acquire on doc%%3A1: %d %s", rec.Code, rec.Body)
+	}
+	rec := h.get("/v1/sessions/doc:1/lease?tabId=t1", tok)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"role":"owner"`) {
+		t.Fatalf("doc:1 and doc%%3A1 must name the same session: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -143,9 +143,13 @@ func (s *Server) registerStatic(e *echo.Echo) {
 		if err != nil {
 			panic("api: reading the embedded " + tr.dir + " files: " + err.Error())
 		}
+		paths := []string{"/" + tr.dir + "/*"}
 		if tr.index {
-			e.GET("/"+tr.dir, tree.serve)
+			paths = append(paths, "/"+tr.dir)
 		}
-		e.GET("/"+tr.dir+"/*", tree.serve)
+		for _, p := range paths {
+			e.GET(p, tree.serve)
+			e.HEAD(p, tree.serve) // net/http drops the body
+		}
 	}
 }

@@ -49,6 +49,12 @@ func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
 			}
 		})
 	}
+	t.Run("HEAD answers like GET", func(t *testing.T) {
+		rec := h.do(request{method: http.MethodHead, path: "/admin/admin.js"})
+		if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/javascript; charset=utf-8" {
+			t.Fatalf("%d %v", rec.Code, rec.Header())
+		}
+	})
 	t.Run("the client may be imported from other origins", func(t *testing.T) {
 		if got := h.get("/sdk/tablease.js", "").Header().Get("Access-Control-Allow-Origin"); got != "*" {
 			t.Fatalf("Access-Control-Allow-Origin %q", got)

@@ -94,6 +94,7 @@ function reportError(what, err) {
   let hint = '';
   if (err instanceof ApiError && err.status === 401) hint = ' Enter a valid admin token.';
   if (err instanceof ApiError && err.status === 403) hint = ' The token needs the scope lease:admin.';
+  if (err instanceof ApiError && err.status === 404) hint = ' This server does not serve the admin API (its lease engine offers no admin operations).';
   setStatus(`${what} failed — ${msg}.${hint}`, 'error');
 }
 
