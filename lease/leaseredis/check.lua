@@ -1,15 +1,22 @@
--- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing.
--- KEYS[1]  the state hash of the session (see state.lua)
--- ARGV[1]  tab id
--- ARGV[2]  epoch
+-- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing but what settle
+-- announces.
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- ARGV[3]  tab id
+-- ARGV[4]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
-local key = KEYS[1]
-local tab = ARGV[1]
-local epoch = arg_int(2, 1, MAX_EPOCH)
 
+-- Validate.
+local tab = ARGV[3]
+local epoch = arg_int(4, 1, MAX_EPOCH)
+
+-- Settle expiry.
 local now = now_us()
-local s = load(key)
+local s = load()
+settle(s, now)
+
+-- Decide.
 if held_by(s, now, tab, epoch) then
-  return reply('OK', s, now)
+  return finish(s, now, reply('OK', s, now))
 end
-return reply('LOST', s, now)
+return finish(s, now, reply('LOST', s, now))

@@ -18,25 +18,33 @@ const conformanceOpTimeout = 300 * time.Millisecond
 // TestConformance runs the shared suite on a private redis-server of its own: the suite runs its
 // subtests one after the other, so each Target may FLUSHALL it (LoseData) and pause it with SIGSTOP
 // (Outage: the store hangs rather than refuses, the harder case, and keeps its data). Each Target
-// also gets a key prefix of its own, so that no subtest could see another's keys.
+// also gets a key prefix of its own, so that no subtest could see another's keys or events. The
+// engine is its own Feed and Presence; its Peer is a second engine, with a client of its own, on
+// the same server and prefix, as a second tablease instance would be.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	n := 0
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
 		n++
-		client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
-		if err != nil {
-			t.Fatal(err)
+		opts := leaseredis.Options{
+			Limits:      limits,
+			Prefix:      fmt.Sprintf("conformance-%d", n),
+			OpTimeout:   conformanceOpTimeout,
+			PresenceTTL: leasetest.ShortPresenceTTL,
 		}
-		t.Cleanup(func() { _ = client.Close() })
-		eng, err := leaseredis.New(client, leaseredis.Options{
-			Limits:    limits,
-			Prefix:    fmt.Sprintf("conformance-%d", n),
-			OpTimeout: conformanceOpTimeout,
-		})
-		if err != nil {
-			t.Fatal(err)
+		newEngine := func(t *testing.T) *leaseredis.Engine {
+			client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = client.Close() })
+			eng, err := leaseredis.New(client, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return eng
 		}
+		eng := newEngine(t)
 		return leasetest.Target{
 			Engine: eng,
 			LoseData: func(t *testing.T) lease.Engine {
@@ -47,7 +55,11 @@ func TestConformance(t *testing.T) {
 				srv.Pause(t)
 				return func() { srv.Resume(t) }
 			},
-			OpTimeout: conformanceOpTimeout,
+			OpTimeout:   conformanceOpTimeout,
+			Feed:        eng,
+			Presence:    eng,
+			Peer:        func(t *testing.T) lease.Engine { return newEngine(t) },
+			PresenceTTL: leasetest.ShortPresenceTTL,
 		}
 	})
 }

@@ -1,6 +1,12 @@
--- get.lua: read the lease of a session at the store's time. It writes nothing.
--- KEYS[1]  the state hash of the session (see state.lua)
--- ARGV     none
+-- get.lua: read the lease of a session at the store's time. It writes nothing but what settle
+-- announces.
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
 -- Answers "OK" and the lease; a session that never had a lease is free at epoch 0.
+
+-- Settle expiry.
 local now = now_us()
-return reply('OK', load(KEYS[1]), now)
+local s = load()
+settle(s, now)
+
+return finish(s, now, reply('OK', s, now))

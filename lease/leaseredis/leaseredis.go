@@ -1,30 +1,73 @@
 // Package leaseredis is the Redis lease.Engine, on a go-redis v9 UniversalClient: standalone,
-// Sentinel or Cluster. Several tablease instances may share one Redis.
+// Sentinel or Cluster. Several tablease instances may share one Redis. It implements lease.Feed
+// and lease.Presence too, so events cross instances.
 //
 // # Keys
 //
-// All the state of a session is one hash that never expires:
+// A session has four keys, all under the hash tag of its user:
 //
-//	<prefix>:{<sub>}:lease:<sessionId>
+//	<prefix>:{<sub>}:lease:<sessionId>     the state hash; never expires
+//	<prefix>:{<sub>}:events:<sessionId>    the event log, a stream; expires EventLogTTL after its last event
+//	<prefix>:{<sub>}:tabs:<sessionId>      presence, a sorted set: connection → expiry
+//	<prefix>:{<sub>}:tabinfo:<sessionId>   presence, a hash: connection → tab details
 //
-// The braces are the hash tag: every key of a user (each session's lease, and the per-user
-// indexes and logs that scripts keep in step with them) lands on one Cluster slot, so one script
-// may touch them all without a CROSSSLOT error. Keys are built only from validated identifiers,
-// which cannot contain '{' or '}': the user ends at the brace, the session follows a fixed word,
-// and nothing a caller sends can move the hash tag. Each
-// script names its one key in KEYS. The fields of the hash are described in state.lua. The hash is
-// never deleted or given a TTL: it holds the epoch counter (DESIGN §2). Its size is a few hundred
-// bytes per session that ever held a lease.
+// The braces are the hash tag: every key of a user (each session's keys, and the per-user indexes
+// and logs that scripts keep in step with them) lands on one Cluster slot, so one script may touch
+// them all without a CROSSSLOT error. Keys are built only from validated identifiers, which cannot
+// contain '{', '}' or '/': the user ends at the brace, the session follows a fixed word, and
+// nothing a caller sends can move the hash tag. Every session script is given the four keys in
+// KEYS, in that order (state.lua describes them and the fields of the hash). The state hash is
+// never deleted or given a TTL: it holds the epoch counter (DESIGN §2), the expiry marker and the
+// id of the last event. Its size is a few hundred bytes per session that ever held a lease or had
+// a tab present. The log holds at least EventLogLen events (XADD MAXLEN ~), and the presence keys
+// expire PresenceTTL plus EventLogTTL after the last join, so that they are never lost while the
+// log that would tell of them lives.
 //
 // # Time and atomicity
 //
-// Every call is one Lua script (acquire.lua, renew.lua, release.lua, check.lua, get.lua) that reads
-// the store clock with redis.call('TIME'), decides and writes: the caller's clock is never used.
-// Reading TIME before writing needs effects replication, the only mode of Redis 7 and the default
-// since Redis 5. Scripts run with EVALSHA, falling back to EVAL when the server does not know them (after a
-// restart). Every writing script is idempotent under the retries of go-redis: a retried acquire or
-// takeover finds its tab holding and keeps the epoch, a retried release finds the release it
+// Every call is one Lua script (acquire.lua, renew.lua, release.lua, check.lua, get.lua, watch.lua,
+// join.lua, leave.lua, tabs.lua, and settle.lua for the expiry timer) that reads the store clock
+// with redis.call('TIME'), settles what expired, decides, writes the state and appends its events,
+// in that order: the caller's clock is never used. Reading TIME before writing needs effects
+// replication, the only mode of Redis 7 and the default since Redis 5. Scripts run with EVALSHA,
+// falling back to EVAL when the server does not know them (after a restart). Every writing script
+// is idempotent under the retries of go-redis, events included: a retried acquire or takeover finds
+// its tab holding and keeps the epoch (no second event), a retried release finds the release it
 // repeats, and a retried renew extends again.
+//
+// # Events
+//
+// The script that changes a session appends the change's events to the session's log (one stream
+// entry each, ids by the rule of lease.NextEventID, see events.lua) and PUBLISHes each on the one
+// channel of the prefix, <prefix>:events, with the user, session and id: there is no change without
+// its event and no event without its change. The same script tells, in each message, the
+// session's next deadline (the lease's expiry, or the earliest presence entry's), and publishes that
+// alone (a hint, in no log) when it brings the deadline earlier without an event.
+//
+// Each engine has one subscription to that channel, made on its first Watch (client.Subscribe: one
+// Pub/Sub connection per engine, never one per watch), and one goroutine that reads it and hands
+// each event to the local watches of its session, without blocking (a watch whose buffer is full
+// ends with lease.ErrResync). Watch registers the watch before watch.lua reads the lease, the tabs,
+// the log's position and the events to replay in one step; the events that arrive meanwhile are
+// held, and those at or before the position dropped, so nothing is lost or delivered twice between
+// the replay and the live events. go-redis re-subscribes after a reconnect; messages published in
+// between are lost, so every re-subscription ends every local watch with lease.ErrResync: the
+// caller watches again with its last id, and the log replays what it missed or a snapshot starts
+// it over.
+//
+// # Expiry
+//
+// A lease expires without a call. Every session script first announces an expiry that was not
+// announced yet (an "expired" event, once per epoch: the state hash's ended_epoch marks the epoch
+// whose end was announced, and a release marks its own), and presence entries that expired ("left"
+// with lease.ReasonTimeout), then does its own work. For the sessions it has watchers for, an
+// engine also keeps a timer at the session's next deadline, learned from the watch script, from
+// the messages of the channel and from settle.lua itself, which announces what expired and answers
+// the next deadline; so an expiry is announced within a second of it (in milliseconds, given the
+// store answers) even when no request touches the session, and exactly once however many instances
+// run the timer. Timers exist only for watched sessions and stop with their last watch. Presence
+// entries live PresenceTTL: the instance holding a connection refreshes its entry by calling Join
+// again (the SSE layer does, every third of the TTL).
 //
 // # Errors
 //
@@ -32,15 +75,19 @@
 // (refused or broken connections, timeouts, a closed client, LOADING, READONLY, OOM, a malformed
 // reply) is a *lease.UnavailableError naming the operation, never a decision about a lease.
 // Cancellations of the caller's context are reported the same way, wrapping the context's error.
+// Close ends every watch with a *lease.UnavailableError wrapping ErrClosed, and stops the
+// subscription and the timers.
 //
 // Redis must run with maxmemory-policy noeviction; see Engine.EvictionPolicy.
 package leaseredis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,8 +98,9 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultPrefix    = "tablease"
-	DefaultOpTimeout = 2 * time.Second
+	DefaultPrefix      = "tablease"
+	DefaultOpTimeout   = 2 * time.Second
+	DefaultEventLogTTL = 10 * time.Minute
 )
 
 // ErrClosed is the store error inside the *lease.UnavailableError that every call answers after
@@ -70,16 +118,58 @@ type Options struct {
 	// OpTimeout bounds each store operation, retries included (default DefaultOpTimeout). The
 	// client must honour context deadlines (ContextTimeoutEnabled; NewClient sets it).
 	OpTimeout time.Duration
+
+	// EventLogLen is the number of events each session's log keeps for replay (default
+	// lease.DefaultEventLogLen). Redis trims the stream with MAXLEN ~, in whole nodes, so it may
+	// keep up to a hundred more. It must not be negative.
+	EventLogLen int
+	// EventLogTTL is how long a session's log is kept after its last event (default
+	// DefaultEventLogTTL): a watch that resumes after it starts from a snapshot. It must be zero or
+	// at least a millisecond; it is truncated to whole milliseconds.
+	EventLogTTL time.Duration
+	// WatchBuffer is the number of events a watch buffers for a reader that is behind (default
+	// lease.DefaultWatchBuffer); one more ends the watch with lease.ErrResync. It must not be
+	// negative.
+	WatchBuffer int
+	// PresenceTTL is how long a presence entry lives unless refreshed by another Join (default
+	// lease.DefaultPresenceTTL). It must be zero or at least a millisecond; it is truncated to
+	// whole milliseconds. Every instance sharing a prefix should use the same.
+	PresenceTTL time.Duration
 }
 
 // Engine is the Redis lease.Engine. Use New; the zero value is not usable. It is safe for
 // concurrent use.
 type Engine struct {
-	client    redis.UniversalClient // not owned: the caller closes it
-	limits    lease.Limits
-	prefix    string
-	opTimeout time.Duration
-	closed    atomic.Bool // set by Close
+	// Immutable after New.
+	client      redis.UniversalClient // not owned: the caller closes it
+	limits      lease.Limits
+	prefix      string
+	opTimeout   time.Duration
+	logLen      int
+	logTTL      time.Duration
+	watchBuffer int
+	presenceTTL time.Duration
+	// ctx is canceled by Close; it bounds the engine's own store calls (the subscription and the
+	// settle timers), which no caller waits for.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closed atomic.Bool    // set first thing by Close: every later call fails with ErrClosed
+	timers sync.WaitGroup // the settle timers running a script; Close waits for them
+
+	// mu protects the fields below: the local watchers, their settle timers and the subscription.
+	// It is never held during a store call.
+	mu sync.Mutex
+	// shut is set by Close (under mu): nothing is registered or scheduled after it.
+	shut bool
+	// sessions holds the sessions this engine has watchers for (see feed.go); an entry exists
+	// while it has at least one watcher.
+	sessions map[lease.Key]*watched
+	// pubsub is the engine's one subscription, to the prefix's channel: nil until the first Watch.
+	// subscribed is closed once Redis confirmed it; readerDone once its reader goroutine ended.
+	pubsub     *redis.PubSub
+	subscribed chan struct{}
+	readerDone chan struct{}
 }
 
 var _ lease.Engine = (*Engine)(nil)
@@ -119,7 +209,33 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		return nil, errors.New("leaseredis: the client must be created with ContextTimeoutEnabled " +
 			"(NewClient does it), or store calls would outlive OpTimeout")
 	}
-	return &Engine{client: client, limits: limits, prefix: prefix, opTimeout: timeout}, nil
+	for _, o := range []struct {
+		field, reason string
+		bad           bool
+	}{
+		{"EventLogLen", "must not be negative", opts.EventLogLen < 0},
+		{"EventLogTTL", "must be zero (the default) or at least a millisecond", opts.EventLogTTL < 0 || (opts.EventLogTTL > 0 && opts.EventLogTTL < time.Millisecond)},
+		{"WatchBuffer", "must not be negative", opts.WatchBuffer < 0},
+		{"PresenceTTL", "must be zero (the default) or at least a millisecond", opts.PresenceTTL < 0 || (opts.PresenceTTL > 0 && opts.PresenceTTL < time.Millisecond)},
+	} {
+		if o.bad {
+			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		client:      client,
+		limits:      limits,
+		prefix:      prefix,
+		opTimeout:   timeout,
+		logLen:      cmp.Or(opts.EventLogLen, lease.DefaultEventLogLen),
+		logTTL:      cmp.Or(opts.EventLogTTL.Truncate(time.Millisecond), DefaultEventLogTTL),
+		watchBuffer: cmp.Or(opts.WatchBuffer, lease.DefaultWatchBuffer),
+		presenceTTL: cmp.Or(opts.PresenceTTL.Truncate(time.Millisecond), lease.DefaultPresenceTTL),
+		ctx:         ctx,
+		cancel:      cancel,
+		sessions:    make(map[lease.Key]*watched),
+	}, nil
 }
 
 // contextTimeoutEnabled reports whether client honours context deadlines, as far as its type
@@ -140,6 +256,16 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 func (e *Engine) stateKey(k lease.Key) string {
 	return e.prefix + ":{" + k.User + "}:lease:" + k.Session
 }
+
+// sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
+// the event log, and the two presence keys (see state.lua), all under the user's hash tag.
+func (e *Engine) sessionKeys(k lease.Key) []string {
+	tag := e.prefix + ":{" + k.User + "}:"
+	return []string{e.stateKey(k), tag + "events:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session}
+}
+
+// channel is the Pub/Sub channel on which the scripts publish every event under the prefix.
+func (e *Engine) channel() string { return e.prefix + ":events" }
 
 // Acquire implements lease.Engine. A new grant (the lease is free, expired or released, or a
 // takeover from another tab) gets the epoch max(last+1, now_us); the holder acquiring again, in
@@ -259,11 +385,34 @@ func (e *Engine) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close makes every later call fail with a *lease.UnavailableError wrapping ErrClosed. It does not
-// close the client, which the engine does not own, and leaves the leases in Redis. Closing twice is
-// not an error.
+// Close makes every later call fail with a *lease.UnavailableError wrapping ErrClosed, and ends
+// every watch with one. It returns once the engine's goroutines (the subscription's reader and the
+// settle timers) have stopped. It does not close the client, which the engine does not own, and
+// leaves the leases in Redis. Closing twice is not an error.
 func (e *Engine) Close() error {
 	e.closed.Store(true)
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return nil
+	}
+	e.shut = true
+	for _, s := range e.sessions {
+		for x := range s.watchers {
+			x.sender.End(&lease.UnavailableError{Op: "watch", Err: ErrClosed})
+		}
+		s.stopTimer()
+	}
+	e.sessions = nil
+	ps, done := e.pubsub, e.readerDone
+	e.mu.Unlock()
+
+	e.cancel()
+	if ps != nil {
+		_ = ps.Close()
+		<-done
+	}
+	e.timers.Wait()
 	return nil
 }
 
@@ -292,16 +441,27 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
-// run runs one script on the state hash of key, bounded by OpTimeout, and parses its answer.
-func (e *Engine) run(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (string, lease.Lease, error) {
+// eval runs one session script on the keys of key with the common arguments (see state.lua) and
+// then args, bounded by OpTimeout.
+func (e *Engine) eval(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (any, error) {
 	if e.closed.Load() {
-		return "", lease.Lease{}, &lease.UnavailableError{Op: op, Err: ErrClosed}
+		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	v, err := s.Run(ctx, e.client, []string{e.stateKey(key)}, args...).Result()
+	argv := append([]any{e.logLen, e.logTTL.Milliseconds()}, args...)
+	v, err := s.Run(ctx, e.client, e.sessionKeys(key), argv...).Result()
 	if err != nil {
-		return "", lease.Lease{}, &lease.UnavailableError{Op: op, Err: err}
+		return nil, &lease.UnavailableError{Op: op, Err: err}
+	}
+	return v, nil
+}
+
+// run runs one lease script (see eval) and parses its answer.
+func (e *Engine) run(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (string, lease.Lease, error) {
+	v, err := e.eval(ctx, op, s, key, args...)
+	if err != nil {
+		return "", lease.Lease{}, err
 	}
 	status, l, err := parseReply(key, v)
 	if err != nil {

@@ -3,8 +3,10 @@ package leaseredis
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,10 +112,11 @@ func TestStateKeyPutsEveryKeyOfAUserInOneHashTagThatIdentifiersCannotForge(t *te
 	}
 }
 
-func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
+func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T) {
 	e, c, db := newEngine(t)
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
+	log := db.Prefix() + ":{alice}:events:doc-1"
 
 	wantPersistentHash := func(when string) map[string]string {
 		t.Helper()
@@ -123,12 +126,19 @@ func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 		if ttl := c.TTL(ctx, key).Val(); ttl != -1 {
 			t.Fatalf("%s: TTL %s = %v, want -1 (no expiry)", when, key, ttl)
 		}
+		if typ := c.Type(ctx, log).Val(); typ != "stream" {
+			t.Fatalf("%s: TYPE %s = %q, want stream", when, log, typ)
+		}
+		if ttl := c.PTTL(ctx, log).Val(); ttl <= 0 || ttl > DefaultEventLogTTL {
+			t.Fatalf("%s: PTTL %s = %v, want it in (0, %v]", when, log, ttl, DefaultEventLogTTL)
+		}
 		keys, err := c.Keys(ctx, db.Prefix()+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(keys) != 1 || keys[0] != key {
-			t.Fatalf("%s: keys under the prefix = %q, want only %q", when, keys, key)
+		slices.Sort(keys)
+		if want := []string{log, key}; !slices.Equal(keys, want) {
+			t.Fatalf("%s: keys under the prefix = %q, want %q", when, keys, want)
 		}
 		return c.HGetAll(ctx, key).Val()
 	}
@@ -136,8 +146,8 @@ func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 	if _, err := e.Get(ctx, alice); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.Exists(ctx, key).Val(); n != 0 {
-		t.Fatal("Get created the state key; only a grant should")
+	if n := c.Exists(ctx, key, log).Val(); n != 0 {
+		t.Fatal("Get created the state key or the log; only a grant should")
 	}
 
 	a, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: lease.Holder{TabID: "tab-a", Label: "L", Hidden: true}, TTL: 1500 * time.Millisecond})
@@ -152,6 +162,7 @@ func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 		"expires_us":  strconv.FormatInt(a.ExpiresAt.UnixMicro(), 10),
 		"ttl_ms":      "1500",
 		"transitions": "1",
+		"event_id":    c.XRevRangeN(ctx, log, "+", "-", 1).Val()[0].ID,
 	}
 	for f, v := range want {
 		if h[f] != v {
@@ -171,8 +182,9 @@ func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 		t.Fatalf("Release = %+v, %v", r, err)
 	}
 	h = wantPersistentHash("after a release")
-	if _, ok := h["tab"]; ok || h["epoch"] != want["epoch"] || h["rel_tab"] != "tab-a" || h["rel_epoch"] != want["epoch"] {
-		t.Errorf("hash after a release = %v, want no holder, the epoch kept and the release recorded", h)
+	if _, ok := h["tab"]; ok || h["epoch"] != want["epoch"] || h["rel_tab"] != "tab-a" || h["rel_epoch"] != want["epoch"] ||
+		h["ended_epoch"] != want["epoch"] {
+		t.Errorf("hash after a release = %v, want no holder, the epoch kept, the release recorded and its end announced", h)
 	}
 
 	b, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: lease.DefaultLimits.Min})
@@ -201,7 +213,15 @@ func TestTheStateIsOneHashThatNeverExpires(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	wantPersistentHash("after expiry")
+	// The Get that found it expired announced it, and marked its epoch ended.
+	h = wantPersistentHash("after expiry")
+	if h["ended_epoch"] != strconv.FormatInt(b.Epoch, 10) {
+		t.Errorf("hash after expiry = %v, want ended_epoch %d", h, b.Epoch)
+	}
+	last := c.XRevRangeN(ctx, log, "+", "-", 1).Val()
+	if len(last) != 1 || last[0].ID != h["event_id"] || !strings.Contains(last[0].Values["e"].(string), `"type":"expired"`) {
+		t.Errorf("the log ends with %+v, want the expiry, with the hash's event_id %q", last, h["event_id"])
+	}
 }
 
 func TestLeaseNowIsTheStoreTimeOfTheAnswer(t *testing.T) {
@@ -567,6 +587,11 @@ func TestNewChecksItsOptions(t *testing.T) {
 		{"a prefix with braces", ok, Options{Prefix: "a{b}"}, true},
 		{"a prefix with a slash", ok, Options{Prefix: "a/b"}, true},
 		{"a prefix with a space", ok, Options{Prefix: "a b"}, true},
+		{"a negative event log length", ok, Options{EventLogLen: -1}, true},
+		{"an event log TTL under a millisecond", ok, Options{EventLogTTL: time.Microsecond}, true},
+		{"a negative watch buffer", ok, Options{WatchBuffer: -1}, true},
+		{"a negative presence TTL", ok, Options{PresenceTTL: -time.Second}, true},
+		{"a presence TTL under a millisecond", ok, Options{PresenceTTL: 999 * time.Microsecond}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := New(tc.client, tc.opts)
@@ -586,6 +611,11 @@ func TestNewChecksItsOptions(t *testing.T) {
 	if e.prefix != DefaultPrefix || e.opTimeout != DefaultOpTimeout || e.limits != lease.DefaultLimits {
 		t.Errorf("defaults = prefix %q, timeout %v, limits %+v", e.prefix, e.opTimeout, e.limits)
 	}
+	if e.logLen != lease.DefaultEventLogLen || e.logTTL != DefaultEventLogTTL || e.watchBuffer != lease.DefaultWatchBuffer ||
+		e.presenceTTL != lease.DefaultPresenceTTL {
+		t.Errorf("event defaults = log %d for %v, watch buffer %d, presence TTL %v", e.logLen, e.logTTL, e.watchBuffer, e.presenceTTL)
+	}
+	_ = e.Close()
 }
 
 func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
@@ -719,16 +749,19 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 }
 
 func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
-	for name, src := range map[string]string{
+	preludes := map[string]string{"state.lua": stateLua, "events.lua": eventsLua, "presence.lua": presenceLua}
+	scripts := map[string]string{
 		"acquire.lua": acquireLua, "renew.lua": renewLua, "release.lua": releaseLua,
-		"check.lua": checkLua, "get.lua": getLua, "state.lua": stateLua,
-	} {
-		var header, code []string
+		"check.lua": checkLua, "get.lua": getLua, "watch.lua": watchLua, "settle.lua": settleLua,
+		"join.lua": joinLua, "leave.lua": leaveLua, "tabs.lua": tabsLua,
+	}
+	split := func(src string) (header, body string) {
+		var h, code []string
 		inHeader := true
 		for line := range strings.SplitSeq(src, "\n") {
 			comment := strings.HasPrefix(strings.TrimSpace(line), "--")
 			if inHeader && comment {
-				header = append(header, line)
+				h = append(h, line)
 				continue
 			}
 			inHeader = false
@@ -736,7 +769,12 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 				code = append(code, line)
 			}
 		}
-		h, body := strings.Join(header, "\n"), strings.Join(code, "\n")
+		return strings.Join(h, "\n"), strings.Join(code, "\n")
+	}
+	all := maps.Clone(preludes)
+	maps.Copy(all, scripts)
+	for name, src := range all {
+		h, body := split(src)
 		if !strings.HasPrefix(h, "-- "+name+": ") {
 			t.Errorf("%s does not start with a header naming it: %q", name, firstLine(src))
 		}
@@ -744,20 +782,44 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 		if strings.Contains(body, "tostring") {
 			t.Errorf("%s uses tostring", name)
 		}
+		// Keys are named once, in state.lua, whose header declares every one it uses.
 		if name == "state.lua" {
+			for i := 1; i <= 9; i++ {
+				k := "KEYS[" + strconv.Itoa(i) + "]"
+				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 4 && !used) {
+					t.Errorf("state.lua: %s is used without a header line, or named and unused", k)
+				}
+			}
+		} else if strings.Contains(body, "KEYS[") || strings.Contains(body, "redis.call('EVAL") {
+			t.Errorf("%s uses KEYS directly; the keys are named in state.lua", name)
+		}
+		if _, ok := preludes[name]; ok {
+			if name != "state.lua" && (strings.Contains(body, "ARGV[") || strings.Contains(body, "arg_int(")) {
+				t.Errorf("prelude %s reads ARGV; only state.lua and the scripts do", name)
+			}
 			continue
 		}
-		if !strings.Contains(h, "-- KEYS[1]") || !strings.Contains(h, "-- ARGV") {
-			t.Errorf("%s: the header does not name KEYS and ARGV:\n%s", name, h)
+		if !strings.Contains(h, "-- KEYS[1..4]") || !strings.Contains(h, "-- ARGV[1..2]") {
+			t.Errorf("%s: the header does not name the session's KEYS and the common ARGV:\n%s", name, h)
 		}
-		if strings.Contains(body, "KEYS[2]") {
-			t.Errorf("%s uses a second key; every key of a session is KEYS[1]", name)
-		}
-		for i := 1; i <= 6; i++ {
+		for i := 1; i <= 9; i++ {
 			arg := "ARGV[" + strconv.Itoa(i) + "]"
 			used := strings.Contains(body, arg) || strings.Contains(body, "arg_int("+strconv.Itoa(i)+",")
-			if used != strings.Contains(h, "-- "+arg) {
+			named := strings.Contains(h, "-- "+arg)
+			switch {
+			case i <= 2 && used:
+				t.Errorf("%s reads %s, which state.lua reads for every script", name, arg)
+			case i > 2 && used != named:
 				t.Errorf("%s: %s is used without a header line, or named and unused", name, arg)
+			}
+		}
+		// Every path that returns after settle appends and publishes what it announced.
+		if strings.Contains(body, "settle(s, now)") {
+			for line := range strings.SplitSeq(body, "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "return ") && !strings.Contains(line, "finish(") &&
+					!strings.Contains(body, "flush(s, now)") {
+					t.Errorf("%s returns without finish or flush: %q", name, line)
+				}
 			}
 		}
 	}

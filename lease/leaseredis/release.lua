@@ -1,23 +1,36 @@
 -- release.lua: end the lease held by a tab at an epoch.
--- KEYS[1]  the state hash of the session (see state.lua)
--- ARGV[1]  tab id
--- ARGV[2]  epoch
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- ARGV[3]  tab id
+-- ARGV[4]  epoch
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
-local key = KEYS[1]
-local tab = ARGV[1]
-local epoch = arg_int(2, 1, MAX_EPOCH)
+--
+-- Events: what settle announces; then "released" when this call ended the lease, nothing otherwise
+-- (a retry included).
 
+-- Validate.
+local tab = ARGV[3]
+local epoch = arg_int(4, 1, MAX_EPOCH)
+
+-- Settle expiry.
 local now = now_us()
-local s = load(key)
-if held_by(s, now, tab, epoch) then
-  redis.call('HSET', key, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch))
-  redis.call('HDEL', key, 'tab', 'label', 'hidden')
-  s.tab, s.label, s.hidden, s.expires_us = '', '', false, now
-  return reply('RELEASED', s, now)
+local s = load()
+settle(s, now)
+
+-- Decide.
+if not held_by(s, now, tab, epoch) then
+  local retried = not held(s, now) and s.rel_tab == tab and s.rel_epoch == epoch
+  return finish(s, now, reply(retried and 'RELEASED' or 'KEPT', s, now))
 end
-if not held(s, now) and s.rel_tab == tab and s.rel_epoch == epoch then
-  return reply('RELEASED', s, now)
-end
-return reply('KEPT', s, now)
+
+-- Write state: the end of this epoch is announced here, so it is marked ended.
+redis.call('HSET', KEY_STATE, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
+  'ended_epoch', int(epoch))
+redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden')
+s.tab, s.label, s.hidden, s.expires_us, s.ended_epoch = '', '', false, now, epoch
+
+-- Append event.
+emit({type = 'released', epoch = int(epoch), prev = {tab = tab, epoch = int(epoch)}, at = int(now)})
+return finish(s, now, reply('RELEASED', s, now))

@@ -1,24 +1,44 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
--- KEYS[1]  the state hash of the session (see state.lua)
--- ARGV[1]  tab id
--- ARGV[2]  epoch
--- ARGV[3]  "1" when the tab is hidden, "0" when visible
--- ARGV[4]  TTL in milliseconds, already clamped
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- ARGV[3]  tab id
+-- ARGV[4]  epoch
+-- ARGV[5]  "1" when the tab is hidden, "0" when visible
+-- ARGV[6]  TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
 -- A retried renew extends again from a later now, which is what the caller asked for.
-local key = KEYS[1]
-local tab = ARGV[1]
-local epoch = arg_int(2, 1, MAX_EPOCH)
-local hidden = ARGV[3] == '1' and '1' or '0'
-local ttl_ms = arg_int(4, 1, MAX_EPOCH)
+--
+-- Events: what settle announces; then "updated" when the hidden flag changed, nothing otherwise.
 
+-- Validate.
+local tab = ARGV[3]
+local epoch = arg_int(4, 1, MAX_EPOCH)
+local hidden = ARGV[5] == '1'
+local ttl_ms = arg_int(6, 1, MAX_EPOCH)
+
+-- Settle expiry.
 local now = now_us()
-local s = load(key)
+local s = load()
+settle(s, now)
+
+-- Decide.
 if not held_by(s, now, tab, epoch) then
-  return reply('LOST', s, now)
+  return finish(s, now, reply('LOST', s, now))
 end
+
+-- Write state.
 local expires = now + ttl_ms * 1000
-redis.call('HSET', key, 'hidden', hidden, 'expires_us', int(expires), 'ttl_ms', int(ttl_ms))
-s.hidden, s.expires_us, s.ttl_ms = hidden == '1', expires, ttl_ms
-return reply('OK', s, now)
+local changed = s.hidden ~= hidden
+if expires < s.expires_us then
+  deadline_earlier()
+end
+redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', int(expires),
+  'ttl_ms', int(ttl_ms))
+s.hidden, s.expires_us, s.ttl_ms = hidden, expires, ttl_ms
+
+-- Append event.
+if changed then
+  emit(lease_event('updated', s, now))
+end
+return finish(s, now, reply('OK', s, now))

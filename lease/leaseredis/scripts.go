@@ -10,13 +10,20 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// The scripts. Each file starts with a header naming its KEYS and ARGV; state.lua, the shared
-// prelude that reads the state hash and shapes the answers, is put in front of each. Every script
-// validates its arguments and reads before it writes anything: Redis does not roll back a script
-// that fails halfway.
+// The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
+// script but document.lua) take the same four keys and the same first two arguments, and run after
+// three preludes that scripts.go puts in front of each: state.lua (the keys, the common arguments,
+// the state hash and the lease answer), events.lua (the event log, publishing, and the lease's
+// expiry) and presence.lua (presence entries, their expiry, and settle). Every script validates its
+// arguments and reads before it writes anything: Redis does not roll back a script that fails
+// halfway.
 var (
 	//go:embed state.lua
 	stateLua string
+	//go:embed events.lua
+	eventsLua string
+	//go:embed presence.lua
+	presenceLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed renew.lua
@@ -27,15 +34,33 @@ var (
 	checkLua string
 	//go:embed get.lua
 	getLua string
+	//go:embed watch.lua
+	watchLua string
+	//go:embed settle.lua
+	settleLua string
+	//go:embed join.lua
+	joinLua string
+	//go:embed leave.lua
+	leaveLua string
+	//go:embed tabs.lua
+	tabsLua string
 
 	acquireScript = newScript(acquireLua)
 	renewScript   = newScript(renewLua)
 	releaseScript = newScript(releaseLua)
 	checkScript   = newScript(checkLua)
 	getScript     = newScript(getLua)
+	watchScript   = newScript(watchLua)
+	settleScript  = newScript(settleLua)
+	joinScript    = newScript(joinLua)
+	leaveScript   = newScript(leaveLua)
+	tabsScript    = newScript(tabsLua)
 )
 
-func newScript(body string) *redis.Script { return redis.NewScript(stateLua + "\n" + body) }
+// newScript is a session script: the preludes, then body.
+func newScript(body string) *redis.Script {
+	return redis.NewScript(stateLua + "\n" + eventsLua + "\n" + presenceLua + "\n" + body)
+}
 
 // Statuses that the scripts answer first.
 const (
@@ -47,7 +72,7 @@ const (
 	statusKept      = "KEPT"      // release: nothing to release
 )
 
-// replyLen is the length of every script's answer: {status, held, tab, label, hidden, epoch,
+// replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
 // granted_us, expires_us, ttl_ms, transitions, now_us} (see reply in state.lua).
 const replyLen = 11
 

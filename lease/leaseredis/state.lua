@@ -1,10 +1,21 @@
--- state.lua: the prelude of every script of this package; scripts.go puts it in front of each.
--- It declares no KEYS or ARGV of its own: the functions below take the key from their script.
--- It reads the state hash and shapes answers; it never writes.
+-- state.lua: the first prelude of every session script of this package; scripts.go puts it, then
+-- events.lua and presence.lua, in front of each. It names the keys and the common arguments, reads
+-- the state hash and shapes answers; it never writes.
 --
--- The state of a session is one hash, KEYS[1] of every script, that never expires (the epoch
--- counter must not live in a key that expires). Fields:
---   tab, label, hidden   the holder ("1" when hidden); absent after a release
+-- Every session script is called with the same KEYS, all under the user's hash tag {<sub>} (one
+-- Cluster slot), built by the engine from validated identifiers:
+--   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); never expires
+--   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a stream (see events.lua)
+--   KEYS[3]  <prefix>:{<sub>}:tabs:<sid>     presence: a sorted set of connections (presence.lua)
+--   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
+-- and with the same first two ARGV, the engine's options for the event log (see events.lua):
+--   ARGV[1]  the length of the event log (XADD MAXLEN ~)
+--   ARGV[2]  how long the event log is kept after its last event, in milliseconds
+-- A script's own arguments follow, from ARGV[3]; its header names them.
+--
+-- The state hash, KEYS[1], never expires (the epoch counter must not live in a key that expires).
+-- Fields:
+--   tab, label, hidden   the holder ("1" when hidden); absent after a release, kept after expiry
 --   epoch                the last epoch granted; kept after release and expiry
 --   granted_us           store time (µs) when epoch was granted
 --   expires_us           store time (µs) when the lease ends, or ended when released; the lease is
@@ -13,12 +24,35 @@
 --   transitions          number of epochs granted
 --   rel_tab, rel_epoch   the lease the last release ended, until the next grant, so that a
 --                        retried release gets the answer of the first
+--   ended_epoch          the expiry marker: the last epoch whose end (release or expiry) was
+--                        announced. An expired lease whose epoch is not ended_epoch still has its
+--                        "expired" event to come (see settle_lease in events.lua).
+--   event_id             the id of the last event appended to the log, "<ms>-<seq>": the next id
+--                        must exceed it even when the log was trimmed or expired (events.lua)
 -- Reserved for later work, not written yet: ho_tab, ho_until_us (a pending handoff) and
 -- block_until_us (an admin block). Scripts ignore fields they do not know.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
 -- replies, never through tostring (which would print 1.7e+15).
+
+local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- The prefix, user and session, read back from the state key (identifiers and the prefix hold no
+-- braces, so it parses one way only); the other keys must be the same session's.
+local PREFIX, USER, SESSION = string.match(KEY_STATE or '', '^(.+):{([^}]+)}:lease:(.+)$')
+if PREFIX == nil then
+  error('tablease: KEYS[1] is not a state key')
+end
+local TAG = PREFIX .. ':{' .. USER .. '}:'
+if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
+    or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
+  error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
+end
+-- CHANNEL is where every event of every session under the prefix is published (events.lua).
+local CHANNEL = PREFIX .. ':events'
+
+local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
 -- now_us is the store clock in microseconds. Redis 7 replicates the effects of scripts, so a
 -- script may read TIME and then write.
@@ -31,10 +65,22 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- arg_int reads ARGV[i] as an integer in [lo, hi), or raises an error before anything is written.
+local function arg_int(i, lo, hi)
+  local n = tonumber(ARGV[i])
+  if n == nil or n ~= math.floor(n) or n < lo or n >= hi then
+    error('tablease: ARGV[' .. i .. '] is not an integer in range')
+  end
+  return n
+end
+
+local LOG_LEN = arg_int(1, 1, MAX_EPOCH)
+local LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
+
 -- load reads the state hash; a session that never had a lease reads as zeros.
-local function load(key)
-  local v = redis.call('HMGET', key, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
-    'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch')
+local function load()
+  local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
+    'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id')
   return {
     tab = v[1] or '',
     label = v[2] or '',
@@ -46,6 +92,8 @@ local function load(key)
     transitions = tonumber(v[8]) or 0,
     rel_tab = v[9] or '',
     rel_epoch = tonumber(v[10]) or 0,
+    ended_epoch = tonumber(v[11]) or 0,
+    event_id = v[12] or '',
   }
 end
 
@@ -57,7 +105,7 @@ local function held_by(s, now, tab, epoch)
   return held(s, now) and s.tab == tab and s.epoch == epoch
 end
 
--- reply is the answer of every script: {status, held, tab, label, hidden, epoch, granted_us,
+-- reply is the lease part of every answer: {status, held, tab, label, hidden, epoch, granted_us,
 -- expires_us, ttl_ms, transitions, now_us}. The holder fields are empty unless the lease is held.
 local function reply(status, s, now)
   if held(s, now) then
@@ -66,14 +114,3 @@ local function reply(status, s, now)
   end
   return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now}
 end
-
--- arg_int reads ARGV[i] as an integer in [lo, hi), or raises an error before anything is written.
-local function arg_int(i, lo, hi)
-  local n = tonumber(ARGV[i])
-  if n == nil or n ~= math.floor(n) or n < lo or n >= hi then
-    error('tablease: ARGV[' .. i .. '] is not an integer in range')
-  end
-  return n
-end
-
-local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive

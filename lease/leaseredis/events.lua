@@ -1,0 +1,147 @@
+-- events.lua: the second prelude of every session script (after state.lua, before presence.lua).
+-- It queues the events a script produces, appends them to the session's log and publishes them,
+-- and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV of its own.
+--
+-- A script calls emit() for each of its events, in order, while it decides and writes, and
+-- finish() on every path that returns after the validation: finish appends the queued events and
+-- publishes them, so the change and its events are one step (a script that fails before finish
+-- has written nothing: scripts validate first).
+--
+-- The log, KEYS[2], is a stream of at least ARGV[1] entries (XADD MAXLEN ~ trims whole nodes, so it
+-- may keep a few more), each with one field "e": the event as JSON. The stream expires ARGV[2] ms
+-- after its last append. Event ids are those of lease.NextEventID: the store clock in ms with
+-- sequence 0 when it is after the last id, else the last id with sequence+1. The last id is kept in
+-- the state hash (event_id) as well as in the stream, so ids keep increasing after the log expired.
+--
+-- Event JSON (numbers as decimal strings: cjson would print 1.7e+15):
+--   {"type": "granted|released|expired|taken_over|updated|joined|left",
+--    "epoch": "…", "holder": {"tab","label","hidden"}, "prev": {"tab","epoch"},
+--    "reason": "…", "at": "<µs>", "tab": {"id","label","hidden","connected": "<µs>"}}
+-- with the fields of lease.Event that apply (absent otherwise).
+--
+-- Each event is also published on CHANNEL (state.lua) as
+--   {"u": user, "s": session, "id": "<ms>-<seq>", "ev": <event>, "now": "<µs>", "next": "<µs>"}
+-- where next is the session's next deadline after the script (deadline below; "0" for none), which
+-- instances use to time the settle script of the sessions they watch. A script that brings the
+-- deadline earlier without an event (a renew with a shorter TTL) publishes {"u","s","now","next"}
+-- alone: a hint, not an event; it is not in the log.
+
+local pending = {} -- the events of this script not appended yet, in order
+local moved_earlier = false -- the deadline moved earlier without an event: publish a hint
+
+local function emit(ev)
+  pending[#pending + 1] = ev
+end
+
+-- deadline_earlier notes that the script brought the session's next deadline earlier.
+local function deadline_earlier()
+  moved_earlier = true
+end
+
+-- lease_event is an event of type t about the lease s as it is now: its epoch and holder.
+local function lease_event(t, s, at)
+  return {type = t, epoch = int(s.epoch), holder = {tab = s.tab, label = s.label, hidden = s.hidden},
+    at = int(at)}
+end
+
+-- parse_id reads "<ms>-<seq>"; nil, nil for anything else.
+local function parse_id(id)
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  if ms == nil then
+    return nil, nil
+  end
+  return tonumber(ms), tonumber(seq)
+end
+
+-- compare_ids answers -1, 0 or 1 as the id a is before, equal to or after b (both valid).
+local function compare_ids(a, b)
+  local ams, aseq = parse_id(a)
+  local bms, bseq = parse_id(b)
+  if ams ~= bms then
+    return ams < bms and -1 or 1
+  end
+  if aseq ~= bseq then
+    return aseq < bseq and -1 or 1
+  end
+  return 0
+end
+
+-- last_entry_id is the id of the newest entry of the log, or ''.
+local function last_entry_id()
+  local top = redis.call('XREVRANGE', KEY_EVENTS, '+', '-', 'COUNT', 1)
+  if top[1] then
+    return top[1][1]
+  end
+  return ''
+end
+
+-- deadline is the store time (µs) after now at which something of the session expires that has
+-- not been announced (the lease, or the earliest presence entry), or 0 when nothing will.
+local function deadline(s, now)
+  local next = 0
+  if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us > now then
+    next = s.expires_us
+  end
+  local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local t = tonumber(first[2])
+    if next == 0 or t < next then
+      next = t
+    end
+  end
+  return next
+end
+
+-- flush appends the queued events to the log with their ids and publishes them (or the hint).
+local function flush(s, now)
+  if #pending == 0 then
+    if moved_earlier then
+      redis.call('PUBLISH', CHANNEL, cjson.encode({u = USER, s = SESSION, now = int(now),
+        next = int(deadline(s, now))}))
+    end
+    return
+  end
+  local next = int(deadline(s, now))
+  -- The last id: the state hash's, or the log's newest if that is later (the hash is the one
+  -- that survives the log; the log is checked in case the hash was lost alone).
+  local ms, seq = parse_id(s.event_id)
+  local top = last_entry_id()
+  if top ~= '' and (ms == nil or compare_ids(top, s.event_id) > 0) then
+    ms, seq = parse_id(top)
+  end
+  ms, seq = ms or 0, seq or 0
+  local now_ms = math.floor(now / 1000)
+  local id
+  for _, ev in ipairs(pending) do
+    if now_ms > ms then
+      ms, seq = now_ms, 0
+    else
+      seq = seq + 1
+    end
+    id = int(ms) .. '-' .. int(seq)
+    redis.call('XADD', KEY_EVENTS, 'MAXLEN', '~', int(LOG_LEN), id, 'e', cjson.encode(ev))
+    redis.call('PUBLISH', CHANNEL, cjson.encode({u = USER, s = SESSION, id = id, ev = ev,
+      now = int(now), next = next}))
+  end
+  redis.call('PEXPIRE', KEY_EVENTS, int(LOG_TTL_MS))
+  redis.call('HSET', KEY_STATE, 'event_id', id)
+  s.event_id = id
+  pending = {}
+end
+
+-- finish appends and publishes the script's events, and answers r.
+local function finish(s, now, r)
+  flush(s, now)
+  return r
+end
+
+-- settle_lease announces the end of a lease that expired by now and was not announced yet, once
+-- per epoch: it marks the epoch in ended_epoch. A release marks its epoch itself.
+local function settle_lease(s, now)
+  if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us <= now then
+    redis.call('HSET', KEY_STATE, 'ended_epoch', int(s.epoch))
+    s.ended_epoch = s.epoch
+    emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},
+      at = int(s.expires_us)})
+  end
+end

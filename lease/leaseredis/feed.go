@@ -1,0 +1,545 @@
+package leaseredis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/lease"
+)
+
+var (
+	_ lease.Feed     = (*Engine)(nil)
+	_ lease.Presence = (*Engine)(nil)
+)
+
+// subscriptionBuffer is the size of go-redis's buffer between the subscription's connection and
+// the engine's reader. The reader never blocks for long (it hands events to watches without
+// waiting), so the buffer only absorbs bursts; go-redis would drop a message only after a minute
+// of a full buffer.
+const subscriptionBuffer = 1024
+
+// settleRetry is how long a settle timer waits before it tries again after a failed script.
+const settleRetry = 500 * time.Millisecond
+
+// errNotSubscribed is the store error of a Watch that could not get the subscription confirmed
+// within OpTimeout.
+var errNotSubscribed = errors.New("leaseredis: the event subscription was not confirmed in time")
+
+// watched is a session this engine has watchers for. Its fields are protected by Engine.mu.
+type watched struct {
+	watchers map[*watcher]struct{}
+	// timer runs the settle script at the session's next deadline; nil until there is one.
+	timer *time.Timer
+	// dueUS is the store time (µs) timer is set for; 0 when it is not set, and math.MaxInt64
+	// while it waits to retry a failed settle (any deadline learned meanwhile replaces it).
+	dueUS int64
+}
+
+func (s *watched) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.dueUS = 0
+}
+
+// watcher is the engine's side of one watch. Its fields are protected by Engine.mu.
+type watcher struct {
+	sender *lease.WatchSender
+	// ready is false while the watch script runs. The events received meanwhile wait in pending
+	// (at most the watch buffer of the newest; lost is the id of the newest one dropped), to be
+	// sorted out against the script's position when it answers.
+	ready   bool
+	pending []heldEvent
+	lost    lease.EventID
+	// last is the id of the newest event the watch has: its position, then each event delivered.
+	// Events at or before it are never delivered.
+	last lease.EventID
+}
+
+type heldEvent struct {
+	id lease.EventID
+	ev lease.Event
+}
+
+// Watch implements lease.Feed.
+//
+// The watch is registered among the engine's watchers, its incoming events held aside, before
+// watch.lua reads the lease, the tabs and the log's position (announcing an expiry first) in one
+// step; then the held events after the position are delivered and the rest dropped. The one
+// subscription is confirmed before any watcher is registered, so every event appended after the
+// position reaches the watch, once. A session that never had a lease starts from a free lease at
+// epoch 0.
+func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease.Watch, error) {
+	const op = "watch"
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if after != "" {
+		if _, err := lease.ParseEventID(after); err != nil {
+			return nil, err
+		}
+	}
+	if e.closed.Load() {
+		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+	}
+	if err := e.subscribe(ctx); err != nil {
+		return nil, err
+	}
+
+	x := &watcher{}
+	w, sender := lease.NewWatch(ctx, key, e.watchBuffer, func() { e.forget(key, x) })
+	x.sender = sender
+	if !e.register(key, x) {
+		w.Close()
+		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+	}
+	v, err := e.eval(ctx, op, watchScript, key, after)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := parseWatch(key, v)
+	if err != nil {
+		w.Close()
+		return nil, &lease.UnavailableError{Op: op, Err: err}
+	}
+	w.Snapshot, w.Tabs, w.Position, w.Resumed, w.Replay = r.lease, r.tabs, r.position, r.resumed, r.replay
+	e.start(key, x, r.position, r.lease.Now.UnixMicro(), r.next)
+	return w, nil
+}
+
+// subscribe makes sure the engine's subscription is confirmed, starting it on first use. It waits
+// at most OpTimeout.
+func (e *Engine) subscribe(ctx context.Context) error {
+	const op = "watch"
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return &lease.UnavailableError{Op: op, Err: ErrClosed}
+	}
+	if e.pubsub == nil {
+		// Without a channel, Subscribe does no I/O: read subscribes, and go-redis re-subscribes
+		// after every reconnect.
+		e.pubsub = e.client.Subscribe(e.ctx)
+		e.subscribed, e.readerDone = make(chan struct{}), make(chan struct{})
+		go e.read(e.pubsub, e.subscribed, e.readerDone)
+	}
+	subscribed := e.subscribed
+	e.mu.Unlock()
+
+	select {
+	case <-subscribed:
+		return nil
+	default:
+	}
+	timer := time.NewTimer(e.opTimeout)
+	defer timer.Stop()
+	select {
+	case <-subscribed:
+		return nil
+	case <-ctx.Done():
+		return &lease.UnavailableError{Op: op, Err: ctx.Err()}
+	case <-e.ctx.Done():
+		return &lease.UnavailableError{Op: op, Err: ErrClosed}
+	case <-timer.C:
+		return &lease.UnavailableError{Op: op, Err: errNotSubscribed}
+	}
+}
+
+// read is the subscription's reader, the one goroutine that receives the events of every session
+// under the prefix and hands them to the local watchers. The first confirmation of the
+// subscription closes subscribed; every later one follows a reconnect, during which messages were
+// lost, so it ends every local watch with lease.ErrResync. It returns when the subscription is
+// closed (by Close).
+func (e *Engine) read(ps *redis.PubSub, subscribed, done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(e.ctx, e.opTimeout)
+	// A failure is retried by go-redis, which keeps the channel and subscribes on its next
+	// connection.
+	_ = ps.Subscribe(ctx, e.channel())
+	cancel()
+	confirmed := false
+	for m := range ps.ChannelWithSubscriptions(redis.WithChannelSize(subscriptionBuffer)) {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			if !confirmed {
+				confirmed = true
+				close(subscribed)
+				continue
+			}
+			e.resync()
+		case *redis.Message:
+			e.deliver(m.Payload)
+		}
+	}
+}
+
+// resync ends every local watch with lease.ErrResync: the subscription was lost for a while.
+func (e *Engine) resync() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shut {
+		return
+	}
+	for key, s := range e.sessions {
+		for x := range s.watchers {
+			x.sender.End(lease.ErrResync)
+		}
+		s.stopTimer()
+		delete(e.sessions, key)
+	}
+}
+
+// register adds x to the watchers of key, not ready yet. It answers false after Close.
+func (e *Engine) register(key lease.Key, x *watcher) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shut {
+		return false
+	}
+	s := e.sessions[key]
+	if s == nil {
+		s = &watched{watchers: make(map[*watcher]struct{})}
+		e.sessions[key] = s
+	}
+	s.watchers[x] = struct{}{}
+	return true
+}
+
+// start makes x ready once its watch script answered position: it delivers the held events after
+// position, or ends the watch with lease.ErrResync when one of them was dropped, and schedules the
+// session's settle timer at next (store µs, read at nowUS; 0 for none).
+func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.sessions[key]
+	if s == nil {
+		return
+	}
+	if _, ok := s.watchers[x]; !ok {
+		return // ended meanwhile
+	}
+	var pos lease.EventID
+	if position != "" {
+		pos, _ = lease.ParseEventID(position) // checked by parseWatch
+	}
+	held := x.pending
+	x.ready, x.pending, x.last = true, nil, pos
+	if x.lost.Compare(pos) > 0 {
+		// Events after the position were dropped while the script ran: a gap.
+		x.sender.End(lease.ErrResync)
+		e.drop(key, s, x)
+		return
+	}
+	for _, h := range held {
+		if !e.send(key, s, x, h.id, h.ev) {
+			return
+		}
+	}
+	if next > 0 {
+		e.schedule(key, s, nowUS, next)
+	}
+}
+
+// forget removes x from the watchers of key, if it is still there: the caller closed the watch or
+// its context ended.
+func (e *Engine) forget(key lease.Key, x *watcher) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s := e.sessions[key]; s != nil {
+		if _, ok := s.watchers[x]; ok {
+			e.drop(key, s, x)
+		}
+	}
+}
+
+// drop removes x from s, and forgets s (stopping its timer) when it was its last watcher. e.mu
+// must be held.
+func (e *Engine) drop(key lease.Key, s *watched, x *watcher) {
+	delete(s.watchers, x)
+	if len(s.watchers) == 0 {
+		s.stopTimer()
+		delete(e.sessions, key)
+	}
+}
+
+// send hands ev (whose id is id) to x: held aside while x is not ready, delivered when it is after
+// the last event x has, dropped otherwise. It answers false when x has ended and was dropped. e.mu
+// must be held.
+func (e *Engine) send(key lease.Key, s *watched, x *watcher, id lease.EventID, ev lease.Event) bool {
+	if !x.ready {
+		if len(x.pending) >= e.watchBuffer {
+			x.lost = x.pending[0].id
+			x.pending = append(x.pending[:0], x.pending[1:]...)
+		}
+		x.pending = append(x.pending, heldEvent{id, ev})
+		return true
+	}
+	if id.Compare(x.last) <= 0 {
+		return true
+	}
+	x.last = id
+	if !x.sender.Send(ev) {
+		e.drop(key, s, x)
+		return false
+	}
+	return true
+}
+
+// deliver handles one message of the subscription: an event, handed to the watchers of its
+// session, and the session's next deadline, for its settle timer. Messages of sessions this engine
+// does not watch are ignored, and so are messages that are not JSON (they are not the engine's);
+// an event of a watched session whose id cannot be read ends its watches with lease.ErrResync.
+func (e *Engine) deliver(payload string) {
+	var m wireMessage
+	if err := json.Unmarshal([]byte(payload), &m); err != nil {
+		return
+	}
+	key := lease.Key{User: m.User, Session: m.Session}
+	var (
+		id  lease.EventID
+		ev  lease.Event
+		bad error
+	)
+	if m.Event != nil {
+		if id, bad = lease.ParseEventID(m.ID); bad == nil {
+			ev = m.Event.event(key, m.ID)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.sessions[key]
+	if s == nil {
+		return
+	}
+	if bad != nil {
+		// An event of the session that cannot be read: its watchers would miss it.
+		for x := range s.watchers {
+			x.sender.End(lease.ErrResync)
+			e.drop(key, s, x)
+		}
+		return
+	}
+	if m.Event != nil {
+		for x := range s.watchers {
+			e.send(key, s, x, id, ev)
+		}
+		if e.sessions[key] != s {
+			return // every watcher ended
+		}
+	}
+	if m.Next > 0 {
+		e.schedule(key, s, m.Now, m.Next)
+	}
+}
+
+// schedule sets the settle timer of s to fire at the store time next (µs), as seen from the store
+// time nowUS, unless it is set to fire earlier already. A deadline is only ever moved earlier
+// here: a later one comes from the settle script itself when the timer fires, so an answer that
+// arrives late never delays an expiry. e.mu must be held.
+func (e *Engine) schedule(key lease.Key, s *watched, nowUS, next int64) {
+	if s.dueUS != 0 && next >= s.dueUS {
+		return
+	}
+	s.dueUS = next
+	// A millisecond more, so that the script finds the deadline passed on the store's clock.
+	e.setTimer(key, s, time.Duration(max(next-nowUS, 0))*time.Microsecond+time.Millisecond)
+}
+
+// setTimer (re)sets the settle timer of s to fire after d. e.mu must be held.
+func (e *Engine) setTimer(key lease.Key, s *watched, d time.Duration) {
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, func() { e.fire(key, s) })
+		return
+	}
+	s.timer.Reset(d)
+}
+
+// fire runs the settle script of a watched session at its deadline, and schedules the next one.
+// A failed script is retried after settleRetry.
+func (e *Engine) fire(key lease.Key, s *watched) {
+	e.mu.Lock()
+	if e.shut || e.sessions[key] != s {
+		e.mu.Unlock()
+		return
+	}
+	s.dueUS = 0
+	e.timers.Add(1) // before Close's Wait: Close sets shut under e.mu first
+	e.mu.Unlock()
+	defer e.timers.Done()
+
+	nowUS, next, err := e.settle(key)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shut || e.sessions[key] != s {
+		return
+	}
+	switch {
+	case err != nil:
+		if s.dueUS == 0 {
+			s.dueUS = math.MaxInt64
+			e.setTimer(key, s, settleRetry)
+		}
+	case next > 0:
+		e.schedule(key, s, nowUS, next)
+	}
+}
+
+// settle runs settle.lua on key, and answers the store time and the session's next deadline.
+func (e *Engine) settle(key lease.Key) (nowUS, next int64, err error) {
+	const op = "settle"
+	v, err := e.eval(e.ctx, op, settleScript, key)
+	if err != nil {
+		return 0, 0, err
+	}
+	a, ok := v.([]any)
+	if ok && len(a) == 2 {
+		nowUS, ok1 := a[0].(int64)
+		next, ok2 := a[1].(int64)
+		if ok1 && ok2 && nowUS > 0 && next >= 0 {
+			return nowUS, next, nil
+		}
+	}
+	return 0, 0, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
+}
+
+// watchReply is watch.lua's answer.
+type watchReply struct {
+	lease    lease.Lease
+	position string
+	resumed  bool
+	replay   []lease.Event
+	tabs     []lease.Tab
+	next     int64
+}
+
+func parseWatch(key lease.Key, v any) (watchReply, error) {
+	bad := fmt.Errorf("leaseredis: malformed watch reply %v", v)
+	a, ok := v.([]any)
+	if !ok || len(a) != 6 {
+		return watchReply{}, bad
+	}
+	status, l, err := parseReply(key, a[0])
+	if err != nil {
+		return watchReply{}, err
+	}
+	position, ok1 := a[1].(string)
+	resumed, ok2 := a[2].(int64)
+	replay, ok3 := a[3].([]any)
+	next, ok4 := a[5].(int64)
+	if status != statusOK || !ok1 || !ok2 || !ok3 || !ok4 || len(replay)%2 != 0 || next < 0 {
+		return watchReply{}, bad
+	}
+	if position != "" {
+		if _, err := lease.ParseEventID(position); err != nil {
+			return watchReply{}, bad
+		}
+	}
+	r := watchReply{lease: l, position: position, resumed: resumed == 1, next: next}
+	for i := 0; i < len(replay); i += 2 {
+		id, ok1 := replay[i].(string)
+		data, ok2 := replay[i+1].(string)
+		if !ok1 || !ok2 {
+			return watchReply{}, bad
+		}
+		ev, err := parseEvent(key, id, data)
+		if err != nil {
+			return watchReply{}, err
+		}
+		r.replay = append(r.replay, ev)
+	}
+	if r.tabs, err = parseTabs(a[4]); err != nil {
+		return watchReply{}, err
+	}
+	return r, nil
+}
+
+// parseTabs reads the tabs as presence.lua's tabs_reply answers them; nil for none.
+func parseTabs(v any) ([]lease.Tab, error) {
+	a, ok := v.([]any)
+	if !ok || len(a)%4 != 0 {
+		return nil, fmt.Errorf("leaseredis: malformed tabs %v", v)
+	}
+	var tabs []lease.Tab
+	for i := 0; i < len(a); i += 4 {
+		id, ok1 := a[i].(string)
+		label, ok2 := a[i+1].(string)
+		hidden, ok3 := a[i+2].(int64)
+		connected, ok4 := a[i+3].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || connected <= 0 {
+			return nil, fmt.Errorf("leaseredis: malformed tabs %v", v)
+		}
+		tabs = append(tabs, lease.Tab{TabID: id, Label: label, Hidden: hidden == 1, ConnectedAt: micros(connected)})
+	}
+	return tabs, nil
+}
+
+// wireMessage is a message of the subscription (see events.lua): an event and the session's next
+// deadline, or the deadline alone.
+type wireMessage struct {
+	User    string     `json:"u"`
+	Session string     `json:"s"`
+	ID      string     `json:"id"`
+	Event   *wireEvent `json:"ev"`
+	Now     int64      `json:"now,string"`
+	Next    int64      `json:"next,string"`
+}
+
+// wireEvent is an event as the scripts write it in the log and publish it (see events.lua).
+type wireEvent struct {
+	Type   lease.EventType `json:"type"`
+	Epoch  int64           `json:"epoch,string"`
+	Holder *struct {
+		Tab    string `json:"tab"`
+		Label  string `json:"label"`
+		Hidden bool   `json:"hidden"`
+	} `json:"holder"`
+	Prev *struct {
+		Tab   string `json:"tab"`
+		Epoch int64  `json:"epoch,string"`
+	} `json:"prev"`
+	Reason string `json:"reason"`
+	At     int64  `json:"at,string"`
+	Tab    *struct {
+		ID        string `json:"id"`
+		Label     string `json:"label"`
+		Hidden    bool   `json:"hidden"`
+		Connected int64  `json:"connected,string"`
+	} `json:"tab"`
+}
+
+func parseEvent(key lease.Key, id, data string) (lease.Event, error) {
+	if _, err := lease.ParseEventID(id); err != nil {
+		return lease.Event{}, fmt.Errorf("leaseredis: malformed event id %q", id)
+	}
+	var w wireEvent
+	if err := json.Unmarshal([]byte(data), &w); err != nil || w.Type == "" || w.At <= 0 {
+		return lease.Event{}, fmt.Errorf("leaseredis: malformed event %q", data)
+	}
+	return w.event(key, id), nil
+}
+
+// event is w as a lease.Event of key with the id id.
+func (w *wireEvent) event(key lease.Key, id string) lease.Event {
+	ev := lease.Event{ID: id, Key: key, Type: w.Type, Epoch: w.Epoch, Reason: w.Reason, At: micros(w.At)}
+	if h := w.Holder; h != nil {
+		ev.Holder = &lease.Holder{TabID: h.Tab, Label: h.Label, Hidden: h.Hidden}
+	}
+	if p := w.Prev; p != nil {
+		ev.Previous = &lease.Previous{TabID: p.Tab, Epoch: p.Epoch}
+	}
+	if t := w.Tab; t != nil {
+		ev.Tab = &lease.Tab{TabID: t.ID, Label: t.Label, Hidden: t.Hidden, ConnectedAt: micros(t.Connected)}
+	}
+	return ev
+}

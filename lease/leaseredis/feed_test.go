@@ -1,0 +1,392 @@
+package leaseredis
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+)
+
+const waitFor = 10 * time.Second
+
+// next receives the next event of w, failing the test when none comes within waitFor.
+func next(t *testing.T, w *lease.Watch) lease.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("the watch of %+v ended: %v", w.Key, w.Err())
+		}
+		return ev
+	case <-time.After(waitFor):
+		t.Fatalf("no event on the watch of %+v within %v", w.Key, waitFor)
+	}
+	return lease.Event{}
+}
+
+// drain receives what w still delivers until it ends, and answers it with Err.
+func drain(t *testing.T, w *lease.Watch) ([]lease.Event, error) {
+	t.Helper()
+	deadline := time.After(waitFor)
+	var evs []lease.Event
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return evs, w.Err()
+			}
+			evs = append(evs, ev)
+		case <-deadline:
+			t.Fatalf("the watch of %+v did not end within %v", w.Key, waitFor)
+		}
+	}
+}
+
+func mustWatch(t *testing.T, e *Engine, key lease.Key, after string) *lease.Watch {
+	t.Helper()
+	w, err := e.Watch(t.Context(), key, after)
+	if err != nil {
+		t.Fatalf("Watch(%+v, %q): %v", key, after, err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// pubsubClients counts the server's Pub/Sub connections (CLIENT LIST TYPE pubsub).
+func pubsubClients(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	list, err := c.ClientList(t.Context()).Result() // all types: go-redis has no TYPE argument
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(list), "\n") {
+		// A subscribed connection has sub=1 (or psub/ssub) and is in the pubsub state.
+		if strings.Contains(line, " sub=1 ") {
+			n++
+		}
+	}
+	return n
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %v", what, waitFor)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestALostSubscriptionEndsEveryWatchWithResyncAndTheLogReplaysWhatWasMissed(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	e := engineOn(t, srv.URL(), "p", time.Second)
+	peer := engineOn(t, srv.URL(), "p", time.Second) // another instance, which changes the lease
+	ctx := t.Context()
+	bob := lease.Key{User: "bob", Session: "doc-1"}
+
+	w := mustWatch(t, e, alice, "")
+	other := mustWatch(t, e, bob, "")
+	a, err := peer.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := next(t, w) // the subscription is live
+	if granted.Type != lease.EventGranted || granted.Epoch != a.Epoch {
+		t.Fatalf("first event = %+v, want the grant", granted)
+	}
+
+	// The subscription's connection dies; meanwhile the peer takes the lease over.
+	if err := admin.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := peer.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: time.Minute, Mode: lease.ModeTakeover})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every watch of the engine ends with ErrResync once go-redis has subscribed again, whether or
+	// not the takeover came through before.
+	got, err := drain(t, w)
+	if !errors.Is(err, lease.ErrResync) {
+		t.Fatalf("Err of the watch after the subscription was lost = %v, want lease.ErrResync", err)
+	}
+	if _, err := drain(t, other); !errors.Is(err, lease.ErrResync) {
+		t.Errorf("Err of the other session's watch = %v, want lease.ErrResync", err)
+	}
+
+	// Watching again after the last event handled replays what the watch did not get.
+	last := granted.ID
+	if len(got) > 0 {
+		last = got[len(got)-1].ID
+	}
+	r := mustWatch(t, e, alice, last)
+	if !r.Resumed {
+		t.Fatalf("a watch after %s was not resumed", last)
+	}
+	story := append(got, r.Replay...)
+	if len(story) != 1 || story[0].Type != lease.EventTakenOver || story[0].Epoch != b.Epoch ||
+		story[0].Previous == nil || *story[0].Previous != (lease.Previous{TabID: "tab-a", Epoch: a.Epoch}) {
+		t.Fatalf("delivered %+v then replayed %+v; want the takeover once", got, r.Replay)
+	}
+	t.Logf("the takeover was delivered before the resync: %v", len(got) == 1)
+	if !r.Snapshot.HeldBy("tab-b", b.Epoch) {
+		t.Errorf("Snapshot of the new watch = %+v, want tab-b at %d", r.Snapshot, b.Epoch)
+	}
+
+	// And the new watch is live.
+	if _, err := peer.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-b", Epoch: b.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, r); ev.Type != lease.EventReleased || ev.Epoch != b.Epoch {
+		t.Errorf("first live event of the new watch = %+v, want the release", ev)
+	}
+}
+
+func TestAnEngineHasOneSubscriptionWhateverItWatches(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	e := engineOn(t, srv.URL(), "p", time.Second)
+	if n := pubsubClients(t, admin); n != 0 {
+		t.Fatalf("%d Pub/Sub connections before any watch, want none: an engine subscribes on its first watch", n)
+	}
+	for i := range 50 {
+		mustWatch(t, e, lease.Key{User: fmt.Sprintf("user-%d", i%5), Session: fmt.Sprintf("doc-%d", i)}, "")
+	}
+	if n := pubsubClients(t, admin); n != 1 {
+		t.Errorf("%d Pub/Sub connections for 50 watches of one engine, want 1", n)
+	}
+	peer := engineOn(t, srv.URL(), "p", time.Second)
+	mustWatch(t, peer, alice, "")
+	if n := pubsubClients(t, admin); n != 2 {
+		t.Errorf("%d Pub/Sub connections for two engines, want 2", n)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the closed engine's subscription ending", func() bool { return pubsubClients(t, admin) == 1 })
+}
+
+func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	client, err := NewClient(srv.URL(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	const presenceTTL = 2 * time.Second
+	e, err := New(client, Options{Prefix: "p", PresenceTTL: presenceTTL, EventLogLen: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch, TTL: time.Minute, Hidden: i%2 == 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := c.Keys(ctx, "p:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"p:{alice}:lease:doc-1":   "hash",
+		"p:{alice}:events:doc-1":  "stream",
+		"p:{alice}:tabs:doc-1":    "zset",
+		"p:{alice}:tabinfo:doc-1": "hash",
+	}
+	if len(keys) != len(want) {
+		t.Errorf("keys = %q, want %d", keys, len(want))
+	}
+	for _, k := range keys {
+		typ, ok := want[k]
+		if !ok {
+			t.Errorf("unexpected key %q", k)
+			continue
+		}
+		if got := c.Type(ctx, k).Val(); got != typ {
+			t.Errorf("TYPE %s = %s, want %s", k, got, typ)
+		}
+		// The hash tag, which picks the Cluster slot, is what lies between the first '{' and the next '}'.
+		if open, end := strings.IndexByte(k, '{'), strings.IndexByte(k, '}'); open < 0 || end < open || k[open+1:end] != "alice" {
+			t.Errorf("the hash tag of %s is not the user's", k)
+		}
+	}
+	if n := c.XLen(ctx, "p:{alice}:events:doc-1").Val(); n < 50 || n > 50+100 {
+		t.Errorf("the log holds %d events after 502, want about 50 (MAXLEN ~ 50)", n)
+	}
+	for _, k := range []string{"p:{alice}:tabs:doc-1", "p:{alice}:tabinfo:doc-1"} {
+		if ttl := c.PTTL(ctx, k).Val(); ttl <= DefaultEventLogTTL || ttl > DefaultEventLogTTL+presenceTTL {
+			t.Errorf("PTTL %s = %v, want the presence TTL plus the log's (%v)", k, ttl, DefaultEventLogTTL+presenceTTL)
+		}
+	}
+	// The last tab leaving empties the presence keys, which Redis then deletes.
+	if err := e.Leave(ctx, alice, "conn-1", "tab-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, "p:{alice}:tabs:doc-1", "p:{alice}:tabinfo:doc-1").Val(); n != 0 {
+		t.Errorf("%d presence keys remain after the last tab left", n)
+	}
+}
+
+func TestARenewThatShortensTheLeaseStillHasItsExpiryAnnouncedInTime(t *testing.T) {
+	e, _, _ := newEngine(t)
+	ctx := t.Context()
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry) // a minute
+	w := mustWatch(t, e, alice, "")
+	// Same hidden flag: no event, only the hint that the deadline moved earlier.
+	r, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch, TTL: lease.DefaultLimits.Min})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, w)
+	if ev.Type != lease.EventExpired || ev.Epoch != a.Epoch {
+		t.Fatalf("event after the short renew = %+v, want the expiry", ev)
+	}
+	if late := time.Since(r.ExpiresAt); late > 2*time.Second {
+		t.Errorf("the expiry came %v after the lease expired", late)
+	}
+}
+
+func TestMessagesOnTheChannelThatAreNotEventsAreIgnored(t *testing.T) {
+	e, c, _ := newEngine(t)
+	ctx := t.Context()
+	w := mustWatch(t, e, alice, "")
+	for _, junk := range []string{"", "not json", `{"u":"alice"}`, `{"u":"alice","s":"doc-1","now":"x"}`, `[1,2]`} {
+		if err := c.Publish(ctx, e.channel(), junk).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if ev := next(t, w); ev.Type != lease.EventGranted || ev.Epoch != a.Epoch {
+		t.Errorf("first event after the junk = %+v, want the grant", ev)
+	}
+}
+
+func TestAWatchWhileTheStoreIsDownIsUnavailableAndWorksOnceItIsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	e := engineOn(t, srv.URL(), "p", 300*time.Millisecond)
+	srv.Stop(t)
+	_, err := e.Watch(t.Context(), alice, "")
+	wantUnavailable(t, "Watch with the server stopped", "watch", err)
+
+	srv.Restart(t)
+	var w *lease.Watch
+	eventually(t, "a watch after the restart", func() bool {
+		w, err = e.Watch(t.Context(), alice, "")
+		return err == nil
+	})
+	t.Cleanup(w.Close)
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if ev := next(t, w); ev.Type != lease.EventGranted || ev.Epoch != a.Epoch {
+		t.Errorf("first event = %+v, want the grant", ev)
+	}
+}
+
+// TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition drives the engine's side of
+// a watch by hand: events that the subscription delivers while the watch script runs are held,
+// and when it answers, those at or before its position are dropped and the others delivered,
+// unless one after the position was dropped from the full hold, which is a gap.
+func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *testing.T) {
+	client, err := NewClient("redis://127.0.0.1:1/0", time.Second) // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	e, err := New(client, Options{WatchBuffer: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	publish := func(ms int) {
+		e.deliver(fmt.Sprintf(`{"u":"alice","s":"doc-1","id":"%d-0","ev":{"type":"updated","epoch":"1","holder":{"tab":"tab-a","label":"","hidden":false},"at":"%d"},"now":"%d","next":"0"}`,
+			ms, ms*1000, ms*1000))
+	}
+	begin := func() (*lease.Watch, *watcher) {
+		x := &watcher{}
+		w, sender := lease.NewWatch(t.Context(), alice, e.watchBuffer, func() { e.forget(alice, x) })
+		x.sender = sender
+		if !e.register(alice, x) {
+			t.Fatal("register refused")
+		}
+		t.Cleanup(w.Close)
+		return w, x
+	}
+	ids := func(evs []lease.Event) string {
+		var s []string
+		for _, ev := range evs {
+			s = append(s, ev.ID)
+		}
+		return strings.Join(s, " ")
+	}
+
+	t.Run("held events after the position are delivered, the others dropped", func(t *testing.T) {
+		w, x := begin()
+		for ms := 1; ms <= 3; ms++ {
+			publish(ms)
+		}
+		if len(w.Events()) != 0 {
+			t.Fatal("a watch that is not started got events")
+		}
+		e.start(alice, x, "2-0", 0, 0)
+		publish(3) // again, as a late duplicate: dropped
+		publish(4)
+		if got := ids([]lease.Event{next(t, w), next(t, w)}); got != "3-0 4-0" {
+			t.Errorf("events = %s, want 3-0 4-0", got)
+		}
+	})
+	t.Run("a full hold that dropped only events before the position is no gap", func(t *testing.T) {
+		w, x := begin()
+		for ms := 10; ms <= 14; ms++ { // 10 and 11 are dropped from the hold of 3
+			publish(ms)
+		}
+		e.start(alice, x, "11-0", 0, 0)
+		if got := ids([]lease.Event{next(t, w), next(t, w), next(t, w)}); got != "12-0 13-0 14-0" {
+			t.Errorf("events = %s, want 12-0 13-0 14-0", got)
+		}
+	})
+	t.Run("a full hold that dropped an event after the position ends the watch with a resync", func(t *testing.T) {
+		w, x := begin()
+		for ms := 20; ms <= 24; ms++ { // 20 and 21 are dropped from the hold of 3
+			publish(ms)
+		}
+		e.start(alice, x, "20-0", 0, 0)
+		if evs, err := drain(t, w); len(evs) != 0 || !errors.Is(err, lease.ErrResync) {
+			t.Errorf("watch = %s, %v; want no event and lease.ErrResync", ids(evs), err)
+		}
+	})
+	t.Run("an event of the session whose id cannot be read ends its watches with a resync", func(t *testing.T) {
+		w, x := begin()
+		e.start(alice, x, "", 0, 0)
+		e.deliver(`{"u":"alice","s":"doc-1","id":"x","ev":{"type":"updated","at":"1"},"now":"1","next":"0"}`)
+		if _, err := drain(t, w); !errors.Is(err, lease.ErrResync) {
+			t.Errorf("Err = %v, want lease.ErrResync", err)
+		}
+	})
+	t.Run("events of other sessions never reach the watch", func(t *testing.T) {
+		w, x := begin()
+		e.start(alice, x, "", 0, 0)
+		e.deliver(`{"u":"alice","s":"doc-2","id":"99-0","ev":{"type":"updated","at":"1"},"now":"1","next":"0"}`)
+		e.deliver(`{"u":"bob","s":"doc-1","id":"99-0","ev":{"type":"updated","at":"1"},"now":"1","next":"0"}`)
+		publish(100)
+		if ev := next(t, w); ev.ID != "100-0" || ev.Key != alice {
+			t.Errorf("event = %+v, want 100-0 of alice/doc-1", ev)
+		}
+	})
+}

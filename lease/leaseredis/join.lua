@@ -1,0 +1,48 @@
+-- join.lua: list a connection of a tab as present, or refresh it.
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- ARGV[3]  connection id
+-- ARGV[4]  tab id
+-- ARGV[5]  label
+-- ARGV[6]  "1" when the tab is hidden, "0" when visible
+-- ARGV[7]  the presence TTL in milliseconds
+-- Answers {now}. The entry lives until now + TTL; the connection keeps the time it first joined.
+--
+-- Events: what settle announces; then "joined" when the tab was not listed, nothing otherwise (a
+-- refresh, or a second connection of a listed tab).
+
+-- Validate.
+local conn, tab, label = ARGV[3], ARGV[4], ARGV[5]
+local hidden = ARGV[6] == '1' and '1' or '0'
+local ttl_ms = arg_int(7, 1, MAX_EPOCH)
+if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
+  error('tablease: ARGV[3] and ARGV[4] must be identifiers')
+end
+
+-- Settle expiry.
+local now = now_us()
+local s = load()
+settle(s, now)
+
+-- Decide.
+local member = tab .. '/' .. conn
+local listed = tab_of(entries(), tab) ~= nil
+local connected = now
+local old = redis.call('HGET', KEY_TABINFO, member)
+if old then
+  connected = tonumber(cjson.decode(old).c) or now
+end
+
+-- Write state.
+redis.call('HSET', KEY_TABINFO, member, cjson.encode({l = label, h = hidden, c = int(connected),
+  r = int(now)}))
+redis.call('ZADD', KEY_TABS, int(now + ttl_ms * 1000), member)
+redis.call('PEXPIRE', KEY_TABS, int(ttl_ms + LOG_TTL_MS))
+redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
+
+-- Append event.
+if not listed then
+  emit({type = 'joined', tab = {id = tab, label = label, hidden = hidden == '1',
+    connected = int(connected)}, at = int(now)})
+end
+return finish(s, now, {now})

@@ -1,0 +1,43 @@
+-- leave.lua: remove a connection of a tab from the session's presence.
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- ARGV[3]  connection id
+-- ARGV[4]  tab id
+-- Answers {now}. Leaving a connection that is not listed changes nothing.
+--
+-- Events: what settle announces; then "left" (no reason) when the connection was the tab's last.
+
+-- Validate.
+local conn, tab = ARGV[3], ARGV[4]
+if conn == '' or tab == '' then
+  error('tablease: ARGV[3] and ARGV[4] must be identifiers')
+end
+
+-- Settle expiry.
+local now = now_us()
+local s = load()
+settle(s, now)
+
+-- Decide.
+local member = tab .. '/' .. conn
+if not redis.call('ZSCORE', KEY_TABS, member) then
+  return finish(s, now, {now})
+end
+local before = entries()
+local listed = tab_of(before, tab)
+
+-- Write state.
+redis.call('ZREM', KEY_TABS, member)
+redis.call('HDEL', KEY_TABINFO, member)
+
+-- Append event.
+local still = false
+for _, e in ipairs(before) do
+  if e.tab == tab and e.member ~= member then
+    still = true
+  end
+end
+if not still then
+  emit({type = 'left', tab = tab_json(listed), at = int(now)})
+end
+return finish(s, now, {now})

@@ -1,0 +1,62 @@
+package leaseredis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// Join implements lease.Presence with join.lua: the entry of conn lives for Options.PresenceTTL,
+// which Join answers. The instance that holds the connection refreshes it by calling Join again,
+// every third of the TTL while the connection lives (the SSE layer does); an instance that dies
+// leaves its entries to expire, and whoever settles the session first (a settle timer of an
+// instance watching it, or any call on it) announces their tabs as left with lease.ReasonTimeout.
+func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
+	const op = "join"
+	if err := lease.ValidateJoin(key, conn, tab); err != nil {
+		return 0, err
+	}
+	v, err := e.eval(ctx, op, joinScript, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	if a, ok := v.([]any); !ok || len(a) != 1 {
+		return 0, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
+	}
+	return e.presenceTTL, nil
+}
+
+// Leave implements lease.Presence with leave.lua.
+func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) error {
+	const op = "leave"
+	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
+		return err
+	}
+	v, err := e.eval(ctx, op, leaveScript, key, conn, tabID)
+	if err != nil {
+		return err
+	}
+	if a, ok := v.([]any); !ok || len(a) != 1 {
+		return &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
+	}
+	return nil
+}
+
+// Tabs implements lease.Presence with tabs.lua.
+func (e *Engine) Tabs(ctx context.Context, key lease.Key) ([]lease.Tab, error) {
+	const op = "tabs"
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := e.eval(ctx, op, tabsScript, key)
+	if err != nil {
+		return nil, err
+	}
+	tabs, err := parseTabs(v)
+	if err != nil {
+		return nil, &lease.UnavailableError{Op: op, Err: err}
+	}
+	return tabs, nil
+}

@@ -1,0 +1,14 @@
+-- tabs.lua: list the tabs present in a session.
+-- KEYS[1..4]  the keys of the session (see state.lua)
+-- ARGV[1..2]  the event log's options (see state.lua)
+-- Answers {tab, label, hidden (1|0), connected µs, …}, in the order they connected, then by tab id.
+--
+-- Events: what settle announces.
+
+-- Settle expiry.
+local now = now_us()
+local s = load()
+settle(s, now)
+
+local listed = tabs_reply(entries())
+return finish(s, now, listed)
