@@ -184,3 +184,23 @@ test("start, stop and restart never leave a stale owner", async () => {
   assert.equal(lease.role, "owner");
   await lease.stop();
 });
+
+test("a viewer learns the new holder's time left soon after an event names it, and backs off on errors", async () => {
+  const { clock, server, lease } = setup({ lease: { autoAcquire: false, stream: "fetch" } });
+  await lease.start();
+  await clock.advance(1000);
+  server.takeoverBy("t-other", "B");
+  await clock.advance(0);
+  assert.equal(lease.lease.holder.tabId, "t-other");
+  assert.equal(lease.lease.remainingMs, null, "events carry no time left");
+  await clock.advance(250);
+  assert.equal(lease.lease.remainingMs, 45000 - 250);
+  server.takeoverBy("t-third", "C");
+  server.down = true;
+  const before = server.callsTo("GET", "/lease").length;
+  await clock.advance(5000);
+  const during = server.callsTo("GET", "/lease").length - before;
+  assert.ok(during >= 3 && during <= 8, `a few backed-off re-reads in 5 s, not one every 250 ms (${during})`);
+  server.down = false;
+  await lease.stop({ release: false });
+});

@@ -162,6 +162,7 @@ export class FakeServer {
     const id = `${Math.floor(this.clock.now())}-${this.eventSeq++}`;
     const frame = `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
     for (const s of this.streams) s.send(frame);
+    this.lastId = id;
     return id;
   }
 
@@ -290,6 +291,7 @@ export class FakeServer {
       return json(409, errorBody("LEASE_LOST", "lost", { epoch: this.epoch }));
     }
     if (method === "GET" && path === "/lease") return json(200, this.lease(query.tabId));
+    if (method === "POST" && path === "/events/ticket") return json(200, { ticket: `tk-${++this.tokenSeq}`, expiresInMs: 30000 });
     if (method === "GET" && path === "/catalog") {
       const role = this.valid() && this.holder.tabId === query.tabId ? "owner" : "viewer";
       const tools = this.tools.filter((t) => role === "owner" || t.annotations?.readOnlyHint === true);
@@ -355,6 +357,7 @@ export function fakeOptions(server, clock, extra = {}) {
     window: new FakeWindow(),
     stream: false,
     shareStream: false,
+    hubs: new Map(), // each lease its own tab: no stream shared through module state across tests
     ...extra,
   };
 }

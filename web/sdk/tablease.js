@@ -550,6 +550,7 @@ export class TabLease extends EventTarget {
     this._renewing = null;
     this._renewAttempt = 0;
     this._acquireAttempt = 0;
+    this._viewerAttempt = 0;
     this._timers = { renew: null, role: null, viewer: null, acquire: null };
     this._yieldUntilGrant = false; // after a handoff: no auto-acquire until someone else is granted
     this._releasedByUser = false; // after release(): no auto-acquire until acquire()/takeover()
@@ -1022,25 +1023,29 @@ export class TabLease extends EventTarget {
 
   /** A viewer re-reads the lease when the holder's lease should have ended by what it knows (to
    *  learn it was renewed, or take it), and every viewerPollMs while the stream is down. */
-  _scheduleViewerRefresh() {
+  _scheduleViewerRefresh(minDelay = 0) {
     this._clearTimer("viewer");
     if (!this._started || this._hiddenForPage || this._holdsEpoch()) return;
     const now = this._clock.now();
     let at = Infinity;
     const v = this._view;
     if (v?.held && typeof v.remainingMs === "number") at = v.at + v.remainingMs + 250;
-    if (!this._streamLive || (v?.held && v.remainingMs == null)) at = Math.min(at, now + this._viewerPollMs);
+    if (v?.held && v.remainingMs == null) at = now + 250; // an event named a new holder: learn its time left
+    if (!this._streamLive) at = Math.min(at, now + this._viewerPollMs);
     if (at === Infinity) return;
-    const delay = Math.max(0, at - now) + Math.floor(this._random() * 500);
+    const delay = Math.max(minDelay, Math.max(0, at - now) + Math.floor(this._random() * 500));
     this._timers.viewer = this._clock.setTimeout(async () => {
       this._timers.viewer = null;
+      let backoff = 0;
       try {
         await this.refresh();
+        this._viewerAttempt = 0;
       } catch (e) {
         if (!e.retryable) this._emitError(e);
+        backoff = backoffDelay(this._viewerAttempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
       }
       this._maybeAutoAcquire();
-      this._scheduleViewerRefresh();
+      if (this._timers.viewer == null) this._scheduleViewerRefresh(backoff);
     }, delay);
   }
 
@@ -1344,7 +1349,7 @@ export class TabLease extends EventTarget {
       if (lastEventId) headers["Last-Event-ID"] = lastEventId;
       let res;
       try {
-        res = await this._fetch(this._url("/events", { tabId: this.tabId }), { headers, signal, cache: "no-store" });
+        res = await this._fetch(this._url("/events", this._streamQuery()), { headers, signal, cache: "no-store" });
       } catch (e) {
         if (signal.aborted) return;
         throw new TabLeaseError({ code: "NETWORK", message: "tablease: event stream failed", retryable: true, cause: e });
@@ -1391,14 +1396,26 @@ export class TabLease extends EventTarget {
     }
   }
 
-  /** The EventSource path: POST …/events/ticket, then EventSource(…/events?tabId=&ticket=). The
-   *  ticket is single-use, so every reconnect takes a new one (and starts from a snapshot). */
-  async _openTicketStream({ signal, onItem, onOpen }) {
+  /** The EventSource path: POST …/events/ticket, then EventSource(…/events?tabId=&ticket=
+   *  &lastEventId=). The ticket is single-use, so every reconnect takes a new one. */
+  /** The query of the stream: the tab (with its label and hidden flag, for the server's list of
+   *  connected tabs; with a shared stream that is the tab running it). */
+  _streamQuery(extra = {}) {
+    const q = { tabId: this.tabId };
+    const label = this._labelNow();
+    if (label) q.label = label;
+    if (this._hidden) q.hidden = "true";
+    return { ...q, ...extra };
+  }
+
+  async _openTicketStream({ lastEventId, signal, onItem, onOpen }) {
     const ES = this._EventSource;
     if (typeof ES !== "function") throw new TabLeaseError({ code: "UNSUPPORTED", message: "no EventSource in this environment" });
     const { body } = await this._post("/events/ticket", { tabId: this.tabId });
     if (signal.aborted) return;
-    const es = new ES(this._url("/events", { tabId: this.tabId, ticket: body.ticket }));
+    const extra = { ticket: body.ticket };
+    if (lastEventId) extra.lastEventId = lastEventId; // EventSource cannot set Last-Event-ID
+    const es = new ES(this._url("/events", this._streamQuery(extra)));
     await new Promise((resolve) => {
       const close = () => {
         es.close();
@@ -1497,8 +1514,8 @@ export class TabLease extends EventTarget {
     add(doc, "visibilitychange", () => this._onVisibility());
     add(doc, "freeze", () => this._onFreeze());
     add(doc, "resume", () => this._onResume());
-    add(win, "pagehide", (e) => this._onPageHide(e));
-    add(win, "pageshow", (e) => this._onPageShow(e));
+    add(win, "pagehide", () => this._onPageHide());
+    add(win, "pageshow", () => this._onPageShow());
   }
 
   _removeLifecycle() {

@@ -1,0 +1,424 @@
+// Types of tablease.js, the browser client of tablease (DESIGN §5).
+
+export type Role = "owner" | "viewer";
+
+/** The holder of a lease, as the server describes it. */
+export interface Holder {
+  tabId: string;
+  label: string;
+  hidden: boolean;
+}
+
+/** The lease object of the HTTP API (DESIGN §3). */
+export interface LeaseObject {
+  sessionId: string;
+  held: boolean;
+  holder: Holder | null;
+  epoch: number;
+  grantedAt: string | null;
+  expiresAt: string | null;
+  ttlMs: number;
+  remainingMs: number;
+  renewAfterMs: number;
+  transitions: number;
+  role?: Role;
+  /** Only in answers to the holder (acquire, renew). */
+  token?: string;
+}
+
+/** What a tab knows about its session's lease (TabLease.lease). */
+export interface LeaseView {
+  sessionId: string;
+  tabId: string;
+  held: boolean;
+  holder: Holder | null;
+  epoch: number;
+  ttlMs: number | null;
+  renewAfterMs: number | null;
+  /** Owner: time left by the local (fail-closed) deadline. Viewer: the holder's time left as last
+   *  learnt, or null when unknown. */
+  remainingMs: number | null;
+  transitions: number | null;
+  role: Role;
+  /** The lease token, only while this tab is the owner. */
+  token: string | null;
+  streamLive: boolean;
+}
+
+/** A `lease` event of the event stream (DESIGN §3). */
+export interface LeaseEvent {
+  type: "granted" | "released" | "expired" | "taken_over" | "revoked" | "handoff_requested" | "updated";
+  sessionId: string;
+  epoch: number;
+  holder: Holder | null;
+  previous: { tabId: string; epoch: number } | null;
+  reason: string;
+  at: string;
+  /** handoff_requested: the tab that asked (if the server says). */
+  requester?: { tabId: string; label?: string } | null;
+  /** The SSE id of the event. */
+  id?: string;
+}
+
+/** The error object a guard (and a tool) returns when this tab may not mutate. */
+export interface NotLeaseOwnerError {
+  error: {
+    code: "NOT_LEASE_OWNER";
+    message: string;
+    retryable: false;
+    details: {
+      sessionId: string;
+      tabId: string;
+      /** viewer: another tab holds it · lost: it was taken, released or expired · expired: the
+       *  local deadline passed without a confirmed renew · unconfirmed: after a stream drop or a
+       *  freeze, no renew has confirmed yet · handoff: this tab is handing over · stopped. */
+      reason: "viewer" | "lost" | "expired" | "unconfirmed" | "handoff" | "stopped";
+      holder: { tabId: string; label: string } | null;
+      epoch: number | null;
+    };
+  };
+}
+
+export declare const NOT_LEASE_OWNER: "NOT_LEASE_OWNER";
+
+/** What a guarded handler receives as its second argument. */
+export interface LeaseContext {
+  /** The fencing token of this grant: send it to the backend with every write. */
+  epoch: number;
+  /** The signed lease token (send it as the `Tablease-Lease` header). */
+  token: string | null;
+  tabId: string;
+  sessionId: string;
+  /** Aborts when this tab's ownership ends (taken over, expired, released…). */
+  signal: AbortSignal;
+  /** `{"Tablease-Lease": token}`, ready for fetch(). */
+  headers: Record<string, string>;
+}
+
+/** What a read-only tool handler receives as its second argument (no token). */
+export interface ReadContext {
+  tabId: string;
+  sessionId: string;
+  epoch: number | null;
+  token: null;
+  signal: null;
+  headers: Record<string, never>;
+}
+
+export interface Clock {
+  /** Monotonic milliseconds (performance.now()). */
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(id: unknown): void;
+}
+
+export interface TabLeaseOptions {
+  /** Origin (and path prefix) of tablease, e.g. "https://lease.example.com"; "" = this origin. */
+  baseUrl?: string;
+  /** The agent session: 1–128 characters of [A-Za-z0-9._:@|-]. */
+  sessionId: string;
+  /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401. */
+  getToken: (opts: { refresh?: boolean }) => string | Promise<string>;
+  /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
+  label?: string | (() => string);
+  /** TTL asked for while visible; default: the server's. */
+  ttlMs?: number;
+  /** TTL asked for while hidden (with hidden: true). Default 150000. */
+  hiddenTtlMs?: number;
+  /** Subtracted from remainingMs for the local deadline (at most a quarter of the TTL). Default 1500. */
+  marginMs?: number;
+  /** Take the lease by itself when it is free (on start and when it frees). Default true. */
+  autoAcquire?: boolean;
+  /** "auto": release at the next safe point when asked for a handoff; "manual": only emit the
+   *  `handoff` event ({phase: "requested"}) and let the app call release(). Default "auto". */
+  handoff?: "auto" | "manual";
+  /** How long requestHandoff() waits by default. Default 15000. */
+  handoffTimeoutMs?: number;
+  /** A hidden tab waits this long before taking a free lease. Default 3000. */
+  hiddenAcquireDelayMs?: number;
+  /** A viewer re-reads the lease this often while the stream is down. Default 10000. */
+  viewerPollMs?: number;
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** "fetch" (default): GET …/events with the Authorization header and Last-Event-ID;
+   *  "ticket": POST …/events/ticket then EventSource(…?ticket=); false: no stream. */
+  stream?: "fetch" | "ticket" | false;
+  /** Share one stream per browser (Web Locks + BroadcastChannel). Default true. */
+  shareStream?: boolean;
+  /** Reconnect when the stream sends nothing for this long. Default 45000. */
+  streamIdleMs?: number;
+  /** Wait before reconnecting when the server has no stream (404). Default 60000. */
+  streamNotFoundMs?: number;
+  /** A fixed tab id (tests). Default: random per TabLease, in memory only. */
+  tabId?: string;
+  // Injection points (tests, unusual environments).
+  fetch?: typeof fetch;
+  clock?: Clock;
+  random?: () => number;
+  document?: Document | EventTarget | null;
+  window?: Window | EventTarget | null;
+  locks?: LockManager;
+  BroadcastChannel?: typeof BroadcastChannel;
+  EventSource?: typeof EventSource;
+  hubs?: Map<string, StreamHub>;
+}
+
+export interface RoleChangeDetail {
+  role: Role;
+  previous: Role;
+  /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · event · refresh */
+  reason: string;
+  lease: LeaseView;
+}
+
+export interface LeaseDetail {
+  lease: LeaseView;
+  reason: string;
+  /** The stream event behind the change (a LeaseEvent, or a snapshot), if any. */
+  event: (LeaseEvent | (LeaseObject & { type: "snapshot"; id?: string })) | null;
+}
+
+export interface CatalogDetail {
+  version: string | null;
+  /** "version": the catalog changed on the server; "role": this tab's role changed. */
+  reason: "version" | "role";
+}
+
+export interface HandoffDetail {
+  /** Holder side: requested, released. Requester side: requesting, waiting, granted, timeout,
+   *  taken_over, cancelled, failed. */
+  phase: string;
+  requester?: { tabId: string; label?: string } | null;
+  holder?: Holder | null;
+  lease?: LeaseView;
+  error?: TabLeaseError;
+}
+
+export interface TabLeaseEventMap {
+  rolechange: RoleChangeDetail;
+  lease: LeaseDetail;
+  catalog: CatalogDetail;
+  handoff: HandoffDetail;
+  stream: { live: boolean };
+  tabs: unknown;
+  error: { error: TabLeaseError };
+}
+
+export interface HandoffResult {
+  status: "granted" | "timeout" | "taken_over" | "cancelled" | "failed";
+  lease?: LeaseView;
+  error?: TabLeaseError;
+}
+
+export interface CatalogTool {
+  name: string;
+  title?: string;
+  description: string;
+  inputSchema?: object;
+  annotations?: {
+    readOnlyHint?: boolean;
+    destructiveHint?: boolean;
+    idempotentHint?: boolean;
+    openWorldHint?: boolean;
+    title?: string;
+  };
+  routes?: string[];
+  disabled?: boolean;
+}
+
+export interface CatalogView {
+  /** The local role the tools were filtered for. */
+  role: Role;
+  /** The role the server counted this tab as. */
+  serverRole: Role | null;
+  version: string | null;
+  epoch: number | null;
+  tools: CatalogTool[];
+}
+
+export declare class TabLease extends EventTarget {
+  constructor(options: TabLeaseOptions);
+  readonly sessionId: string;
+  readonly baseUrl: string;
+  /** Random per page load, in memory only. */
+  readonly tabId: string;
+  /** "owner" or "viewer", evaluated now (fail closed). */
+  readonly role: Role;
+  readonly lease: LeaseView;
+  /** The epoch this tab holds as owner, or null. */
+  readonly epoch: number | null;
+  /** The lease token of the current grant, or null. */
+  readonly token: string | null;
+  /** Milliseconds of control left by the local deadline, 0 when not owner. */
+  readonly timeLeftMs: number;
+  readonly streamLive: boolean;
+  /** "releasing" (this holder was asked to hand over), "requesting", or null. */
+  readonly handoff: "releasing" | "requesting" | null;
+  /** Guarded handlers running now. */
+  readonly inFlight: number;
+
+  /** Listens to the page lifecycle, joins the shared stream, acquires when free (autoAcquire). */
+  start(): Promise<LeaseView>;
+  /** Releases (unless {release: false}), leaves the stream, removes listeners. */
+  stop(opts?: { release?: boolean }): Promise<void>;
+  /** Mode "try". Rejects with TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED…). */
+  acquire(): Promise<LeaseView>;
+  /** Mode "takeover": only on an explicit user action ("Use here"). */
+  takeover(): Promise<LeaseView>;
+  /** Mode "handoff": asks the holder to let go at its next safe point. */
+  requestHandoff(opts?: { timeoutMs?: number; takeoverOnTimeout?: boolean }): Promise<HandoffResult>;
+  /** Gives the lease up; no automatic acquire afterwards until acquire/takeover/requestHandoff. */
+  release(): Promise<{ released: boolean; error?: TabLeaseError }>;
+  /** GET …/lease?tabId=. */
+  refresh(): Promise<LeaseView>;
+  /** POST …/lease/check: is this tab's lease still current? */
+  check(): Promise<boolean>;
+  /** Changes the label; the owner re-acquires (same epoch) so other tabs see it. */
+  setLabel(label: string | (() => string)): Promise<void>;
+  /** Runs handler only while this tab is the owner; otherwise resolves a NotLeaseOwnerError. */
+  guard<A, R, C = unknown>(
+    handler: (args: A, lease: LeaseContext, ctx: C) => R | Promise<R>,
+    opts?: { check?: "auto" | "always" | "never" },
+  ): (args: A, ctx?: C) => Promise<R | NotLeaseOwnerError>;
+  /** GET …/catalog?tabId=&route=, filtered by the local role. */
+  catalog(route?: string): Promise<CatalogView>;
+  /** addEventListener with the detail; returns a function that removes the listener. */
+  on<K extends keyof TabLeaseEventMap>(type: K, fn: (detail: TabLeaseEventMap[K], event: CustomEvent<TabLeaseEventMap[K]>) => void): () => void;
+}
+
+export declare class TabLeaseError extends Error {
+  constructor(init?: { status?: number; code?: string; message?: string; retryable?: boolean; details?: object; retryAfterMs?: number | null; cause?: unknown });
+  /** HTTP status; 0 for a network failure. */
+  status: number;
+  /** The API's error code (LEASE_HELD, LEASE_LOST, …) or NETWORK. */
+  code: string;
+  retryable: boolean;
+  details: Record<string, any>;
+  retryAfterMs: number | null;
+}
+
+/** A tool handler: (args, lease context or read context, the caller's context). */
+export type ToolHandler = (args: any, lease: LeaseContext | ReadContext, ctx?: unknown) => unknown;
+
+export interface ToolDefinition {
+  name: string;
+  title?: string;
+  description: string;
+  inputSchema: object;
+  annotations: CatalogTool["annotations"] & { readOnlyHint: boolean };
+  readOnly: boolean;
+  execute(args: object, ctx?: unknown): Promise<object>;
+}
+
+export interface ToolOptions {
+  /** Handlers by tool name; tools without one are not exposed. */
+  handlers: Record<string, ToolHandler>;
+  /** The route for the catalog ("/events/evt-1"), or a function giving it. */
+  route?: string | (() => string);
+  /** Used when the catalog is empty or cannot be read (filtered by role the same way). */
+  tools?: CatalogTool[] | null;
+  onError?: (error: unknown) => void;
+}
+
+/** The definitions this tab may expose now, executes wired (mutations through guard). */
+export declare function toolDefinitions(lease: TabLease, opts: ToolOptions): Promise<ToolDefinition[]>;
+
+export interface WebMCPBridge {
+  /** Whether a WebMCP modelContext was found. */
+  readonly available: boolean;
+  /** Names registered now. */
+  readonly tools: string[];
+  /** Re-reads the catalog and re-registers (call after a route change). */
+  sync(): Promise<void>;
+  /** Unregisters everything and stops listening. */
+  close(): void;
+}
+
+/**
+ * Registers catalog tools on WebMCP: document.modelContext.registerTool(tool, {signal}), or the
+ * older navigator.modelContext.registerTool(tool) + unregisterTool(name). Read-only tools always;
+ * mutation tools under a signal that aborts when ownership ends. Re-registers on rolechange and
+ * catalog events.
+ */
+export declare function registerWebMCPTools(
+  lease: TabLease,
+  opts: ToolOptions & { modelContext?: object; legacy?: boolean; onChange?: (names: string[]) => void },
+): WebMCPBridge;
+
+/** Calls registry.sync(definitions) whenever the role, the catalog or (on sync()) the route changes. */
+export declare function syncToolRegistry(
+  lease: TabLease,
+  registry: { sync(defs: ToolDefinition[]): unknown },
+  opts: ToolOptions,
+): { sync(): Promise<void>; close(): void };
+
+/** Registers handlers on an onTool(name, handler) registry; mutations go through guard. */
+export declare function bindOnTool(
+  lease: TabLease,
+  session: { onTool(name: string, handler: (args: any, ctx?: any) => unknown): unknown },
+  opts: { handlers: Record<string, ToolHandler>; tools?: CatalogTool[]; readOnly?: string[] },
+): () => void;
+
+// Building blocks, exported for tests and for apps that need them.
+
+export declare const DEFAULTS: Readonly<{
+  marginMs: number;
+  hiddenTtlMs: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  handoffTimeoutMs: number;
+  hiddenAcquireDelayMs: number;
+  viewerPollMs: number;
+  streamIdleMs: number;
+  streamNotFoundMs: number;
+}>;
+export declare const browserClock: Clock;
+export declare function backoffDelay(attempt: number, opts?: { baseMs?: number; maxMs?: number; random?: () => number; retryAfterMs?: number | null }): number;
+export declare function parseRetryAfter(value: string | null | undefined, wallNow?: number): number | null;
+export declare function isReadOnlyTool(tool: CatalogTool): boolean;
+export declare function newTabId(): string;
+export declare function tokenSubject(token: string): string;
+
+export type SSEItem =
+  | { kind: "event"; type: string; data: string; id: string }
+  | { kind: "retry"; ms: number }
+  | { kind: "comment"; text: string };
+
+export declare class SSEParser {
+  lastEventId: string;
+  feed(text: string): SSEItem[];
+}
+
+export interface StreamOpenArgs {
+  lastEventId: string;
+  signal: AbortSignal;
+  onOpen(): void;
+  onItem(item: SSEItem): void;
+}
+
+export declare class StreamRunner {
+  constructor(opts: {
+    open(args: StreamOpenArgs): Promise<void>;
+    clock?: Clock;
+    random?: () => number;
+    baseMs?: number;
+    maxMs?: number;
+    notFoundMs?: number;
+    lastEventId?: string;
+    onEvent?(ev: { type: string; id: string; data: unknown }): void;
+    onStatus?(live: boolean): void;
+  });
+  readonly live: boolean;
+  lastEventId: string;
+  start(): void;
+  stop(): void;
+}
+
+export declare class StreamHub {
+  constructor(key: string, env?: { locks?: LockManager; BroadcastChannel?: typeof BroadcastChannel; clock?: Clock; random?: () => number });
+  readonly key: string;
+  readonly leader: boolean;
+  readonly live: boolean;
+  readonly shared: boolean;
+  lastEventId: string;
+}

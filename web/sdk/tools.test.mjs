@@ -1,0 +1,217 @@
+// The catalog and the tool adapters (WebMCP, registry.sync, onTool): `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { NOT_LEASE_OWNER, TabLease, bindOnTool, registerWebMCPTools, syncToolRegistry } from "./tablease.js";
+import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+
+const TOOLS = [
+  { name: "search_events", description: "Search events.", inputSchema: { type: "object", properties: { q: { type: "string" } } }, annotations: { readOnlyHint: true } },
+  { name: "get_event", description: "An event by id.", inputSchema: { type: "object", properties: { event_id: { type: "string" } }, required: ["event_id"] }, annotations: { readOnlyHint: true } },
+  { name: "save_event", description: "Save an event.", inputSchema: { type: "object" }, annotations: { readOnlyHint: false, destructiveHint: false } },
+  { name: "rename_event", description: "Rename an event.", inputSchema: { type: "object" }, annotations: { readOnlyHint: false } },
+];
+
+const handlers = {
+  search_events: (args) => ({ results: [args.q] }),
+  get_event: (args) => ({ id: args.event_id }),
+  save_event: (args, lease) => ({ saved: args.event_id, epoch: lease.epoch }),
+  rename_event: (args, lease) => ({ renamed: args.event_id, token: lease.token }),
+};
+
+function setup(extra = {}) {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: TOOLS });
+  const lease = new TabLease(fakeOptions(server, clock, extra));
+  return { clock, server, lease };
+}
+
+/** document.modelContext: registerTool(tool, {signal}) → Promise; aborting unregisters. */
+class ModelContext {
+  constructor() {
+    this.tools = new Map();
+    this.log = [];
+  }
+
+  registerTool(tool, { signal } = {}) {
+    if (this.tools.has(tool.name)) return Promise.reject(new DOMException("duplicate " + tool.name, "InvalidStateError"));
+    if (signal?.aborted) return Promise.resolve();
+    this.tools.set(tool.name, tool);
+    this.log.push("+" + tool.name);
+    signal?.addEventListener("abort", () => {
+      if (this.tools.get(tool.name) === tool) {
+        this.tools.delete(tool.name);
+        this.log.push("-" + tool.name);
+      }
+    }, { once: true });
+    return Promise.resolve();
+  }
+
+  names() {
+    return [...this.tools.keys()].sort();
+  }
+}
+
+/** The older navigator.modelContext: registerTool(tool) and unregisterTool(name), no signal. */
+class LegacyModelContext {
+  constructor() {
+    this.tools = new Map();
+  }
+
+  registerTool(tool) {
+    if (this.tools.has(tool.name)) throw new Error("duplicate");
+    this.tools.set(tool.name, tool);
+  }
+
+  unregisterTool(name) {
+    this.tools.delete(name);
+  }
+
+  names() {
+    return [...this.tools.keys()].sort();
+  }
+}
+
+test("catalog() gives a viewer only read-only tools and uses the ETag", async () => {
+  const { server, lease } = setup({ autoAcquire: false });
+  server.takeoverBy("t-other");
+  await lease.start();
+  const cat = await lease.catalog("/events");
+  assert.equal(cat.role, "viewer");
+  assert.deepEqual(cat.tools.map((t) => t.name), ["search_events", "get_event"]);
+  assert.equal(cat.version, "sha256:v1");
+  const again = await lease.catalog("/events");
+  assert.deepEqual(again.tools, cat.tools);
+  const calls = server.callsTo("GET", "/catalog");
+  assert.equal(calls[0].query.route, "/events");
+  assert.equal(calls[0].query.tabId, lease.tabId);
+  assert.ok(calls[1].headers["If-None-Match"], "revalidated with the ETag");
+  await lease.stop({ release: false });
+});
+
+test("catalog() filters mutation tools by the local role even when the server still says owner", async () => {
+  const { clock, server, lease } = setup();
+  server.fail("POST /lease/renew", { network: true, times: 1000 });
+  await lease.start();
+  assert.equal((await lease.catalog()).tools.length, 4);
+  await clock.advance(44000); // past the local deadline, before the server's expiry
+  assert.equal(lease.role, "viewer");
+  const cat = await lease.catalog();
+  assert.equal(cat.serverRole, "owner");
+  assert.deepEqual(cat.tools.map((t) => t.name), ["search_events", "get_event"]);
+  await lease.stop({ release: false });
+});
+
+test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools, dropped when ownership ends", async () => {
+  const { server, lease } = setup();
+  server.takeoverBy("t-other");
+  const mc = new ModelContext();
+  await lease.start();
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "search_events"]);
+  assert.deepEqual(await mc.tools.get("search_events").execute({ q: "webmcp" }, {}), { results: ["webmcp"] });
+
+  await lease.takeover();
+  await flush();
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "save_event", "search_events"]);
+  const save = mc.tools.get("save_event");
+  assert.deepEqual(await save.execute({ event_id: "evt-1" }, {}), { saved: "evt-1", epoch: lease.epoch });
+  assert.equal(mc.tools.get("save_event").annotations.readOnlyHint, false);
+
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  assert.deepEqual(mc.names(), ["get_event", "search_events"], "mutation tools unregistered synchronously");
+  // a caller that kept a reference to the old tool is refused by the guard
+  const res = await save.execute({ event_id: "evt-1" }, {});
+  assert.equal(res.error.code, NOT_LEASE_OWNER);
+  await flush();
+  bridge.close();
+  assert.deepEqual(mc.names(), []);
+  await lease.stop({ release: false });
+});
+
+test("WebMCP: a catalog event re-registers changed tools, and an empty catalog falls back to the app's tools", async () => {
+  const { server, lease } = setup();
+  const mc = new ModelContext();
+  await lease.start();
+  server.tools = [];
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers, tools: TOOLS, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "save_event", "search_events"]);
+
+  server.tools = [{ ...TOOLS[0], description: "Search public events (v2)." }];
+  server.catalogVersion = "sha256:v2";
+  lease._onStreamEvent({ type: "catalog", id: "3-0", data: { version: "sha256:v2" } });
+  await flush();
+  await bridge.sync(); // let the triggered sync finish
+  assert.deepEqual(mc.names(), ["search_events"]);
+  assert.equal(mc.tools.get("search_events").description, "Search public events (v2).");
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
+test("WebMCP: the older navigator.modelContext shape is unregistered with unregisterTool", async () => {
+  const { server, lease } = setup();
+  const mc = new LegacyModelContext();
+  await lease.start();
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, legacy: true, handlers, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "save_event", "search_events"]);
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  assert.deepEqual(mc.names(), ["get_event", "search_events"]);
+  bridge.close();
+  assert.deepEqual(mc.names(), []);
+  await lease.stop({ release: false });
+});
+
+test("registry.sync gets the definitions for the role, with guarded executes", async () => {
+  const { server, lease } = setup();
+  await lease.start();
+  const synced = [];
+  const registry = { sync: (defs) => synced.push(defs.map((d) => d.name)) };
+  const r = syncToolRegistry(lease, registry, { handlers, route: "/events" });
+  await r.sync();
+  assert.deepEqual(synced.at(-1), ["search_events", "get_event", "save_event", "rename_event"]);
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  assert.deepEqual(synced.at(-1), ["search_events", "get_event"], "read-only at once on losing ownership");
+  await flush();
+  await r.sync();
+  assert.deepEqual(synced.at(-1), ["search_events", "get_event"]);
+  r.close();
+  await lease.stop({ release: false });
+});
+
+test("onTool: mutation handlers answer NOT_LEASE_OWNER in a viewer; read-only ones always run", async () => {
+  const { server, lease } = setup();
+  server.takeoverBy("t-other");
+  await lease.start();
+  const registered = new Map();
+  const session = {
+    onTool(name, fn) {
+      registered.set(name, fn);
+      return () => registered.delete(name);
+    },
+  };
+  const off = bindOnTool(lease, session, { handlers, tools: TOOLS });
+  assert.deepEqual([...registered.keys()].sort(), ["get_event", "rename_event", "save_event", "search_events"]);
+  assert.deepEqual(await registered.get("get_event")({ event_id: "evt-1" }, { toolRequestId: "r1" }), { id: "evt-1" });
+  const res = await registered.get("rename_event")({ event_id: "evt-1", name: "x" }, { toolRequestId: "r2" });
+  assert.equal(res.error.code, NOT_LEASE_OWNER);
+  off();
+  assert.equal(registered.size, 0);
+  await lease.stop({ release: false });
+});
+
+test("onTool: a handler not marked read-only is treated as a mutation (MCP default)", async () => {
+  const { server, lease } = setup();
+  server.takeoverBy("t-other");
+  await lease.start();
+  const registered = new Map();
+  bindOnTool(lease, { onTool: (n, f) => registered.set(n, f) }, { handlers: { mystery: () => "ran" } });
+  assert.equal((await registered.get("mystery")({})).error.code, NOT_LEASE_OWNER);
+  await lease.stop({ release: false });
+});
