@@ -8,7 +8,9 @@ import (
 	"io/fs"
 )
 
-//go:embed admin sdk demo
+// Only the client itself is shipped from sdk/: its tests and test doubles stay out of the binary.
+//
+//go:embed admin demo sdk/tablease.js sdk/tablease.d.ts
 var files embed.FS
 
 // FS is the tree of browser files: admin/…, sdk/…, demo/….
