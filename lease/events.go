@@ -25,8 +25,8 @@ const (
 	// names the tab and epoch taken over.
 	EventTakenOver EventType = "taken_over"
 	// EventRevoked: an admin revoked the lease. Epoch is the epoch the revoke minted, Holder is nil,
-	// Previous names the holder revoked (nil when the lease was free), Reason is the admin's. No
-	// engine produces it yet.
+	// Previous names the holder revoked, Reason is the admin's. A revoke of a free lease produces
+	// none. Engines produce it from Admin.Revoke.
 	EventRevoked EventType = "revoked"
 	// EventHandoffRequested: a tab asked the holder to let go (ModeHandoff). No engine produces it
 	// yet.
@@ -196,8 +196,9 @@ const DefaultWatchBuffer = 64
 //
 // What each step appends to the session's log, in this order within the step:
 //
-//   - Acquire, Renew, Release, Get, Check, Watch and the expiry timer first append EventExpired
-//     when the lease has expired and its end was not announced yet, and mark it announced.
+//   - Acquire, Renew, Release, Get, Check, Watch, Admin.Revoke and the expiry timer first append
+//     EventExpired when the lease has expired and its end was not announced yet, and mark it
+//     announced.
 //   - Join, Leave, Tabs, Watch and the expiry timer first remove the presence entries that
 //     expired, and append EventTabLeft (ReasonTimeout) for each tab whose last entry that was.
 //   - Acquire of a free session (never held, released or expired): EventGranted. Acquire in
@@ -206,7 +207,9 @@ const DefaultWatchBuffer = 64
 //     nothing.
 //   - Renew: nothing, or EventUpdated when the hidden flag changed. A lost renew: nothing.
 //   - Release that ends the lease: EventReleased. A retried, stale or refused release: nothing.
-//   - Get, Check, Watch and Tabs: nothing of their own.
+//   - Admin.Revoke that ends a lease: EventRevoked. A revoke of a free lease, a block and a
+//     retried revoke: nothing.
+//   - Get, Check, Watch and Tabs: nothing of their own; Admin.ListLeases and Admin.Audit: nothing.
 //   - Join: EventTabJoined when the tab was not listed. Leave: EventTabLeft when it removes the
 //     tab's last entry.
 //

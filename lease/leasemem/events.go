@@ -112,6 +112,13 @@ func (e *Engine) settle(key lease.Key, s *entry, now time.Time) {
 			Previous: &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch},
 			At:       s.expiresAt,
 		})
+		e.record(now, lease.AuditRecord{
+			Key:      key,
+			At:       s.expiresAt,
+			Action:   lease.AuditExpire,
+			Epoch:    s.epoch,
+			Previous: &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch},
+		})
 	}
 	if len(s.present) > 0 {
 		e.expirePresence(key, s, now)

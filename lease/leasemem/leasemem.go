@@ -20,9 +20,10 @@
 //
 // # Events
 //
-// The engine implements lease.Feed and lease.Presence. Each critical section that changes a
-// session appends its events to the session's log (a ring of Options.EventLogLen events) and hands
-// them to the session's watchers before it ends, so events and changes cannot be told apart by any
+// The engine implements lease.Feed and lease.Presence (and lease.Admin, see admin.go). Each
+// critical section that changes a session appends its events to the session's log (a ring of
+// Options.EventLogLen events), and its audit records to the user's audit log, and hands the events
+// to the session's watchers before it ends, so events and changes cannot be told apart by any
 // caller. Event ids are lease.NextEventID of the session's last id and the engine clock.
 //
 // The expiry timer is one goroutine per engine that runs while some session has watchers or
@@ -41,13 +42,21 @@
 // sessions that have no watchers and no presence entries, whose lease has been free (released or
 // expired) for longer than IdleRetention and whose last event is older than that, are deleted by a
 // sweep that runs, at most once per SweepInterval of engine time, inside a writing call (Acquire,
-// Renew or Release). Acquire, Watch and Join create entries, so memory is bounded by the sessions
-// that held a lease, were watched or had tabs present in the last IdleRetention. Deleting an entry
+// Renew, Release or Revoke). Acquire, Watch and Join create entries (and a Revoke that blocks or
+// has a RequestID), so memory is bounded by the sessions that held a lease, were watched or had
+// tabs present in the last IdleRetention. Deleting an entry
 // is safe for fencing because the sweep only deletes entries whose last epoch is below the clock in
 // microseconds: a later grant in that session gets an epoch above it. What is forgotten is the
 // history: Get of a pruned session answers epoch 0 and no transitions, like a session that never
 // had a lease, a release retried after the prune answers Released false, and a watch that resumes
 // after the prune starts from a snapshot.
+//
+// The sweep keeps the entry of a session while an admin's block of it is in force, and for
+// lease.RevokeRetryWindow after its last revoke with a RequestID. The audit log is kept apart from
+// the entries, so pruning a session keeps its records, and the sweep announces an expiry nobody
+// announced before it deletes the entry, so that the expiry is recorded; each user's log is
+// bounded by Options.AuditMaxRecords and Options.AuditRetention, and the sweep forgets the logs it
+// emptied.
 package leasemem
 
 import (
@@ -96,6 +105,12 @@ type Options struct {
 	// fake clock that tests advance by hand, and bounds the delay after a clock jump. It must not
 	// be negative.
 	ExpiryCheckInterval time.Duration
+	// AuditRetention is how long an audit record is kept after it was appended (default
+	// lease.DefaultAuditRetention). It must not be negative.
+	AuditRetention time.Duration
+	// AuditMaxRecords is the most audit records kept per user, the oldest dropped first (default
+	// lease.DefaultAuditMaxRecords). It must not be negative.
+	AuditMaxRecords int
 }
 
 // DefaultExpiryCheckInterval is the default of Options.ExpiryCheckInterval.
@@ -113,6 +128,9 @@ type Engine struct {
 	wake          chan struct{} // (capacity 1) makes the expiry timer look again at once
 	done          chan struct{} // closed by Close, to stop the expiry timer
 	timers        sync.WaitGroup
+	// auditRetention and auditMax bound each user's audit log.
+	auditRetention time.Duration
+	auditMax       int
 
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
@@ -133,6 +151,10 @@ type Engine struct {
 	// look again at (zero when unknown), so that a change bringing a deadline earlier can wake it.
 	timerOn bool
 	timerAt time.Time
+	// audit holds each user's audit log (see admin.go), apart from the session entries so that it
+	// outlives them; auditLast is the id of the last record appended, which the next must exceed.
+	audit     map[string]*auditLog
+	auditLast lease.EventID
 }
 
 // entry is the state of one session; it is only touched with Engine.mu held.
@@ -163,6 +185,11 @@ type entry struct {
 	watchers map[*lease.WatchSender]struct{}
 	// present holds the session's presence entries by tab and connection.
 	present map[presenceKey]*presenceEntry
+
+	// blockedUntil is when grants open again after an admin's block (zero: never blocked).
+	blockedUntil time.Time
+	// revoke is the last revoke of the session with a RequestID, for its retries; nil if none.
+	revoke *revokeMemo
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
@@ -194,6 +221,8 @@ func New(opts Options) (*Engine, error) {
 		{"WatchBuffer", "must not be negative", opts.WatchBuffer < 0},
 		{"PresenceTTL", "must be zero (the default) or at least a millisecond", opts.PresenceTTL < 0 || (opts.PresenceTTL > 0 && opts.PresenceTTL < time.Millisecond)},
 		{"ExpiryCheckInterval", "must not be negative", opts.ExpiryCheckInterval < 0},
+		{"AuditRetention", "must not be negative", opts.AuditRetention < 0},
+		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -210,6 +239,10 @@ func New(opts Options) (*Engine, error) {
 		done:          make(chan struct{}),
 		sessions:      make(map[lease.Key]*entry),
 		live:          make(map[lease.Key]*entry),
+
+		auditRetention: cmp.Or(opts.AuditRetention, lease.DefaultAuditRetention),
+		auditMax:       cmp.Or(opts.AuditMaxRecords, lease.DefaultAuditMaxRecords),
+		audit:          make(map[string]*auditLog),
 	}
 	return e, nil
 }
@@ -238,6 +271,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	s := e.sessions[req.Key]
 	if s != nil {
 		e.settle(req.Key, s, now)
+		if err := s.blocked(now); err != nil {
+			return lease.Lease{}, err
+		}
 	}
 	var previous *lease.Previous
 	if s != nil && s.held(now) {
@@ -276,10 +312,13 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	s.transitions++
 	s.releasedTab, s.releasedEpoch = "", 0
 	ev := s.event(lease.EventGranted, now)
+	rec := lease.AuditRecord{Key: req.Key, Action: lease.AuditGrant, Epoch: epoch, TabID: req.Holder.TabID}
 	if previous != nil {
 		ev.Type, ev.Previous = lease.EventTakenOver, previous
+		rec.Action, rec.Previous = lease.AuditTakeover, clonePrevious(previous)
 	}
 	e.emit(req.Key, s, now, ev)
+	e.record(now, rec)
 	e.deadline(req.Key, s.expiresAt)
 	return s.lease(req.Key, now), nil
 }
@@ -349,6 +388,13 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 			Previous: &lease.Previous{TabID: req.TabID, Epoch: req.Epoch},
 			At:       now,
 		})
+		e.record(now, lease.AuditRecord{
+			Key:      req.Key,
+			Action:   lease.AuditRelease,
+			Epoch:    s.epoch,
+			TabID:    req.TabID,
+			Previous: &lease.Previous{TabID: req.TabID, Epoch: req.Epoch},
+		})
 		return lease.ReleaseResult{Released: true, Lease: s.lease(req.Key, now)}, nil
 	default:
 		retried := !s.held(now) && s.releasedTab == req.TabID && s.releasedEpoch == req.Epoch
@@ -417,7 +463,7 @@ func (e *Engine) Close() error {
 			w.End(&lease.UnavailableError{Op: "watch", Err: ErrClosed})
 		}
 	}
-	e.sessions, e.live = nil, nil
+	e.sessions, e.live, e.audit = nil, nil, nil
 	e.mu.Unlock()
 	close(e.done)
 	e.timers.Wait()
@@ -478,10 +524,12 @@ func (e *Engine) sweep(now time.Time) {
 		// The epoch test keeps fencing safe even if epochs ran ahead of the clock, and the event
 		// test keeps event ids increasing if they did.
 		if e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
-			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention {
+			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) {
+			e.settle(key, s, now) // an expiry nobody announced yet still gets its audit record
 			delete(e.sessions, key)
 		}
 	}
+	e.sweepAudit(now)
 	// Go maps keep their buckets after deletes: copy a map that shrank to a quarter of its peak.
 	if e.peak >= 1024 && len(e.sessions) <= e.peak/4 {
 		fresh := make(map[lease.Key]*entry, len(e.sessions))

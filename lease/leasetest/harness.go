@@ -7,9 +7,10 @@
 //
 // Behaviour that only one engine has is a bug this suite should catch.
 //
-// The events part of the suite (DESIGN §3: lease.Feed and lease.Presence) runs for engines that
-// implement those interfaces, and skips for the others, so an engine passes the lease part before
-// its events land.
+// The events part of the suite (DESIGN §3: lease.Feed and lease.Presence) and its admin part
+// (lease.Admin: list, revoke and block, audit) run for engines that implement those interfaces,
+// and skip for the others, so an engine passes the lease part before its events or admin
+// operations land.
 package leasetest
 
 import (
@@ -39,6 +40,9 @@ type Target struct {
 	// presence part without a Presence.
 	Feed     lease.Feed
 	Presence lease.Presence
+	// Admin is the engine's admin side (nil means Engine's own, when it implements lease.Admin).
+	// It must act on the store of Engine. The admin part of the suite skips without it.
+	Admin lease.Admin
 	// Peer returns another engine on the same store, as a second tablease instance on the same
 	// Redis would have, with the same limits and options (the same key prefix, and a client and
 	// expiry timer of its own); nil for a store that cannot be shared

@@ -217,5 +217,9 @@ func (f *fixture) waitStore(key lease.Key, t time.Time) lease.Lease {
 // near reports whether a and b differ by at most slack.
 func near(a, b time.Duration) bool { return a-b <= slack && b-a <= slack }
 
-// nearTime reports whether a and b differ by at most slack.
-func nearTime(a, b time.Time) bool { return near(a.Sub(b), 0) }
+// nearTime reports whether a and b differ by at most slack. (Sub saturates for times centuries
+// apart, such as a zero time and now: the difference is compared, never negated.)
+func nearTime(a, b time.Time) bool {
+	d := a.Sub(b)
+	return d >= -slack && d <= slack
+}

@@ -20,6 +20,7 @@ var errDown = errors.New("store unreachable")
 // network engine with an operation timeout would. It lets the suite's outage test run without Redis.
 type unreachableEngine struct {
 	lease.Engine
+	admin     lease.Admin // the admin side of Engine, behind the same store
 	opTimeout time.Duration
 	down      atomic.Bool
 }
@@ -80,6 +81,27 @@ func (u *unreachableEngine) Ping(ctx context.Context) error {
 	return u.Engine.Ping(ctx)
 }
 
+func (u *unreachableEngine) ListLeases(ctx context.Context, q lease.ListQuery) (lease.LeasePage, error) {
+	if err := u.wait(ctx, "list leases"); err != nil {
+		return lease.LeasePage{}, err
+	}
+	return u.admin.ListLeases(ctx, q)
+}
+
+func (u *unreachableEngine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.RevokeResult, error) {
+	if err := u.wait(ctx, "revoke"); err != nil {
+		return lease.RevokeResult{}, err
+	}
+	return u.admin.Revoke(ctx, req)
+}
+
+func (u *unreachableEngine) Audit(ctx context.Context, q lease.AuditQuery) (lease.AuditPage, error) {
+	if err := u.wait(ctx, "audit"); err != nil {
+		return lease.AuditPage{}, err
+	}
+	return u.admin.Audit(ctx, q)
+}
+
 // TestSuiteWithAnUnreachableStore runs the suite, its outage test included, against the memory
 // engine behind a store that can be unplugged.
 func TestSuiteWithAnUnreachableStore(t *testing.T) {
@@ -90,7 +112,7 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("leasemem.New: %v", err)
 		}
-		u := &unreachableEngine{Engine: mem, opTimeout: opTimeout}
+		u := &unreachableEngine{Engine: mem, admin: mem, opTimeout: opTimeout}
 		return leasetest.Target{
 			Engine: u,
 			LoseData: func(t *testing.T) lease.Engine {
@@ -98,7 +120,7 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 				if err != nil {
 					t.Fatalf("leasemem.New: %v", err)
 				}
-				return &unreachableEngine{Engine: fresh, opTimeout: opTimeout}
+				return &unreachableEngine{Engine: fresh, admin: fresh, opTimeout: opTimeout}
 			},
 			Outage: func(t *testing.T) func() {
 				u.down.Store(true)
@@ -108,6 +130,7 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 			// The events of the engine behind the unpluggable store, which does not unplug them.
 			Feed:        mem,
 			Presence:    mem,
+			Admin:       u, // the admin operations behind the unpluggable store
 			PresenceTTL: leasetest.ShortPresenceTTL,
 		}
 	})

@@ -25,11 +25,14 @@ import (
 // The events part (eventTests) runs for targets with a lease.Feed, and its presence tests for
 // targets with a lease.Presence; it skips otherwise. Its latency bound is DESIGN's: an expiry is
 // announced within a second of it, which the suite allows another second of slack.
+//
+// The admin part (adminTests) runs for targets with a lease.Admin, and skips otherwise; its event
+// tests need a lease.Feed too.
 func Run(t *testing.T, newTarget Factory) {
 	for _, group := range [][]struct {
 		name string
 		run  func(t *testing.T, newTarget Factory)
-	}{tests, eventTests} {
+	}{tests, eventTests, adminTests} {
 		for _, tc := range group {
 			t.Run(tc.name, func(t *testing.T) { tc.run(t, newTarget) })
 		}

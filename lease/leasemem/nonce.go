@@ -1,0 +1,102 @@
+package leasemem
+
+import (
+	"container/heap"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// NonceStore is the in-memory lease.Nonces, for one tablease instance (a store of its own beside
+// the Engine, like DocumentStore: nonces used through one process are known to that process
+// only). Each call is one critical section under mu that reads the injected clock, forgets the
+// nonces that expired, and records the new one, so of concurrent uses of a nonce exactly one is
+// fresh. Memory is bounded by the nonces used within their TTL. Use NewNonceStore; the zero value
+// is not usable.
+type NonceStore struct {
+	now func() time.Time // immutable after NewNonceStore
+
+	mu      sync.Mutex           // protects used and expiry
+	used    map[string]time.Time // nonce → when it is forgotten
+	expiry  nonceHeap            // the same nonces, soonest forgotten first
+	maxSize int                  // the largest len(used) since the map was allocated
+}
+
+var _ lease.Nonces = (*NonceStore)(nil)
+
+// NewNonceStore returns an empty store whose clock is now (default time.Now).
+func NewNonceStore(now func() time.Time) *NonceStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &NonceStore{now: now, used: make(map[string]time.Time)}
+}
+
+// UseNonce implements lease.Nonces.
+func (s *NonceStore) UseNonce(ctx context.Context, nonce string, ttl time.Duration) (bool, error) {
+	if err := lease.ValidateNonce(nonce, ttl); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, &lease.UnavailableError{Op: "use nonce", Err: err}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.forget(now)
+	if _, ok := s.used[nonce]; ok {
+		return false, nil
+	}
+	until := now.Add(ttl)
+	s.used[nonce] = until
+	heap.Push(&s.expiry, nonceEntry{nonce: nonce, until: until})
+	s.maxSize = max(s.maxSize, len(s.used))
+	return true, nil
+}
+
+// forget drops the nonces whose time is up at now. s.mu must be held.
+func (s *NonceStore) forget(now time.Time) {
+	for len(s.expiry) > 0 && !s.expiry[0].until.After(now) {
+		e := heap.Pop(&s.expiry).(nonceEntry)
+		delete(s.used, e.nonce)
+	}
+	// Go maps never give back their buckets: reallocate once a burst has passed.
+	if s.maxSize > 1024 && len(s.used) < s.maxSize/4 {
+		fresh := make(map[string]time.Time, len(s.used))
+		for k, v := range s.used {
+			fresh[k] = v
+		}
+		s.used, s.maxSize = fresh, len(fresh)
+		s.expiry = slices.Clone(s.expiry)
+	}
+}
+
+// size is the number of nonces remembered, for tests.
+func (s *NonceStore) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.used)
+}
+
+type nonceEntry struct {
+	nonce string
+	until time.Time
+}
+
+// nonceHeap is a min-heap of nonces by the time they are forgotten.
+type nonceHeap []nonceEntry
+
+func (h nonceHeap) Len() int           { return len(h) }
+func (h nonceHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h nonceHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nonceHeap) Push(x any)        { *h = append(*h, x.(nonceEntry)) }
+func (h *nonceHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nonceEntry{}
+	*h = old[:len(old)-1]
+	return e
+}
