@@ -95,6 +95,20 @@ type Options struct {
 	// MaxBlock bounds the blockMs of a revoke (TABLEASE_ADMIN_MAX_BLOCK); zero means
 	// DefaultMaxBlock (1h).
 	MaxBlock time.Duration
+
+	// Feed serves the event stream, GET /v1/sessions/{sid}/events, and its tickets (events.go,
+	// tickets.go). Nil: the Engine when it is a lease.Feed; otherwise those routes are not
+	// registered (404), which clients read as "no event stream here".
+	Feed lease.Feed
+	// Presence lists the tabs connected to the event stream, GET /v1/sessions/{sid}/tabs
+	// (presence.go). Nil: the Engine when it is a lease.Presence; otherwise that route is not
+	// registered (404) and streams join no list.
+	Presence lease.Presence
+	// Nonces makes event tickets single use. Nil: the Engine when it is a lease.Nonces, else a
+	// store in this process only (leasemem.NonceStore), which is right for one instance only.
+	Nonces lease.Nonces
+	// Streams bounds and tunes the event streams; zero values are the defaults.
+	Streams StreamOptions
 }
 
 // Server is the HTTP server of tablease. Make it with New.
@@ -119,6 +133,10 @@ type Server struct {
 
 	admin    lease.Admin   // nil: no admin lease routes
 	maxBlock time.Duration // bound on the blockMs of a revoke
+
+	streams  *streamHub     // nil: no event stream routes
+	presence lease.Presence // nil: no GET …/tabs
+	tickets  *ticketBook
 }
 
 // New checks opts and builds the server with its routes.
@@ -232,6 +250,9 @@ func New(opts Options) (*Server, error) {
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
 	}
+	if err := s.initStreams(opts, now); err != nil {
+		return nil, err
+	}
 	s.echo = s.newEcho()
 	return s, nil
 }
@@ -239,9 +260,17 @@ func New(opts Options) (*Server, error) {
 // Handler is the Echo instance, ready to be served by an http.Server.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Close stops the server's background work (the catalog poller; event streams will be ended
-// here). It does not close the engine, which the caller owns.
-func (s *Server) Close() { s.catalogs.close() }
+// Close ends every event stream (each gets a final `event: shutdown` and leaves the presence
+// list; Close waits for that, at most a write deadline and a few seconds), refuses new ones, and
+// stops the server's background work (the catalog poller). Call it before http.Server.Shutdown,
+// which never ends a stream by itself. It does not close the engine, which the caller owns. It
+// may be called more than once.
+func (s *Server) Close() {
+	if s.streams != nil {
+		s.streams.close() // every stream gets its final event and ends
+	}
+	s.catalogs.close()
+}
 
 func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()
@@ -268,6 +297,7 @@ func (s *Server) newEcho() *echo.Echo {
 	v1.POST("/sessions/:sid/lease/release", s.release, authed...)
 	v1.POST("/sessions/:sid/lease/check", s.check, authed...)
 	v1.GET("/sessions/:sid/catalog", s.sessionCatalog, authed...)
+	s.registerStreams(v1, authed)
 
 	admin := append(authed[:len(authed):len(authed)], RequireScope(ScopeAdmin))
 	v1.GET("/admin/catalog", s.adminCatalog, admin...)

@@ -71,6 +71,15 @@ type Config struct {
 
 	// AdminMaxBlock bounds the block an admin may set with a revoke (TABLEASE_ADMIN_MAX_BLOCK).
 	AdminMaxBlock time.Duration
+
+	// Event streams: the most a user (TABLEASE_STREAMS_PER_USER) and the instance
+	// (TABLEASE_STREAMS_PER_INSTANCE) may have open, the interval of keepalive comments
+	// (TABLEASE_STREAM_KEEPALIVE), and the HMAC key of event tickets (TABLEASE_TICKET_SECRET; empty:
+	// derived from HS256Secret, or generated per process).
+	StreamsPerUser     int
+	StreamsPerInstance int
+	StreamKeepalive    time.Duration
+	TicketSecret       []byte
 }
 
 // Error is a configuration error naming the variable.
@@ -240,6 +249,28 @@ var variables = []variable{
 		c.AdminMaxBlock, err = duration(v, time.Second, 7*24*time.Hour)
 		return err
 	}},
+	{"TABLEASE_STREAMS_PER_USER", "32", "event streams one user may have open on an instance; more are 429", func(c *Config, v string) (err error) {
+		c.StreamsPerUser, err = count(v, 1, 100_000)
+		return err
+	}},
+	{"TABLEASE_STREAMS_PER_INSTANCE", "10000", "event streams an instance serves at most; more are 429", func(c *Config, v string) (err error) {
+		c.StreamsPerInstance, err = count(v, 1, 10_000_000)
+		return err
+	}},
+	{"TABLEASE_STREAM_KEEPALIVE", "15s", "interval of the keepalive comments of event streams", func(c *Config, v string) (err error) {
+		c.StreamKeepalive, err = duration(v, time.Second, 5*time.Minute)
+		return err
+	}},
+	{"TABLEASE_TICKET_SECRET", "", "HMAC secret of event tickets, at least 32 bytes, the same on every instance (default: derived from TABLEASE_JWT_HS256_SECRET)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if len(v) < 32 {
+			return fmt.Errorf("must be at least 32 bytes (got %d)", len(v))
+		}
+		c.TicketSecret = []byte(v)
+		return nil
+	}},
 	{"TABLEASE_DEV", "false", "dev mode: memory engine unless a Redis URL is set, generated secret, /dev/token", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -348,6 +379,15 @@ func (c *Config) finish() error {
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, v != ""
+}
+
+// count reads a whole number in [lo, hi].
+func count(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("must be a whole number from %d to %d (%q)", lo, hi, v)
+	}
+	return n, nil
 }
 
 func duration(v string, lo, hi time.Duration) (time.Duration, error) {

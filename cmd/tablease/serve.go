@@ -83,6 +83,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		}
 	}
 
+	feed, presence, nonces, streams := streamsOf(engine, cfg, log)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(api.Options{
@@ -102,6 +103,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 		Admin:    adminOf(engine, log),
 		MaxBlock: cfg.AdminMaxBlock,
+
+		Feed:     feed,
+		Presence: presence,
+		Nonces:   nonces,
+		Streams:  streams,
 	})
 	if err != nil {
 		return err
