@@ -35,6 +35,9 @@ type Admin interface {
 	// Revoking a free lease (never held, released or expired) changes no epoch, appends no record
 	// and no event, and answers Revoked false with the last epoch.
 	//
+	// A revoke (that is not a retry) ends the handoff in progress, if any (see ModeHandoff): a
+	// pending request with the lease it revokes, and the reservation of a free lease, silently.
+	//
 	// A positive req.Block blocks grants until the revoke's time plus Block (BlockedUntil): every
 	// Acquire, in any mode and by any tab, fails with &RetryError{Err: ErrBlocked, RetryAfter: the
 	// time left} until then. A block is recorded as an AuditBlock (after the AuditRevoke, when the
@@ -119,10 +122,12 @@ type RevokeResult struct {
 type AuditAction string
 
 // Audit actions. Every state change of a lease is recorded, by the same atomic step that makes it.
+// A handoff shows as the holder's release (or expiry) and then the requester's AuditHandoff; the
+// request itself, its lapse and the end of a reservation change no holder and are not recorded.
 const (
 	AuditGrant    AuditAction = "grant"    // a free session was granted
 	AuditTakeover AuditAction = "takeover" // a tab took the lease over from another
-	AuditHandoff  AuditAction = "handoff"  // the lease moved by a handoff
+	AuditHandoff  AuditAction = "handoff"  // the requester claimed a handoff reservation (see ModeHandoff)
 	AuditRelease  AuditAction = "release"  // the holder released the lease
 	AuditExpire   AuditAction = "expire"   // the lease expired without a renew
 	AuditRevoke   AuditAction = "revoke"   // an admin revoked the lease
@@ -143,8 +148,9 @@ type AuditRecord struct {
 	TabID string
 	Admin string
 	// Previous is the holder before the change, when there was one: the tab taken over (takeover),
-	// the tab that released or whose lease expired, at the epoch that ended (release, expire), the
-	// holder revoked (revoke); nil for grant and block.
+	// the tab that handed the lease over and its epoch (handoff), the tab that released or whose
+	// lease expired, at the epoch that ended (release, expire), the holder revoked (revoke); nil
+	// for grant and block.
 	Previous *Previous
 	Reason   string // the admin's, for revoke and block; empty otherwise
 	// Until is the end of a block; zero for the other actions.

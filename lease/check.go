@@ -3,18 +3,32 @@ package lease
 // The Validate methods check what every engine checks before it touches the store, so that both
 // engines agree on what is invalid. They return *InvalidError.
 
-// Validate checks the key, tab id, label and mode; it returns the mode with the default applied.
+// Validate checks the key, tab id, label and mode, for an engine that does not implement
+// ModeHandoff (see ValidateMode); it returns the mode with the default applied.
 func (r AcquireRequest) Validate() (Mode, error) {
-	if err := r.Key.Validate(); err != nil {
-		return "", err
-	}
-	if err := ValidateID("tabId", r.Holder.TabID); err != nil {
-		return "", err
-	}
-	if err := ValidateLabel(r.Holder.Label); err != nil {
+	if err := r.validateHolder(); err != nil {
 		return "", err
 	}
 	return ValidateMode(r.Mode)
+}
+
+// ValidateWithHandoff is Validate for an engine that implements ModeHandoff (see
+// ValidateModeWithHandoff).
+func (r AcquireRequest) ValidateWithHandoff() (Mode, error) {
+	if err := r.validateHolder(); err != nil {
+		return "", err
+	}
+	return ValidateModeWithHandoff(r.Mode)
+}
+
+func (r AcquireRequest) validateHolder() error {
+	if err := r.Key.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateID("tabId", r.Holder.TabID); err != nil {
+		return err
+	}
+	return ValidateLabel(r.Holder.Label)
 }
 
 // Validate checks the key, tab id and epoch.

@@ -54,7 +54,10 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // RetryError says how long a blocked or reserved session stays so.
 type RetryError struct {
-	Err        error // ErrHandoffPending or ErrBlocked
+	Err error // ErrHandoffPending or ErrBlocked
+	// RetryAfter is the time left until the state that refused the acquire ends at the latest: the
+	// block; the pending handoff request (it may end sooner, when the holder lets go: watchers are
+	// told released or expired); the handoff reservation.
 	RetryAfter time.Duration
 }
 

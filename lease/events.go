@@ -13,13 +13,18 @@ type EventType string
 
 const (
 	// EventGranted: a free session (never held, released or expired) was granted to Holder at
-	// Epoch. Previous is nil.
+	// Epoch. Previous is nil, except for the grant that claims a handoff reservation (see
+	// ModeHandoff): its Reason is ReasonHandoff and Previous names the tab that handed the lease
+	// over and the epoch it held.
 	EventGranted EventType = "granted"
 	// EventReleased: the holder released the lease. Epoch is the epoch that ended, Holder is nil,
-	// Previous names the tab that released it.
+	// Previous names the tab that released it. Requester is set when the release reserved the
+	// lease for the tab that had requested a handoff (see ModeHandoff).
 	EventReleased EventType = "released"
 	// EventExpired: the lease reached its ExpiresAt without being renewed. Epoch is the epoch that
-	// ended, Holder is nil, Previous names the tab that held it, At is the ExpiresAt.
+	// ended, Holder is nil, Previous names the tab that held it, At is the ExpiresAt. Requester is
+	// set when a handoff was requested and pending at ExpiresAt, so that the lease is reserved for
+	// the requester (see ModeHandoff).
 	EventExpired EventType = "expired"
 	// EventTakenOver: another tab took the lease over. Epoch and Holder are the new grant, Previous
 	// names the tab and epoch taken over.
@@ -28,8 +33,9 @@ const (
 	// Previous names the holder revoked, Reason is the admin's. A revoke of a free lease produces
 	// none. Engines produce it from Admin.Revoke.
 	EventRevoked EventType = "revoked"
-	// EventHandoffRequested: a tab asked the holder to let go (ModeHandoff). No engine produces it
-	// yet.
+	// EventHandoffRequested: a tab asked the holder to let go (ModeHandoff). Epoch and Holder are
+	// the holder's (the lease is unchanged), Requester is the tab that asked. It comes once per
+	// request: repeats of a pending request append nothing.
 	EventHandoffRequested EventType = "handoff_requested"
 	// EventUpdated: the holder changed its label or hidden flag (by acquiring again or renewing)
 	// without a new epoch. Epoch and Holder are the lease after the change; Previous is nil.
@@ -46,6 +52,9 @@ const (
 // ReasonTimeout is the Reason of an EventTabLeft whose entry expired unrefreshed (the instance
 // that held the connection died or lost the store), as opposed to a clean Leave.
 const ReasonTimeout = "timeout"
+
+// ReasonHandoff is the Reason of the EventGranted that claims a handoff reservation.
+const ReasonHandoff = "handoff"
 
 // Stream is the name of the SSE event that carries t: "lease" or "tabs".
 func (t EventType) Stream() string {
@@ -76,11 +85,16 @@ type Event struct {
 	// Both are zero for tabs events.
 	Epoch  int64
 	Holder *Holder
-	// Previous is the holder before the change, for released, expired, taken_over and revoked;
-	// nil otherwise.
+	// Previous is the holder before the change, for released, expired, taken_over and revoked,
+	// and for the granted that claims a handoff reservation; nil otherwise.
 	Previous *Previous
-	// Reason is free text for revoked (the admin's) and ReasonTimeout for a tab that left because
-	// its entry expired; empty otherwise.
+	// Requester is the tab that asked for a handoff: on handoff_requested, and on the released or
+	// expired that reserved the lease for it; nil otherwise (see ModeHandoff). The event stream
+	// writes it as "requester", a holder object ({tabId, label, hidden}).
+	Requester *Holder
+	// Reason is free text for revoked (the admin's), ReasonHandoff for the granted that claims a
+	// handoff reservation, and ReasonTimeout for a tab that left because its entry expired; empty
+	// otherwise.
 	Reason string
 	// At is the store time of the change. For expired, it is the ExpiresAt of the lease (the
 	// announcement may come later); for a tab that timed out, the expiry of its entry.
@@ -188,8 +202,11 @@ const DefaultPresenceTTL = 45 * time.Second
 const DefaultEventLogLen = 256
 
 // DefaultWatchBuffer is the default number of events a watch buffers for a reader that is behind;
-// one more ends the watch with ErrResync.
-const DefaultWatchBuffer = 64
+// one more ends the watch with ErrResync. The buffer is allocated with the watch (an Event is 144
+// bytes), so it is most of what an idle watch costs: 16 is ample for a reader that writes each
+// event out as it comes, and one that falls further behind loses nothing but a resync, which
+// replays what it missed from the session's log (DefaultEventLogLen).
+const DefaultWatchBuffer = 16
 
 // Feed is the event side of an engine: the changes of a session as they happen, after what the
 // caller has already seen. Engines that implement it pass the events part of leasetest.Run.
@@ -201,14 +218,18 @@ const DefaultWatchBuffer = 64
 //     announced.
 //   - Join, Leave, Tabs, Watch and the expiry timer first remove the presence entries that
 //     expired, and append EventTabLeft (ReasonTimeout) for each tab whose last entry that was.
-//   - Acquire of a free session (never held, released or expired): EventGranted. Acquire in
-//     ModeTakeover of a lease another tab holds: EventTakenOver. Acquire by the holder, in either
-//     mode: nothing, or EventUpdated when its label or hidden flag changed. A refused acquire:
-//     nothing.
+//   - Acquire of a free session (never held, released or expired): EventGranted (with Previous
+//     and ReasonHandoff when it claims a handoff reservation). Acquire in ModeTakeover of a lease
+//     another tab holds: EventTakenOver. Acquire by the holder, in any mode: nothing, or
+//     EventUpdated when its label or hidden flag changed. Acquire in ModeHandoff of a lease another
+//     tab holds, with no handoff pending: EventHandoffRequested. A refused acquire (a repeated
+//     handoff request included): nothing.
 //   - Renew: nothing, or EventUpdated when the hidden flag changed. A lost renew: nothing.
-//   - Release that ends the lease: EventReleased. A retried, stale or refused release: nothing.
+//   - Release that ends the lease: EventReleased (with the Requester when it reserves the lease).
+//     A retried, stale or refused release: nothing.
 //   - Admin.Revoke that ends a lease: EventRevoked. A revoke of a free lease, a block and a
 //     retried revoke: nothing.
+//   - A handoff request that lapses and a reservation that ends: nothing.
 //   - Get, Check, Watch and Tabs: nothing of their own; Admin.ListLeases and Admin.Audit: nothing.
 //   - Join: EventTabJoined when the tab was not listed. Leave: EventTabLeft when it removes the
 //     tab's last entry.

@@ -88,6 +88,9 @@ type Lease struct {
 	TTL time.Duration
 	// Transitions counts the grants of new epochs in this session, as far as the store remembers.
 	Transitions int64
+	// Handoff is the handoff in progress at Now (see ModeHandoff): requested while Held, reserved
+	// while free; nil when there is none, and always nil from an engine without ModeHandoff.
+	Handoff *HandoffState
 	// Now is the store time at which this state was read.
 	Now time.Time
 }
@@ -115,10 +118,70 @@ const (
 	// ModeTakeover grants even when another tab holds the lease, with a new epoch. When the same
 	// tab already holds it, the epoch is kept, so a retried takeover does not mint a second epoch.
 	ModeTakeover Mode = "takeover"
-	// ModeHandoff asks the holder to let go. It is part of the contract but no engine implements it
-	// yet: engines answer it with an InvalidError.
+	// ModeHandoff asks the holder to let go, and claims the lease once it has. Not every engine
+	// implements it yet: those that do not answer it with an *InvalidError (see ValidateMode and
+	// ValidateModeWithHandoff). In an engine that does, with its handoff timeout T and reserve
+	// window R (DefaultHandoffTimeout and DefaultHandoffReserve unless configured):
+	//
+	//   - Request. An acquire in ModeHandoff of a lease another tab holds, when no handoff is
+	//     requested, requests one: the lease is unchanged (the holder keeps it, and keeps renewing
+	//     it), Lease.Handoff becomes {Requester: req.Holder, Until: now+T, Reserved: false}, the
+	//     step appends EventHandoffRequested{Epoch and Holder: the holder's, Requester}, and the
+	//     acquire fails with &RetryError{Err: ErrHandoffPending, RetryAfter: T}.
+	//   - Repeats. While the request is pending, every acquire in ModeHandoff by another tab than the
+	//     holder, by the requester (a repeat) or by a third tab alike, changes nothing, appends no
+	//     event and fails with &RetryError{ErrHandoffPending, RetryAfter: the time until the request
+	//     lapses}. The first request stands: a second requester does not replace it, and retries
+	//     after it lapses. An acquire in ModeTry by another tab fails with *HeldError as always.
+	//   - Release. When the holder releases while the request is pending, the lease is free and
+	//     reserved for the requester: Lease.Handoff becomes {Requester, Until: release time + R,
+	//     Reserved: true} and the EventReleased carries the Requester. When the lease expires while
+	//     the request is pending (the request's Until is after the lease's ExpiresAt), the same
+	//     happens with ExpiresAt for the release time: the reservation lasts until ExpiresAt + R,
+	//     whenever the expiry is announced, and the EventExpired carries the Requester.
+	//   - Claim. While the lease is reserved, an acquire by the requester (same TabID), in any mode,
+	//     is granted a new epoch: EventGranted with Reason ReasonHandoff and Previous the tab that
+	//     handed over (and its epoch), and an AuditHandoff record. An acquire by any other tab in
+	//     ModeTry or ModeHandoff fails with &RetryError{ErrHandoffPending, RetryAfter: the
+	//     reservation's time left}. When the reservation ends unclaimed, the lease is free for
+	//     anyone.
+	//   - Timeout. A request the holder has not answered by its Until lapses: Lease.Handoff is nil
+	//     again, the lease stays the holder's, and a later release or expiry reserves nothing. An
+	//     acquire in ModeHandoff after that is a new request (notified again). Taking over is then
+	//     the requester's call (the browser client's takeoverOnTimeout).
+	//   - Takeover wins. An acquire in ModeTakeover is an explicit user action and is granted as
+	//     always: during a request, by any tab (EventTakenOver); during a reservation, by another tab
+	//     than the requester (an ordinary EventGranted and AuditGrant: the lease was free), while the
+	//     requester's own takeover claims the reservation. Either way the handoff is over.
+	//   - Every new grant, and every Admin.Revoke (of a held lease or of a free, reserved one), ends
+	//     the handoff in progress. A lapse, the end of a reservation and the end by a revoke of a
+	//     free lease append no event and no audit record of their own.
+	//   - ModeHandoff by the holder, or of a free lease that is not reserved for another tab, is the
+	//     same as ModeTry.
 	ModeHandoff Mode = "handoff"
 )
+
+// Handoff defaults (DESIGN §3): how long a holder has to let go after a handoff request, and how
+// long the lease then stays reserved for the requester.
+const (
+	DefaultHandoffTimeout = 15 * time.Second
+	DefaultHandoffReserve = 10 * time.Second
+)
+
+// HandoffState is a handoff in progress (see ModeHandoff): requested (the holder was asked to let
+// go and still holds the lease) or reserved (the holder let go; the lease is free and kept for the
+// requester).
+type HandoffState struct {
+	// Requester is the tab that asked, with the label and hidden flag of its request. Only its
+	// TabID decides who may claim a reservation.
+	Requester Holder
+	// Until is when the request lapses (requested), or when the reservation ends (reserved). At
+	// Until and after, there is no handoff in progress.
+	Until time.Time
+	// Reserved is true once the holder let go (released, or let its lease expire) while the
+	// request was pending.
+	Reserved bool
+}
 
 // AcquireRequest asks for the lease of Key for Holder.
 type AcquireRequest struct {
@@ -164,7 +227,10 @@ type ReleaseResult struct {
 // is an *UnavailableError (ErrUnavailable) and never a decision about the lease.
 type Engine interface {
 	// Acquire grants the lease to req.Holder, or fails with *HeldError (ErrHeld) when another tab
-	// holds it and the mode does not allow taking it.
+	// holds it and the mode does not allow taking it, with *RetryError matching ErrBlocked while an
+	// admin's block lasts (see Admin.Revoke), and with *RetryError matching ErrHandoffPending when
+	// a handoff is requested or the lease is reserved for another tab (see ModeHandoff). An engine
+	// that does not implement ModeHandoff refuses it with an *InvalidError.
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Renew extends the lease from now by the clamped TTL and records the hidden flag. It fails
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not

@@ -69,15 +69,28 @@ func ValidateEpoch(epoch int64) error {
 	return nil
 }
 
-// ValidateMode checks an acquire mode and returns it with the default applied.
+// ValidateMode checks an acquire mode for an engine (or a caller in front of one) that does not
+// implement ModeHandoff, and returns it with the default applied: it refuses ModeHandoff with an
+// *InvalidError. AcquireRequest.Validate uses it, so an engine keeps refusing ModeHandoff until it
+// switches to AcquireRequest.ValidateWithHandoff. Once every engine implements ModeHandoff, it
+// will accept it like ValidateModeWithHandoff.
 func ValidateMode(m Mode) (Mode, error) {
+	if m == ModeHandoff {
+		return "", &InvalidError{Field: "mode", Reason: `"handoff" is not available yet; use "try" or "takeover"`}
+	}
+	return ValidateModeWithHandoff(m)
+}
+
+// ValidateModeWithHandoff checks an acquire mode, ModeHandoff included, and returns it with the
+// default applied. Engines that implement ModeHandoff use it (through
+// AcquireRequest.ValidateWithHandoff); a caller in front of an engine may use it and leave the
+// refusal of ModeHandoff to the engine, which answers an *InvalidError when it lacks it.
+func ValidateModeWithHandoff(m Mode) (Mode, error) {
 	switch m {
 	case "":
 		return ModeTry, nil
-	case ModeTry, ModeTakeover:
+	case ModeTry, ModeTakeover, ModeHandoff:
 		return m, nil
-	case ModeHandoff:
-		return "", &InvalidError{Field: "mode", Reason: `"handoff" is not available yet; use "try" or "takeover"`}
 	}
 	return "", &InvalidError{Field: "mode", Reason: `must be "try", "takeover" or "handoff"`}
 }

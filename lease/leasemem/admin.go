@@ -134,6 +134,9 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		s = e.create(req.Key)
 	}
 	var res lease.RevokeResult
+	if s != nil {
+		s.handoff = nil // a revoke ends the handoff in progress, requested or reserved
+	}
 	if s != nil && s.held(now) {
 		epoch, err := lease.NextEpoch(s.epoch, now)
 		if err != nil {

@@ -107,10 +107,11 @@ func (e *Engine) settle(key lease.Key, s *entry, now time.Time) {
 	if s.epoch != 0 && s.ended != s.epoch && !s.held(now) {
 		s.ended = s.epoch
 		e.emit(key, s, now, lease.Event{
-			Type:     lease.EventExpired,
-			Epoch:    s.epoch,
-			Previous: &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch},
-			At:       s.expiresAt,
+			Type:      lease.EventExpired,
+			Epoch:     s.epoch,
+			Previous:  &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch},
+			Requester: e.reserve(s, s.expiresAt),
+			At:        s.expiresAt,
 		})
 		e.record(now, lease.AuditRecord{
 			Key:      key,

@@ -20,11 +20,12 @@
 //
 // # Events
 //
-// The engine implements lease.Feed and lease.Presence (and lease.Admin, see admin.go). Each
-// critical section that changes a session appends its events to the session's log (a ring of
-// Options.EventLogLen events), and its audit records to the user's audit log, and hands the events
-// to the session's watchers before it ends, so events and changes cannot be told apart by any
-// caller. Event ids are lease.NextEventID of the session's last id and the engine clock.
+// The engine implements lease.Feed and lease.Presence (and lease.Admin, see admin.go, and
+// lease.ModeHandoff, see handoff.go). Each critical section that changes a session appends its
+// events to the session's log (a ring of Options.EventLogLen events), and its audit records to the
+// user's audit log, and hands the events to the session's watchers before it ends, so events and
+// changes cannot be told apart by any caller. Event ids are lease.NextEventID of the session's
+// last id and the engine clock.
 //
 // The expiry timer is one goroutine per engine that runs while some session has watchers or
 // presence entries (the live sessions), and stops when none has. It wakes at the earliest expiry
@@ -51,12 +52,12 @@
 // had a lease, a release retried after the prune answers Released false, and a watch that resumes
 // after the prune starts from a snapshot.
 //
-// The sweep keeps the entry of a session while an admin's block of it is in force, and for
-// lease.RevokeRetryWindow after its last revoke with a RequestID. The audit log is kept apart from
-// the entries, so pruning a session keeps its records, and the sweep announces an expiry nobody
-// announced before it deletes the entry, so that the expiry is recorded; each user's log is
-// bounded by Options.AuditMaxRecords and Options.AuditRetention, and the sweep forgets the logs it
-// emptied.
+// The sweep keeps the entry of a session while an admin's block of it is in force, for
+// lease.RevokeRetryWindow after its last revoke with a RequestID, and while a handoff request or
+// reservation of it lasts. The audit log is kept apart from the entries, so pruning a session keeps
+// its records, and the sweep announces an expiry nobody announced before it deletes the entry, so
+// that the expiry is recorded; each user's log is bounded by Options.AuditMaxRecords and
+// Options.AuditRetention, and the sweep forgets the logs it emptied.
 package leasemem
 
 import (
@@ -111,6 +112,12 @@ type Options struct {
 	// AuditMaxRecords is the most audit records kept per user, the oldest dropped first (default
 	// lease.DefaultAuditMaxRecords). It must not be negative.
 	AuditMaxRecords int
+	// HandoffTimeout is how long a holder has to let go after a handoff request before the request
+	// lapses (default lease.DefaultHandoffTimeout), and HandoffReserve how long the lease then stays
+	// reserved for the requester (default lease.DefaultHandoffReserve); see lease.ModeHandoff. Each
+	// must be zero or at least a millisecond; they are truncated to whole milliseconds.
+	HandoffTimeout time.Duration
+	HandoffReserve time.Duration
 }
 
 // DefaultExpiryCheckInterval is the default of Options.ExpiryCheckInterval.
@@ -131,6 +138,9 @@ type Engine struct {
 	// auditRetention and auditMax bound each user's audit log.
 	auditRetention time.Duration
 	auditMax       int
+	// handoffTimeout and handoffReserve time handoffs (see handoff.go).
+	handoffTimeout time.Duration
+	handoffReserve time.Duration
 
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
@@ -190,6 +200,8 @@ type entry struct {
 	blockedUntil time.Time
 	// revoke is the last revoke of the session with a RequestID, for its retries; nil if none.
 	revoke *revokeMemo
+	// handoff is the session's handoff request or reservation, nil if none (see handoff.go).
+	handoff *handoff
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
@@ -223,6 +235,8 @@ func New(opts Options) (*Engine, error) {
 		{"ExpiryCheckInterval", "must not be negative", opts.ExpiryCheckInterval < 0},
 		{"AuditRetention", "must not be negative", opts.AuditRetention < 0},
 		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
+		{"HandoffTimeout", "must be zero (the default) or at least a millisecond", opts.HandoffTimeout < 0 || (opts.HandoffTimeout > 0 && opts.HandoffTimeout < time.Millisecond)},
+		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -243,17 +257,21 @@ func New(opts Options) (*Engine, error) {
 		auditRetention: cmp.Or(opts.AuditRetention, lease.DefaultAuditRetention),
 		auditMax:       cmp.Or(opts.AuditMaxRecords, lease.DefaultAuditMaxRecords),
 		audit:          make(map[string]*auditLog),
+
+		handoffTimeout: cmp.Or(opts.HandoffTimeout.Truncate(time.Millisecond), lease.DefaultHandoffTimeout),
+		handoffReserve: cmp.Or(opts.HandoffReserve.Truncate(time.Millisecond), lease.DefaultHandoffReserve),
 	}
 	return e, nil
 }
 
 var _ lease.Engine = (*Engine)(nil)
 
-// Acquire implements lease.Engine. A new grant (the lease is free or expired, or a takeover from
-// another tab) gets lease.NextEpoch; the holder acquiring again, in either mode, keeps its epoch,
-// has its label and hidden flag updated, and its lease extended from now by the clamped TTL.
+// Acquire implements lease.Engine, lease.ModeHandoff included. A new grant (the lease is free or
+// expired, or a takeover from another tab) gets lease.NextEpoch; the holder acquiring again, in any
+// mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now by
+// the clamped TTL.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
-	mode, err := req.Validate()
+	mode, err := req.ValidateWithHandoff()
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -288,10 +306,23 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 			e.deadline(req.Key, s.expiresAt)
 			return s.lease(req.Key, now), nil
 		}
-		if mode != lease.ModeTakeover {
+		switch mode {
+		case lease.ModeHandoff:
+			return lease.Lease{}, e.requestHandoff(req.Key, s, req.Holder, now)
+		case lease.ModeTry:
 			return lease.Lease{}, &lease.HeldError{Holder: s.holder, Epoch: s.epoch, Remaining: s.expiresAt.Sub(now)}
 		}
 		previous = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
+	}
+	// handedBy is the tab that handed the lease over, when this grant claims its reservation.
+	var handedBy *lease.Previous
+	if r := s.reservation(now); r != nil {
+		switch {
+		case r.requester.TabID == req.Holder.TabID:
+			handedBy = &r.from
+		case mode != lease.ModeTakeover:
+			return lease.Lease{}, &lease.RetryError{Err: lease.ErrHandoffPending, RetryAfter: r.until.Sub(now)}
+		}
 	}
 	var last int64
 	if s != nil {
@@ -311,11 +342,16 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	s.ttl = ttl
 	s.transitions++
 	s.releasedTab, s.releasedEpoch = "", 0
+	s.handoff = nil // a new grant ends every handoff in progress
 	ev := s.event(lease.EventGranted, now)
 	rec := lease.AuditRecord{Key: req.Key, Action: lease.AuditGrant, Epoch: epoch, TabID: req.Holder.TabID}
-	if previous != nil {
+	switch {
+	case previous != nil:
 		ev.Type, ev.Previous = lease.EventTakenOver, previous
 		rec.Action, rec.Previous = lease.AuditTakeover, clonePrevious(previous)
+	case handedBy != nil:
+		ev.Previous, ev.Reason = clonePrevious(handedBy), lease.ReasonHandoff
+		rec.Action, rec.Previous = lease.AuditHandoff, clonePrevious(handedBy)
 	}
 	e.emit(req.Key, s, now, ev)
 	e.record(now, rec)
@@ -379,15 +415,17 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	case s == nil:
 		return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
 	case s.heldBy(req.TabID, req.Epoch, now):
-		s.expiresAt = now
-		s.releasedTab, s.releasedEpoch = req.TabID, req.Epoch
-		s.ended = s.epoch
-		e.emit(req.Key, s, now, lease.Event{
+		ev := lease.Event{
 			Type:     lease.EventReleased,
 			Epoch:    s.epoch,
 			Previous: &lease.Previous{TabID: req.TabID, Epoch: req.Epoch},
 			At:       now,
-		})
+		}
+		ev.Requester = e.reserve(s, now)
+		s.expiresAt = now
+		s.releasedTab, s.releasedEpoch = req.TabID, req.Epoch
+		s.ended = s.epoch
+		e.emit(req.Key, s, now, ev)
 		e.record(now, lease.AuditRecord{
 			Key:      req.Key,
 			Action:   lease.AuditRelease,
@@ -509,6 +547,7 @@ func (s *entry) lease(key lease.Key, now time.Time) lease.Lease {
 	if l.Held {
 		l.Holder = s.holder
 	}
+	l.Handoff = s.handoffAt(now)
 	return l
 }
 
@@ -524,7 +563,8 @@ func (e *Engine) sweep(now time.Time) {
 		// The epoch test keeps fencing safe even if epochs ran ahead of the clock, and the event
 		// test keeps event ids increasing if they did.
 		if e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
-			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) {
+			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) &&
+			(s.handoff == nil || !s.handoff.until.After(now)) {
 			e.settle(key, s, now) // an expiry nobody announced yet still gets its audit record
 			delete(e.sessions, key)
 		}

@@ -14,7 +14,12 @@ import (
 
 func TestConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
-		opts := Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
+		opts := Options{
+			Limits:         limits,
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
+		}
 		eng, err := New(opts)
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -29,7 +34,9 @@ func TestConformance(t *testing.T) {
 				}
 				return fresh
 			},
-			PresenceTTL: leasetest.ShortPresenceTTL,
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
 }

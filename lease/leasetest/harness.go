@@ -10,7 +10,8 @@
 // The events part of the suite (DESIGN §3: lease.Feed and lease.Presence) and its admin part
 // (lease.Admin: list, revoke and block, audit) run for engines that implement those interfaces,
 // and skip for the others, so an engine passes the lease part before its events or admin
-// operations land.
+// operations land. Likewise its handoff part (lease.ModeHandoff) runs for engines that accept
+// the mode, and skips, naming the engine, for those that refuse it as invalid.
 package leasetest
 
 import (
@@ -53,6 +54,12 @@ type Target struct {
 	// expiry needs it short (at most MaxPresenceTTL; ShortPresenceTTL is a good choice) and skips
 	// otherwise.
 	PresenceTTL time.Duration
+	// HandoffTimeout and HandoffReserve are the handoff timeout and reserve window the engine was
+	// configured with (see lease.ModeHandoff). For an engine that implements the mode, the
+	// handoff part of the suite needs both, at most MaxHandoffWait (ShortHandoffTimeout and
+	// ShortHandoffReserve are good choices), and fails without them.
+	HandoffTimeout time.Duration
+	HandoffReserve time.Duration
 }
 
 const (
@@ -60,6 +67,14 @@ const (
 	ShortPresenceTTL = time.Second
 	// MaxPresenceTTL is the longest presence TTL the suite waits for.
 	MaxPresenceTTL = 3 * time.Second
+
+	// ShortHandoffTimeout and ShortHandoffReserve are the handoff timeout and reserve window
+	// factories should configure for the suite: long enough for a few calls on a loaded machine,
+	// short enough to wait for.
+	ShortHandoffTimeout = 2 * time.Second
+	ShortHandoffReserve = 2 * time.Second
+	// MaxHandoffWait is the longest handoff timeout or reserve window the suite waits for.
+	MaxHandoffWait = 5 * time.Second
 )
 
 // Factory makes a Target whose engine grants TTLs within limits. Close is the suite's job: it

@@ -107,7 +107,12 @@ func (u *unreachableEngine) Audit(ctx context.Context, q lease.AuditQuery) (leas
 func TestSuiteWithAnUnreachableStore(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
 		const opTimeout = 200 * time.Millisecond
-		opts := leasemem.Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
+		opts := leasemem.Options{
+			Limits:         limits,
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
+		}
 		mem, err := leasemem.New(opts)
 		if err != nil {
 			t.Fatalf("leasemem.New: %v", err)
@@ -128,10 +133,12 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 			},
 			OpTimeout: opTimeout,
 			// The events of the engine behind the unpluggable store, which does not unplug them.
-			Feed:        mem,
-			Presence:    mem,
-			Admin:       u, // the admin operations behind the unpluggable store
-			PresenceTTL: leasetest.ShortPresenceTTL,
+			Feed:           mem,
+			Presence:       mem,
+			Admin:          u, // the admin operations behind the unpluggable store
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
 }
@@ -147,15 +154,22 @@ func (peerView) Close() error { return nil }
 // that need two instances run all the same.
 func TestSuiteWithAPeer(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
-		opts := leasemem.Options{Limits: limits, PresenceTTL: leasetest.ShortPresenceTTL}
+		opts := leasemem.Options{
+			Limits:         limits,
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
+		}
 		mem, err := leasemem.New(opts)
 		if err != nil {
 			t.Fatalf("leasemem.New: %v", err)
 		}
 		return leasetest.Target{
-			Engine:      mem,
-			Peer:        func(t *testing.T) lease.Engine { return peerView{mem} },
-			PresenceTTL: leasetest.ShortPresenceTTL,
+			Engine:         mem,
+			Peer:           func(t *testing.T) lease.Engine { return peerView{mem} },
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
 }

@@ -209,6 +209,8 @@ type want struct {
 	prev   *lease.Previous // nil: no previous
 	tab    string          // the tab of a tabs event
 	reason string
+	// requester is the Requester of a handoff event; nil: none.
+	requester *lease.Holder
 }
 
 func granted(epoch int64, h lease.Holder) want {
@@ -253,6 +255,9 @@ func (w want) String() string {
 	if w.reason != "" {
 		fmt.Fprintf(&b, " reason %q", w.reason)
 	}
+	if w.requester != nil {
+		fmt.Fprintf(&b, " requester %+v", *w.requester)
+	}
 	return b.String()
 }
 
@@ -271,6 +276,9 @@ func show(ev lease.Event) string {
 	if ev.Reason != "" {
 		fmt.Fprintf(&b, " reason %q", ev.Reason)
 	}
+	if ev.Requester != nil {
+		fmt.Fprintf(&b, " requester %+v", *ev.Requester)
+	}
 	return b.String()
 }
 
@@ -282,6 +290,9 @@ func (w want) matches(ev lease.Event) bool {
 		return false
 	}
 	if (ev.Previous == nil) != (w.prev == nil) || (w.prev != nil && *ev.Previous != *w.prev) {
+		return false
+	}
+	if (ev.Requester == nil) != (w.requester == nil) || (w.requester != nil && *ev.Requester != *w.requester) {
 		return false
 	}
 	if w.tab != "" {
