@@ -1,14 +1,14 @@
 -- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing but what settle
 -- announces.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
--- ARGV[3]  tab id
--- ARGV[4]  epoch
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  tab id
+-- ARGV[6]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
 
 -- Validate.
-local tab = ARGV[3]
-local epoch = arg_int(4, 1, MAX_EPOCH)
+local tab = ARGV[5]
+local epoch = arg_int(6, 1, MAX_EPOCH)
 
 -- Settle expiry.
 local now = now_us()

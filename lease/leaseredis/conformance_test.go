@@ -18,9 +18,10 @@ const conformanceOpTimeout = 300 * time.Millisecond
 // TestConformance runs the shared suite on a private redis-server of its own: the suite runs its
 // subtests one after the other, so each Target may FLUSHALL it (LoseData) and pause it with SIGSTOP
 // (Outage: the store hangs rather than refuses, the harder case, and keeps its data). Each Target
-// also gets a key prefix of its own, so that no subtest could see another's keys or events. The
-// engine is its own Feed and Presence; its Peer is a second engine, with a client of its own, on
-// the same server and prefix, as a second tablease instance would be.
+// also gets a key prefix of its own, so that no subtest could see another's keys or events (the
+// users index and the audit logs included). The engine is its own Feed, Presence and Admin; its
+// Peer is a second engine, with a client of its own, on the same server and prefix, as a second
+// tablease instance would be, whose own Admin the suite uses too.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	n := 0
@@ -58,6 +59,7 @@ func TestConformance(t *testing.T) {
 			OpTimeout:   conformanceOpTimeout,
 			Feed:        eng,
 			Presence:    eng,
+			Admin:       eng,
 			Peer:        func(t *testing.T) lease.Engine { return newEngine(t) },
 			PresenceTTL: leasetest.ShortPresenceTTL,
 		}

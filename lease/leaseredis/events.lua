@@ -1,11 +1,13 @@
--- events.lua: the second prelude of every session script (after state.lua, before presence.lua).
--- It queues the events a script produces, appends them to the session's log and publishes them,
--- and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV of its own.
+-- events.lua: the third prelude of every session script (after state.lua and admin.lua, before
+-- presence.lua). It queues the events a script produces, appends them to the session's log and
+-- publishes them, and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV
+-- of its own.
 --
--- A script calls emit() for each of its events, in order, while it decides and writes, and
--- finish() on every path that returns after the validation: finish appends the queued events and
--- publishes them, so the change and its events are one step (a script that fails before finish
--- has written nothing: scripts validate first).
+-- A script calls emit() for each of its events, in order, and record() (admin.lua) for each of its
+-- audit records, while it decides and writes, and finish() on every path that returns after the
+-- validation: finish appends the queued audit records and events and publishes the events, so the
+-- change, its events and its records are one step (a script that fails before finish has written
+-- nothing: scripts validate first).
 --
 -- The log, KEYS[2], is a stream of at least ARGV[1] entries (XADD MAXLEN ~ trims whole nodes, so it
 -- may keep a few more), each with one field "e": the event as JSON. The stream expires ARGV[2] ms
@@ -14,7 +16,7 @@
 -- the state hash (event_id) as well as in the stream, so ids keep increasing after the log expired.
 --
 -- Event JSON (numbers as decimal strings: cjson would print 1.7e+15):
---   {"type": "granted|released|expired|taken_over|updated|joined|left",
+--   {"type": "granted|released|expired|taken_over|revoked|updated|joined|left",
 --    "epoch": "…", "holder": {"tab","label","hidden"}, "prev": {"tab","epoch"},
 --    "reason": "…", "at": "<µs>", "tab": {"id","label","hidden","connected": "<µs>"}}
 -- with the fields of lease.Event that apply (absent otherwise).
@@ -92,8 +94,10 @@ local function deadline(s, now)
   return next
 end
 
--- flush appends the queued events to the log with their ids and publishes them (or the hint).
+-- flush appends the queued audit records (admin.lua), then the queued events to the log with their
+-- ids, and publishes the events (or the hint).
 local function flush(s, now)
+  flush_audit(now)
   if #pending == 0 then
     if moved_earlier then
       redis.call('PUBLISH', CHANNEL, cjson.encode({u = USER, s = SESSION, now = int(now),
@@ -136,12 +140,16 @@ local function finish(s, now, r)
 end
 
 -- settle_lease announces the end of a lease that expired by now and was not announced yet, once
--- per epoch: it marks the epoch in ended_epoch. A release marks its epoch itself.
+-- per epoch: it marks the epoch in ended_epoch, takes the session out of the user's index of held
+-- leases and records the expiry in the audit log, at the lease's expires_us. A release and a revoke
+-- mark their own epoch.
 local function settle_lease(s, now)
   if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us <= now then
     redis.call('HSET', KEY_STATE, 'ended_epoch', int(s.epoch))
     s.ended_epoch = s.epoch
+    index_remove()
     emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},
       at = int(s.expires_us)})
+    record({a = 'expire', e = s.epoch, at = s.expires_us, ptab = s.tab, pep = s.epoch})
   end
 end

@@ -429,7 +429,7 @@ func parseWatch(key lease.Key, v any) (watchReply, error) {
 	if !ok || len(a) != 6 {
 		return watchReply{}, bad
 	}
-	status, l, err := parseReply(key, a[0])
+	status, l, _, err := parseReply(key, a[0])
 	if err != nil {
 		return watchReply{}, err
 	}

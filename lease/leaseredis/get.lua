@@ -1,7 +1,7 @@
 -- get.lua: read the lease of a session at the store's time. It writes nothing but what settle
 -- announces.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
 -- Answers "OK" and the lease; a session that never had a lease is free at epoch 0.
 
 -- Settle expiry.

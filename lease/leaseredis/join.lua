@@ -1,22 +1,22 @@
 -- join.lua: list a connection of a tab as present, or refresh it.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
--- ARGV[3]  connection id
--- ARGV[4]  tab id
--- ARGV[5]  label
--- ARGV[6]  "1" when the tab is hidden, "0" when visible
--- ARGV[7]  the presence TTL in milliseconds
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  connection id
+-- ARGV[6]  tab id
+-- ARGV[7]  label
+-- ARGV[8]  "1" when the tab is hidden, "0" when visible
+-- ARGV[9]  the presence TTL in milliseconds
 -- Answers {now}. The entry lives until now + TTL; the connection keeps the time it first joined.
 --
 -- Events: what settle announces; then "joined" when the tab was not listed, nothing otherwise (a
 -- refresh, or a second connection of a listed tab).
 
 -- Validate.
-local conn, tab, label = ARGV[3], ARGV[4], ARGV[5]
-local hidden = ARGV[6] == '1' and '1' or '0'
-local ttl_ms = arg_int(7, 1, MAX_EPOCH)
+local conn, tab, label = ARGV[5], ARGV[6], ARGV[7]
+local hidden = ARGV[8] == '1' and '1' or '0'
+local ttl_ms = arg_int(9, 1, MAX_EPOCH)
 if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
-  error('tablease: ARGV[3] and ARGV[4] must be identifiers')
+  error('tablease: ARGV[5] and ARGV[6] must be identifiers')
 end
 
 -- Settle expiry.

@@ -1,39 +1,52 @@
 // Package leaseredis is the Redis lease.Engine, on a go-redis v9 UniversalClient: standalone,
 // Sentinel or Cluster. Several tablease instances may share one Redis. It implements lease.Feed
-// and lease.Presence too, so events cross instances.
+// and lease.Presence too, so events cross instances, and lease.Admin (see admin.go).
 //
 // # Keys
 //
-// A session has four keys, all under the hash tag of its user:
+// A session has four keys, and its user two more, all under the hash tag of the user:
 //
 //	<prefix>:{<sub>}:lease:<sessionId>     the state hash; never expires
 //	<prefix>:{<sub>}:events:<sessionId>    the event log, a stream; expires EventLogTTL after its last event
 //	<prefix>:{<sub>}:tabs:<sessionId>      presence, a sorted set: connection → expiry
 //	<prefix>:{<sub>}:tabinfo:<sessionId>   presence, a hash: connection → tab details
+//	<prefix>:{<sub>}:sessions              the user's index of held leases, a sorted set (all scores 0)
+//	<prefix>:{<sub>}:audit                 the user's audit log, a stream; expires AuditRetention after its last record
 //
-// The braces are the hash tag: every key of a user (each session's keys, and the per-user indexes
-// and logs that scripts keep in step with them) lands on one Cluster slot, so one script may touch
+// and the prefix has one key of its own, outside every hash tag:
+//
+//	<prefix>:users                         the users index, a sorted set (all scores 0); never expires
+//
+// The braces are the hash tag: every key of a user (each session's keys, and the per-user index
+// and log that scripts keep in step with them) lands on one Cluster slot, so one script may touch
 // them all without a CROSSSLOT error. Keys are built only from validated identifiers, which cannot
 // contain '{', '}' or '/': the user ends at the brace, the session follows a fixed word, and
-// nothing a caller sends can move the hash tag. Every session script is given the four keys in
-// KEYS, in that order (state.lua describes them and the fields of the hash). The state hash is
-// never deleted or given a TTL: it holds the epoch counter (DESIGN §2), the expiry marker and the
-// id of the last event. Its size is a few hundred bytes per session that ever held a lease or had
-// a tab present. The log holds at least EventLogLen events (XADD MAXLEN ~), and the presence keys
-// expire PresenceTTL plus EventLogTTL after the last join, so that they are never lost while the
-// log that would tell of them lives.
+// nothing a caller sends can move the hash tag. Every session script is given the six keys of its
+// session and user in KEYS, in that order (state.lua describes them and the fields of the hash).
+// The users index is never a key of a script: Acquire and Admin.Revoke add the user to it with a
+// ZADD of its own before their script (see admin.go). The state hash is never deleted or given a
+// TTL: it holds the epoch counter (DESIGN §2), the expiry marker, the id of the last event, and an
+// admin's block and last revoke. Its size is a few hundred bytes per session that ever held a
+// lease, had a tab present or was blocked. The log holds at least EventLogLen events (XADD MAXLEN
+// ~), and the presence keys expire PresenceTTL plus EventLogTTL after the last join, so that they
+// are never lost while the log that would tell of them lives. The index of a user holds its held
+// leases (and those that expired since the last listing, see admin.lua), the audit log about
+// AuditMaxRecords records (XADD MAXLEN ~) of the last AuditRetention, and the users index one
+// short entry per user that ever acquired or was revoked.
 //
 // # Time and atomicity
 //
 // Every call is one Lua script (acquire.lua, renew.lua, release.lua, check.lua, get.lua, watch.lua,
-// join.lua, leave.lua, tabs.lua, and settle.lua for the expiry timer) that reads the store clock
-// with redis.call('TIME'), settles what expired, decides, writes the state and appends its events,
-// in that order: the caller's clock is never used. Reading TIME before writing needs effects
+// join.lua, leave.lua, tabs.lua, revoke.lua, and settle.lua for the expiry timer) that reads the
+// store clock with redis.call('TIME'), settles what expired, decides, writes the state and appends
+// its events and audit records, in that order: the caller's clock is never used. The admin reads
+// are leases.lua and audit.lua, on keys of one user, a script per user. Reading TIME before writing needs effects
 // replication, the only mode of Redis 7 and the default since Redis 5. Scripts run with EVALSHA,
 // falling back to EVAL when the server does not know them (after a restart). Every writing script
-// is idempotent under the retries of go-redis, events included: a retried acquire or takeover finds
-// its tab holding and keeps the epoch (no second event), a retried release finds the release it
-// repeats, and a retried renew extends again.
+// is idempotent under the retries of go-redis, events and audit records included: a retried
+// acquire or takeover finds its tab holding and keeps the epoch (no second event or record), a
+// retried release finds the release it repeats, a retried renew extends again, and a retried
+// revoke with a request id finds the revoke it repeats.
 //
 // # Events
 //
@@ -58,9 +71,9 @@
 // # Expiry
 //
 // A lease expires without a call. Every session script first announces an expiry that was not
-// announced yet (an "expired" event, once per epoch: the state hash's ended_epoch marks the epoch
-// whose end was announced, and a release marks its own), and presence entries that expired ("left"
-// with lease.ReasonTimeout), then does its own work. For the sessions it has watchers for, an
+// announced yet (an "expired" event and an "expire" audit record, once per epoch: the state hash's
+// ended_epoch marks the epoch whose end was announced, and a release or revoke marks its own), and
+// presence entries that expired ("left" with lease.ReasonTimeout), then does its own work. For the sessions it has watchers for, an
 // engine also keeps a timer at the session's next deadline, learned from the watch script, from
 // the messages of the channel and from settle.lua itself, which announces what expired and answers
 // the next deadline; so an expiry is announced within a second of it (in milliseconds, given the
@@ -135,6 +148,15 @@ type Options struct {
 	// lease.DefaultPresenceTTL). It must be zero or at least a millisecond; it is truncated to
 	// whole milliseconds. Every instance sharing a prefix should use the same.
 	PresenceTTL time.Duration
+
+	// AuditRetention is how long an audit record is kept after it was appended (default
+	// lease.DefaultAuditRetention). It must be zero or at least a millisecond; it is truncated to
+	// whole milliseconds. Every instance sharing a prefix should use the same.
+	AuditRetention time.Duration
+	// AuditMaxRecords is the number of audit records kept per user, the oldest dropped first
+	// (default lease.DefaultAuditMaxRecords). Redis trims the log with MAXLEN ~, in whole stream
+	// nodes, so it may keep up to a hundred more. It must not be negative.
+	AuditMaxRecords int
 }
 
 // Engine is the Redis lease.Engine. Use New; the zero value is not usable. It is safe for
@@ -149,6 +171,8 @@ type Engine struct {
 	logTTL      time.Duration
 	watchBuffer int
 	presenceTTL time.Duration
+	auditTTL    time.Duration // Options.AuditRetention
+	auditLen    int           // Options.AuditMaxRecords
 	// ctx is canceled by Close; it bounds the engine's own store calls (the subscription and the
 	// settle timers), which no caller waits for.
 	ctx    context.Context
@@ -217,6 +241,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		{"EventLogTTL", "must be zero (the default) or at least a millisecond", opts.EventLogTTL < 0 || (opts.EventLogTTL > 0 && opts.EventLogTTL < time.Millisecond)},
 		{"WatchBuffer", "must not be negative", opts.WatchBuffer < 0},
 		{"PresenceTTL", "must be zero (the default) or at least a millisecond", opts.PresenceTTL < 0 || (opts.PresenceTTL > 0 && opts.PresenceTTL < time.Millisecond)},
+		{"AuditRetention", "must be zero (the default) or at least a millisecond", opts.AuditRetention < 0 || (opts.AuditRetention > 0 && opts.AuditRetention < time.Millisecond)},
+		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -232,6 +258,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		logTTL:      cmp.Or(opts.EventLogTTL.Truncate(time.Millisecond), DefaultEventLogTTL),
 		watchBuffer: cmp.Or(opts.WatchBuffer, lease.DefaultWatchBuffer),
 		presenceTTL: cmp.Or(opts.PresenceTTL.Truncate(time.Millisecond), lease.DefaultPresenceTTL),
+		auditTTL:    cmp.Or(opts.AuditRetention.Truncate(time.Millisecond), lease.DefaultAuditRetention),
+		auditLen:    cmp.Or(opts.AuditMaxRecords, lease.DefaultAuditMaxRecords),
 		ctx:         ctx,
 		cancel:      cancel,
 		sessions:    make(map[lease.Key]*watched),
@@ -258,11 +286,23 @@ func (e *Engine) stateKey(k lease.Key) string {
 }
 
 // sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
-// the event log, and the two presence keys (see state.lua), all under the user's hash tag.
+// the event log, the two presence keys, the user's index of held leases and the user's audit log
+// (see state.lua), all under the user's hash tag.
 func (e *Engine) sessionKeys(k lease.Key) []string {
 	tag := e.prefix + ":{" + k.User + "}:"
-	return []string{e.stateKey(k), tag + "events:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session}
+	return []string{e.stateKey(k), tag + "events:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
+		e.indexKey(k.User), e.auditKey(k.User)}
 }
+
+// indexKey is the key of the index of held leases of user, a valid identifier (see admin.lua).
+func (e *Engine) indexKey(user string) string { return e.prefix + ":{" + user + "}:sessions" }
+
+// auditKey is the key of the audit log of user, a valid identifier (see admin.lua).
+func (e *Engine) auditKey(user string) string { return e.prefix + ":{" + user + "}:audit" }
+
+// usersKey is the key of the index of users under the prefix (see admin.go). It has no hash tag:
+// it is never a key of a script, only of the commands that add users to it and page it.
+func (e *Engine) usersKey() string { return e.prefix + ":users" }
 
 // channel is the Pub/Sub channel on which the scripts publish every event under the prefix.
 func (e *Engine) channel() string { return e.prefix + ":events" }
@@ -270,8 +310,11 @@ func (e *Engine) channel() string { return e.prefix + ":events" }
 // Acquire implements lease.Engine. A new grant (the lease is free, expired or released, or a
 // takeover from another tab) gets the epoch max(last+1, now_us); the holder acquiring again, in
 // either mode, keeps its epoch, has its label and hidden flag updated and its lease extended from
-// now by the clamped TTL.
+// now by the clamped TTL. While an admin's block lasts, every acquire fails with a
+// *lease.RetryError (lease.ErrBlocked). The user is added to the users index first (see
+// admin.go), so that the lease is listed.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
+	const op = "acquire"
 	mode, err := req.Validate()
 	if err != nil {
 		return lease.Lease{}, err
@@ -280,20 +323,31 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	status, l, err := e.run(ctx, "acquire", acquireScript, req.Key,
+	if err := e.addUser(ctx, op, req.Key.User); err != nil {
+		return lease.Lease{}, err
+	}
+	v, err := e.eval(ctx, op, acquireScript, req.Key,
 		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode))
 	if err != nil {
 		return lease.Lease{}, err
+	}
+	status, l, until, err := parseReply(req.Key, v)
+	if err != nil {
+		return lease.Lease{}, &lease.UnavailableError{Op: op, Err: err}
 	}
 	switch status {
 	case statusOK:
 		return l, nil
 	case statusHeld:
 		return lease.Lease{}, &lease.HeldError{Holder: l.Holder, Epoch: l.Epoch, Remaining: l.Remaining()}
+	case statusBlocked:
+		if until.After(l.Now) {
+			return lease.Lease{}, &lease.RetryError{Err: lease.ErrBlocked, RetryAfter: until.Sub(l.Now)}
+		}
 	case statusExhausted:
 		return lease.Lease{}, lease.ErrEpochExhausted
 	}
-	return lease.Lease{}, unexpected("acquire", status)
+	return lease.Lease{}, unexpected(op, status)
 }
 
 // Renew implements lease.Engine.
@@ -449,7 +503,7 @@ func (e *Engine) eval(ctx context.Context, op string, s *redis.Script, key lease
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	argv := append([]any{e.logLen, e.logTTL.Milliseconds()}, args...)
+	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds()}, args...)
 	v, err := s.Run(ctx, e.client, e.sessionKeys(key), argv...).Result()
 	if err != nil {
 		return nil, &lease.UnavailableError{Op: op, Err: err}
@@ -463,7 +517,7 @@ func (e *Engine) run(ctx context.Context, op string, s *redis.Script, key lease.
 	if err != nil {
 		return "", lease.Lease{}, err
 	}
-	status, l, err := parseReply(key, v)
+	status, l, _, err := parseReply(key, v)
 	if err != nil {
 		return "", lease.Lease{}, &lease.UnavailableError{Op: op, Err: err}
 	}

@@ -117,8 +117,12 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
 	log := db.Prefix() + ":{alice}:events:doc-1"
+	// The keys of the user and of the prefix that admins read (see admin_test.go).
+	index, audit, users := db.Prefix()+":{alice}:sessions", db.Prefix()+":{alice}:audit", db.Prefix()+":users"
 
-	wantPersistentHash := func(when string) map[string]string {
+	// wantPersistentHash checks the keys after a change; held says whether the lease is held, and
+	// so listed in the user's index.
+	wantPersistentHash := func(when string, held bool) map[string]string {
 		t.Helper()
 		if typ := c.Type(ctx, key).Val(); typ != "hash" {
 			t.Fatalf("%s: TYPE %s = %q, want hash", when, key, typ)
@@ -137,7 +141,12 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 			t.Fatal(err)
 		}
 		slices.Sort(keys)
-		if want := []string{log, key}; !slices.Equal(keys, want) {
+		want := []string{users, audit, log, key}
+		if held {
+			want = append(want, index)
+		}
+		slices.Sort(want)
+		if !slices.Equal(keys, want) {
 			t.Fatalf("%s: keys under the prefix = %q, want %q", when, keys, want)
 		}
 		return c.HGetAll(ctx, key).Val()
@@ -154,7 +163,7 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := wantPersistentHash("after a grant")
+	h := wantPersistentHash("after a grant", true)
 	want := map[string]string{
 		"tab": "tab-a", "label": "L", "hidden": "1",
 		"epoch":       strconv.FormatInt(a.Epoch, 10),
@@ -176,12 +185,12 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 	if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch, TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	wantPersistentHash("after a renew")
+	wantPersistentHash("after a renew", true)
 	r, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch})
 	if err != nil || !r.Released {
 		t.Fatalf("Release = %+v, %v", r, err)
 	}
-	h = wantPersistentHash("after a release")
+	h = wantPersistentHash("after a release", false)
 	if _, ok := h["tab"]; ok || h["epoch"] != want["epoch"] || h["rel_tab"] != "tab-a" || h["rel_epoch"] != want["epoch"] ||
 		h["ended_epoch"] != want["epoch"] {
 		t.Errorf("hash after a release = %v, want no holder, the epoch kept, the release recorded and its end announced", h)
@@ -191,7 +200,7 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = wantPersistentHash("after a second grant")
+	h = wantPersistentHash("after a second grant", true)
 	if _, ok := h["rel_tab"]; ok {
 		t.Errorf("hash after a new grant = %v, want the last release forgotten", h)
 	}
@@ -214,7 +223,7 @@ func TestTheStateIsOneHashThatNeverExpiresBesideAnEventLogThatDoes(t *testing.T)
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The Get that found it expired announced it, and marked its epoch ended.
-	h = wantPersistentHash("after expiry")
+	h = wantPersistentHash("after expiry", false)
 	if h["ended_epoch"] != strconv.FormatInt(b.Epoch, 10) {
 		t.Errorf("hash after expiry = %v, want ended_epoch %d", h, b.Epoch)
 	}
@@ -370,6 +379,16 @@ func TestEveryWriteIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 	if c.Transitions != 3 || c.Epoch <= b.Epoch {
 		t.Fatalf("takeover of a free session sent twice: epoch %d, transitions %d", c.Epoch, c.Transitions)
 	}
+	req := lease.RevokeRequest{Key: alice, Admin: "root", Reason: "sent twice", Block: time.Minute, RequestID: "req-1"}
+	rv, err := e.Revoke(ctx, req)
+	if err != nil || !rv.Revoked || rv.Previous == nil || rv.Previous.Epoch != c.Epoch || rv.BlockedUntil.IsZero() {
+		t.Fatalf("revoke with a request id sent twice = %+v, %v; want tab-a at %d revoked and a block", rv, err, c.Epoch)
+	}
+	p, err := e.Audit(ctx, lease.AuditQuery{User: alice.User, Limit: 2})
+	if err != nil || len(p.Records) != 2 || p.Records[0].Action != lease.AuditBlock || p.Records[1].Action != lease.AuditRevoke ||
+		!p.Records[0].Until.Equal(rv.BlockedUntil) {
+		t.Fatalf("the newest audit records after a revoke sent twice = %+v, %v; want its block and its revoke, once", p.Records, err)
+	}
 }
 
 func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
@@ -498,7 +517,7 @@ func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
 	})
 }
 
-// forEachCall makes every lease call on alice once and hands each error to check.
+// forEachCall makes every lease call on alice once, and a revoke, and hands each error to check.
 func forEachCall(t *testing.T, e *Engine, check func(op string, err error)) {
 	t.Helper()
 	ctx := t.Context()
@@ -512,6 +531,8 @@ func forEachCall(t *testing.T, e *Engine, check func(op string, err error)) {
 	check("get", err)
 	_, err = e.Check(ctx, alice, "tab-a", 1)
 	check("check", err)
+	_, err = e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "why", Block: time.Second, RequestID: "req-1"})
+	check("revoke", err)
 }
 
 func unusedPort(t *testing.T) string {
@@ -592,6 +613,9 @@ func TestNewChecksItsOptions(t *testing.T) {
 		{"a negative watch buffer", ok, Options{WatchBuffer: -1}, true},
 		{"a negative presence TTL", ok, Options{PresenceTTL: -time.Second}, true},
 		{"a presence TTL under a millisecond", ok, Options{PresenceTTL: 999 * time.Microsecond}, true},
+		{"a negative audit retention", ok, Options{AuditRetention: -time.Hour}, true},
+		{"an audit retention under a millisecond", ok, Options{AuditRetention: time.Microsecond}, true},
+		{"a negative audit length", ok, Options{AuditMaxRecords: -1}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := New(tc.client, tc.opts)
@@ -614,6 +638,9 @@ func TestNewChecksItsOptions(t *testing.T) {
 	if e.logLen != lease.DefaultEventLogLen || e.logTTL != DefaultEventLogTTL || e.watchBuffer != lease.DefaultWatchBuffer ||
 		e.presenceTTL != lease.DefaultPresenceTTL {
 		t.Errorf("event defaults = log %d for %v, watch buffer %d, presence TTL %v", e.logLen, e.logTTL, e.watchBuffer, e.presenceTTL)
+	}
+	if e.auditLen != lease.DefaultAuditMaxRecords || e.auditTTL != lease.DefaultAuditRetention {
+		t.Errorf("audit defaults = %d records for %v", e.auditLen, e.auditTTL)
 	}
 	_ = e.Close()
 }
@@ -749,11 +776,11 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 }
 
 func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
-	preludes := map[string]string{"state.lua": stateLua, "events.lua": eventsLua, "presence.lua": presenceLua}
+	preludes := map[string]string{"state.lua": stateLua, "admin.lua": adminLua, "events.lua": eventsLua, "presence.lua": presenceLua}
 	scripts := map[string]string{
 		"acquire.lua": acquireLua, "renew.lua": renewLua, "release.lua": releaseLua,
 		"check.lua": checkLua, "get.lua": getLua, "watch.lua": watchLua, "settle.lua": settleLua,
-		"join.lua": joinLua, "leave.lua": leaveLua, "tabs.lua": tabsLua,
+		"join.lua": joinLua, "leave.lua": leaveLua, "tabs.lua": tabsLua, "revoke.lua": revokeLua,
 	}
 	split := func(src string) (header, body string) {
 		var h, code []string
@@ -786,7 +813,7 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 		if name == "state.lua" {
 			for i := 1; i <= 9; i++ {
 				k := "KEYS[" + strconv.Itoa(i) + "]"
-				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 4 && !used) {
+				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 6 && !used) {
 					t.Errorf("state.lua: %s is used without a header line, or named and unused", k)
 				}
 			}
@@ -799,7 +826,7 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 			}
 			continue
 		}
-		if !strings.Contains(h, "-- KEYS[1..4]") || !strings.Contains(h, "-- ARGV[1..2]") {
+		if !strings.Contains(h, "-- KEYS[1..6]") || !strings.Contains(h, "-- ARGV[1..4]") {
 			t.Errorf("%s: the header does not name the session's KEYS and the common ARGV:\n%s", name, h)
 		}
 		for i := 1; i <= 9; i++ {
@@ -807,9 +834,9 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 			used := strings.Contains(body, arg) || strings.Contains(body, "arg_int("+strconv.Itoa(i)+",")
 			named := strings.Contains(h, "-- "+arg)
 			switch {
-			case i <= 2 && used:
+			case i <= 4 && used:
 				t.Errorf("%s reads %s, which state.lua reads for every script", name, arg)
-			case i > 2 && used != named:
+			case i > 4 && used != named:
 				t.Errorf("%s: %s is used without a header line, or named and unused", name, arg)
 			}
 		}
@@ -828,21 +855,26 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 func firstLine(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
 
 func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
-	good := []any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6)}
-	if _, l, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond {
-		t.Fatalf("parseReply(good) = %+v, %v", l, err)
+	good := []any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6), int64(0)}
+	if _, l, until, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() {
+		t.Fatalf("parseReply(good) = %+v, %v, %v", l, until, err)
+	}
+	blocked := append(append([]any{"BLOCKED"}, good[1:11]...), int64(7))
+	if status, _, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 {
+		t.Fatalf("parseReply(blocked) = %q, %v, %v", status, until, err)
 	}
 	for name, v := range map[string]any{
 		"nil":              nil,
 		"a string":         "OK",
-		"too short":        good[:10],
+		"too short":        good[:11],
 		"a number as str":  append(append([]any{}, good[:5]...), append([]any{"5"}, good[6:]...)...),
 		"an epoch of 2^53": append(append([]any{}, good[:5]...), append([]any{int64(lease.MaxEpoch)}, good[6:]...)...),
-		"a negative time":  append(append([]any{}, good[:10]...), int64(-1)),
-		"no store time":    append(append([]any{}, good[:10]...), int64(0)),
-		"a float":          append(append([]any{}, good[:10]...), math.Pi),
+		"a negative time":  append(append([]any{}, good[:10]...), int64(-1), int64(0)),
+		"no store time":    append(append([]any{}, good[:10]...), int64(0), int64(0)),
+		"a float":          append(append([]any{}, good[:10]...), math.Pi, int64(0)),
+		"a negative until": append(append([]any{}, good[:11]...), int64(-1)),
 	} {
-		if _, _, err := parseReply(alice, v); err == nil {
+		if _, _, _, err := parseReply(alice, v); err == nil {
 			t.Errorf("parseReply(%s) = nil error", name)
 		}
 	}

@@ -1,16 +1,16 @@
 -- leave.lua: remove a connection of a tab from the session's presence.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
--- ARGV[3]  connection id
--- ARGV[4]  tab id
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  connection id
+-- ARGV[6]  tab id
 -- Answers {now}. Leaving a connection that is not listed changes nothing.
 --
 -- Events: what settle announces; then "left" (no reason) when the connection was the tab's last.
 
 -- Validate.
-local conn, tab = ARGV[3], ARGV[4]
+local conn, tab = ARGV[5], ARGV[6]
 if conn == '' or tab == '' then
-  error('tablease: ARGV[3] and ARGV[4] must be identifiers')
+  error('tablease: ARGV[5] and ARGV[6] must be identifiers')
 end
 
 -- Settle expiry.

@@ -1,6 +1,7 @@
--- presence.lua: the third prelude of every session script (after state.lua and events.lua). It
--- reads the session's presence, announces the tabs whose entries expired (settle_presence) and
--- defines settle, which every session script runs first. It declares no KEYS or ARGV of its own.
+-- presence.lua: the fourth prelude of every session script (after state.lua, admin.lua and
+-- events.lua). It reads the session's presence, announces the tabs whose entries expired
+-- (settle_presence) and defines settle, which every session script runs first. It declares no KEYS
+-- or ARGV of its own.
 --
 -- Presence is one entry per connection of a tab to the session's event stream, member
 -- "<tabId>/<conn>" (identifiers hold no '/'):

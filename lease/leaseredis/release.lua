@@ -1,18 +1,19 @@
 -- release.lua: end the lease held by a tab at an epoch.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
--- ARGV[3]  tab id
--- ARGV[4]  epoch
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  tab id
+-- ARGV[6]  epoch
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
 --
 -- Events: what settle announces; then "released" when this call ended the lease, nothing otherwise
--- (a retry included).
+-- (a retry included). Audit: "release" when this call ended the lease, which also takes the session
+-- out of the user's index of held leases.
 
 -- Validate.
-local tab = ARGV[3]
-local epoch = arg_int(4, 1, MAX_EPOCH)
+local tab = ARGV[5]
+local epoch = arg_int(6, 1, MAX_EPOCH)
 
 -- Settle expiry.
 local now = now_us()
@@ -30,7 +31,9 @@ redis.call('HSET', KEY_STATE, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch
   'ended_epoch', int(epoch))
 redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden')
 s.tab, s.label, s.hidden, s.expires_us, s.ended_epoch = '', '', false, now, epoch
+index_remove()
 
--- Append event.
+-- Append event and audit record.
 emit({type = 'released', epoch = int(epoch), prev = {tab = tab, epoch = int(epoch)}, at = int(now)})
+record({a = 'release', e = epoch, at = now, tab = tab, ptab = tab, pep = epoch})
 return finish(s, now, reply('RELEASED', s, now))

@@ -1,10 +1,10 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
--- KEYS[1..4]  the keys of the session (see state.lua)
--- ARGV[1..2]  the event log's options (see state.lua)
--- ARGV[3]  tab id
--- ARGV[4]  epoch
--- ARGV[5]  "1" when the tab is hidden, "0" when visible
--- ARGV[6]  TTL in milliseconds, already clamped
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  tab id
+-- ARGV[6]  epoch
+-- ARGV[7]  "1" when the tab is hidden, "0" when visible
+-- ARGV[8]  TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
 -- A retried renew extends again from a later now, which is what the caller asked for.
@@ -12,10 +12,10 @@
 -- Events: what settle announces; then "updated" when the hidden flag changed, nothing otherwise.
 
 -- Validate.
-local tab = ARGV[3]
-local epoch = arg_int(4, 1, MAX_EPOCH)
-local hidden = ARGV[5] == '1'
-local ttl_ms = arg_int(6, 1, MAX_EPOCH)
+local tab = ARGV[5]
+local epoch = arg_int(6, 1, MAX_EPOCH)
+local hidden = ARGV[7] == '1'
+local ttl_ms = arg_int(8, 1, MAX_EPOCH)
 
 -- Settle expiry.
 local now = now_us()

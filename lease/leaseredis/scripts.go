@@ -11,15 +11,18 @@ import (
 )
 
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
-// script but document.lua) take the same four keys and the same first two arguments, and run after
-// three preludes that scripts.go puts in front of each: state.lua (the keys, the common arguments,
-// the state hash and the lease answer), events.lua (the event log, publishing, and the lease's
-// expiry) and presence.lua (presence entries, their expiry, and settle). Every script validates its
-// arguments and reads before it writes anything: Redis does not roll back a script that fails
-// halfway.
+// script but document.lua, leases.lua and audit.lua) take the same six keys and the same first four
+// arguments, and run after four preludes that scripts.go puts in front of each: state.lua (the keys,
+// the common arguments, the state hash and the lease answer), admin.lua (the user's index of held
+// leases and audit log), events.lua (the event log, publishing, and the lease's expiry) and
+// presence.lua (presence entries, their expiry, and settle). leases.lua and audit.lua are the reads
+// of the admin listing and audit log, on keys of one user. Every script validates its arguments and
+// reads before it writes anything: Redis does not roll back a script that fails halfway.
 var (
 	//go:embed state.lua
 	stateLua string
+	//go:embed admin.lua
+	adminLua string
 	//go:embed events.lua
 	eventsLua string
 	//go:embed presence.lua
@@ -44,6 +47,12 @@ var (
 	leaveLua string
 	//go:embed tabs.lua
 	tabsLua string
+	//go:embed revoke.lua
+	revokeLua string
+	//go:embed leases.lua
+	leasesLua string
+	//go:embed audit.lua
+	auditLua string
 
 	acquireScript = newScript(acquireLua)
 	renewScript   = newScript(renewLua)
@@ -55,50 +64,59 @@ var (
 	joinScript    = newScript(joinLua)
 	leaveScript   = newScript(leaveLua)
 	tabsScript    = newScript(tabsLua)
+	revokeScript  = newScript(revokeLua)
+	leasesScript  = redis.NewScript(leasesLua)
+	auditScript   = redis.NewScript(auditLua)
 )
 
 // newScript is a session script: the preludes, then body.
 func newScript(body string) *redis.Script {
-	return redis.NewScript(stateLua + "\n" + eventsLua + "\n" + presenceLua + "\n" + body)
+	return redis.NewScript(stateLua + "\n" + adminLua + "\n" + eventsLua + "\n" + presenceLua + "\n" + body)
 }
 
 // Statuses that the scripts answer first.
 const (
 	statusOK        = "OK"        // granted, renewed, confirmed, read
 	statusHeld      = "HELD"      // acquire: another tab holds the lease
-	statusExhausted = "EXHAUSTED" // acquire: the next epoch would reach 2^53
+	statusExhausted = "EXHAUSTED" // acquire, revoke: the next epoch would reach 2^53
+	statusBlocked   = "BLOCKED"   // acquire: an admin blocked grants (until_us says until when)
 	statusLost      = "LOST"      // renew, check: the tab does not hold the lease at that epoch
 	statusReleased  = "RELEASED"  // release: this call, or the call it retries, ended the lease
 	statusKept      = "KEPT"      // release: nothing to release
 )
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
-// granted_us, expires_us, ttl_ms, transitions, now_us} (see reply in state.lua).
-const replyLen = 11
+// granted_us, expires_us, ttl_ms, transitions, now_us, until_us} (see reply in state.lua).
+const replyLen = 12
 
-// parseReply turns a script's answer into its status and the lease of key it describes.
-func parseReply(key lease.Key, v any) (string, lease.Lease, error) {
+// parseReply turns a script's answer into its status, the lease of key it describes, and the time
+// at which a refusal ends (until_us: the end of the block of a BLOCKED acquire; zero when none).
+func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != replyLen {
-		return "", lease.Lease{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
 	}
 	status, ok1 := a[0].(string)
 	tab, ok2 := a[2].(string)
 	label, ok3 := a[3].(string)
 	if !ok1 || !ok2 || !ok3 {
-		return "", lease.Lease{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
 	}
-	var n [8]int64 // held, hidden, epoch, granted_us, expires_us, ttl_ms, transitions, now_us
-	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10} {
+	var n [9]int64 // held, hidden, epoch, granted_us, expires_us, ttl_ms, transitions, now_us, until_us
+	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11} {
 		x, ok := a[j].(int64)
 		if !ok || x < 0 {
-			return "", lease.Lease{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+			return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
 		}
 		n[i] = x
 	}
 	heldFlag, hidden, epoch, granted, expires, ttlMS, transitions, now := n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
 	if epoch >= lease.MaxEpoch || now == 0 {
-		return "", lease.Lease{}, fmt.Errorf("leaseredis: script reply out of range %v", v)
+		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: script reply out of range %v", v)
+	}
+	var until time.Time
+	if n[8] != 0 {
+		until = micros(n[8])
 	}
 	l := lease.Lease{
 		Key:         key,
@@ -114,7 +132,7 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, error) {
 	if l.Held {
 		l.Holder = lease.Holder{TabID: tab, Label: label, Hidden: hidden == 1}
 	}
-	return status, l, nil
+	return status, l, until, nil
 }
 
 // micros is the time of a store clock reading in microseconds, in UTC like every time the engines

@@ -1,17 +1,22 @@
 -- state.lua: the first prelude of every session script of this package; scripts.go puts it, then
--- events.lua and presence.lua, in front of each. It names the keys and the common arguments, reads
--- the state hash and shapes answers; it never writes.
+-- admin.lua, events.lua and presence.lua, in front of each. It names the keys and the common
+-- arguments, reads the state hash and shapes answers; it never writes.
 --
 -- Every session script is called with the same KEYS, all under the user's hash tag {<sub>} (one
--- Cluster slot), built by the engine from validated identifiers:
+-- Cluster slot), built by the engine from validated identifiers: the session's four keys, then the
+-- two keys of its user that the script keeps in step with the session (see admin.lua):
 --   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); never expires
 --   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a stream (see events.lua)
 --   KEYS[3]  <prefix>:{<sub>}:tabs:<sid>     presence: a sorted set of connections (presence.lua)
 --   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
--- and with the same first two ARGV, the engine's options for the event log (see events.lua):
---   ARGV[1]  the length of the event log (XADD MAXLEN ~)
+--   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
+--   KEYS[6]  <prefix>:{<sub>}:audit          the user's audit log, a stream (admin.lua)
+-- and with the same first four ARGV, the engine's options for the logs:
+--   ARGV[1]  the length of the event log (XADD MAXLEN ~; see events.lua)
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
--- A script's own arguments follow, from ARGV[3]; its header names them.
+--   ARGV[3]  the length of the audit log (XADD MAXLEN ~; see admin.lua)
+--   ARGV[4]  how long an audit record is kept, in milliseconds
+-- A script's own arguments follow, from ARGV[5]; its header names them.
 --
 -- The state hash, KEYS[1], never expires (the epoch counter must not live in a key that expires).
 -- Fields:
@@ -29,14 +34,23 @@
 --                        "expired" event to come (see settle_lease in events.lua).
 --   event_id             the id of the last event appended to the log, "<ms>-<seq>": the next id
 --                        must exceed it even when the log was trimmed or expired (events.lua)
--- Reserved for later work, not written yet: ho_tab, ho_until_us (a pending handoff) and
--- block_until_us (an admin block). Scripts ignore fields they do not know.
+--   block_until_us       store time (µs) until which an admin blocked grants (revoke.lua); grants
+--                        are refused while it is after now
+--   rv_admin, rv_req,    the last revoke that had a request id: its admin, its request id and its
+--   rv_at_us             store time (µs); a retry within the retry window (rv_at_us plus the
+--                        window, against TIME) is answered as that revoke was (revoke.lua):
+--   rv_revoked, rv_epoch, rv_until_us, rv_ptab, rv_pep
+--                        its answer: revoked ("1"|"0"), the epoch, the end of the block (0: none),
+--                        and the holder revoked ("" and 0: none)
+-- Reserved for later work, not written yet: ho_tab, ho_until_us (a pending handoff). Scripts ignore
+-- fields they do not know.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
 -- replies, never through tostring (which would print 1.7e+15).
 
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local KEY_SESSIONS, KEY_AUDIT = KEYS[5], KEYS[6]
 
 -- The prefix, user and session, read back from the state key (identifiers and the prefix hold no
 -- braces, so it parses one way only); the other keys must be the same session's.
@@ -48,6 +62,9 @@ local TAG = PREFIX .. ':{' .. USER .. '}:'
 if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
     or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
   error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
+end
+if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' then
+  error('tablease: KEYS[5..6] are not the keys of the user of KEYS[1]')
 end
 -- CHANNEL is where every event of every session under the prefix is published (events.lua).
 local CHANNEL = PREFIX .. ':events'
@@ -76,11 +93,14 @@ end
 
 local LOG_LEN = arg_int(1, 1, MAX_EPOCH)
 local LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
+local AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
+local AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
 
 -- load reads the state hash; a session that never had a lease reads as zeros.
 local function load()
   local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
-    'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id')
+    'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
+    'block_until_us')
   return {
     tab = v[1] or '',
     label = v[2] or '',
@@ -94,6 +114,7 @@ local function load()
     rel_epoch = tonumber(v[10]) or 0,
     ended_epoch = tonumber(v[11]) or 0,
     event_id = v[12] or '',
+    block_until_us = tonumber(v[13]) or 0,
   }
 end
 
@@ -106,11 +127,14 @@ local function held_by(s, now, tab, epoch)
 end
 
 -- reply is the lease part of every answer: {status, held, tab, label, hidden, epoch, granted_us,
--- expires_us, ttl_ms, transitions, now_us}. The holder fields are empty unless the lease is held.
-local function reply(status, s, now)
+-- expires_us, ttl_ms, transitions, now_us, until_us}. The holder fields are empty unless the lease
+-- is held; until_us is when a refusal ends (the block of a "BLOCKED" acquire), 0 otherwise.
+local function reply(status, s, now, until_us)
+  until_us = until_us or 0
   if held(s, now) then
     return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
-      s.ttl_ms, s.transitions, now}
+      s.ttl_ms, s.transitions, now, until_us}
   end
-  return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now}
+  return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now,
+    until_us}
 end

@@ -1,0 +1,731 @@
+package leaseredis
+
+import (
+	"container/heap"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// The engine implements lease.Admin.
+//
+// # Revokes and blocks
+//
+// A revoke is one session script, revoke.lua, like every change: it settles, answers a retry from
+// the state hash (the last revoke with a request id and its answer, kept with the store time it
+// ran and honoured for lease.RevokeRetryWindow), revokes a held lease (a new epoch, no holder, the
+// epoch marked ended, a "revoked" event and an audit record), and blocks. The block is a field of
+// the state hash, block_until_us, which acquire.lua checks after it settles.
+//
+// # Listing
+//
+// Each user has an index of the sessions whose lease is held, <prefix>:{<sub>}:sessions, kept in
+// step by the scripts that grant and end leases (see admin.lua), so it shares the user's slot. To
+// list every user, the engine keeps one more sorted set, <prefix>:users, of the users that ever
+// had a lease acquired or revoked: it is added to with its own idempotent ZADD before the acquire
+// or revoke script runs, never by a script (its slot is not the user's). A user in it whose
+// leases ended only has an empty index; a lease is never held by a user missing from it, unless
+// the key was lost on its own (a failover of its Cluster node without persistence), which the
+// user's next acquire repairs. ListLeases pages the users in byte order from the cursor's user, and
+// each user's index from the cursor's session (ZRANGEBYLEX), and reads the state hashes of the
+// sessions it found with leases.lua, which answers those held at the store's clock and drops the
+// others from the index. A lease held throughout a listing is in its user's index throughout, so
+// paging never skips it; the cursor is lease.LeaseCursor of the last lease of the page.
+//
+// # Audit log
+//
+// Each user's records are a stream, <prefix>:{<sub>}:audit, appended by the script that makes each
+// change (see admin.lua). A record's ID is its stream id and its user, "<ms>-<seq>-<base64url of
+// the user>", unique across users. A page of one user's records reads that stream backwards from
+// the cursor; a page across users merges every listed user's stream, newest first by stream id and
+// then by user (descending), which is the order of the changes per user and their order by append
+// time, to the millisecond, across users. The cursor is the ID of the page's last record: each
+// stream is read from strictly after it in that order. So that records appended after a first page
+// cannot sort after its cursor (in the same millisecond, for a user that sorts lower), the first
+// page across users reads only the records appended up to a horizon, the store's millisecond when
+// the call began, and reads each log only once the clock of its node has passed it (a wait of at
+// most a millisecond): every record appended to that log later has a later id, newer than any
+// cursor of the listing. (The exceptions need clocks that disagree: a node's clock stepping back,
+// or a user first listed after the first page, on a Cluster node whose clock lags.) Records past
+// the retention are never read, whether or not Redis trimmed them yet. A page across users reads
+// the log of every user of the users index (a pipeline per batch of users, then more of the logs
+// it merges from), so its cost grows with the number of users; a page of one user reads that
+// user's log alone.
+
+var _ lease.Admin = (*Engine)(nil)
+
+// Batches of the admin reads.
+const (
+	usersBatch  = 256  // users per ZRANGEBYLEX of the users index, and per pipeline
+	auditBudget = 1000 // audit entries audit.lua looks at per call
+	auditFill   = 32   // records per user per read, when merging users
+)
+
+// maxStreamSeq is the largest sequence of a stream id: "<ms>-<maxStreamSeq>" is the last id of a
+// millisecond.
+const maxStreamSeq = uint64(math.MaxUint64)
+
+// store runs f bounded by OpTimeout and reports its failure as a *lease.UnavailableError for op.
+func (e *Engine) store(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	if e.closed.Load() {
+		return &lease.UnavailableError{Op: op, Err: ErrClosed}
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		return &lease.UnavailableError{Op: op, Err: err}
+	}
+	return nil
+}
+
+// addUser adds user to the users index: one idempotent ZADD, before the script that may give the
+// user a held lease or audit records.
+func (e *Engine) addUser(ctx context.Context, op, user string) error {
+	return e.store(ctx, op, func(ctx context.Context) error {
+		return e.client.ZAdd(ctx, e.usersKey(), redis.Z{Member: user}).Err()
+	})
+}
+
+// Revoke implements lease.Admin with revoke.lua. A revoke without a RequestID that the driver
+// retries (go-redis resends a command whose answer was lost) revokes once and answers the retry
+// as a revoke of the free lease, and a block retried that way starts again from the retry; give a
+// RequestID (the api always does) to have a retry answered as the first call.
+func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.RevokeResult, error) {
+	const op = "revoke"
+	if err := req.Validate(); err != nil {
+		return lease.RevokeResult{}, err
+	}
+	if err := e.addUser(ctx, op, req.Key.User); err != nil {
+		return lease.RevokeResult{}, err
+	}
+	v, err := e.eval(ctx, op, revokeScript, req.Key, req.Admin, req.Reason, req.Block.Milliseconds(),
+		req.RequestID, lease.RevokeRetryWindow.Milliseconds())
+	if err != nil {
+		return lease.RevokeResult{}, err
+	}
+	status, res, err := parseRevoke(v)
+	switch {
+	case err != nil:
+		return lease.RevokeResult{}, &lease.UnavailableError{Op: op, Err: err}
+	case status == statusExhausted:
+		return lease.RevokeResult{}, lease.ErrEpochExhausted
+	case status != statusOK:
+		return lease.RevokeResult{}, unexpected(op, status)
+	}
+	return res, nil
+}
+
+// parseRevoke reads revoke.lua's answer: {status, revoked, epoch, until_us, previous tab, previous
+// epoch, now_us}.
+func parseRevoke(v any) (string, lease.RevokeResult, error) {
+	bad := fmt.Errorf("leaseredis: malformed revoke reply %v", v)
+	a, ok := v.([]any)
+	if !ok || len(a) != 7 {
+		return "", lease.RevokeResult{}, bad
+	}
+	status, ok1 := a[0].(string)
+	revoked, ok2 := a[1].(int64)
+	epoch, ok3 := a[2].(int64)
+	until, ok4 := a[3].(int64)
+	prevTab, ok5 := a[4].(string)
+	prevEpoch, ok6 := a[5].(int64)
+	now, ok7 := a[6].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || epoch < 0 || epoch >= lease.MaxEpoch || until < 0 ||
+		now <= 0 || (revoked == 1) != (prevTab != "") {
+		return "", lease.RevokeResult{}, bad
+	}
+	r := lease.RevokeResult{Revoked: revoked == 1, Epoch: epoch}
+	if until != 0 {
+		r.BlockedUntil = micros(until)
+	}
+	if r.Revoked {
+		r.Previous = &lease.Previous{TabID: prevTab, Epoch: prevEpoch}
+	}
+	return status, r, nil
+}
+
+// ListLeases implements lease.Admin (see "Listing" above). It announces nothing.
+func (e *Engine) ListLeases(ctx context.Context, q lease.ListQuery) (lease.LeasePage, error) {
+	limit, err := q.Validate()
+	if err != nil {
+		return lease.LeasePage{}, err
+	}
+	var after *lease.Key
+	if q.Cursor != "" {
+		k, err := lease.ParseLeaseCursor(q.Cursor)
+		if err != nil {
+			return lease.LeasePage{}, err
+		}
+		after = &k
+	}
+	l := &lister{e: e, ctx: ctx, need: limit + 1, after: after}
+	switch {
+	case q.User == "":
+		err = l.everyUser()
+	case after == nil || after.User <= q.User:
+		err = l.user(q.User, nil, 0)
+	}
+	if err != nil {
+		return lease.LeasePage{}, err
+	}
+	page := lease.LeasePage{Leases: l.found}
+	if len(page.Leases) > limit {
+		page.Leases = page.Leases[:limit]
+		page.Next = lease.LeaseCursor(page.Leases[limit-1].Key)
+	}
+	if page.Leases == nil {
+		page.Leases = []lease.Lease{}
+	}
+	return page, nil
+}
+
+// lister gathers one page of ListLeases: need leases (one more than the page holds, to know
+// whether a next page exists), in key order, strictly after after (nil: from the start).
+type lister struct {
+	e     *Engine
+	ctx   context.Context
+	need  int
+	after *lease.Key
+	found []lease.Lease
+}
+
+const opList = "list leases"
+
+func (l *lister) full() bool { return len(l.found) >= l.need }
+
+// batch is how many sessions to read from an index at a time: what the page still needs, within
+// bounds (a few more, as some may have ended).
+func (l *lister) batch() int64 { return int64(min(max(l.need-len(l.found), 8), lease.MaxPageLimit+1)) }
+
+// from is where user's index is read from: after the cursor's session for the cursor's user,
+// from the start for the others.
+func (l *lister) from(user string) string {
+	if l.after != nil && l.after.User == user {
+		return "(" + l.after.Session
+	}
+	return "-"
+}
+
+// everyUser pages the users index from the cursor's user, reading the first batch of the index of
+// each user of a page of users in one pipeline.
+func (l *lister) everyUser() error {
+	from := "-"
+	if l.after != nil {
+		from = "[" + l.after.User
+	}
+	for !l.full() {
+		var users []string
+		err := l.e.store(l.ctx, opList, func(ctx context.Context) (err error) {
+			users, err = l.e.client.ZRangeByLex(ctx, l.e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
+			return err
+		})
+		if err != nil || len(users) == 0 {
+			return err
+		}
+		firsts := make([]*redis.StringSliceCmd, len(users))
+		n := l.batch()
+		err = l.e.store(l.ctx, opList, func(ctx context.Context) error {
+			_, err := l.e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, u := range users {
+					firsts[i] = p.ZRangeByLex(ctx, l.e.indexKey(u), &redis.ZRangeBy{Min: l.from(u), Max: "+", Count: n})
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for i, u := range users {
+			if l.full() {
+				return nil
+			}
+			if err := l.user(u, firsts[i].Val(), n); err != nil {
+				return err
+			}
+		}
+		if len(users) < usersBatch {
+			return nil
+		}
+		from = "(" + users[len(users)-1]
+	}
+	return nil
+}
+
+// user lists the held leases of user from its index until the page is full. When the caller read
+// the first batch of the index already, asking for n sessions, sessions holds it; otherwise n is
+// 0, and user reads it.
+func (l *lister) user(user string, sessions []string, n int64) error {
+	from, read := l.from(user), n > 0
+	if !read {
+		n = l.batch()
+	}
+	for !l.full() {
+		if !read {
+			err := l.e.store(l.ctx, opList, func(ctx context.Context) (err error) {
+				sessions, err = l.e.client.ZRangeByLex(ctx, l.e.indexKey(user), &redis.ZRangeBy{Min: from, Max: "+", Count: n}).Result()
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if len(sessions) == 0 {
+			return nil
+		}
+		if err := l.read(user, sessions); err != nil {
+			return err
+		}
+		if int64(len(sessions)) < n {
+			return nil
+		}
+		from, n, read = "("+sessions[len(sessions)-1], l.batch(), false
+	}
+	return nil
+}
+
+// read runs leases.lua on sessions of user and adds the leases held to the page.
+func (l *lister) read(user string, sessions []string) error {
+	keys := make([]string, 0, len(sessions)+1)
+	keys = append(keys, l.e.indexKey(user))
+	for _, sid := range sessions {
+		keys = append(keys, l.e.stateKey(lease.Key{User: user, Session: sid}))
+	}
+	var v any
+	err := l.e.store(l.ctx, opList, func(ctx context.Context) (err error) {
+		v, err = leasesScript.Run(ctx, l.e.client, keys).Result()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	leases, err := parseLeases(user, v)
+	if err != nil {
+		return &lease.UnavailableError{Op: opList, Err: err}
+	}
+	l.found = append(l.found, leases...)
+	return nil
+}
+
+// parseLeases reads leases.lua's answer: {now_us, sid, tab, label, hidden, epoch, granted_us,
+// expires_us, ttl_ms, transitions, …}.
+func parseLeases(user string, v any) ([]lease.Lease, error) {
+	bad := fmt.Errorf("leaseredis: malformed leases reply %v", v)
+	a, ok := v.([]any)
+	if !ok || len(a) == 0 || (len(a)-1)%9 != 0 {
+		return nil, bad
+	}
+	now, ok := a[0].(int64)
+	if !ok || now <= 0 {
+		return nil, bad
+	}
+	var out []lease.Lease
+	for i := 1; i < len(a); i += 9 {
+		sid, ok1 := a[i].(string)
+		tab, ok2 := a[i+1].(string)
+		label, ok3 := a[i+2].(string)
+		var n [6]int64 // hidden, epoch, granted_us, expires_us, ttl_ms, transitions
+		for j := range n {
+			x, ok := a[i+3+j].(int64)
+			if !ok || x < 0 {
+				return nil, bad
+			}
+			n[j] = x
+		}
+		key := lease.Key{User: user, Session: sid}
+		if !ok1 || !ok2 || !ok3 || key.Validate() != nil || n[1] >= lease.MaxEpoch || n[3] <= now {
+			return nil, bad
+		}
+		out = append(out, lease.Lease{
+			Key:         key,
+			Held:        true,
+			Holder:      lease.Holder{TabID: tab, Label: label, Hidden: n[0] == 1},
+			Epoch:       n[1],
+			GrantedAt:   micros(n[2]),
+			ExpiresAt:   micros(n[3]),
+			TTL:         time.Duration(n[4]) * time.Millisecond,
+			Transitions: n[5],
+			Now:         micros(now),
+		})
+	}
+	return out, nil
+}
+
+// Audit implements lease.Admin (see "Audit log" above). The cursor is the ID of the last record
+// of the previous page.
+func (e *Engine) Audit(ctx context.Context, q lease.AuditQuery) (lease.AuditPage, error) {
+	const op = "audit"
+	limit, err := q.Validate()
+	if err != nil {
+		return lease.AuditPage{}, err
+	}
+	var cursor *auditPos
+	if q.Cursor != "" {
+		p, err := parseAuditID(q.Cursor)
+		if err != nil {
+			return lease.AuditPage{}, err
+		}
+		cursor = &p
+	}
+	need := limit + 1
+	r := &auditReader{e: e, ctx: ctx, session: q.Session, count: need}
+
+	users := []string{q.User}
+	if q.User == "" {
+		if users, err = e.allUsers(ctx, op); err != nil {
+			return lease.AuditPage{}, err
+		}
+		if len(users) == 0 {
+			return lease.AuditPage{Records: []lease.AuditRecord{}}, nil
+		}
+		r.count = min(need, auditFill)
+	}
+	newest := func(string) string { return "+" }
+	switch {
+	case cursor != nil:
+		newest = cursor.newest
+	case q.User == "":
+		// The first page across users: up to a horizon the store's clock has passed.
+		var now time.Time
+		err := e.store(ctx, op, func(ctx context.Context) (err error) {
+			now, err = e.client.Time(ctx).Result()
+			return err
+		})
+		if err != nil {
+			return lease.AuditPage{}, err
+		}
+		r.horizon = now.UnixMilli()
+		time.Sleep(time.UnixMilli(r.horizon + 1).Sub(now)) // at most a millisecond
+		last := fmt.Sprintf("%d-%d", r.horizon, maxStreamSeq)
+		newest = func(string) string { return last }
+	}
+
+	sources := make([]*auditSource, len(users))
+	for i, u := range users {
+		sources[i] = &auditSource{user: u, from: newest(u), more: true}
+	}
+	if err := r.fill(sources); err != nil {
+		return lease.AuditPage{}, err
+	}
+	m := make(auditMerge, 0, len(sources))
+	for _, s := range sources {
+		if len(s.buf) > 0 {
+			m = append(m, s)
+		}
+	}
+	heap.Init(&m)
+	var page lease.AuditPage
+	for m.Len() > 0 && len(page.Records) < need {
+		s := m[0]
+		page.Records = append(page.Records, s.buf[0].rec)
+		s.buf = s.buf[1:]
+		if len(s.buf) == 0 && s.more && len(page.Records) < need {
+			if err := r.read(s); err != nil {
+				return lease.AuditPage{}, err
+			}
+		}
+		if len(s.buf) == 0 {
+			heap.Pop(&m)
+		} else {
+			heap.Fix(&m, 0)
+		}
+	}
+	if len(page.Records) > limit {
+		page.Records = page.Records[:limit]
+		page.Next = page.Records[limit-1].ID
+	}
+	if page.Records == nil {
+		page.Records = []lease.AuditRecord{}
+	}
+	return page, nil
+}
+
+// allUsers reads the whole users index, in byte order.
+func (e *Engine) allUsers(ctx context.Context, op string) ([]string, error) {
+	var all []string
+	from := "-"
+	for {
+		var users []string
+		err := e.store(ctx, op, func(ctx context.Context) (err error) {
+			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: 4 * usersBatch}).Result()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, users...)
+		if len(users) < 4*usersBatch {
+			return all, nil
+		}
+		from = "(" + users[len(users)-1]
+	}
+}
+
+// auditPos is the position of a record in the order of Audit: its stream id, then its user.
+type auditPos struct {
+	id   lease.EventID
+	user string
+}
+
+// auditID is the ID of the record at p: "<ms>-<seq>-<base64url of the user>", printable ASCII
+// without spaces, unique across users (stream ids are unique per user).
+func (p auditPos) String() string {
+	return p.id.String() + "-" + base64.RawURLEncoding.EncodeToString([]byte(p.user))
+}
+
+// after reports whether p comes after (is older than) o in the order of Audit: newest first by
+// stream id, then by user, descending.
+func (p auditPos) after(o auditPos) bool {
+	if c := p.id.Compare(o.id); c != 0 {
+		return c < 0
+	}
+	return p.user < o.user
+}
+
+// newest is the newest stream id of user's log that a page after p may hold, as the end argument
+// of XREVRANGE: p's id itself for a user that sorts lower (its records of that id come after p),
+// strictly before it otherwise.
+func (p auditPos) newest(user string) string {
+	if user < p.user {
+		return p.id.String()
+	}
+	return "(" + p.id.String()
+}
+
+// parseAuditID reads the ID of a record, as a cursor; an *InvalidError for anything else.
+func parseAuditID(s string) (auditPos, error) {
+	bad := &lease.InvalidError{Field: "cursor", Reason: "must be the next cursor of an earlier page"}
+	ms, rest, ok1 := strings.Cut(s, "-")
+	seq, user64, ok2 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 {
+		return auditPos{}, bad
+	}
+	id, err := lease.ParseEventID(ms + "-" + seq)
+	if err != nil || id.IsZero() {
+		return auditPos{}, bad
+	}
+	user, err := base64.RawURLEncoding.Strict().DecodeString(user64)
+	if err != nil || lease.ValidateID("sub", string(user)) != nil {
+		return auditPos{}, bad
+	}
+	return auditPos{id: id, user: string(user)}, nil
+}
+
+// auditSource is one user's audit log as a page reads it: the records read and not merged yet,
+// and where to read on.
+type auditSource struct {
+	user string
+	from string // the newest id to read next (ARGV[1] of audit.lua)
+	more bool   // older records within retention may remain
+	buf  []auditEntry
+}
+
+type auditEntry struct {
+	pos auditPos
+	rec lease.AuditRecord
+}
+
+// auditReader reads the users' logs for one page.
+type auditReader struct {
+	e       *Engine
+	ctx     context.Context
+	session string // the session filter, or ""
+	count   int    // records per read
+	horizon int64  // the first page's horizon in ms (see "Audit log"), or 0 for none
+}
+
+// fill makes the first read of every source: a pipeline per batch of users, then one by one the
+// sources that need more (nothing kept yet but more to look at, a horizon not passed yet, or a
+// script Redis does not know yet).
+func (r *auditReader) fill(sources []*auditSource) error {
+	const op = "audit"
+	for start := 0; start < len(sources); start += usersBatch {
+		batch := sources[start:min(start+usersBatch, len(sources))]
+		cmds := make([]*redis.Cmd, len(batch))
+		err := r.e.store(r.ctx, op, func(ctx context.Context) error {
+			_, err := r.e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, s := range batch {
+					cmds[i] = auditScript.EvalSha(ctx, p, []string{r.e.auditKey(s.user)}, r.args(s)...)
+				}
+				return nil
+			})
+			if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for i, s := range batch {
+			waited := false
+			if err := cmds[i].Err(); err == nil {
+				if waited, err = r.take(s, cmds[i].Val()); err != nil {
+					return err
+				}
+			}
+			if cmds[i].Err() != nil || waited || (len(s.buf) == 0 && s.more) {
+				if err := r.read(s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// args are the ARGV of audit.lua for the next read of s.
+func (r *auditReader) args(s *auditSource) []any {
+	horizon := ""
+	if r.horizon > 0 {
+		horizon = strconv.FormatInt(r.horizon, 10)
+	}
+	return []any{s.from, r.session, r.count, auditBudget, r.e.auditTTL.Milliseconds(), horizon}
+}
+
+// read reads s on until it has records or nothing more to read, waiting for the store's clock to
+// pass the horizon if it has not yet: for at most OpTimeout, which only a node whose clock is
+// behind another's (on a Cluster) may need.
+func (r *auditReader) read(s *auditSource) error {
+	const op = "audit"
+	waits := 0
+	for len(s.buf) == 0 && s.more {
+		var v any
+		err := r.e.store(r.ctx, op, func(ctx context.Context) (err error) {
+			v, err = auditScript.Run(ctx, r.e.client, []string{r.e.auditKey(s.user)}, r.args(s)...).Result()
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		waited, err := r.take(s, v)
+		if err != nil {
+			return err
+		}
+		if waited {
+			if waits++; time.Duration(waits)*time.Millisecond > r.e.opTimeout {
+				return &lease.UnavailableError{Op: op, Err: fmt.Errorf(
+					"leaseredis: the clock of the node of user %q did not pass the horizon %d ms within %v", s.user, r.horizon, r.e.opTimeout)}
+			}
+			select {
+			case <-r.ctx.Done():
+				return &lease.UnavailableError{Op: op, Err: r.ctx.Err()}
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// take reads audit.lua's answer v into s; waited is true when the script answered WAIT (the
+// horizon is not past on the store's clock) and s is unchanged.
+func (r *auditReader) take(s *auditSource, v any) (waited bool, err error) {
+	bad := &lease.UnavailableError{Op: "audit", Err: fmt.Errorf("leaseredis: malformed audit reply %v", v)}
+	a, ok := v.([]any)
+	if !ok || len(a) < 2 {
+		return false, bad
+	}
+	if status, _ := a[0].(string); status == "WAIT" && len(a) == 2 {
+		return true, nil
+	} else if status != statusOK || len(a) < 4 {
+		return false, bad
+	}
+	more, ok1 := a[2].(int64)
+	from, ok2 := a[3].(string)
+	if !ok1 || !ok2 || from == "" {
+		return false, bad
+	}
+	for _, x := range a[4:] {
+		entry, err := parseAuditEntry(s.user, x)
+		if err != nil {
+			return false, &lease.UnavailableError{Op: "audit", Err: err}
+		}
+		s.buf = append(s.buf, entry)
+	}
+	s.from, s.more = from, more == 1
+	return false, nil
+}
+
+// parseAuditEntry reads one stream entry of user's audit log, {id, {field, value, …}} (see
+// admin.lua).
+func parseAuditEntry(user string, x any) (auditEntry, error) {
+	bad := fmt.Errorf("leaseredis: malformed audit entry %v", x)
+	e, ok := x.([]any)
+	if !ok || len(e) != 2 {
+		return auditEntry{}, bad
+	}
+	rawID, ok1 := e[0].(string)
+	list, ok2 := e[1].([]any)
+	if !ok1 || !ok2 || len(list)%2 != 0 {
+		return auditEntry{}, bad
+	}
+	id, err := lease.ParseEventID(rawID)
+	if err != nil {
+		return auditEntry{}, bad
+	}
+	f := make(map[string]string, len(list)/2)
+	for i := 0; i < len(list); i += 2 {
+		k, ok1 := list[i].(string)
+		v, ok2 := list[i+1].(string)
+		if !ok1 || !ok2 {
+			return auditEntry{}, bad
+		}
+		f[k] = v
+	}
+	num := func(name string) (int64, bool) {
+		s, ok := f[name]
+		if !ok {
+			return 0, true
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil && n >= 0
+	}
+	epoch, ok1 := num("e")
+	at, ok2 := num("at")
+	pep, ok3 := num("pep")
+	until, ok4 := num("until")
+	pos := auditPos{id: id, user: user}
+	rec := lease.AuditRecord{
+		ID:     pos.String(),
+		Key:    lease.Key{User: user, Session: f["s"]},
+		Action: lease.AuditAction(f["a"]),
+		Epoch:  epoch,
+		TabID:  f["tab"],
+		Admin:  f["adm"],
+		Reason: f["r"],
+	}
+	if !ok1 || !ok2 || !ok3 || !ok4 || at <= 0 || rec.Action == "" || rec.Key.Validate() != nil || epoch >= lease.MaxEpoch {
+		return auditEntry{}, bad
+	}
+	rec.At = micros(at)
+	if until != 0 {
+		rec.Until = micros(until)
+	}
+	if tab, ok := f["ptab"]; ok {
+		rec.Previous = &lease.Previous{TabID: tab, Epoch: pep}
+	}
+	return auditEntry{pos: pos, rec: rec}, nil
+}
+
+// auditMerge is a heap of the sources that have records, by their next record: popping gives the
+// records of every user in the order of Audit.
+type auditMerge []*auditSource
+
+func (m auditMerge) Len() int           { return len(m) }
+func (m auditMerge) Less(i, j int) bool { return m[j].buf[0].pos.after(m[i].buf[0].pos) }
+func (m auditMerge) Swap(i, j int)      { m[i], m[j] = m[j], m[i] }
+func (m *auditMerge) Push(x any)        { *m = append(*m, x.(*auditSource)) }
+func (m *auditMerge) Pop() any {
+	old := *m
+	x := old[len(old)-1]
+	*m = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,88 @@
+-- admin.lua: the second prelude of every session script (after state.lua, before events.lua and
+-- presence.lua). It keeps the two keys of the user that admins read in step with the session: the
+-- index of held leases and the audit log. It declares no KEYS or ARGV of its own.
+--
+-- The index, KEYS[5], is a sorted set of session ids, all with score 0, so that ZRANGEBYLEX pages
+-- it in byte order (Admin.ListLeases, see leases.lua). The step that grants a lease adds its
+-- session (index_add); the step that ends it (a release, a revoke, or the announcement of its
+-- expiry in settle_lease) removes it (index_remove). So the index holds every held lease of the
+-- user, and besides only leases that expired and were not announced yet, which leases.lua drops
+-- when it finds them: it stays as small as the user's held leases, and a lease held throughout a
+-- listing is in it throughout.
+--
+-- The audit log, KEYS[6], is a stream: one entry per change of a lease of the user, appended by the
+-- step that makes the change (record queues it, flush_audit appends it when the script finishes,
+-- with the events). Its fields, strings, with only those that apply:
+--   s       the session id
+--   a       the action: grant, takeover, release, expire, revoke or block (lease.AuditAction)
+--   e       the epoch after the change (for release and expire: the epoch that ended)
+--   at      the store time of the change in µs; for expire, the lease's expires_us
+--   tab     the acting tab (grant, takeover, release)
+--   adm     the acting admin (revoke, block)
+--   ptab    the holder before the change, and its epoch in pep (takeover, release, expire, revoke)
+--   r       the admin's reason (revoke, block)
+--   until   the end of a block in µs (block)
+-- Entry ids are "<ms>-<seq>" by the rule of lease.NextEventID (the store clock in ms, or the newest
+-- entry's id with seq+1 when the clock did not move past it), so a user's records are in exactly
+-- the order of the changes, and records of different users compare by the time they were appended,
+-- to the millisecond. Each append trims the log to about ARGV[3] entries (XADD MAXLEN ~, which
+-- removes whole stream nodes, so a few more may stay) and drops the entries older than ARGV[4] ms
+-- (XTRIM MINID ~), and the stream expires ARGV[4] ms after its last append: a user's log outlives
+-- the user's sessions by the retention, and no longer.
+
+local audit_pending = {} -- the audit records of this script not appended yet, in order
+
+-- index_add lists the session in the user's index of held leases.
+local function index_add()
+  redis.call('ZADD', KEY_SESSIONS, 0, SESSION)
+end
+
+-- index_remove takes the session out of the user's index: its lease ended.
+local function index_remove()
+  redis.call('ZREM', KEY_SESSIONS, SESSION)
+end
+
+-- record queues an audit record of this session: rec holds the fields above but s (a table of
+-- strings and numbers; numbers are written as integers).
+local function record(rec)
+  audit_pending[#audit_pending + 1] = rec
+end
+
+-- audit_fields is the field list of XADD for rec, in a fixed order.
+local function audit_fields(rec)
+  local out = {'s', SESSION}
+  for _, f in ipairs({'a', 'e', 'at', 'tab', 'adm', 'ptab', 'pep', 'r', 'until'}) do
+    local v = rec[f]
+    if v ~= nil and v ~= '' then
+      out[#out + 1] = f
+      out[#out + 1] = type(v) == 'number' and int(v) or v
+    end
+  end
+  return out
+end
+
+-- flush_audit appends the queued records to the audit log, trims it and sets its expiry.
+local function flush_audit(now)
+  if #audit_pending == 0 then
+    return
+  end
+  local ms, seq = 0, 0
+  local top = redis.call('XREVRANGE', KEY_AUDIT, '+', '-', 'COUNT', 1)
+  if top[1] then
+    local m, q = string.match(top[1][1], '^(%d+)-(%d+)$')
+    ms, seq = tonumber(m), tonumber(q)
+  end
+  local now_ms = math.floor(now / 1000)
+  for _, rec in ipairs(audit_pending) do
+    if now_ms > ms then
+      ms, seq = now_ms, 0
+    else
+      seq = seq + 1
+    end
+    redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq),
+      unpack(audit_fields(rec)))
+  end
+  redis.call('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+  redis.call('PEXPIRE', KEY_AUDIT, int(AUDIT_RETENTION_MS))
+  audit_pending = {}
+end

@@ -1,0 +1,471 @@
+package leaseredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+)
+
+// adminEngine returns an engine with opts (the namespace's prefix, short TTLs allowed unless opts
+// has limits) on a namespace of the shared Redis, and a plain client of the same database.
+func adminEngine(t *testing.T, opts Options) (*Engine, *redis.Client, *redistest.DB) {
+	t.Helper()
+	db := redistest.Shared(t)
+	client, err := NewClient(db.URL(), DefaultOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	opts.Prefix = db.Prefix()
+	if opts.Limits == (lease.Limits{}) {
+		opts.Limits = lease.Limits{Min: 20 * time.Millisecond, Default: time.Second, Max: time.Minute, HiddenMax: time.Minute}
+	}
+	e, err := New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, db.Client(t), db
+}
+
+// waitStoreMicros polls the store's clock until it is after us.
+func waitStoreMicros(t *testing.T, c *redis.Client, us int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for storeMicros(t, c) <= us {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store's clock did not pass %d µs", us)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// allAudit reads every page of q.
+func allAudit(t *testing.T, e *Engine, q lease.AuditQuery) []lease.AuditRecord {
+	t.Helper()
+	var all []lease.AuditRecord
+	for {
+		p, err := e.Audit(t.Context(), q)
+		if err != nil {
+			t.Fatalf("Audit(%+v): %v", q, err)
+		}
+		all = append(all, p.Records...)
+		if p.Next == "" {
+			return all
+		}
+		q.Cursor = p.Next
+	}
+}
+
+func actions(recs []lease.AuditRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Key.User + "/" + r.Key.Session + " " + string(r.Action)
+	}
+	return out
+}
+
+func TestTheIndexOfAUserHoldsItsHeldLeasesUnderItsHashTagAndTheUsersIndexHasNone(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	p := db.Prefix()
+	index := func(user string) []string {
+		t.Helper()
+		z, err := c.ZRangeWithScores(ctx, p+":{"+user+"}:sessions", 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]string, len(z))
+		for i, m := range z {
+			if m.Score != 0 {
+				t.Errorf("index of %s: %v has score %v, want 0 (ZRANGEBYLEX needs equal scores)", user, m.Member, m.Score)
+			}
+			out[i] = m.Member.(string)
+		}
+		return out
+	}
+	key := func(user, sid string) lease.Key { return lease.Key{User: user, Session: sid} }
+
+	a1 := mustAcquire(t, e, key("alice", "doc-1"), tabA, lease.ModeTry)
+	mustAcquire(t, e, key("alice", "doc-2"), tabA, lease.ModeTry)
+	mustAcquire(t, e, key("bob", "doc-1"), tabA, lease.ModeTry)
+	mustAcquire(t, e, key("alice", "doc-2"), tabB, lease.ModeTakeover) // still held: listed once
+	if got := index("alice"); !slices.Equal(got, []string{"doc-1", "doc-2"}) {
+		t.Errorf("alice's index after three grants = %q, want doc-1 and doc-2", got)
+	}
+	for _, k := range []string{p + ":{alice}:sessions", p + ":users"} {
+		if typ := c.Type(ctx, k).Val(); typ != "zset" {
+			t.Errorf("TYPE %s = %s, want zset", k, typ)
+		}
+		if ttl := c.TTL(ctx, k).Val(); ttl != -1 {
+			t.Errorf("TTL %s = %v, want none", k, ttl)
+		}
+	}
+	if users := c.ZRange(ctx, p+":users", 0, -1).Val(); !slices.Equal(users, []string{"alice", "bob"}) {
+		t.Errorf("users index = %q, want alice and bob", users)
+	}
+	if strings.Contains(e.usersKey(), "{") {
+		t.Errorf("the users index %q has a hash tag: it is no user's", e.usersKey())
+	}
+
+	// A release and a revoke take their session out, in the same script.
+	if r, err := e.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-1"), TabID: "tab-a", Epoch: a1.Epoch}); err != nil || !r.Released {
+		t.Fatalf("Release = %+v, %v", r, err)
+	}
+	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: key("alice", "doc-2"), Admin: "root", Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := index("alice"); len(got) != 0 {
+		t.Errorf("alice's index after a release and a revoke = %q, want empty", got)
+	}
+	if n := c.Exists(ctx, p+":{alice}:sessions").Val(); n != 0 {
+		t.Error("alice's empty index still exists")
+	}
+
+	// A lease that expires unannounced stays listed in the index, until a listing finds it free,
+	// which announces nothing; the call that announces the expiry records it.
+	short, err := e.Acquire(ctx, lease.AcquireRequest{Key: key("alice", "doc-3"), Holder: tabA, TTL: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStoreMicros(t, c, short.ExpiresAt.UnixMicro())
+	if got := index("alice"); !slices.Equal(got, []string{"doc-3"}) {
+		t.Errorf("alice's index after an expiry nobody announced = %q, want doc-3 still", got)
+	}
+	page, err := e.ListLeases(ctx, lease.ListQuery{User: "alice"})
+	if err != nil || len(page.Leases) != 0 {
+		t.Fatalf("ListLeases of alice after the expiry = %+v, %v; want none", page, err)
+	}
+	if got := index("alice"); len(got) != 0 {
+		t.Errorf("alice's index after the listing = %q, want the expired lease dropped", got)
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{User: "alice", Session: "doc-3"}); len(recs) != 1 || recs[0].Action != lease.AuditGrant {
+		t.Errorf("the audit of the expired lease after the listing = %q, want the grant alone: a listing announces nothing", actions(recs))
+	}
+	if _, err := e.Get(ctx, key("alice", "doc-3")); err != nil {
+		t.Fatal(err)
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{User: "alice", Session: "doc-3"}); len(recs) != 2 || recs[0].Action != lease.AuditExpire ||
+		!recs[0].At.Equal(short.ExpiresAt) {
+		t.Errorf("the audit of the expired lease after a Get = %+v, want its expiry at %v, then the grant", recs, short.ExpiresAt)
+	}
+
+	// A revoke adds its user to the users index before it runs, for its audit records.
+	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: key("carol", "never"), Admin: "root", Reason: "r", Block: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if users := c.ZRange(ctx, p+":users", 0, -1).Val(); !slices.Equal(users, []string{"alice", "bob", "carol"}) {
+		t.Errorf("users index after a block = %q, want carol added", users)
+	}
+	if n := c.Exists(ctx, p+":{carol}:sessions").Val(); n != 0 {
+		t.Error("a block of a free session indexed it as held")
+	}
+}
+
+func TestAnAcquireWhoseUserCannotBeIndexedGrantsNothing(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	// The users index is written by its own command before the script: when that fails, no lease is
+	// granted, so that no held lease is ever missing from the listing.
+	if err := c.Set(ctx, db.Prefix()+":users", "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA})
+	wantUnavailable(t, "Acquire with a broken users index", "acquire", err)
+	if g, err := e.Get(ctx, alice); err != nil || g.Held || g.Epoch != 0 {
+		t.Fatalf("Get after the refused acquire = %+v, %v; want nothing granted", g, err)
+	}
+	_, err = e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "r", Block: time.Hour})
+	wantUnavailable(t, "Revoke with a broken users index", "revoke", err)
+	_, err = e.ListLeases(ctx, lease.ListQuery{})
+	wantUnavailable(t, "ListLeases with a broken users index", "list leases", err)
+	_, err = e.Audit(ctx, lease.AuditQuery{})
+	wantUnavailable(t, "Audit with a broken users index", "audit", err)
+}
+
+func TestTheAuditLogIsOneStreamPerUserTrimmedToAboutItsLengthAndExpiringWithItsRetention(t *testing.T) {
+	const maxRecords, retention = 10, time.Hour
+	e, c, db := adminEngine(t, Options{AuditMaxRecords: maxRecords, AuditRetention: retention})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:audit"
+	for i := range 300 {
+		tab := tabA
+		if i%2 == 1 {
+			tab = tabB
+		}
+		mustAcquire(t, e, alice, tab, lease.ModeTakeover)
+	}
+	if typ := c.Type(ctx, log).Val(); typ != "stream" {
+		t.Fatalf("TYPE %s = %s, want stream", log, typ)
+	}
+	n := c.XLen(ctx, log).Val()
+	if n < maxRecords || n > maxRecords+100 {
+		t.Errorf("the audit log holds %d records after 300, want about %d (MAXLEN ~ %d)", n, maxRecords, maxRecords)
+	}
+	if ttl := c.PTTL(ctx, log).Val(); ttl <= retention-time.Minute || ttl > retention {
+		t.Errorf("PTTL %s = %v, want the retention %v", log, ttl, retention)
+	}
+	recs := allAudit(t, e, lease.AuditQuery{User: "alice", Limit: lease.MaxPageLimit})
+	if int64(len(recs)) != n || recs[0].Action != lease.AuditTakeover || recs[0].Previous == nil {
+		t.Errorf("Audit answered %d records (newest %+v), want the %d kept, newest first", len(recs), recs[0], n)
+	}
+	// The stream entry is the record's fields, with its session.
+	top := c.XRevRangeN(ctx, log, "+", "-", 1).Val()
+	if len(top) != 1 || top[0].Values["s"] != "doc-1" || top[0].Values["a"] != "takeover" || top[0].Values["tab"] != "tab-b" ||
+		top[0].Values["ptab"] != "tab-a" || top[0].Values["e"] == nil || top[0].Values["at"] == nil || top[0].Values["pep"] == nil {
+		t.Errorf("the newest entry = %+v, want the takeover with its fields", top)
+	}
+	if want := top[0].ID + "-" + "YWxpY2U"; recs[0].ID != want {
+		t.Errorf("the newest record's ID = %q, want its stream id and its user %q", recs[0].ID, want)
+	}
+}
+
+func TestAuditRecordsPastTheRetentionAreNeverReadAndTheLogExpires(t *testing.T) {
+	const retention = time.Second
+	e, c, db := adminEngine(t, Options{AuditRetention: retention})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:audit"
+	doc2 := lease.Key{User: "alice", Session: "doc-2"}
+
+	old := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	waitStoreMicros(t, c, old.GrantedAt.Add(retention/2).UnixMicro())
+	mid := mustAcquire(t, e, alice, tabB, lease.ModeTakeover) // keeps the log alive past the grant's retention
+	// Past the grant's retention, another change appends a record: the grant is still in the
+	// stream (a ~ trim drops whole stream nodes only), but no page answers it.
+	waitStoreMicros(t, c, old.GrantedAt.Add(retention+2*time.Millisecond).UnixMicro())
+	fresh := mustAcquire(t, e, doc2, tabA, lease.ModeTry)
+	if n := c.XLen(ctx, log).Val(); n != 3 {
+		t.Fatalf("XLEN %s = %d, want the 3 records still stored", log, n)
+	}
+	want := []string{"alice/doc-2 grant", "alice/doc-1 takeover"}
+	if mid.GrantedAt.Add(retention).Before(fresh.Now) {
+		t.Skip("the machine is too slow for this test: the takeover passed its retention too")
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{User: "alice"}); !slices.Equal(actions(recs), want) {
+		t.Errorf("Audit past the retention of the grant = %q, want %q", actions(recs), want)
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{}); !slices.Equal(actions(recs), want) {
+		t.Errorf("Audit of every user past the retention of the grant = %q, want %q", actions(recs), want)
+	}
+	// A page after the takeover skips the grant, dropped meanwhile.
+	p, err := e.Audit(ctx, lease.AuditQuery{User: "alice", Session: "doc-1", Limit: 1})
+	if err != nil || len(p.Records) != 1 || p.Records[0].Action != lease.AuditTakeover || p.Next != "" {
+		t.Fatalf("doc-1's records a page of one = %+v, %v; want the takeover alone, and no next page", p, err)
+	}
+	rest, err := e.Audit(ctx, lease.AuditQuery{User: "alice", Cursor: p.Records[0].ID})
+	if err != nil || len(rest.Records) != 0 || rest.Next != "" {
+		t.Errorf("the page after the takeover = %+v, %v; want an empty last page", rest, err)
+	}
+
+	// The log expires with the retention of its last record; the state outlives it.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Exists(ctx, log).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not expire (PTTL %v)", log, c.PTTL(ctx, log).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{User: "alice"}); len(recs) != 0 {
+		t.Errorf("Audit after the log expired = %q, want nothing", actions(recs))
+	}
+	if g, err := e.Get(ctx, alice); err != nil || !g.HeldBy("tab-b", mid.Epoch) {
+		t.Errorf("Get after the log expired = %+v, %v; want the lease unchanged", g, err)
+	}
+}
+
+func TestRecordsOfOneMillisecondComeByUserAndEveryPageCoversThemOnce(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	// Records of three users with the same stream id, as three changes in one millisecond make:
+	// written here by hand, since the store clock cannot be held still.
+	ms := storeMicros(t, c)/1000 - 5
+	users := []string{"alice", "alice-b", "bob"}
+	for _, u := range users {
+		if err := c.ZAdd(ctx, db.Prefix()+":users", redis.Z{Member: u}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for seq := range 2 {
+			err := c.XAdd(ctx, &redis.XAddArgs{Stream: db.Prefix() + ":{" + u + "}:audit", ID: fmt.Sprintf("%d-%d", ms, seq),
+				Values: []any{"s", "doc-1", "a", "grant", "e", strconv.Itoa(seq + 1), "at", strconv.FormatInt(ms*1000, 10), "tab", "tab-" + u}}).Err()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	whole := allAudit(t, e, lease.AuditQuery{Limit: lease.MaxPageLimit})
+	var got []string
+	for _, r := range whole {
+		got = append(got, fmt.Sprintf("%s %d", r.Key.User, r.Epoch))
+	}
+	want := []string{"bob 2", "alice-b 2", "alice 2", "bob 1", "alice-b 1", "alice 1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Audit of every user = %q, want by stream id, then by user, both descending: %q", got, want)
+	}
+	for _, limit := range []int{1, 2, 4} {
+		paged := allAudit(t, e, lease.AuditQuery{Limit: limit})
+		if !slices.EqualFunc(paged, whole, func(a, b lease.AuditRecord) bool { return a.ID == b.ID }) {
+			t.Errorf("Audit of every user %d at a time = %q, want %q", limit, actions(paged), actions(whole))
+		}
+	}
+	// Each ID names its record: the cursor of one user's list works for every user's.
+	seen := map[string]bool{}
+	for _, r := range whole {
+		if seen[r.ID] {
+			t.Errorf("ID %q is not unique", r.ID)
+		}
+		seen[r.ID] = true
+		p, err := parseAuditID(r.ID)
+		if err != nil || p.user != r.Key.User || p.String() != r.ID {
+			t.Errorf("parseAuditID(%q) = %+v, %v", r.ID, p, err)
+		}
+	}
+	p, err := e.Audit(ctx, lease.AuditQuery{User: "alice-b", Cursor: whole[1].ID})
+	if err != nil || len(p.Records) != 1 || p.Records[0].ID != whole[4].ID {
+		t.Errorf("alice-b's records after its newest = %+v, %v; want its older one", p.Records, err)
+	}
+}
+
+func TestAReadAcrossUsersWaitsForTheStoreClockToPassItsHorizon(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	log := []string{db.Prefix() + ":{alice}:audit"}
+	nowMS := storeMicros(t, c) / 1000
+	run := func(horizon int64) []any {
+		t.Helper()
+		v, err := auditScript.Run(ctx, c, log, "+", "", 10, 10, time.Hour.Milliseconds(), strconv.FormatInt(horizon, 10)).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := run(nowMS + time.Minute.Milliseconds()); len(v) != 2 || v[0] != "WAIT" {
+		t.Errorf("audit.lua before its horizon = %v, want WAIT and nothing read", v)
+	}
+	if v := run(nowMS - 1); len(v) != 5 || v[0] != "OK" {
+		t.Errorf("audit.lua past its horizon = %v, want the grant", v)
+	}
+	// A node whose clock never passes the horizon is store trouble, reported within OpTimeout.
+	e.opTimeout = 50 * time.Millisecond
+	r := &auditReader{e: e, ctx: ctx, count: 10, horizon: nowMS + time.Minute.Milliseconds()}
+	start := time.Now()
+	err := r.read(&auditSource{user: "alice", from: "+", more: true})
+	wantUnavailable(t, "a read before a horizon that does not come", "audit", err)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the read gave up after %v, want about the OpTimeout", d)
+	}
+}
+
+func TestAuditCursorsThatNoPageMadeAreInvalid(t *testing.T) {
+	e, _, _ := adminEngine(t, Options{})
+	for _, cursor := range []string{
+		"1-0", "1-0-", "0-0-YWxpY2U", "01-0-YWxpY2U", "1-x-YWxpY2U", "1-0-YWxpY2U=", "1-0-YWxpY2V", "1-0-e2F9", "1-0-Lg",
+		"+", "-", "(1-0-YWxpY2U",
+	} {
+		_, err := e.Audit(t.Context(), lease.AuditQuery{Cursor: cursor})
+		if !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Audit with cursor %q = %v, want lease.ErrInvalid", cursor, err)
+		}
+	}
+	if p, err := parseAuditID("1764680400123-7-YWxpY2U"); err != nil || p.user != "alice" || p.id != (lease.EventID{Millis: 1764680400123, Seq: 7}) {
+		t.Errorf("parseAuditID of a good ID = %+v, %v", p, err)
+	}
+}
+
+func TestARevokeRemembersItsAnswerInTheStateHashForTheRetryWindow(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	key := db.Prefix() + ":{alice}:lease:doc-1"
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	req := lease.RevokeRequest{Key: alice, Admin: "root", Reason: "r", Block: time.Hour, RequestID: "req-1"}
+	r, err := e.Revoke(ctx, req)
+	if err != nil || !r.Revoked {
+		t.Fatalf("Revoke = %+v, %v", r, err)
+	}
+	h := c.HGetAll(ctx, key).Val()
+	g, err := e.Get(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := g.ExpiresAt.UnixMicro() // the time of the revoke
+	for f, v := range map[string]string{
+		"block_until_us": strconv.FormatInt(at+time.Hour.Microseconds(), 10),
+		"rv_admin":       "root", "rv_req": "req-1", "rv_at_us": strconv.FormatInt(at, 10),
+		"rv_revoked": "1", "rv_epoch": strconv.FormatInt(r.Epoch, 10), "rv_until_us": h["block_until_us"],
+		"rv_ptab": "tab-a", "rv_pep": strconv.FormatInt(a.Epoch, 10),
+		"ended_epoch": strconv.FormatInt(r.Epoch, 10),
+	} {
+		if h[f] != v {
+			t.Errorf("field %s = %q, want %q (hash %v)", f, h[f], v, h)
+		}
+	}
+	if _, ok := h["tab"]; ok {
+		t.Errorf("the revoked lease keeps its holder: %v", h)
+	}
+
+	// Within the window a retry answers the same; once the window passed (here: the revoke's time
+	// moved back), the same request id is a new revoke.
+	if again, err := e.Revoke(ctx, req); err != nil || again.Epoch != r.Epoch || !again.Revoked {
+		t.Fatalf("the retry = %+v, %v; want %+v", again, err, r)
+	}
+	past := at - lease.RevokeRetryWindow.Microseconds() - 1000
+	if err := c.HSet(ctx, key, "rv_at_us", strconv.FormatInt(past, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	late, err := e.Revoke(ctx, req)
+	if err != nil || late.Revoked || late.BlockedUntil.Before(r.BlockedUntil) {
+		t.Fatalf("the retry after the window = %+v, %v; want a new revoke of the free lease, blocking anew", late, err)
+	}
+	if recs := allAudit(t, e, lease.AuditQuery{User: "alice"}); !slices.Equal(actions(recs), []string{
+		"alice/doc-1 block", "alice/doc-1 block", "alice/doc-1 revoke", "alice/doc-1 grant",
+	}) {
+		t.Errorf("the audit log = %q, want the grant, the revoke and its block, and the late retry's block", actions(recs))
+	}
+}
+
+func TestAdminCallsAfterCloseAreUnavailable(t *testing.T) {
+	e, _, _ := adminEngine(t, Options{})
+	_ = e.Close()
+	ctx := context.Background()
+	_, err := e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "r"})
+	wantUnavailable(t, "Revoke after Close", "revoke", err)
+	_, err = e.ListLeases(ctx, lease.ListQuery{})
+	wantUnavailable(t, "ListLeases after Close", "list leases", err)
+	_, err = e.Audit(ctx, lease.AuditQuery{User: "alice"})
+	wantUnavailable(t, "Audit after Close", "audit", err)
+}
+
+func TestAdminScriptsDeclareTheirKeysAndArguments(t *testing.T) {
+	for name, src := range map[string]string{"leases.lua": leasesLua, "audit.lua": auditLua} {
+		header, body, _ := strings.Cut(src, "\nlocal ")
+		if !strings.HasPrefix(header, "-- "+name+": ") {
+			t.Errorf("%s does not start with a header naming it: %q", name, firstLine(src))
+		}
+		for i := 1; i <= 9; i++ {
+			arg := "ARGV[" + strconv.Itoa(i) + "]"
+			used := strings.Contains(body, arg) || strings.Contains(body, "arg_int("+strconv.Itoa(i)+",")
+			if named := strings.Contains(header, "-- "+arg); used != named {
+				t.Errorf("%s: %s is used without a header line, or named and unused", name, arg)
+			}
+		}
+		if !strings.Contains(header, "-- KEYS[1]") || strings.Contains(body, "tostring") {
+			t.Errorf("%s does not name KEYS[1], or uses tostring", name)
+		}
+	}
+	if !strings.Contains(leasesLua, "-- KEYS[2..n]") {
+		t.Error("leases.lua does not name KEYS[2..n]")
+	}
+	if strings.Contains(auditLua, "KEYS[2]") {
+		t.Error("audit.lua uses a key it does not declare")
+	}
+}

@@ -1,0 +1,45 @@
+-- leases.lua: read the leases of some sessions of one user for Admin.ListLeases, and drop from the
+-- user's index the sessions whose lease is not held.
+-- KEYS[1]     <prefix>:{<sub>}:sessions      the user's index of held leases (see admin.lua)
+-- KEYS[2..n]  <prefix>:{<sub>}:lease:<sid>   state hashes of the same user (see state.lua), as the
+--                                            engine found their sessions in the index
+-- Answers {now_us, sid, tab, label, hidden (1|0), epoch, granted_us, expires_us, ttl_ms,
+-- transitions, …}: the leases of KEYS[2..n] held at now_us (tab set and expires_us after now), in
+-- the order of KEYS. It announces nothing: a lease found expired is only dropped from the index
+-- (the call that next touches its session announces the expiry, and records it), so the index
+-- holds no more than the held leases and those that expired since the last listing.
+local index = KEYS[1]
+local prefix, user = string.match(index or '', '^(.+):{([^}]+)}:sessions$')
+if prefix == nil then
+  error('tablease: KEYS[1] is not the index of a user')
+end
+local tag = prefix .. ':{' .. user .. '}:lease:'
+for i = 2, #KEYS do
+  if #KEYS[i] <= #tag or string.sub(KEYS[i], 1, #tag) ~= tag then
+    error('tablease: KEYS[' .. i .. '] is not a state key of the user of KEYS[1]')
+  end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {now}
+for i = 2, #KEYS do
+  local sid = string.sub(KEYS[i], #tag + 1)
+  local v = redis.call('HMGET', KEYS[i], 'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us',
+    'ttl_ms', 'transitions')
+  local expires = tonumber(v[6]) or 0
+  if v[1] and v[1] ~= '' and expires > now then
+    out[#out + 1] = sid
+    out[#out + 1] = v[1]
+    out[#out + 1] = v[2] or ''
+    out[#out + 1] = v[3] == '1' and 1 or 0
+    out[#out + 1] = tonumber(v[4]) or 0
+    out[#out + 1] = tonumber(v[5]) or 0
+    out[#out + 1] = expires
+    out[#out + 1] = tonumber(v[7]) or 0
+    out[#out + 1] = tonumber(v[8]) or 0
+  else
+    redis.call('ZREM', index, sid)
+  end
+end
+return out

@@ -1,0 +1,100 @@
+-- revoke.lua: an admin ends the lease of a session, whoever holds it, and may block grants.
+-- KEYS[1..6]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..4]  the options of the logs (see state.lua)
+-- ARGV[5]  the admin's sub
+-- ARGV[6]  the reason
+-- ARGV[7]  the block in milliseconds; 0 leaves the session's block as it is
+-- ARGV[8]  the request id, or "" for none
+-- ARGV[9]  how long a revoke with a request id is remembered for its retries, in milliseconds
+-- Answers {status, revoked (1|0), epoch, until_us, previous tab, previous epoch, now_us}: status
+-- "OK"; revoked 1 when this call ended a lease; the epoch it minted then, the last epoch
+-- otherwise; until_us the end of the session's block when grants are blocked after the call, 0
+-- when they are not; the holder revoked ("" and 0 when none). Status "EXHAUSTED" (and the rest as
+-- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
+--
+-- In this order, in one step: settle; the retry of the last revoke with a request id (same admin
+-- and request id, within the window of ARGV[9] counted from rv_at_us against TIME) answers what
+-- that revoke answered and changes nothing; a held lease is revoked: a new epoch
+-- (max(last+1, now_us), as a grant mints it), no holder, granted_us = expires_us = now, one more
+-- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
+-- a positive block sets block_until_us to now + the block, replacing the old block whether it ends
+-- earlier or later; a request id remembers the answer (rv_* fields, see state.lua).
+--
+-- Events: what settle announces; then "revoked" (the new epoch, no holder, the holder revoked as
+-- prev, the reason) when a lease was revoked; nothing else (a revoke of a free lease, a block and a
+-- retry are not events).
+-- Audit: "revoke" when a lease was revoked, then "block" (with the session's epoch after the call)
+-- for a positive block, whether or not a lease was revoked. A revoke takes the session out of the
+-- user's index of held leases. The engine adds the user to the prefix's users index before it runs
+-- this script, since its records are in the user's audit log.
+
+-- Validate.
+local admin, reason = ARGV[5], ARGV[6]
+local block_ms = arg_int(7, 0, MAX_EPOCH)
+local request = ARGV[8]
+local window_ms = arg_int(9, 0, MAX_EPOCH)
+if admin == '' or reason == '' then
+  error('tablease: ARGV[5] and ARGV[6] must not be empty')
+end
+
+-- Settle expiry.
+local now = now_us()
+local s = load()
+settle(s, now)
+
+-- Answer a retry as the revoke it retries was answered.
+if request ~= '' then
+  local m = redis.call('HMGET', KEY_STATE, 'rv_admin', 'rv_req', 'rv_at_us', 'rv_revoked',
+    'rv_epoch', 'rv_until_us', 'rv_ptab', 'rv_pep')
+  local at = tonumber(m[3])
+  if m[1] == admin and m[2] == request and at ~= nil and now - at <= window_ms * 1000 then
+    return finish(s, now, {'OK', tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
+      m[7] or '', tonumber(m[8]) or 0, now})
+  end
+end
+
+-- Decide.
+local revoked = held(s, now)
+local epoch, previous = s.epoch, nil -- the epoch after the call; the holder revoked: {tab, epoch}
+if revoked then
+  epoch = math.max(s.epoch + 1, now)
+  if epoch >= MAX_EPOCH then
+    return finish(s, now, {'EXHAUSTED', 0, s.epoch, 0, '', 0, now})
+  end
+  previous = {tab = s.tab, epoch = s.epoch}
+end
+
+-- Write state: revoke.
+if revoked then
+  s.tab, s.label, s.hidden = '', '', false
+  s.epoch, s.granted_us, s.expires_us, s.ended_epoch = epoch, now, now, epoch
+  s.transitions = s.transitions + 1
+  redis.call('HSET', KEY_STATE, 'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(now),
+    'transitions', int(s.transitions), 'ended_epoch', int(epoch))
+  redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', 'rel_tab', 'rel_epoch')
+  index_remove()
+  emit({type = 'revoked', epoch = int(epoch), prev = {tab = previous.tab, epoch = int(previous.epoch)},
+    reason = reason, at = int(now)})
+  record({a = 'revoke', e = epoch, at = now, adm = admin, ptab = previous.tab, pep = previous.epoch,
+    r = reason})
+end
+
+-- Write state: block.
+if block_ms > 0 then
+  s.block_until_us = now + block_ms * 1000
+  redis.call('HSET', KEY_STATE, 'block_until_us', int(s.block_until_us))
+  record({a = 'block', e = s.epoch, at = now, adm = admin, r = reason, ['until'] = s.block_until_us})
+end
+
+-- Remember the answer for retries, and answer.
+local until_us = s.block_until_us > now and s.block_until_us or 0
+local ptab, pep = '', 0
+if previous ~= nil then
+  ptab, pep = previous.tab, previous.epoch
+end
+if request ~= '' then
+  redis.call('HSET', KEY_STATE, 'rv_admin', admin, 'rv_req', request, 'rv_at_us', int(now),
+    'rv_revoked', revoked and '1' or '0', 'rv_epoch', int(s.epoch), 'rv_until_us', int(until_us),
+    'rv_ptab', ptab, 'rv_pep', int(pep))
+end
+return finish(s, now, {'OK', revoked and 1 or 0, s.epoch, until_us, ptab, pep, now})
