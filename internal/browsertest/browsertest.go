@@ -17,11 +17,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 )
 
@@ -81,16 +86,36 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// Browser is one headless Chromium with one tab, stopped when the test ends.
+// Browser is one headless Chromium, stopped when the test ends. It starts with one tab, whose
+// methods (Do, WaitFor, Screenshot, Context) are the Browser's; NewTab opens more.
 type Browser struct {
-	t   testing.TB
-	ctx context.Context // the tab
+	*Tab // the first tab
+
+	t testing.TB
 
 	output *lockedBuffer // the browser's stdout and stderr
 
 	mu      sync.Mutex // protects console
-	console []string   // what the page wrote to its console, its uncaught exceptions, chromedp's errors
+	console []string   // what the pages wrote to their consoles, their uncaught exceptions, chromedp's errors
 }
+
+// Tab is one tab of a Browser. The tabs of one browser share its profile, as the tabs of one
+// user's browser do: localStorage, Web Locks, BroadcastChannel, and the pool of HTTP connections
+// (six per origin over HTTP/1.1). In headless Chromium every tab reports itself visible and its
+// timers run unthrottled, but a tab that is not in front does not take mouse input: click with
+// element.click() through Eval rather than chromedp.Click.
+type Tab struct {
+	b    *Browser
+	name string // "" for the first tab
+	ctx  context.Context
+}
+
+// Page is a Browser (its first tab) or a Tab, for Eval.
+type Page interface {
+	tab() *Tab
+}
+
+func (t *Tab) tab() *Tab { return t }
 
 // Start starts Chromium. At cleanup it logs the page's console and the browser's output when the
 // test failed, and stops the browser.
@@ -115,7 +140,7 @@ func Start(t testing.TB) *Browser {
 	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
 		b.note("chromedp error: " + fmt.Sprintf(format, args...))
 	}))
-	b.ctx = ctx
+	b.Tab = &Tab{b: b, ctx: ctx}
 	t.Cleanup(func() {
 		if t.Failed() {
 			b.logDiagnostics()
@@ -133,20 +158,95 @@ func Start(t testing.TB) *Browser {
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("browsertest: starting %s: %v\nbrowser output:\n%s", path, err, b.output)
 	}
-	msgs := chromedp.Console(ctx)
+	b.Tab.collectConsole()
+	return b
+}
+
+// collectConsole notes what the tab writes to its console, until the tab closes.
+func (t *Tab) collectConsole() {
+	msgs := chromedp.Console(t.ctx)
+	prefix := "console "
+	if t.name != "" {
+		prefix = t.name + ": console "
+	}
 	go func() {
 		for m, err := range msgs {
 			if err != nil {
 				return
 			}
-			line := fmt.Sprintf("console %s: %s", m.Type, m.Text)
+			line := fmt.Sprintf("%s%s: %s", prefix, m.Type, m.Text)
 			if m.URL != "" {
 				line += " (" + m.URL + ")"
 			}
-			b.note(line)
+			t.b.note(line)
 		}
 	}()
-	return b
+}
+
+// NewTab opens a new tab (about:blank) in the browser; name tells its console lines and its
+// screenshots apart. The tab is closed when the test ends, unless Close or Crash ended it before.
+func (b *Browser) NewTab(name string) *Tab {
+	b.t.Helper()
+	ctx, cancel := chromedp.NewContext(b.Tab.ctx)
+	// The first Do creates the target and binds it to ctx, which must have no deadline.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		b.t.Fatalf("browsertest: opening tab %s: %v", name, err)
+	}
+	t := &Tab{b: b, name: name, ctx: ctx}
+	b.t.Cleanup(cancel)
+	t.collectConsole()
+	return t
+}
+
+// Name is the name the tab was opened with ("" for the first tab).
+func (t *Tab) Name() string { return t.name }
+
+// Close closes the tab as a user does (Page.close): the page's pagehide and unload handlers run,
+// and requests they send with keepalive go out. It returns once the tab is gone.
+func (t *Tab) Close() {
+	b := t.b
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
+	defer cancel()
+	id := chromedp.FromContext(t.ctx).Target.TargetID
+	if _, err := chromedp.Call(ctx, page.Close, cdp.Empty{}); err != nil {
+		b.t.Fatalf("browser: closing tab %s: %v", t.name, err)
+	}
+	for {
+		infos, err := chromedp.Targets(ctx)
+		if err != nil {
+			b.t.Fatalf("browser: closing tab %s: listing targets: %v", t.name, err)
+		}
+		if !slices.ContainsFunc(infos, func(i *target.Info) bool { return i.TargetID == id }) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.t.Fatalf("browser: tab %s was still open %v after Page.close", t.name, DefaultTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Crash kills the tab's renderer (Page.crash), as an out-of-memory kill or a crash does: no
+// pagehide, no unload, no request goes out. The browser frees what the tab held (its Web Locks,
+// its connections). It returns once the browser reports the crash; the tab answers nothing after.
+func (t *Tab) Crash() {
+	b := t.b
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
+	defer cancel()
+	crashed := chromedp.Events(ctx, inspector.TargetCrashed)
+	// Page.crash never answers: the renderer that would answer is gone.
+	go func() { _, _ = chromedp.Call(ctx, page.Crash, cdp.Empty{}) }()
+	for _, err := range crashed {
+		if err != nil {
+			b.t.Fatalf("browser: crashing tab %s: %v", t.name, err)
+		}
+		return
+	}
+	b.t.Fatalf("browser: tab %s did not crash within %v", t.name, DefaultTimeout)
 }
 
 func (b *Browser) note(s string) {
@@ -179,44 +279,77 @@ func tail(s string, n int) string {
 }
 
 // Context is the tab's chromedp context, for chromedp.Do and chromedp.Run.
-func (b *Browser) Context() context.Context { return b.ctx }
+func (t *Tab) Context() context.Context { return t.ctx }
 
 // Do runs steps in the tab within DefaultTimeout, and fails the test with what as the step's
 // name when they fail.
-func (b *Browser) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, DefaultTimeout)
+func (t *Tab) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
-		b.Screenshot("failed-" + what)
-		b.t.Fatalf("browser: %s: %v", what, err)
+		t.Screenshot("failed-" + what)
+		t.b.t.Fatalf("browser: %s%s: %v", t.label(), what, err)
 	}
 }
 
-// Eval evaluates a JavaScript expression in the page and decodes its value into T.
-func Eval[T any](b *Browser, expr string) T {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, DefaultTimeout)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+func (t *Tab) label() string {
+	if t.name == "" {
+		return ""
+	}
+	return "tab " + t.name + ": "
+}
+
+// Eval evaluates a JavaScript expression in the page and decodes its value into T. A promise is
+// awaited.
+func Eval[T any](p Page, expr string) T {
+	t := p.tab()
+	t.b.t.Helper()
+	v, err := TryEval[T](p, expr, DefaultTimeout)
 	if err != nil {
-		b.t.Fatalf("browser: evaluating %s: %v", expr, err)
+		t.b.t.Fatalf("browser: %sevaluating %s: %v", t.label(), expr, err)
 	}
 	return v
 }
 
-// WaitFor polls a JavaScript expression until it is truthy, for at most timeout; what names it
-// in the failure, which also shows the page's text.
-func (b *Browser) WaitFor(what, expr string, timeout time.Duration) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, timeout+5*time.Second)
+// TryEval is Eval that returns the error (an exception thrown by expr, or no answer within
+// timeout) instead of failing the test.
+func TryEval[T any](p Page, expr string, timeout time.Duration) (T, error) {
+	ctx, cancel := context.WithTimeout(p.tab().ctx, timeout)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
-	if err != nil {
-		b.Screenshot("failed-" + what)
-		text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
-		b.t.Fatalf("browser: waiting for %s: %v\npage text:\n%s", what, err, tail(text, 3000))
+	return chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
+// WaitFor evaluates a JavaScript expression every 50 ms until it is truthy, for at most timeout;
+// what names it in the failure, which also shows the page's text and saves a screenshot. An
+// expression that throws (window.app not defined yet) counts as false; a promise counts by what
+// it resolves to. The polling runs from the test, not in the page, so it survives navigations
+// and does not depend on the page's timers.
+func (t *Tab) WaitFor(what, expr string, timeout time.Duration) {
+	t.b.t.Helper()
+	if err := t.Until(expr, timeout); err != nil {
+		t.Screenshot("failed-" + what)
+		text, _ := TryEval[string](t, `document.body ? document.body.innerText : ""`, 5*time.Second)
+		t.b.t.Fatalf("browser: %swaiting for %s: %v\npage text:\n%s", t.label(), what, err, tail(text, 3000))
+	}
+}
+
+// Until is WaitFor that returns nil once expr is truthy, or an error naming the expression and
+// its last exception once timeout has passed, instead of failing the test.
+func (t *Tab) Until(expr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := TryEval[bool](t, "Promise.resolve((\n"+expr+"\n)).then(Boolean)", max(time.Until(deadline), 100*time.Millisecond))
+		if err == nil && ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New("still false")
+			}
+			return fmt.Errorf("%s after %v: %w", expr, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -236,16 +369,21 @@ func ArtifactsDir(t testing.TB) string {
 	return dir
 }
 
-// Screenshot saves a PNG of the whole page as <test>-<name>.png in ArtifactsDir and returns its
-// path. A screenshot that fails is logged, not fatal: it is evidence, not the test.
-func (b *Browser) Screenshot(name string) string {
+// Screenshot saves a PNG of the whole page as <test>-<name>.png in ArtifactsDir (with the tab's
+// name before <name> for a tab from NewTab) and returns its path. A screenshot that fails is
+// logged, not fatal: it is evidence, not the test.
+func (t *Tab) Screenshot(name string) string {
+	b := t.b
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
-		b.t.Logf("browser: screenshot %s: %v", name, err)
+		b.t.Logf("browser: %sscreenshot %s: %v", t.label(), name, err)
 		return ""
+	}
+	if t.name != "" {
+		name = t.name + "-" + name
 	}
 	file := unsafeName.ReplaceAllString(b.t.Name()+"-"+name, "_") + ".png"
 	path := filepath.Join(ArtifactsDir(b.t), file)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,5 +71,61 @@ func TestTheBrowserLoadsAPageRunsItsModuleAndSavesAScreenshot(t *testing.T) {
 			t.Fatalf("the page's console.log never arrived: %q", b.Console())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTabsShareTheProfileAndCloseRunsPagehideButCrashDoesNot(t *testing.T) {
+	var mu sync.Mutex
+	var hidden []string // the tabs whose pagehide sent its keepalive request
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(`<!doctype html><title>t</title><script>
+			window.heard = [];
+			new BroadcastChannel('c').onmessage = (e) => window.heard.push(e.data);
+			addEventListener('pagehide', () => fetch('/gone?' + location.hash.slice(1), {method: 'POST', keepalive: true}));
+		</script>`))
+	})
+	mux.HandleFunc("/gone", func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		hidden = append(hidden, r.URL.RawQuery)
+	})
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	gone := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(hidden)
+	}
+
+	t.Setenv("TABLEASE_ARTIFACTS", t.TempDir())
+	b := Start(t)
+	tabs := map[string]*Tab{}
+	for _, name := range []string{"a", "b", "c"} {
+		tabs[name] = b.NewTab(name)
+		tabs[name].Do("open the page", chromedp.Navigate(hs.URL+"/#"+name))
+	}
+	Eval[chromedp.Void](tabs["a"], `new BroadcastChannel('c').postMessage('hello')`)
+	tabs["b"].WaitFor("the message of tab a", `window.heard.includes('hello')`, 5*time.Second)
+	tabs["c"].WaitFor("the message of tab a", `window.heard.includes('hello')`, 5*time.Second)
+
+	tabs["a"].Crash()
+	tabs["b"].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(gone(), []string{"b"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pagehide requests from %v, want from the closed tab b only", gone())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := Eval[string](tabs["c"], `location.hash`); got != "#c" {
+		t.Fatalf("the tab left open answers %q", got)
+	}
+	if err := tabs["a"].Until(`true`, 500*time.Millisecond); err == nil {
+		t.Fatal("the crashed tab still evaluates scripts")
+	}
+	if gone := gone(); !slices.Equal(gone, []string{"b"}) {
+		t.Fatalf("pagehide requests from %v after the crash, want from the closed tab b only", gone)
 	}
 }

@@ -1,0 +1,558 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/internal/browsertest"
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+// TestDemoInARealBrowser runs the demo (/demo, web/demo) and its client (web/sdk/tablease.js) in
+// tabs of one real headless Chromium, against the real `tablease serve` on a real Redis: what
+// docs/browser-client.md promises a user who opens an app in several tabs. Every subtest has its
+// own server (some need a short TTL), browser and session. Tabs of one browser share its profile,
+// so they share Web Locks, BroadcastChannel, localStorage and the six HTTP/1.1 connections per
+// origin. Screenshots of both roles go to the artifacts directory (see internal/browsertest).
+func TestDemoInARealBrowser(t *testing.T) {
+	browsertest.Chromium(t) // fail first, and clearly, when there is no browser
+	rds := redistest.Start(t)
+
+	t.Run("of two tabs the first is owner and the second a viewer whose catalog is read-only", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("first"), "two-tabs")
+		owner.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		viewer := srv.open(b.NewTab("second"), "two-tabs")
+		viewer.WaitFor("the second tab to be a viewer of the first", viewerOfJS(owner.id), 10*time.Second)
+		srv.mustHold(owner.session, owner.id)
+
+		// What the server hands each tab (GET …/catalog?tabId=&route=), as the client asks.
+		if tools, role := srv.catalog(owner.session, viewer.id); role != "viewer" || !slices.Equal(tools, []string{"get_event:ro", "search_events:ro"}) {
+			t.Errorf("the server's catalog for the viewer: role %q, tools %v; want viewer with only get_event and search_events, read-only", role, tools)
+		}
+		if tools, role := srv.catalog(owner.session, owner.id); role != "owner" ||
+			!slices.Equal(tools, []string{"get_event:ro", "rename_event:rw", "save_event:rw", "search_events:ro"}) {
+			t.Errorf("the server's catalog for the owner: role %q, tools %v; want owner with all four tools", role, tools)
+		}
+		// The same through the page: the client's catalog() and the tools the demo exposes.
+		const pageCatalog = `tablease.catalog('/events').then((c) => ({role: c.role, serverRole: c.serverRole,
+			tools: c.tools.map((t) => t.name + (t.annotations && t.annotations.readOnlyHint === true ? ':ro' : ':rw')).sort()}))`
+		type catalogAnswer struct {
+			Role, ServerRole string
+			Tools            []string
+		}
+		got := browsertest.Eval[catalogAnswer](viewer, pageCatalog)
+		if got.Role != "viewer" || got.ServerRole != "viewer" || !slices.Equal(got.Tools, []string{"get_event:ro", "search_events:ro"}) {
+			t.Errorf("tablease.catalog() in the viewer tab: %+v; want only the read-only tools", got)
+		}
+		got = browsertest.Eval[catalogAnswer](owner, pageCatalog)
+		if got.Role != "owner" || got.ServerRole != "owner" || len(got.Tools) != 4 {
+			t.Errorf("tablease.catalog() in the owner tab: %+v; want all four tools", got)
+		}
+		viewer.WaitFor("the viewer to expose only the read-only tools", exposedJS("get_event, search_events"), 5*time.Second)
+		owner.WaitFor("the owner to expose every tool", exposedJS("get_event, rename_event, save_event, search_events"), 5*time.Second)
+
+		// A mutation tool called in the viewer is refused without running.
+		if code, out := callTool(viewer, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "NOT_LEASE_OWNER" {
+			t.Errorf("save_event in the viewer tab answered %s: %s", code, out)
+		}
+		if code, out := callTool(owner, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "ok" {
+			t.Errorf("save_event in the owner tab answered %s: %s", code, out)
+		}
+		if code, out := callTool(viewer, "search_events", `{"q":"webmcp"}`); code != "ok" {
+			t.Errorf("search_events (read-only) in the viewer tab answered %s: %s", code, out)
+		}
+		owner.Screenshot("owner")
+		viewer.Screenshot("viewer")
+	})
+
+	t.Run("Use here moves control and the old tab's mutation tools are refused within a second", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		old := srv.open(b.NewTab("old"), "use-here")
+		old.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		next := srv.open(b.NewTab("new"), "use-here")
+		next.WaitFor("the second tab to be a viewer", viewerOfJS(old.id), 10*time.Second)
+		oldEpoch := srv.mustHold(old.session, old.id)
+		if code, out := callTool(old, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "ok" {
+			t.Fatalf("save_event in the owner tab before the takeover answered %s: %s", code, out)
+		}
+
+		clicked := time.Now()
+		clickAction(next, "use-here")
+		deadline := clicked.Add(time.Second)
+		var code, out string
+		for {
+			code, out = callTool(old, "save_event", `{"event_id":"evt-webmcp-intro"}`)
+			if code == "NOT_LEASE_OWNER" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the old tab's save_event still answered %s %v after the click on Use here, want NOT_LEASE_OWNER within 1s: %s",
+					code, time.Since(clicked).Round(time.Millisecond), out)
+			}
+		}
+		if err := old.Until(viewerOfJS(next.id), time.Until(deadline)); err != nil {
+			old.Screenshot("failed-viewer")
+			t.Fatalf("the old tab does not show that the new tab controls the session within 1s of the click: %v; page: %+v", err, stateOf(old))
+		}
+		refusedAfter := time.Since(clicked)
+		if !strings.Contains(out, "NOT_LEASE_OWNER") {
+			t.Errorf("the agent panel does not show the refusal: %q", out)
+		}
+		next.WaitFor("the new tab to be owner", ownerJS, 5*time.Second)
+		if epoch := srv.mustHold(old.session, next.id); epoch <= oldEpoch {
+			t.Errorf("the takeover's epoch %d is not above the old one %d", epoch, oldEpoch)
+		}
+		if code, out := callTool(next, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "ok" {
+			t.Errorf("save_event in the new owner answered %s: %s", code, out)
+		}
+		t.Logf("the old tab refused its mutation tool and showed the viewer banner %v after the click", refusedAfter.Round(time.Millisecond))
+		next.Screenshot("owner-after-use-here")
+		old.Screenshot("viewer-refused")
+	})
+
+	t.Run("closing the owner tab releases the lease and another tab takes it at once", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil) // the default TTL, 45s: only a release frees the lease sooner
+		b := browsertest.Start(t)
+		closing := srv.open(b.NewTab("closing"), "close")
+		closing.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		other := srv.open(b.NewTab("other"), "close")
+		other.WaitFor("the second tab to be a viewer", viewerOfJS(closing.id), 10*time.Second)
+		epoch := srv.mustHold(closing.session, closing.id)
+		events := openEvents(t, srv.base, "/v1/sessions/close/events?tabId=e2e-observer", srv.api.token)
+		events.must("snapshot", 5*time.Second)
+
+		closed := time.Now()
+		closing.Close() // pagehide: the client releases with fetch(…, {keepalive: true})
+		end := events.lease(t, epoch, 10*time.Second)
+		if end["type"] != "released" {
+			t.Fatalf("the closed tab's lease ended with %v, want released (by its pagehide)", end)
+		}
+		granted := events.grant(t, 10*time.Second)
+		if holderOf(granted) != other.id {
+			t.Fatalf("after the release the lease went to %v, want the other tab %s", granted, other.id)
+		}
+		other.WaitFor("the other tab to be owner", ownerJS, 5*time.Second)
+		srv.mustHold(other.session, other.id)
+		t.Logf("the other tab held the lease %v after the owner tab closed (TTL 45s)", time.Since(closed).Round(time.Millisecond))
+	})
+
+	t.Run("a crashed owner tab's lease goes to another tab within the TTL", func(t *testing.T) {
+		const ttl = 3 * time.Second
+		srv := startDemoServer(t, rds, map[string]string{
+			"TABLEASE_TTL_DEFAULT":    ttl.String(),
+			"TABLEASE_TTL_MAX":        ttl.String(),
+			"TABLEASE_TTL_HIDDEN_MAX": ttl.String(),
+		})
+		b := browsertest.Start(t)
+		crashing := srv.open(b.NewTab("crashing"), "crash")
+		crashing.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		other := srv.open(b.NewTab("other"), "crash")
+		other.WaitFor("the second tab to be a viewer", viewerOfJS(crashing.id), 10*time.Second)
+		epoch := srv.mustHold(crashing.session, crashing.id)
+		events := openEvents(t, srv.base, "/v1/sessions/crash/events?tabId=e2e-observer", srv.api.token)
+		events.must("snapshot", 5*time.Second)
+
+		crashed := time.Now()
+		crashing.Crash() // the renderer dies: no pagehide, no release
+		deadline := crashed.Add(ttl + 4*time.Second)
+		end := events.lease(t, epoch, time.Until(deadline))
+		if end["type"] != "expired" {
+			t.Fatalf("the crashed tab's lease ended with %v, want expired: nothing can release it", end)
+		}
+		granted := events.grant(t, time.Until(deadline))
+		if holderOf(granted) != other.id {
+			t.Fatalf("after the expiry the lease went to %v, want the other tab %s", granted, other.id)
+		}
+		other.WaitFor("the other tab to be owner", ownerJS, 5*time.Second)
+		t.Logf("the other tab held the lease %v after the owner tab crashed (TTL %v)", time.Since(crashed).Round(time.Millisecond), ttl)
+	})
+
+	t.Run("eight tabs over HTTP/1.1 share one event stream and all see a takeover within two seconds", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		streams := srv.watchStreams(t)
+		b := browsertest.Start(t)
+		var tabs []demoTab
+		for i := range 8 {
+			tabs = append(tabs, srv.open(b.NewTab(fmt.Sprintf("tab%d", i+1)), "eight"))
+		}
+		first, last := tabs[0], tabs[len(tabs)-1]
+		first.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		for _, tab := range tabs[1:] {
+			tab.WaitFor("a viewer of the first tab", viewerOfJS(first.id), 10*time.Second)
+		}
+		if proto := browsertest.Eval[string](first, `performance.getEntriesByType('navigation')[0].nextHopProtocol`); proto != "http/1.1" {
+			t.Fatalf("the page was loaded over %q, want http/1.1 (six connections per origin)", proto)
+		}
+
+		clicked := time.Now()
+		clickAction(last, "use-here")
+		deadline := clicked.Add(2 * time.Second)
+		pending := slices.Clone(tabs)
+		for len(pending) > 0 {
+			pending = slices.DeleteFunc(pending, func(tab demoTab) bool {
+				want := viewerOfJS(last.id)
+				if tab.id == last.id {
+					want = ownerJS
+				}
+				ok, err := browsertest.TryEval[bool](tab, "Boolean("+want+")", time.Second)
+				return err == nil && ok
+			})
+			if len(pending) > 0 && time.Now().After(deadline) {
+				for _, tab := range pending {
+					t.Errorf("tab %s does not show the takeover by %s %v after the click: %+v",
+						tab.Name(), last.Name(), time.Since(clicked).Round(time.Millisecond), stateOf(tab))
+				}
+				t.FailNow()
+			}
+		}
+		t.Logf("all eight tabs showed the takeover %v after the click", time.Since(clicked).Round(time.Millisecond))
+		srv.mustHold("eight", last.id)
+
+		code, body := srv.api.do("GET", "/v1/sessions/eight/tabs", nil)
+		listed, _ := body["tabs"].([]any)
+		if code != 200 || len(listed) != 1 {
+			t.Errorf("GET …/tabs: %d %v; want the one tab that runs the shared stream", code, body)
+		}
+		maxOpen, now, samples, err := streams.stop()
+		if err != nil {
+			t.Fatalf("reading tablease_event_streams from /metrics: %v", err)
+		}
+		if maxOpen > 1 || now != 1 {
+			t.Errorf("tablease_event_streams reached %v (now %v) over %d samples while eight tabs ran; want one stream for the browser",
+				maxOpen, now, samples)
+		}
+		t.Logf("tablease_event_streams: at most %v over %d samples", maxOpen, samples)
+	})
+
+	t.Run("an admin revoke reaches the owner tab, which shows it is no longer in control", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), "revoke")
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+		epoch := srv.mustHold(owner.session, owner.id)
+
+		// A block keeps the tab from taking the lease again at once (it would: the lease is free).
+		code, body := srv.admin.do("POST", "/v1/admin/users/"+demoSub+"/sessions/revoke/lease/revoke",
+			map[string]any{"reason": "e2e: support revoked the tab", "blockMs": 60000})
+		if code == 404 {
+			t.Fatalf("POST /v1/admin/users/…/lease/revoke answered 404 %s: the admin routes are not registered because the Redis "+
+				"engine does not implement lease.Admin yet (cmd/tablease wires Options.Admin only when it does); server log:\n%s",
+				errCode(body), lastChars(srv.logs.String(), 2000))
+		}
+		if code != 200 || body["revoked"] != true || epochOf(t, body) <= epoch {
+			t.Fatalf("the admin revoke: %d %v", code, body)
+		}
+		owner.WaitFor("the revoked tab to be a viewer with the banner",
+			`document.body.dataset.role === 'viewer' && tablease.role === 'viewer' && !tablease.lease.held && `+
+				bannerJS("No tab controls this session")+
+				` && document.querySelector('[data-field="log"]').innerText.includes('revoked')`, 5*time.Second)
+		if code, out := callTool(owner, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "NOT_LEASE_OWNER" {
+			t.Errorf("save_event in the revoked tab answered %s: %s", code, out)
+		}
+		if code, g := srv.api.do("GET", "/v1/sessions/revoke/lease?tabId="+owner.id, nil); code != 200 || g["held"] != false {
+			t.Errorf("the lease after the revoke (with a block): %d %v; want free", code, g)
+		}
+		owner.Screenshot("revoked")
+	})
+}
+
+const demoSub = "demo" // the demo asks /dev/token?sub=demo
+
+// demoServer is a `tablease serve` for the demo: dev mode (the demo takes its token from
+// /dev/token) on Redis, with the demo's catalog, and clients for the demo's user and an admin.
+type demoServer struct {
+	t     *testing.T
+	base  string
+	logs  *syncBuffer
+	api   client // the demo's user
+	admin client // scope lease:admin
+}
+
+func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]string) demoServer {
+	t.Helper()
+	env := map[string]string{
+		"TABLEASE_DEV":               "true",
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_CATALOG_FILE":      "../../web/demo/catalog.json",
+		"TABLEASE_LOG_FORMAT":        "text",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	base, logs := startServer(t, env)
+	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
+	issue := func(sub string, scopes ...string) string {
+		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	return demoServer{t: t, base: base, logs: logs,
+		api:   client{t: t, base: base, token: issue(demoSub)},
+		admin: client{t: t, base: base, token: issue("root", api.ScopeAdmin)},
+	}
+}
+
+// demoTab is a tab showing the demo.
+type demoTab struct {
+	*browsertest.Tab
+	session string
+	id      string // the tabId of its TabLease
+}
+
+// open shows the demo of session in tab and waits until its client has started (its first
+// answer is in) with the event stream connected.
+func (s demoServer) open(tab *browsertest.Tab, session string) demoTab {
+	s.t.Helper()
+	tab.Do("open the demo", chromedp.Navigate(s.base+"/demo?session="+session))
+	tab.WaitFor("the demo to start", `window.tablease && tablease.streamLive && `+
+		`document.querySelector('[data-field="tab-id"]').textContent === tablease.tabId`, 15*time.Second)
+	return demoTab{Tab: tab, session: session, id: browsertest.Eval[string](tab, `tablease.tabId`)}
+}
+
+// mustHold checks with the server that tabID holds the lease of session, and returns its epoch.
+func (s demoServer) mustHold(session, tabID string) int64 {
+	s.t.Helper()
+	code, g := s.api.do("GET", "/v1/sessions/"+session+"/lease?tabId="+tabID, nil)
+	if code != 200 || g["held"] != true || holderOf(g) != tabID || g["role"] != "owner" {
+		s.t.Fatalf("the server does not show tab %s holding %s: %d %v", tabID, session, code, g)
+	}
+	return epochOf(s.t, g)
+}
+
+// catalog is the server's catalog answer for tabID on the demo's route: each tool as name:ro or
+// name:rw by its readOnlyHint, and the role.
+func (s demoServer) catalog(session, tabID string) (tools []string, role string) {
+	s.t.Helper()
+	code, body := s.api.do("GET", "/v1/sessions/"+session+"/catalog?route=/events&tabId="+tabID, nil)
+	if code != 200 {
+		s.t.Fatalf("GET …/catalog: %d %v", code, body)
+	}
+	list, _ := body["tools"].([]any)
+	for _, x := range list {
+		tool, _ := x.(map[string]any)
+		ann, _ := tool["annotations"].(map[string]any)
+		mode := ":rw"
+		if ann["readOnlyHint"] == true {
+			mode = ":ro"
+		}
+		tools = append(tools, fmt.Sprint(tool["name"])+mode)
+	}
+	slices.Sort(tools)
+	role, _ = body["role"].(string)
+	return tools, role
+}
+
+// streamWatch samples the server's tablease_event_streams gauge every 50 ms.
+type streamWatch struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex // protects the fields below
+	max     float64
+	last    float64
+	samples int
+	err     error
+}
+
+func (s demoServer) watchStreams(t *testing.T) *streamWatch {
+	w := &streamWatch{done: make(chan struct{})}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	w.wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			n, err := openStreams(hc, s.base)
+			w.mu.Lock()
+			if err != nil && w.err == nil {
+				w.err = err
+			}
+			if err == nil {
+				w.max, w.last = max(w.max, n), n
+				w.samples++
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	t.Cleanup(func() { w.stopOnce() })
+	return w
+}
+
+func (w *streamWatch) stopOnce() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+	w.wg.Wait()
+}
+
+// stop ends the sampling and returns the highest and the last count, or the first error.
+func (w *streamWatch) stop() (maxOpen, last float64, samples int, err error) {
+	w.stopOnce()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil && w.samples == 0 {
+		w.err = errors.New("no sample")
+	}
+	return w.max, w.last, w.samples, w.err
+}
+
+// openStreams reads the gauge tablease_event_streams from base's /metrics.
+func openStreams(hc *http.Client, base string) (float64, error) {
+	resp, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "tablease_event_streams "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no tablease_event_streams in /metrics (%d)", resp.StatusCode)
+}
+
+// lease reads the stream until the lease event that ends epoch (released, expired, taken over,
+// revoked), and returns it; events about the lease before (a renew's updated) are skipped.
+func (s *eventStream) lease(t *testing.T, epoch int64, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ev, ok := s.next(deadline)
+		if !ok {
+			t.Fatalf("no event ended epoch %d within %v", epoch, within)
+		}
+		var m map[string]any
+		if ev.name != "lease" || json.Unmarshal([]byte(ev.data), &m) != nil {
+			continue
+		}
+		switch m["type"] {
+		case "released", "expired", "revoked":
+			if n, _ := m["epoch"].(float64); int64(n) == epoch {
+				return m
+			}
+		case "taken_over":
+			if p, _ := m["previous"].(map[string]any); p != nil {
+				if n, _ := p["epoch"].(float64); int64(n) == epoch {
+					return m
+				}
+			}
+		}
+	}
+}
+
+// grant reads the stream until the next granted (or taken_over) event and returns it.
+func (s *eventStream) grant(t *testing.T, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ev, ok := s.next(deadline)
+		if !ok {
+			t.Fatalf("no tab was granted the lease within %v", within)
+		}
+		var m map[string]any
+		if ev.name == "lease" && json.Unmarshal([]byte(ev.data), &m) == nil && (m["type"] == "granted" || m["type"] == "taken_over") {
+			return m
+		}
+	}
+}
+
+// ownerJS is true in a demo tab that is the owner, by its page and by its client.
+const ownerJS = `document.body.dataset.role === 'owner' && tablease.role === 'owner' && ` +
+	`getComputedStyle(document.getElementById('viewer-banner')).display === 'none'`
+
+// viewerOfJS is true in a demo tab that is a viewer and shows that holder controls the session.
+func viewerOfJS(holder string) string {
+	return `document.body.dataset.role === 'viewer' && tablease.role === 'viewer' && ` +
+		`tablease.lease.held && tablease.lease.holder.tabId === ` + jsString(holder) + ` && ` + bannerJS("Controlled in another tab")
+}
+
+// bannerJS is true when the viewer banner is shown with text.
+func bannerJS(text string) string {
+	return `getComputedStyle(document.getElementById('viewer-banner')).display !== 'none' && ` +
+		`document.getElementById('viewer-banner').innerText.includes(` + jsString(text) + `)`
+}
+
+// exposedJS is true when the demo lists exactly names as the tools exposed to the agent now.
+func exposedJS(names string) string {
+	return `document.querySelector('[data-field="exposed"]').textContent.split(', ').sort().join(', ') === ` + jsString(names)
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// clickAction clicks the demo's button data-action=name. A tab that is not in front takes no
+// mouse input in headless Chromium, so it is element.click().
+func clickAction(tab demoTab, name string) {
+	browsertest.Eval[chromedp.Void](tab, `document.querySelector('[data-action=`+jsString(name)+`]').click()`)
+}
+
+// callTool calls a tool from the demo's agent panel, as an agent would, and returns the error
+// code of the answer ("ok" when none) and what the panel shows.
+func callTool(tab demoTab, tool, args string) (code, shown string) {
+	type answer struct{ Code, Shown string }
+	a := browsertest.Eval[answer](tab, `(async () => {
+		const out = document.querySelector('[data-field="agent-result"]');
+		delete out.dataset.code;
+		out.textContent = '';
+		document.querySelector('[data-field="tool"]').value = `+jsString(tool)+`;
+		document.querySelector('[data-field="args"]').value = `+jsString(args)+`;
+		document.querySelector('[data-action="call-tool"]').click();
+		for (let i = 0; i < 200 && !out.dataset.code; i++) await new Promise((r) => setTimeout(r, 10));
+		return {code: out.dataset.code || 'no answer within 2s', shown: out.textContent};
+	})()`)
+	return a.Code, a.Shown
+}
+
+// pageState is what a demo tab shows and its client knows, for failure messages.
+type pageState struct {
+	Role, ClientRole, Holder, Banner string
+	Epoch                            int64
+	StreamLive                       bool
+}
+
+func stateOf(tab demoTab) pageState {
+	s, err := browsertest.TryEval[pageState](tab, `({role: document.body.dataset.role, clientRole: tablease.role,
+		holder: tablease.lease.holder ? tablease.lease.holder.tabId : '', epoch: tablease.lease.epoch,
+		streamLive: tablease.streamLive, banner: document.getElementById('viewer-banner').innerText})`, 5*time.Second)
+	if err != nil {
+		return pageState{Banner: "unreadable: " + err.Error()}
+	}
+	return s
+}
+
+func lastChars(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
