@@ -77,6 +77,8 @@ test("a guard refuses once the local deadline has passed and the check says the 
   assert.equal(ran, false);
   assert.equal(res.error.code, NOT_LEASE_OWNER);
   assert.equal(res.error.details.reason, "lost");
+  assert.equal(res.error.details.holder, null);
+  assert.match(res.error.message, /^This tab no longer controls this session/, "nobody is known to hold it: the message must not blame another tab");
   assert.equal(server.callsTo("POST", "/lease/check").length, 1);
   await lease.stop({ release: false });
 });
@@ -113,6 +115,7 @@ test("after resume, a lease taken meanwhile is refused by the guard's check", as
   assert.equal(ran, false);
   assert.equal(res.error.code, NOT_LEASE_OWNER);
   assert.equal(res.error.details.reason, "lost");
+  assert.match(res.error.message, /^(Another tab controls|This tab no longer controls) this session/);
   await lease.stop({ release: false });
 });
 

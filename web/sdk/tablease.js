@@ -872,14 +872,17 @@ export class TabLease extends EventTarget {
       handoff: "This tab is handing control of the session to another tab.",
       viewer: "Another tab controls this session; mutation tools run only in the controlling tab.",
       lost: "Another tab controls this session now; mutation tools run only in the controlling tab.",
+      lostFree: "This tab no longer controls this session (it was taken over, released, expired or revoked); mutation tools run only in the controlling tab.",
       expired: "This tab's control of the session could not be confirmed in time; it is read-only until its lease is renewed.",
       unconfirmed: "This tab's control of the session is being re-confirmed; it is read-only until then.",
     };
     const v = this._view;
+    const held = Boolean(v?.held && v.holder);
+    const key = reason === "lost" && !held ? "lostFree" : reason;
     return {
       error: {
         code: NOT_LEASE_OWNER,
-        message: messages[reason] ?? messages.viewer,
+        message: messages[key] ?? messages.viewer,
         retryable: false,
         details: {
           sessionId: this.sessionId,
