@@ -83,16 +83,22 @@ func (h *streamHub) count() int {
 
 // BenchmarkIdleStreams opens TABLEASE_BENCH_STREAMS streams (default 500), each of its own user,
 // from a client process of its own (so that neither its memory nor its sockets count here), waits
-// until every stream has its snapshot and has gone idle, and reports the heap and goroutine-stack
-// memory the server process gained, per stream: the handler and its connection, the watch and its
-// buffer, the presence entry and the engine's session entry. Kernel socket buffers are not in it.
+// until every stream has its snapshot and has gone idle, and reports the memory the server
+// process gained, per stream, after GCs (which also shrink the stacks of idle goroutines): the
+// stream's goroutines and connection, the watch and its buffer, the presence entry and the
+// engine's session entry. Kernel memory (socket buffers) is not in it.
+//
+//   - bytes/stream: live heap (HeapAlloc) + goroutine stacks (StackInuse)
+//   - inuse-bytes/stream: heap spans in use (HeapInuse, which also counts the free room in spans
+//     that hold live objects) + goroutine stacks: the larger, more conservative figure
+//   - heap-bytes/stream, heap-inuse-bytes/stream, stack-bytes/stream, goroutines/stream: the parts
 func BenchmarkIdleStreams(b *testing.B) {
 	n := benchEnvInt(b, "TABLEASE_BENCH_STREAMS", 500)
 	if os.Getenv("TABLEASE_BENCH_HEAPPROFILE") != "" {
 		runtime.MemProfileRate = 1 // every allocation, for an exact profile
 	}
 	srv, addr := benchServer(b, n)
-	var perStream, heap, stack, goroutines float64
+	var heap, inuse, stack, goroutines float64
 	for range b.N {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -121,6 +127,7 @@ func BenchmarkIdleStreams(b *testing.B) {
 		}
 
 		heap += float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+		inuse += float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)
 		stack += float64(int64(after.StackInuse)-int64(before.StackInuse)) / float64(n)
 		goroutines += float64(g1-g0) / float64(n)
 
@@ -133,10 +140,11 @@ func BenchmarkIdleStreams(b *testing.B) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	heap, stack, goroutines = heap/float64(b.N), stack/float64(b.N), goroutines/float64(b.N)
-	perStream = heap + stack
-	b.ReportMetric(perStream, "bytes/stream")
+	heap, inuse, stack, goroutines = heap/float64(b.N), inuse/float64(b.N), stack/float64(b.N), goroutines/float64(b.N)
+	b.ReportMetric(heap+stack, "bytes/stream")
+	b.ReportMetric(inuse+stack, "inuse-bytes/stream")
 	b.ReportMetric(heap, "heap-bytes/stream")
+	b.ReportMetric(inuse, "heap-inuse-bytes/stream")
 	b.ReportMetric(stack, "stack-bytes/stream")
 	b.ReportMetric(goroutines, "goroutines/stream")
 	b.ReportMetric(float64(n), "streams")

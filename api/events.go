@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -53,6 +56,13 @@ import (
 // Every write has a deadline (StreamOptions.WriteTimeout) and is flushed at once, so a client that
 // stops reading cannot hold a goroutine longer than that. Server.Close ends every stream with a
 // final `event: shutdown` whose `retry:` is short and jittered, before the HTTP server shuts down.
+//
+// An HTTP/1.1 stream is handed over once it has begun: its connection is hijacked from net/http,
+// whose handler returns, and the stream is served by one goroutine that writes the chunks of the
+// body straight to the connection and waits on the watch, its wake and one timer, beside one that
+// reads the connection to learn at once that the client went away (see handOver). An idle stream
+// then costs about 12 KiB instead of 40 (BenchmarkIdleStreams). HTTP/2 and HTTP/1.0 streams stay
+// with net/http (their handler serves them); they behave the same.
 
 // Defaults of StreamOptions.
 const (
@@ -158,9 +168,30 @@ type streamHub struct {
 
 // stream is what the hub knows of one open stream.
 type stream struct {
-	user    string
-	catalog chan struct{} // capacity 1: the catalog version changed since the stream last looked
+	user string
+	// wake (capacity 1) has the stream look at its news and at the hub's closing.
+	wake chan struct{}
+	news atomic.Uint32 // newsCatalog | newsGone
+	conn net.Conn      // the connection once handed over (see handOver), else nil; protected by streamHub.mu
 }
+
+// News of a stream (stream.news).
+const (
+	newsCatalog uint32 = 1 << iota // the catalog version changed since the stream last looked
+	newsGone                       // the client went away; it stays
+)
+
+// tell adds news for st and wakes it. It never blocks.
+func (st *stream) tell(news uint32) {
+	st.news.Or(news)
+	select {
+	case st.wake <- struct{}{}:
+	default: // already woken: it will see every news
+	}
+}
+
+// gone reports whether the client went away.
+func (st *stream) gone() bool { return st.news.Load()&newsGone != 0 }
 
 func newStreamHub(feed lease.Feed, presence lease.Presence, opts StreamOptions, catalogs *catalogSource, log *slog.Logger, reg prometheus.Registerer) (*streamHub, error) {
 	h := &streamHub{
@@ -208,7 +239,7 @@ func (h *streamHub) admit(user string) (*stream, error) {
 		h.refused.WithLabelValues("user_limit").Inc()
 		return nil, streamLimit("this user has as many event streams open as allowed; close one (one stream per browser profile is enough)", "user", h.opts.PerUser)
 	}
-	st := &stream{user: user, catalog: make(chan struct{}, 1)}
+	st := &stream{user: user, wake: make(chan struct{}, 1)}
 	h.streams[st] = struct{}{}
 	h.perUser[user]++
 	h.running.Add(1)
@@ -255,10 +286,7 @@ func (h *streamHub) catalogChanged(version string) {
 	defer h.mu.Unlock()
 	h.catalogVersion = version
 	for st := range h.streams {
-		select {
-		case st.catalog <- struct{}{}:
-		default: // already nudged; it will read the latest version
-		}
+		st.tell(newsCatalog)
 	}
 }
 
@@ -276,6 +304,9 @@ func (h *streamHub) close() {
 	if !h.closed {
 		h.closed = true
 		close(h.closing)
+		for st := range h.streams {
+			st.tell(0)
+		}
 	}
 	h.mu.Unlock()
 	done := make(chan struct{})
@@ -286,7 +317,22 @@ func (h *streamHub) close() {
 	case <-done:
 	case <-t.C:
 		h.log.Warn("event streams did not all end in time at close")
+		// http.Server.Shutdown does not know hijacked connections: end them here.
+		h.mu.Lock()
+		for st := range h.streams {
+			if st.conn != nil {
+				_ = st.conn.Close()
+			}
+		}
+		h.mu.Unlock()
 	}
+}
+
+// hijacked records that st is now served on conn, outside net/http.
+func (h *streamHub) hijacked(st *stream, conn net.Conn) {
+	h.mu.Lock()
+	st.conn = conn
+	h.mu.Unlock()
 }
 
 // streamQuery is what a stream request names besides its session.
@@ -338,33 +384,51 @@ func parseStreamQuery(c echo.Context) (streamQuery, error) {
 	return q, nil
 }
 
-// events serves GET /v1/sessions/{sid}/events. It is split so that, while the stream is idle,
-// the goroutine's stack holds only the small frame of run: an idle stream's stack then shrinks to
-// 8 KiB at the next GC (see BenchmarkIdleStreams).
+// events serves GET /v1/sessions/{sid}/events. Once the stream has begun, an HTTP/1.1 connection
+// is taken over from net/http (see handOver) and the handler returns; otherwise (HTTP/2, HTTP/1.0)
+// the handler serves the stream until it ends.
 func (s *Server) events(c echo.Context) error {
 	sc, err := s.openStream(c)
 	if err != nil {
 		return err
+	}
+	if sc.handOver(c) {
+		return nil // the stream goes on in a goroutine of its own
 	}
 	defer sc.close()
 	sc.run()
 	return nil // once the stream has begun, nothing else can be answered
 }
 
-// streamConn is one open event stream. Only the handler's goroutine touches it.
+// streamConn is one open event stream. Only the goroutine serving the stream touches it (the
+// handler's, or the stream's own once the connection is handed over).
+//
+// An idle stream waits in wait, whose frame is small, with nothing else on its goroutine's stack
+// but run's and serve's: the stack then shrinks to 2 KiB at the next GCs (see
+// BenchmarkIdleStreams). What it waits for is kept down to three channels (the watch, the stream's
+// wake and one timer), each costing a sudog while it waits.
 type streamConn struct {
 	s     *Server
 	h     *streamHub
 	st    *stream
-	ctx   context.Context // the request's
 	reqID string
 	key   lease.Key
 	tab   lease.Tab
 	conn  string        // the presence connection id; empty without presence
 	ttl   time.Duration // of the presence entry, as the engine last answered
 	w     *lease.Watch  // replaced when the watch is renewed
-	sse   *sseWriter
+	sse   sseWriter
 	last  string // the id of the last event the client has
+
+	// unlink stops telling the stream that its client went away when the request's context ends
+	// (net/http ends it when the handler returns, which a stream handed over outlives).
+	unlink func() bool
+	// timer fires at the earlier of keepaliveAt and refreshAt (zero without presence).
+	timer       *time.Timer
+	keepaliveAt time.Time
+	refreshAt   time.Time
+	// ev is the event wait received, until step has written it.
+	ev lease.Event
 }
 
 // openStream checks the request, admits the stream, lists its tab and starts the watch, then
@@ -382,17 +446,20 @@ func (s *Server) openStream(c echo.Context) (*streamConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &streamConn{s: s, h: s.streams, st: st, ctx: c.Request().Context(), reqID: requestID(c), key: key, tab: q.tab}
-	if err := sc.join(); err != nil {
+	ctx := c.Request().Context()
+	sc := &streamConn{s: s, h: s.streams, st: st, reqID: requestID(c), key: key, tab: q.tab}
+	sc.unlink = context.AfterFunc(ctx, func() { st.tell(newsGone) })
+	if err := sc.join(ctx); err != nil {
 		sc.close()
 		return nil, err
 	}
-	if sc.w, err = sc.h.feed.Watch(sc.ctx, key, q.after); err != nil {
+	// The watch outlives the request when the stream is handed over: Close ends it.
+	if sc.w, err = sc.h.feed.Watch(context.Background(), key, q.after); err != nil {
 		s.storeError("watch", err)
 		sc.close()
 		return nil, err
 	}
-	sc.sse = newSSEWriter(c, sc.h.opts.WriteTimeout)
+	sc.sse.init(c, sc.h.opts.WriteTimeout)
 	sc.sse.begin()
 	if sc.last, err = sc.sse.start(sc.h, sc.w, q.tab.TabID, true); err != nil {
 		sc.w.Close()
@@ -401,14 +468,79 @@ func (s *Server) openStream(c echo.Context) (*streamConn, error) {
 	return sc, nil
 }
 
+// handOver takes the connection of a stream that has begun over from net/http, and serves the
+// stream from a goroutine of its own that writes chunks straight to the connection, while another
+// waits for the client to go away; it answers false, and does nothing, when the stream stays with
+// net/http. Once the handler has returned, an idle stream holds neither net/http's buffers (4 KiB
+// to read, 4 + 2 KiB to write) nor its goroutine, nor the request.
+//
+// Only HTTP/1.1 is handed over: HTTP/2 cannot be, and net/http does not chunk an HTTP/1.0
+// response, whereas the headers already sent announce a chunked body on HTTP/1.1.
+// http.Server.Shutdown does not know the connections handed over: streamHub.close ends them.
+func (sc *streamConn) handOver(c echo.Context) bool {
+	req := c.Request()
+	if sc.w == nil || req.Method != http.MethodGet || req.ProtoMajor != 1 || req.ProtoMinor < 1 {
+		return false
+	}
+	// Hijack flushes what net/http buffered. Its reader and writer are dropped: a client sends
+	// nothing after its request, and chunks go to the connection unbuffered.
+	conn, _, err := sc.sse.rc.Hijack()
+	if err != nil {
+		return false // http.ErrNotSupported
+	}
+	// From now on watchClient tells when the client goes away; unlink would keep the request's
+	// context, which net/http ends when the handler returns.
+	sc.unlink()
+	sc.unlink = nil
+	sc.sse.handedOver(conn)
+	sc.h.hijacked(sc.st, conn)
+	go watchClient(conn, sc.st)
+	go sc.serve()
+	return true
+}
+
+// serve runs a stream that was handed over, and closes it. A panic ends the stream, not the
+// process, as net/http does for a handler.
+func (sc *streamConn) serve() {
+	defer sc.close()
+	defer sc.recovered()
+	sc.run()
+}
+
+func (sc *streamConn) recovered() {
+	if r := recover(); r != nil {
+		sc.s.log.Error("panic serving an event stream", slog.String("request_id", sc.reqID),
+			slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
+	}
+}
+
+// maxStrayBytes bounds what a client may send on the connection of its stream after its request;
+// beyond, the stream ends.
+const maxStrayBytes = 4 << 10
+
+// watchClient reads conn, the connection of the stream st that was handed over, until the client
+// closes it (or the stream does), and then tells st that its client went away: at once after a
+// clean disconnect. What a client sends after its request is dropped.
+func watchClient(conn net.Conn, st *stream) {
+	defer st.tell(newsGone)
+	buf := make([]byte, 16)
+	for n := 0; n < maxStrayBytes; {
+		k, err := conn.Read(buf)
+		if err != nil {
+			return
+		}
+		n += k
+	}
+}
+
 // join lists the stream's tab in the presence list, when there is one.
-func (sc *streamConn) join() error {
+func (sc *streamConn) join(ctx context.Context) error {
 	p := sc.h.presence
 	if p == nil {
 		return nil
 	}
 	sc.conn = newConnID()
-	ctx, cancel := context.WithTimeout(sc.ctx, presenceCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, presenceCallTimeout)
 	defer cancel()
 	ttl, err := p.Join(ctx, sc.key, sc.conn, sc.tab)
 	if err != nil {
@@ -423,7 +555,7 @@ func (sc *streamConn) join() error {
 // refresh joins again, and answers when to refresh next: a third of the TTL, or sooner after a
 // failure.
 func (sc *streamConn) refresh() time.Duration {
-	ctx, cancel := context.WithTimeout(sc.ctx, presenceCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
 	defer cancel()
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
 	if err != nil {
@@ -434,22 +566,22 @@ func (sc *streamConn) refresh() time.Duration {
 	return refreshAfter(ttl)
 }
 
-// close ends the watch, takes the tab off the presence list and gives the stream's place back.
+// close ends the watch, ends the response (closing the connection of a stream that was handed
+// over), takes the tab off the presence list and gives the stream's place back.
 func (sc *streamConn) close() {
 	if sc.w != nil {
 		sc.w.Close()
 	}
-	if sc.sse != nil {
-		// A fresh deadline for the end of the response that net/http writes after the handler:
-		// the last one may have passed while the stream was idle.
-		_ = sc.sse.rc.SetWriteDeadline(time.Now().Add(sc.h.opts.WriteTimeout))
-	}
+	sc.sse.end()
 	if sc.conn != "" {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(sc.ctx), presenceCallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
 		if err := sc.h.presence.Leave(ctx, sc.key, sc.conn, sc.tab.TabID); err != nil {
 			sc.s.log.Debug("leaving the presence list", slog.String("request_id", sc.reqID), slog.String("error", err.Error()))
 		}
 		cancel()
+	}
+	if sc.unlink != nil {
+		sc.unlink()
 	}
 	sc.h.leave(sc.st)
 }
@@ -460,43 +592,106 @@ func (sc *streamConn) run() {
 	if sc.w == nil {
 		return
 	}
-	keepalive := time.NewTicker(sc.h.opts.Keepalive)
-	defer keepalive.Stop()
-	var refresh *time.Timer
-	var refreshC <-chan time.Time
+	now := time.Now()
+	sc.keepaliveAt = now.Add(sc.h.opts.Keepalive)
 	if sc.conn != "" {
-		refresh = time.NewTimer(refreshAfter(sc.ttl))
-		defer refresh.Stop()
-		refreshC = refresh.C
+		sc.refreshAt = now.Add(refreshAfter(sc.ttl))
 	}
-	for sc.step(keepalive.C, refreshC, refresh) {
+	sc.timer = time.NewTimer(sc.untilTimer(now))
+	defer sc.timer.Stop()
+	for sc.step(sc.wait()) {
 	}
 }
 
-// step waits for the next thing to do and does it; it answers false when the stream ends.
-func (sc *streamConn) step(keepalive, refreshC <-chan time.Time, refresh *time.Timer) bool {
+// What woke a stream (wait's answer).
+const (
+	wokeEvent = iota // sc.ev holds an event
+	wokeEnded        // the watch ended
+	wokeNews         // the stream's wake: news, or the server closes
+	wokeTimer        // a keepalive or a presence refresh is due
+)
+
+// wait blocks until the stream has something to do, and says what.
+func (sc *streamConn) wait() int {
+	var ok bool
 	select {
-	case ev, ok := <-sc.w.Events():
+	case sc.ev, ok = <-sc.w.Events():
 		if !ok {
-			return sc.renew()
+			return wokeEnded
 		}
+		return wokeEvent
+	case <-sc.st.wake:
+		return wokeNews
+	case <-sc.timer.C:
+		return wokeTimer
+	}
+}
+
+// step does what woke the stream; it answers false when the stream ends.
+func (sc *streamConn) step(woke int) bool {
+	switch woke {
+	case wokeEvent:
+		ev := sc.ev
+		sc.ev = lease.Event{} // an idle stream holds no event
 		if sc.sse.event(sc.h, ev) != nil {
 			return false
 		}
 		sc.last = ev.ID
-	case <-sc.st.catalog:
-		return sc.sse.catalog(sc.h, sc.h.catalogNow()) == nil
-	case <-keepalive:
-		return sc.sse.comment("keepalive") == nil
-	case <-refreshC:
-		refresh.Reset(sc.refresh())
+	case wokeEnded:
+		return sc.renew()
+	case wokeNews:
+		return sc.news()
+	case wokeTimer:
+		return sc.due()
+	}
+	return true
+}
+
+// news handles the stream's wake: the client went away, the server closes (the final event), or
+// the catalog version changed (a catalog event).
+func (sc *streamConn) news() bool {
+	if sc.st.gone() {
+		return false
+	}
+	select {
 	case <-sc.h.closing:
 		_ = sc.sse.shutdown(sc.h)
 		return false
-	case <-sc.ctx.Done():
-		return false
+	default:
+	}
+	if sc.st.news.And(^newsCatalog)&newsCatalog != 0 {
+		return sc.sse.catalog(sc.h, sc.h.catalogNow()) == nil
 	}
 	return true
+}
+
+// due sends the keepalive and refreshes the presence entry when their time has come, and sets the
+// timer for the next one.
+func (sc *streamConn) due() bool {
+	now := time.Now()
+	if !sc.refreshAt.IsZero() && !now.Before(sc.refreshAt) {
+		sc.refreshAt = time.Now().Add(sc.refresh())
+	}
+	if !now.Before(sc.keepaliveAt) {
+		if sc.keepaliveAt = sc.keepaliveAt.Add(sc.h.opts.Keepalive); sc.keepaliveAt.Before(now) {
+			sc.keepaliveAt = now.Add(sc.h.opts.Keepalive) // behind: no catching up
+		}
+		if sc.sse.comment("keepalive") != nil {
+			return false
+		}
+	}
+	now = time.Now()
+	sc.timer.Reset(sc.untilTimer(now))
+	return true
+}
+
+// untilTimer is how long from now until the next keepalive or presence refresh.
+func (sc *streamConn) untilTimer(now time.Time) time.Duration {
+	next := sc.keepaliveAt
+	if !sc.refreshAt.IsZero() && sc.refreshAt.Before(next) {
+		next = sc.refreshAt
+	}
+	return max(next.Sub(now), 0)
 }
 
 // renew handles the end of the watch: after lease.ErrResync it watches again from the last event
@@ -506,7 +701,7 @@ func (sc *streamConn) renew() bool {
 	sc.w.Close()
 	sc.w = nil
 	if errors.Is(err, lease.ErrResync) {
-		if sc.w, err = sc.s.rewatch(sc.ctx, sc.key, sc.last); err == nil {
+		if sc.w, err = sc.rewatch(); err == nil {
 			sc.last, err = sc.sse.start(sc.h, sc.w, sc.tab.TabID, false)
 			return err == nil
 		}
@@ -514,7 +709,7 @@ func (sc *streamConn) renew() bool {
 			_ = sc.sse.shutdown(sc.h)
 		}
 	}
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errClosing) {
+	if err != nil && !errors.Is(err, errGone) && !errors.Is(err, errClosing) {
 		sc.s.log.Info("event stream ended by the store", slog.String("request_id", sc.reqID), slog.String("error", err.Error()))
 	}
 	return false
@@ -525,26 +720,26 @@ func refreshAfter(ttl time.Duration) time.Duration {
 	return max(ttl/3, 10*time.Millisecond)
 }
 
-// rewatch watches key again after lease.ErrResync, from the last event sent, trying for at most
-// rewatchFor while the store does not answer.
-func (s *Server) rewatch(ctx context.Context, key lease.Key, last string) (*lease.Watch, error) {
+// rewatch watches the stream's session again after lease.ErrResync, from the last event sent,
+// trying for at most rewatchFor while the store does not answer.
+func (sc *streamConn) rewatch() (*lease.Watch, error) {
 	delay := 50 * time.Millisecond
 	deadline := time.Now().Add(rewatchFor)
 	for {
-		w, err := s.streams.feed.Watch(ctx, key, last)
+		if sc.st.gone() {
+			return nil, errGone
+		}
+		w, err := sc.h.feed.Watch(context.Background(), sc.key, sc.last)
 		if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
 			if err != nil {
-				s.storeError("watch", err)
+				sc.s.storeError("watch", err)
 			}
 			return w, err
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-s.streams.closing:
+		case <-sc.h.closing:
 			t.Stop()
 			return nil, errClosing
 		}
@@ -552,16 +747,22 @@ func (s *Server) rewatch(ctx context.Context, key lease.Key, last string) (*leas
 	}
 }
 
-// errClosing ends a stream whose server closes.
-var errClosing = errors.New("api: the server is closing")
+// errClosing ends a stream whose server closes; errGone one whose client went away.
+var (
+	errClosing = errors.New("api: the server is closing")
+	errGone    = errors.New("api: the client went away")
+)
 
 // newConnID names one connection of a tab in the presence list.
 func newConnID() string { return rand.Text() }
 
-// sseWriter writes the events of one stream, each with a write deadline and flushed at once.
+// sseWriter writes the events of one stream, each with a write deadline and flushed at once:
+// through net/http until the stream is handed over, then as chunks straight to the connection.
 type sseWriter struct {
-	res     *echo.Response
-	rc      *http.ResponseController
+	res     *echo.Response           // nil once handed over
+	rc      *http.ResponseController // nil once handed over
+	conn    net.Conn                 // the connection once handed over
+	broken  bool                     // a write failed: the response cannot be ended cleanly
 	timeout time.Duration
 	buf     []byte // what the next flush writes; from sseBuffers, given back after the write
 }
@@ -569,11 +770,23 @@ type sseWriter struct {
 // sseBuffers keeps the buffers events are written from, so that an idle stream holds none.
 var sseBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-func newSSEWriter(c echo.Context, timeout time.Duration) *sseWriter {
+// chunkHead is the room kept at the start of buf, once handed over, for the size line of the
+// chunk: at most 16 hex digits and CRLF.
+const chunkHead = 18
+
+// lastChunk ends a chunked body.
+var lastChunk = []byte("0\r\n\r\n")
+
+func (w *sseWriter) init(c echo.Context, timeout time.Duration) {
 	res := c.Response()
 	// The controller is made on the underlying writer so that Flush reports errors (Echo's
 	// Response.Flush swallows them).
-	return &sseWriter{res: res, rc: http.NewResponseController(res.Writer), timeout: timeout}
+	w.res, w.rc, w.timeout = res, http.NewResponseController(res.Writer), timeout
+}
+
+// handedOver makes w write to conn, the hijacked connection, and forget the response.
+func (w *sseWriter) handedOver(conn net.Conn) {
+	w.res, w.rc, w.conn = nil, nil, conn
 }
 
 // begin sends the headers. The request's read deadline (http.Server.ReadTimeout) is lifted: it
@@ -591,15 +804,25 @@ func (w *sseWriter) begin() {
 func (w *sseWriter) grab() {
 	if w.buf == nil {
 		w.buf = (*sseBuffers.Get().(*[]byte))[:0]
+		if w.conn != nil {
+			w.buf = w.buf[:chunkHead]
+		}
 	}
 }
 
 // flush writes buf with a deadline, flushes it, and gives buf back to the pool.
 func (w *sseWriter) flush() error {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported only by test recorders
-	_, err := w.res.Write(w.buf)
-	if err == nil {
-		err = w.rc.Flush()
+	var err error
+	if w.conn != nil {
+		err = w.writeChunk()
+	} else {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported only by test recorders
+		if _, err = w.res.Write(w.buf); err == nil {
+			err = w.rc.Flush()
+		}
+	}
+	if err != nil {
+		w.broken = true
 	}
 	if cap(w.buf) <= 64<<10 { // a rare large event's buffer is left to the GC
 		b := w.buf[:0]
@@ -607,6 +830,35 @@ func (w *sseWriter) flush() error {
 	}
 	w.buf = nil
 	return err
+}
+
+// writeChunk writes buf, after its chunkHead, as one chunk of the body, in one write.
+func (w *sseWriter) writeChunk() error {
+	var head [chunkHead]byte
+	h := strconv.AppendUint(head[:0], uint64(len(w.buf)-chunkHead), 16)
+	h = append(h, '\r', '\n')
+	from := chunkHead - len(h)
+	copy(w.buf[from:], h)
+	w.buf = append(w.buf, '\r', '\n')
+	_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	_, err := w.conn.Write(w.buf[from:])
+	return err
+}
+
+// end ends the response. net/http ends one it still serves once the handler returns: this gives it
+// a fresh write deadline (the last one may have passed while the stream was idle). A stream that
+// was handed over gets its last chunk, unless a write failed, and its connection is closed.
+func (w *sseWriter) end() {
+	switch {
+	case w.conn != nil:
+		if !w.broken {
+			_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+			_, _ = w.conn.Write(lastChunk)
+		}
+		_ = w.conn.Close()
+	case w.rc != nil:
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
 }
 
 // appendEvent appends one event to buf: its id (when not empty), its name and its data.

@@ -263,8 +263,9 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // Close ends every event stream (each gets a final `event: shutdown` and leaves the presence
 // list; Close waits for that, at most a write deadline and a few seconds), refuses new ones, and
 // stops the server's background work (the catalog poller). Call it before http.Server.Shutdown,
-// which never ends a stream by itself. It does not close the engine, which the caller owns. It
-// may be called more than once.
+// which never ends a stream by itself, and does not even know the HTTP/1.1 connections that
+// streams took over from net/http: Close ends those (closing any that outlive its wait). It does
+// not close the engine, which the caller owns. It may be called more than once.
 func (s *Server) Close() {
 	if s.streams != nil {
 		s.streams.close() // every stream gets its final event and ends
