@@ -3,8 +3,8 @@ package lease
 // The Validate methods check what every engine checks before it touches the store, so that both
 // engines agree on what is invalid. They return *InvalidError.
 
-// Validate checks the key, tab id, label and mode, for an engine that does not implement
-// ModeHandoff (see ValidateMode); it returns the mode with the default applied.
+// Validate checks the key, tab id, label and mode (see ValidateMode); it returns the mode with the
+// default applied.
 func (r AcquireRequest) Validate() (Mode, error) {
 	if err := r.validateHolder(); err != nil {
 		return "", err
@@ -12,14 +12,10 @@ func (r AcquireRequest) Validate() (Mode, error) {
 	return ValidateMode(r.Mode)
 }
 
-// ValidateWithHandoff is Validate for an engine that implements ModeHandoff (see
-// ValidateModeWithHandoff).
-func (r AcquireRequest) ValidateWithHandoff() (Mode, error) {
-	if err := r.validateHolder(); err != nil {
-		return "", err
-	}
-	return ValidateModeWithHandoff(r.Mode)
-}
+// ValidateWithHandoff is Validate. It dates from when not every engine implemented ModeHandoff.
+//
+// Deprecated: use Validate, which accepts ModeHandoff.
+func (r AcquireRequest) ValidateWithHandoff() (Mode, error) { return r.Validate() }
 
 func (r AcquireRequest) validateHolder() error {
 	if err := r.Key.Validate(); err != nil {

@@ -89,7 +89,7 @@ type Lease struct {
 	// Transitions counts the grants of new epochs in this session, as far as the store remembers.
 	Transitions int64
 	// Handoff is the handoff in progress at Now (see ModeHandoff): requested while Held, reserved
-	// while free; nil when there is none, and always nil from an engine without ModeHandoff.
+	// while free; nil when there is none.
 	Handoff *HandoffState
 	// Now is the store time at which this state was read.
 	Now time.Time
@@ -118,10 +118,9 @@ const (
 	// ModeTakeover grants even when another tab holds the lease, with a new epoch. When the same
 	// tab already holds it, the epoch is kept, so a retried takeover does not mint a second epoch.
 	ModeTakeover Mode = "takeover"
-	// ModeHandoff asks the holder to let go, and claims the lease once it has. Not every engine
-	// implements it yet: those that do not answer it with an *InvalidError (see ValidateMode and
-	// ValidateModeWithHandoff). In an engine that does, with its handoff timeout T and reserve
-	// window R (DefaultHandoffTimeout and DefaultHandoffReserve unless configured):
+	// ModeHandoff asks the holder to let go, and claims the lease once it has. Both engines
+	// (leasemem and leaseredis) implement it. With the engine's handoff timeout T and reserve window
+	// R (DefaultHandoffTimeout and DefaultHandoffReserve unless configured):
 	//
 	//   - Request. An acquire in ModeHandoff of a lease another tab holds, when no handoff is
 	//     requested, requests one: the lease is unchanged (the holder keeps it, and keeps renewing
@@ -229,8 +228,7 @@ type Engine interface {
 	// Acquire grants the lease to req.Holder, or fails with *HeldError (ErrHeld) when another tab
 	// holds it and the mode does not allow taking it, with *RetryError matching ErrBlocked while an
 	// admin's block lasts (see Admin.Revoke), and with *RetryError matching ErrHandoffPending when
-	// a handoff is requested or the lease is reserved for another tab (see ModeHandoff). An engine
-	// that does not implement ModeHandoff refuses it with an *InvalidError.
+	// a handoff is requested or the lease is reserved for another tab (see ModeHandoff).
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Renew extends the lease from now by the clamped TTL and records the hidden flag. It fails
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not

@@ -69,23 +69,10 @@ func ValidateEpoch(epoch int64) error {
 	return nil
 }
 
-// ValidateMode checks an acquire mode for an engine (or a caller in front of one) that does not
-// implement ModeHandoff, and returns it with the default applied: it refuses ModeHandoff with an
-// *InvalidError. AcquireRequest.Validate uses it, so an engine keeps refusing ModeHandoff until it
-// switches to AcquireRequest.ValidateWithHandoff. Once every engine implements ModeHandoff, it
-// will accept it like ValidateModeWithHandoff.
+// ValidateMode checks an acquire mode (ModeTry, ModeTakeover or ModeHandoff; every engine of this
+// module implements all three) and returns it with the default applied: the empty mode is ModeTry.
+// Anything else is an *InvalidError.
 func ValidateMode(m Mode) (Mode, error) {
-	if m == ModeHandoff {
-		return "", &InvalidError{Field: "mode", Reason: `"handoff" is not available yet; use "try" or "takeover"`}
-	}
-	return ValidateModeWithHandoff(m)
-}
-
-// ValidateModeWithHandoff checks an acquire mode, ModeHandoff included, and returns it with the
-// default applied. Engines that implement ModeHandoff use it (through
-// AcquireRequest.ValidateWithHandoff); a caller in front of an engine may use it and leave the
-// refusal of ModeHandoff to the engine, which answers an *InvalidError when it lacks it.
-func ValidateModeWithHandoff(m Mode) (Mode, error) {
 	switch m {
 	case "":
 		return ModeTry, nil
@@ -94,6 +81,12 @@ func ValidateModeWithHandoff(m Mode) (Mode, error) {
 	}
 	return "", &InvalidError{Field: "mode", Reason: `must be "try", "takeover" or "handoff"`}
 }
+
+// ValidateModeWithHandoff is ValidateMode. It dates from when not every engine implemented
+// ModeHandoff.
+//
+// Deprecated: use ValidateMode, which accepts ModeHandoff.
+func ValidateModeWithHandoff(m Mode) (Mode, error) { return ValidateMode(m) }
 
 // Limits bound the TTLs that engines grant.
 type Limits struct {

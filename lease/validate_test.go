@@ -7,51 +7,52 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-func TestModeHandoffIsValidOnlyForEnginesThatImplementIt(t *testing.T) {
+func TestValidateModeAcceptsEveryModeAndAppliesTheDefault(t *testing.T) {
 	for _, tc := range []struct {
-		mode        lease.Mode
-		want        lease.Mode // "" when invalid
-		withHandoff lease.Mode // "" when invalid
+		mode lease.Mode
+		want lease.Mode // "" when invalid
 	}{
-		{"", lease.ModeTry, lease.ModeTry},
-		{lease.ModeTry, lease.ModeTry, lease.ModeTry},
-		{lease.ModeTakeover, lease.ModeTakeover, lease.ModeTakeover},
-		{lease.ModeHandoff, "", lease.ModeHandoff},
-		{"Handoff", "", ""},
-		{"steal", "", ""},
+		{"", lease.ModeTry},
+		{lease.ModeTry, lease.ModeTry},
+		{lease.ModeTakeover, lease.ModeTakeover},
+		{lease.ModeHandoff, lease.ModeHandoff},
+		{"Handoff", ""},
+		{"TRY", ""},
+		{"steal", ""},
 	} {
 		for _, v := range []struct {
 			name     string
 			validate func(lease.Mode) (lease.Mode, error)
-			want     lease.Mode
 		}{
-			{"ValidateMode", lease.ValidateMode, tc.want},
-			{"ValidateModeWithHandoff", lease.ValidateModeWithHandoff, tc.withHandoff},
-			{"AcquireRequest.Validate", func(m lease.Mode) (lease.Mode, error) { return acquireReq(m).Validate() }, tc.want},
-			{"AcquireRequest.ValidateWithHandoff", func(m lease.Mode) (lease.Mode, error) { return acquireReq(m).ValidateWithHandoff() }, tc.withHandoff},
+			{"ValidateMode", lease.ValidateMode},
+			{"ValidateModeWithHandoff", lease.ValidateModeWithHandoff}, // the deprecated alias agrees
+			{"AcquireRequest.Validate", func(m lease.Mode) (lease.Mode, error) { return acquireReq(m).Validate() }},
+			{"AcquireRequest.ValidateWithHandoff", func(m lease.Mode) (lease.Mode, error) {
+				return acquireReq(m).ValidateWithHandoff() // the deprecated alias agrees
+			}},
 		} {
 			got, err := v.validate(tc.mode)
 			var invalid *lease.InvalidError
 			switch {
-			case v.want == "" && (!errors.As(err, &invalid) || invalid.Field != "mode"):
+			case tc.want == "" && (!errors.As(err, &invalid) || invalid.Field != "mode"):
 				t.Errorf("%s(%q) = %q, %v; want an *InvalidError of the mode", v.name, tc.mode, got, err)
-			case v.want != "" && (err != nil || got != v.want):
-				t.Errorf("%s(%q) = %q, %v; want %q", v.name, tc.mode, got, err, v.want)
+			case tc.want != "" && (err != nil || got != tc.want):
+				t.Errorf("%s(%q) = %q, %v; want %q", v.name, tc.mode, got, err, tc.want)
 			}
 		}
 	}
 }
 
-func TestValidateWithHandoffChecksTheRestOfTheRequest(t *testing.T) {
+func TestValidateOfAHandoffChecksTheRestOfTheRequest(t *testing.T) {
 	req := acquireReq(lease.ModeHandoff)
 	req.Holder.TabID = "no spaces"
-	if _, err := req.ValidateWithHandoff(); !errors.Is(err, lease.ErrInvalid) {
-		t.Errorf("ValidateWithHandoff of a bad tab id = %v, want ErrInvalid", err)
+	if _, err := req.Validate(); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("Validate of a bad tab id = %v, want ErrInvalid", err)
 	}
 	req = acquireReq(lease.ModeHandoff)
 	req.Holder.Label = "a\nb"
-	if _, err := req.ValidateWithHandoff(); !errors.Is(err, lease.ErrInvalid) {
-		t.Errorf("ValidateWithHandoff of a bad label = %v, want ErrInvalid", err)
+	if _, err := req.Validate(); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("Validate of a bad label = %v, want ErrInvalid", err)
 	}
 }
 

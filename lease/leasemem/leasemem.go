@@ -271,7 +271,7 @@ var _ lease.Engine = (*Engine)(nil)
 // mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now by
 // the clamped TTL.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
-	mode, err := req.ValidateWithHandoff()
+	mode, err := req.Validate()
 	if err != nil {
 		return lease.Lease{}, err
 	}

@@ -1,24 +1,41 @@
--- acquire.lua: grant the lease of a session to a tab.
+-- acquire.lua: grant the lease of a session to a tab, or ask its holder to hand it over.
 -- KEYS[1..6]  the keys of the session and of its user (see state.lua)
 -- ARGV[1..4]  the options of the logs (see state.lua)
 -- ARGV[5]  tab id
 -- ARGV[6]  label
 -- ARGV[7]  "1" when the tab is hidden, "0" when visible
 -- ARGV[8]  TTL in milliseconds, already clamped
--- ARGV[9]  mode: "try" or "takeover"
+-- ARGV[9]  mode: "try", "takeover" or "handoff"
+-- ARGV[10] the handoff timeout in milliseconds: how long a handoff request made now is pending
+-- ARGV[11] the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
 -- Answers "OK" and the lease granted; "HELD" and the lease of another tab when the mode is try;
--- "BLOCKED" and the free lease, with the end of the block as until_us, while an admin's block
--- lasts (block_until_us, see revoke.lua), in every mode and for every tab; "EXHAUSTED" when the
--- next epoch would reach 2^53.
+-- "PENDING" and the lease, with the end of the handoff as until_us, when a handoff is requested
+-- or the lease is reserved for another tab (lease.ModeHandoff, below); "BLOCKED" and the free
+-- lease, with the end of the block as until_us, while an admin's block lasts (block_until_us, see
+-- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53.
 --
--- The holder acquiring again, in either mode, keeps its epoch and gets its lease extended: so a
+-- The holder acquiring again, in any mode, keeps its epoch and gets its lease extended: so a
 -- retried call (go-redis resends a command whose answer was lost) never mints a second epoch.
 -- Every other grant (free, expired, released, or a takeover) gets max(last+1, now_us).
 --
--- Events: what settle announces; then "granted" for a grant of a free session, "taken_over" for a
--- takeover of another tab's lease, "updated" when the holder changed its label or hidden flag, and
--- nothing otherwise (a refused acquire included).
--- Audit: "grant" for a grant of a free session, "takeover" for a takeover, nothing otherwise.
+-- Handoff (lease.ModeHandoff states the contract), in this order after the holder's own acquire:
+--   - mode handoff by another tab than the holder: with a request pending (pending_handoff, by
+--     this tab or any other), "PENDING" until the request lapses, and nothing changes; otherwise a
+--     new request (the ho_* fields, see state.lua) until now + ARGV[10], "handoff_requested", and
+--     "PENDING" until then. So a retried request changes nothing and emits nothing.
+--   - mode try by another tab than the holder: "HELD"; mode takeover: taken over (below).
+--   - a free lease reserved for the requester (reservation): the requester's acquire, in any mode,
+--     is granted and claims it; another tab's in mode takeover is an ordinary grant; another tab's
+--     in mode try or handoff is "PENDING" until the reservation ends.
+-- Every grant deletes the handoff fields (clear_handoff), whatever they held.
+--
+-- Events: what settle announces; then "granted" for a grant of a free session (with prev, the tab
+-- that handed the lease over, and reason "handoff" when it claims a reservation), "taken_over" for
+-- a takeover of another tab's lease, "handoff_requested" (the holder's lease, and the requester)
+-- for a new handoff request, "updated" when the holder changed its label or hidden flag, and
+-- nothing otherwise (a refused acquire included, a repeated handoff request too).
+-- Audit: "grant" for a grant of a free session, "handoff" for the grant that claims a reservation
+-- (ptab and pep: the tab that handed the lease over), "takeover" for a takeover, nothing otherwise.
 -- Index: every "OK" lists the session in the user's index of held leases (a no-op unless it is a
 -- grant). The engine adds the user to the prefix's users index before it runs this script.
 
@@ -27,9 +44,11 @@ local tab, label = ARGV[5], ARGV[6]
 local hidden = ARGV[7] == '1'
 local ttl_ms = arg_int(8, 1, MAX_EPOCH)
 local mode = ARGV[9]
-if mode ~= 'try' and mode ~= 'takeover' then
+if mode ~= 'try' and mode ~= 'takeover' and mode ~= 'handoff' then
   error('tablease: ARGV[9] is not a mode')
 end
+local handoff_timeout_ms = arg_int(10, 1, MAX_EPOCH)
+local handoff_reserve_ms = arg_int(11, 1, MAX_EPOCH)
 
 -- Settle expiry.
 local now = now_us()
@@ -60,10 +79,35 @@ if held(s, now) then
     end
     return finish(s, now, reply('OK', s, now))
   end
+  if mode == 'handoff' then
+    if pending_handoff(s, now) then
+      return finish(s, now, reply('PENDING', s, now, s.ho_until_us))
+    end
+    -- Write state: a new request, replacing whatever lapsed.
+    s.ho_tab, s.ho_label, s.ho_hidden = tab, label, hidden
+    s.ho_from_tab, s.ho_from_epoch = s.tab, s.epoch
+    s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = now + handoff_timeout_ms * 1000, false,
+      handoff_reserve_ms
+    redis.call('HSET', KEY_STATE, 'ho_tab', tab, 'ho_label', label,
+      'ho_hidden', hidden and '1' or '0', 'ho_from_tab', s.tab, 'ho_from_epoch', int(s.epoch), 'ho_until_us', int(s.ho_until_us),
+      'ho_reserved', '0', 'ho_reserve_ms', int(handoff_reserve_ms))
+    local ev = lease_event('handoff_requested', s, now)
+    ev.requester = {tab = tab, label = label, hidden = hidden}
+    emit(ev)
+    return finish(s, now, reply('PENDING', s, now, s.ho_until_us))
+  end
   if mode ~= 'takeover' then
     return finish(s, now, reply('HELD', s, now))
   end
   previous = {tab = s.tab, epoch = s.epoch}
+end
+local handed_by = nil -- the tab that handed the lease over, when this grant claims its reservation
+if reservation(s, now) then
+  if s.ho_tab == tab then
+    handed_by = {tab = s.ho_from_tab, epoch = s.ho_from_epoch}
+  elseif mode ~= 'takeover' then
+    return finish(s, now, reply('PENDING', s, now, s.ho_until_us))
+  end
 end
 local epoch = math.max(s.epoch + 1, now)
 if epoch >= MAX_EPOCH then
@@ -78,6 +122,7 @@ redis.call('HSET', KEY_STATE, 'tab', tab, 'label', label, 'hidden', hidden and '
   'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
   'transitions', int(s.transitions))
 redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+clear_handoff(s) -- a new grant ends every handoff in progress
 index_add()
 
 -- Append event and audit record.
@@ -86,6 +131,9 @@ local rec = {a = 'grant', e = epoch, at = now, tab = tab}
 if previous ~= nil then
   ev.type, ev.prev = 'taken_over', {tab = previous.tab, epoch = int(previous.epoch)}
   rec.a, rec.ptab, rec.pep = 'takeover', previous.tab, previous.epoch
+elseif handed_by ~= nil then
+  ev.prev, ev.reason = {tab = handed_by.tab, epoch = int(handed_by.epoch)}, 'handoff'
+  rec.a, rec.ptab, rec.pep = 'handoff', handed_by.tab, handed_by.epoch
 end
 emit(ev)
 record(rec)

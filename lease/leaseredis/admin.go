@@ -316,11 +316,12 @@ func (l *lister) read(user string, sessions []string) error {
 }
 
 // parseLeases reads leases.lua's answer: {now_us, sid, tab, label, hidden, epoch, granted_us,
-// expires_us, ttl_ms, transitions, …}.
+// expires_us, ttl_ms, transitions, ho_tab, ho_label, ho_hidden, ho_until_us, …}.
 func parseLeases(user string, v any) ([]lease.Lease, error) {
+	const stride = 13
 	bad := fmt.Errorf("leaseredis: malformed leases reply %v", v)
 	a, ok := v.([]any)
-	if !ok || len(a) == 0 || (len(a)-1)%9 != 0 {
+	if !ok || len(a) == 0 || (len(a)-1)%stride != 0 {
 		return nil, bad
 	}
 	now, ok := a[0].(int64)
@@ -328,23 +329,27 @@ func parseLeases(user string, v any) ([]lease.Lease, error) {
 		return nil, bad
 	}
 	var out []lease.Lease
-	for i := 1; i < len(a); i += 9 {
+	for i := 1; i < len(a); i += stride {
 		sid, ok1 := a[i].(string)
 		tab, ok2 := a[i+1].(string)
 		label, ok3 := a[i+2].(string)
-		var n [6]int64 // hidden, epoch, granted_us, expires_us, ttl_ms, transitions
-		for j := range n {
-			x, ok := a[i+3+j].(int64)
+		hoTab, ok4 := a[i+9].(string)
+		hoLabel, ok5 := a[i+10].(string)
+		// hidden, epoch, granted_us, expires_us, ttl_ms, transitions; then ho_hidden, ho_until_us
+		var n [8]int64
+		for j, k := range []int{3, 4, 5, 6, 7, 8, 11, 12} {
+			x, ok := a[i+k].(int64)
 			if !ok || x < 0 {
 				return nil, bad
 			}
 			n[j] = x
 		}
 		key := lease.Key{User: user, Session: sid}
-		if !ok1 || !ok2 || !ok3 || key.Validate() != nil || n[1] >= lease.MaxEpoch || n[3] <= now {
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || key.Validate() != nil || n[1] >= lease.MaxEpoch || n[3] <= now ||
+			(hoTab == "") != (n[7] == 0) || (n[7] != 0 && n[7] <= now) {
 			return nil, bad
 		}
-		out = append(out, lease.Lease{
+		l := lease.Lease{
 			Key:         key,
 			Held:        true,
 			Holder:      lease.Holder{TabID: tab, Label: label, Hidden: n[0] == 1},
@@ -354,7 +359,14 @@ func parseLeases(user string, v any) ([]lease.Lease, error) {
 			TTL:         time.Duration(n[4]) * time.Millisecond,
 			Transitions: n[5],
 			Now:         micros(now),
-		})
+		}
+		if hoTab != "" {
+			l.Handoff = &lease.HandoffState{
+				Requester: lease.Holder{TabID: hoTab, Label: hoLabel, Hidden: n[6] == 1},
+				Until:     micros(n[7]),
+			}
+		}
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -14,12 +14,14 @@
 -- step that makes the change (record queues it, flush_audit appends it when the script finishes,
 -- with the events). Its fields, strings, with only those that apply:
 --   s       the session id
---   a       the action: grant, takeover, release, expire, revoke or block (lease.AuditAction)
+--   a       the action: grant, takeover, handoff, release, expire, revoke or block
+--           (lease.AuditAction)
 --   e       the epoch after the change (for release and expire: the epoch that ended)
 --   at      the store time of the change in µs; for expire, the lease's expires_us
---   tab     the acting tab (grant, takeover, release)
+--   tab     the acting tab (grant, takeover, handoff, release)
 --   adm     the acting admin (revoke, block)
---   ptab    the holder before the change, and its epoch in pep (takeover, release, expire, revoke)
+--   ptab    the holder before the change, and its epoch in pep (takeover, handoff: the tab that
+--           handed the lease over, release, expire, revoke)
 --   r       the admin's reason (revoke, block)
 --   until   the end of a block in µs (block)
 -- Entry ids are "<ms>-<seq>" by the rule of lease.NextEventID (the store clock in ms, or the newest

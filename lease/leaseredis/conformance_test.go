@@ -28,10 +28,12 @@ func TestConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target {
 		n++
 		opts := leaseredis.Options{
-			Limits:      limits,
-			Prefix:      fmt.Sprintf("conformance-%d", n),
-			OpTimeout:   conformanceOpTimeout,
-			PresenceTTL: leasetest.ShortPresenceTTL,
+			Limits:         limits,
+			Prefix:         fmt.Sprintf("conformance-%d", n),
+			OpTimeout:      conformanceOpTimeout,
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 		newEngine := func(t *testing.T) *leaseredis.Engine {
 			client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
@@ -56,12 +58,14 @@ func TestConformance(t *testing.T) {
 				srv.Pause(t)
 				return func() { srv.Resume(t) }
 			},
-			OpTimeout:   conformanceOpTimeout,
-			Feed:        eng,
-			Presence:    eng,
-			Admin:       eng,
-			Peer:        func(t *testing.T) lease.Engine { return newEngine(t) },
-			PresenceTTL: leasetest.ShortPresenceTTL,
+			OpTimeout:      conformanceOpTimeout,
+			Feed:           eng,
+			Presence:       eng,
+			Admin:          eng,
+			Peer:           func(t *testing.T) lease.Engine { return newEngine(t) },
+			PresenceTTL:    leasetest.ShortPresenceTTL,
+			HandoffTimeout: leasetest.ShortHandoffTimeout,
+			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
 }

@@ -1,7 +1,7 @@
 -- events.lua: the third prelude of every session script (after state.lua and admin.lua, before
 -- presence.lua). It queues the events a script produces, appends them to the session's log and
--- publishes them, and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV
--- of its own.
+-- publishes them, settles a handoff as the lease it asked for ends (reserve_handoff, clear_handoff),
+-- and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV of its own.
 --
 -- A script calls emit() for each of its events, in order, and record() (admin.lua) for each of its
 -- audit records, while it decides and writes, and finish() on every path that returns after the
@@ -16,9 +16,10 @@
 -- the state hash (event_id) as well as in the stream, so ids keep increasing after the log expired.
 --
 -- Event JSON (numbers as decimal strings: cjson would print 1.7e+15):
---   {"type": "granted|released|expired|taken_over|revoked|updated|joined|left",
+--   {"type": "granted|released|expired|taken_over|revoked|handoff_requested|updated|joined|left",
 --    "epoch": "…", "holder": {"tab","label","hidden"}, "prev": {"tab","epoch"},
---    "reason": "…", "at": "<µs>", "tab": {"id","label","hidden","connected": "<µs>"}}
+--    "requester": {"tab","label","hidden"}, "reason": "…", "at": "<µs>",
+--    "tab": {"id","label","hidden","connected": "<µs>"}}
 -- with the fields of lease.Event that apply (absent otherwise).
 --
 -- Each event is also published on CHANNEL (state.lua) as
@@ -139,17 +140,51 @@ local function finish(s, now, r)
   return r
 end
 
+-- HANDOFF_FIELDS are the fields of the state hash that hold a handoff (see state.lua).
+local HANDOFF_FIELDS = {'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
+  'ho_until_us', 'ho_reserved', 'ho_reserve_ms'}
+
+-- clear_handoff deletes the handoff of s, if any: every grant and every revoke end it.
+local function clear_handoff(s)
+  if s.ho_tab == '' then
+    return
+  end
+  redis.call('HDEL', KEY_STATE, unpack(HANDOFF_FIELDS))
+  s.ho_tab, s.ho_label, s.ho_hidden, s.ho_from_tab, s.ho_from_epoch = '', '', false, '', 0
+  s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = 0, false, 0
+end
+
+-- reserve_handoff settles the handoff request of s as its lease ends at end_us (released at end_us,
+-- or expired at its expires_us = end_us), before the script writes that end: when the request was
+-- pending at end_us (of this epoch, not lapsed), the free lease is reserved for the requester until
+-- end_us plus the request's reserve window, and reserve_handoff answers the requester as events
+-- carry it; otherwise it deletes the request and answers nil. A reservation (which only a free
+-- lease has) is left alone.
+local function reserve_handoff(s, end_us)
+  if s.ho_tab == '' or s.ho_reserved then
+    return nil
+  end
+  if s.ho_from_epoch ~= s.epoch or s.ho_until_us <= end_us then
+    clear_handoff(s) -- the request lapsed before the end
+    return nil
+  end
+  s.ho_reserved, s.ho_until_us = true, end_us + s.ho_reserve_ms * 1000
+  redis.call('HSET', KEY_STATE, 'ho_reserved', '1', 'ho_until_us', int(s.ho_until_us))
+  return {tab = s.ho_tab, label = s.ho_label, hidden = s.ho_hidden}
+end
+
 -- settle_lease announces the end of a lease that expired by now and was not announced yet, once
 -- per epoch: it marks the epoch in ended_epoch, takes the session out of the user's index of held
--- leases and records the expiry in the audit log, at the lease's expires_us. A release and a revoke
--- mark their own epoch.
+-- leases and records the expiry in the audit log, at the lease's expires_us. A handoff request
+-- pending at expires_us becomes a reservation from expires_us (whenever the expiry is announced),
+-- and the "expired" event carries its requester. A release and a revoke mark their own epoch.
 local function settle_lease(s, now)
   if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us <= now then
     redis.call('HSET', KEY_STATE, 'ended_epoch', int(s.epoch))
     s.ended_epoch = s.epoch
     index_remove()
     emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},
-      at = int(s.expires_us)})
+      requester = reserve_handoff(s, s.expires_us), at = int(s.expires_us)})
     record({a = 'expire', e = s.epoch, at = s.expires_us, ptab = s.tab, pep = s.epoch})
   end
 end

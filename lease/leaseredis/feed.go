@@ -508,6 +508,11 @@ type wireEvent struct {
 		Tab   string `json:"tab"`
 		Epoch int64  `json:"epoch,string"`
 	} `json:"prev"`
+	Requester *struct {
+		Tab    string `json:"tab"`
+		Label  string `json:"label"`
+		Hidden bool   `json:"hidden"`
+	} `json:"requester"`
 	Reason string `json:"reason"`
 	At     int64  `json:"at,string"`
 	Tab    *struct {
@@ -537,6 +542,9 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 	}
 	if p := w.Prev; p != nil {
 		ev.Previous = &lease.Previous{TabID: p.Tab, Epoch: p.Epoch}
+	}
+	if r := w.Requester; r != nil {
+		ev.Requester = &lease.Holder{TabID: r.Tab, Label: r.Label, Hidden: r.Hidden}
 	}
 	if t := w.Tab; t != nil {
 		ev.Tab = &lease.Tab{TabID: t.ID, Label: t.Label, Hidden: t.Hidden, ConnectedAt: micros(t.Connected)}

@@ -1,6 +1,7 @@
 // Package leaseredis is the Redis lease.Engine, on a go-redis v9 UniversalClient: standalone,
 // Sentinel or Cluster. Several tablease instances may share one Redis. It implements lease.Feed
-// and lease.Presence too, so events cross instances, and lease.Admin (see admin.go).
+// and lease.Presence too, so events cross instances, lease.Admin (see admin.go), and
+// lease.ModeHandoff (see Handoff below).
 //
 // # Keys
 //
@@ -25,8 +26,8 @@
 // session and user in KEYS, in that order (state.lua describes them and the fields of the hash).
 // The users index is never a key of a script: Acquire and Admin.Revoke add the user to it with a
 // ZADD of its own before their script (see admin.go). The state hash is never deleted or given a
-// TTL: it holds the epoch counter (DESIGN §2), the expiry marker, the id of the last event, and an
-// admin's block and last revoke. Its size is a few hundred bytes per session that ever held a
+// TTL: it holds the epoch counter (DESIGN §2), the expiry marker, the id of the last event, an
+// admin's block and last revoke, and the handoff in progress. Its size is a few hundred bytes per session that ever held a
 // lease, had a tab present or was blocked. The log holds at least EventLogLen events (XADD MAXLEN
 // ~), and the presence keys expire PresenceTTL plus EventLogTTL after the last join, so that they
 // are never lost while the log that would tell of them lives. The index of a user holds its held
@@ -45,8 +46,10 @@
 // falling back to EVAL when the server does not know them (after a restart). Every writing script
 // is idempotent under the retries of go-redis, events and audit records included: a retried
 // acquire or takeover finds its tab holding and keeps the epoch (no second event or record), a
-// retried release finds the release it repeats, a retried renew extends again, and a retried
-// revoke with a request id finds the revoke it repeats.
+// retried handoff request finds its request pending and changes nothing, a retried claim of a
+// handoff finds its tab holding, a retried release finds the release it repeats (and the
+// reservation it made), a retried renew extends again, and a retried revoke with a request id
+// finds the revoke it repeats.
 //
 // # Events
 //
@@ -81,6 +84,25 @@
 // run the timer. Timers exist only for watched sessions and stop with their last watch. Presence
 // entries live PresenceTTL: the instance holding a connection refreshes its entry by calling Join
 // again (the SSE layer does, every third of the TTL).
+//
+// # Handoff
+//
+// The engine has the semantics of lease.ModeHandoff, those of the memory engine. A handoff lives in
+// the ho_* fields of the state hash (see state.lua): the requester, the holder asked to let go (tab
+// and epoch, kept because a release removes the holder while the claim's event and audit record
+// name it), the deadline, whether it is still a request or already a reservation, and the reserve
+// window. acquire.lua makes the request (a "handoff_requested" event) and answers "PENDING" with the
+// deadline, which Acquire turns into a *lease.RetryError of lease.ErrHandoffPending; the script that
+// ends the lease turns a pending request into a reservation (release.lua from the release time, and
+// settle_lease, in every script, from the lease's expires_us, however late the expiry is announced)
+// and names the requester on its "released" or "expired" event; the requester's grant claims it
+// ("granted" with prev and reason "handoff", an audit record "handoff"); every grant and every
+// revoke delete the fields. A lapsed request or an ended reservation counts as none wherever it is
+// read, so a lapse needs no timer and no write. The handoff timeout (Options.HandoffTimeout) is an
+// argument of acquire.lua; so is the reserve window (Options.HandoffReserve), which is stored with
+// the request, because the expiry that reserves may be announced by any script of any instance (the
+// settle timer, a join, a tabs listing), and none of them carries it. Every lease answer carries the
+// handoff in progress (lease.Lease.Handoff), and ListLeases the pending request of each lease.
 //
 // # Errors
 //
@@ -157,6 +179,15 @@ type Options struct {
 	// (default lease.DefaultAuditMaxRecords). Redis trims the log with MAXLEN ~, in whole stream
 	// nodes, so it may keep up to a hundred more. It must not be negative.
 	AuditMaxRecords int
+
+	// HandoffTimeout is how long a holder has to let go after a handoff request before the request
+	// lapses (default lease.DefaultHandoffTimeout), and HandoffReserve how long the lease then stays
+	// reserved for the requester (default lease.DefaultHandoffReserve); see lease.ModeHandoff. Each
+	// must be zero or at least a millisecond; they are truncated to whole milliseconds. A request
+	// keeps the reserve window of the instance that accepted it, whichever instance then ends the
+	// lease; every instance sharing a prefix should use the same.
+	HandoffTimeout time.Duration
+	HandoffReserve time.Duration
 }
 
 // Engine is the Redis lease.Engine. Use New; the zero value is not usable. It is safe for
@@ -173,6 +204,9 @@ type Engine struct {
 	presenceTTL time.Duration
 	auditTTL    time.Duration // Options.AuditRetention
 	auditLen    int           // Options.AuditMaxRecords
+	// handoffTimeout and handoffReserve time handoffs (Options.HandoffTimeout, HandoffReserve).
+	handoffTimeout time.Duration
+	handoffReserve time.Duration
 	// ctx is canceled by Close; it bounds the engine's own store calls (the subscription and the
 	// settle timers), which no caller waits for.
 	ctx    context.Context
@@ -243,6 +277,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		{"PresenceTTL", "must be zero (the default) or at least a millisecond", opts.PresenceTTL < 0 || (opts.PresenceTTL > 0 && opts.PresenceTTL < time.Millisecond)},
 		{"AuditRetention", "must be zero (the default) or at least a millisecond", opts.AuditRetention < 0 || (opts.AuditRetention > 0 && opts.AuditRetention < time.Millisecond)},
 		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
+		{"HandoffTimeout", "must be zero (the default) or at least a millisecond", opts.HandoffTimeout < 0 || (opts.HandoffTimeout > 0 && opts.HandoffTimeout < time.Millisecond)},
+		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -260,9 +296,12 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		presenceTTL: cmp.Or(opts.PresenceTTL.Truncate(time.Millisecond), lease.DefaultPresenceTTL),
 		auditTTL:    cmp.Or(opts.AuditRetention.Truncate(time.Millisecond), lease.DefaultAuditRetention),
 		auditLen:    cmp.Or(opts.AuditMaxRecords, lease.DefaultAuditMaxRecords),
-		ctx:         ctx,
-		cancel:      cancel,
-		sessions:    make(map[lease.Key]*watched),
+
+		handoffTimeout: cmp.Or(opts.HandoffTimeout.Truncate(time.Millisecond), lease.DefaultHandoffTimeout),
+		handoffReserve: cmp.Or(opts.HandoffReserve.Truncate(time.Millisecond), lease.DefaultHandoffReserve),
+		ctx:            ctx,
+		cancel:         cancel,
+		sessions:       make(map[lease.Key]*watched),
 	}, nil
 }
 
@@ -307,11 +346,13 @@ func (e *Engine) usersKey() string { return e.prefix + ":users" }
 // channel is the Pub/Sub channel on which the scripts publish every event under the prefix.
 func (e *Engine) channel() string { return e.prefix + ":events" }
 
-// Acquire implements lease.Engine. A new grant (the lease is free, expired or released, or a
-// takeover from another tab) gets the epoch max(last+1, now_us); the holder acquiring again, in
-// either mode, keeps its epoch, has its label and hidden flag updated and its lease extended from
-// now by the clamped TTL. While an admin's block lasts, every acquire fails with a
-// *lease.RetryError (lease.ErrBlocked). The user is added to the users index first (see
+// Acquire implements lease.Engine, lease.ModeHandoff included (see acquire.lua). A new grant (the
+// lease is free, expired or released, or a takeover from another tab) gets the epoch
+// max(last+1, now_us); the holder acquiring again, in any mode, keeps its epoch, has its label and
+// hidden flag updated and its lease extended from now by the clamped TTL. While an admin's block
+// lasts, every acquire fails with a *lease.RetryError (lease.ErrBlocked); while a handoff is
+// requested or the lease is reserved for another tab, as lease.ModeHandoff says, with a
+// *lease.RetryError (lease.ErrHandoffPending). The user is added to the users index first (see
 // admin.go), so that the lease is listed.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
 	const op = "acquire"
@@ -327,7 +368,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, err
 	}
 	v, err := e.eval(ctx, op, acquireScript, req.Key,
-		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode))
+		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
+		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds())
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -343,6 +385,10 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	case statusBlocked:
 		if until.After(l.Now) {
 			return lease.Lease{}, &lease.RetryError{Err: lease.ErrBlocked, RetryAfter: until.Sub(l.Now)}
+		}
+	case statusPending:
+		if until.After(l.Now) {
+			return lease.Lease{}, &lease.RetryError{Err: lease.ErrHandoffPending, RetryAfter: until.Sub(l.Now)}
 		}
 	case statusExhausted:
 		return lease.Lease{}, lease.ErrEpochExhausted

@@ -616,6 +616,10 @@ func TestNewChecksItsOptions(t *testing.T) {
 		{"a negative audit retention", ok, Options{AuditRetention: -time.Hour}, true},
 		{"an audit retention under a millisecond", ok, Options{AuditRetention: time.Microsecond}, true},
 		{"a negative audit length", ok, Options{AuditMaxRecords: -1}, true},
+		{"a negative handoff timeout", ok, Options{HandoffTimeout: -time.Second}, true},
+		{"a handoff timeout under a millisecond", ok, Options{HandoffTimeout: time.Microsecond}, true},
+		{"a negative handoff reserve window", ok, Options{HandoffReserve: -time.Second}, true},
+		{"a handoff reserve window under a millisecond", ok, Options{HandoffReserve: 999 * time.Microsecond}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := New(tc.client, tc.opts)
@@ -641,6 +645,9 @@ func TestNewChecksItsOptions(t *testing.T) {
 	}
 	if e.auditLen != lease.DefaultAuditMaxRecords || e.auditTTL != lease.DefaultAuditRetention {
 		t.Errorf("audit defaults = %d records for %v", e.auditLen, e.auditTTL)
+	}
+	if e.handoffTimeout != lease.DefaultHandoffTimeout || e.handoffReserve != lease.DefaultHandoffReserve {
+		t.Errorf("handoff defaults = timeout %v, reserve %v", e.handoffTimeout, e.handoffReserve)
 	}
 	_ = e.Close()
 }
@@ -829,7 +836,7 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 		if !strings.Contains(h, "-- KEYS[1..6]") || !strings.Contains(h, "-- ARGV[1..4]") {
 			t.Errorf("%s: the header does not name the session's KEYS and the common ARGV:\n%s", name, h)
 		}
-		for i := 1; i <= 9; i++ {
+		for i := 1; i <= 12; i++ {
 			arg := "ARGV[" + strconv.Itoa(i) + "]"
 			used := strings.Contains(body, arg) || strings.Contains(body, "arg_int("+strconv.Itoa(i)+",")
 			named := strings.Contains(h, "-- "+arg)
@@ -855,24 +862,47 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 func firstLine(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
 
 func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
-	good := []any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6), int64(0)}
-	if _, l, until, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() {
+	noHandoff := []any{int64(0), "", "", int64(0), int64(0)}
+	good := append([]any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6), int64(0)}, noHandoff...)
+	if _, l, until, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() || l.Handoff != nil {
 		t.Fatalf("parseReply(good) = %+v, %v, %v", l, until, err)
 	}
-	blocked := append(append([]any{"BLOCKED"}, good[1:11]...), int64(7))
+	blocked := append(append(append([]any{"BLOCKED"}, good[1:11]...), int64(7)), noHandoff...)
 	if status, _, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 {
 		t.Fatalf("parseReply(blocked) = %q, %v, %v", status, until, err)
 	}
+	// with replaces the handoff fields of good.
+	with := func(ho ...any) []any { return append(append([]any{}, good[:12]...), ho...) }
+	requested := with(int64(1), "tab-b", "B", int64(1), int64(8))
+	if _, l, _, err := parseReply(alice, requested); err != nil || l.Handoff == nil ||
+		*l.Handoff != (lease.HandoffState{Requester: lease.Holder{TabID: "tab-b", Label: "B", Hidden: true}, Until: time.UnixMicro(8).UTC()}) {
+		t.Fatalf("parseReply(requested) = %+v, %v", l.Handoff, err)
+	}
+	free := append(append([]any{"PENDING", int64(0), "", "", int64(0)}, good[5:11]...), int64(8))
+	pending := append(append([]any{}, free...), int64(2), "tab-b", "", int64(0), int64(8))
+	if status, l, until, err := parseReply(alice, pending); err != nil || status != statusPending || until.UnixMicro() != 8 ||
+		l.Held || l.Handoff == nil || !l.Handoff.Reserved || l.Handoff.Requester.TabID != "tab-b" {
+		t.Fatalf("parseReply(pending) = %q, %+v, %v, %v", status, l, until, err)
+	}
 	for name, v := range map[string]any{
-		"nil":              nil,
-		"a string":         "OK",
-		"too short":        good[:11],
-		"a number as str":  append(append([]any{}, good[:5]...), append([]any{"5"}, good[6:]...)...),
-		"an epoch of 2^53": append(append([]any{}, good[:5]...), append([]any{int64(lease.MaxEpoch)}, good[6:]...)...),
-		"a negative time":  append(append([]any{}, good[:10]...), int64(-1), int64(0)),
-		"no store time":    append(append([]any{}, good[:10]...), int64(0), int64(0)),
-		"a float":          append(append([]any{}, good[:10]...), math.Pi, int64(0)),
-		"a negative until": append(append([]any{}, good[:11]...), int64(-1)),
+		"nil":                              nil,
+		"a string":                         "OK",
+		"too short":                        good[:12],
+		"the old length":                   append(append([]any{}, good[:11]...), int64(0)),
+		"a number as str":                  append(append([]any{}, good[:5]...), append([]any{"5"}, good[6:]...)...),
+		"an epoch of 2^53":                 append(append([]any{}, good[:5]...), append([]any{int64(lease.MaxEpoch)}, good[6:]...)...),
+		"a negative time":                  append(append(append([]any{}, good[:10]...), int64(-1), int64(0)), noHandoff...),
+		"no store time":                    append(append(append([]any{}, good[:10]...), int64(0), int64(0)), noHandoff...),
+		"a float":                          append(append(append([]any{}, good[:10]...), math.Pi, int64(0)), noHandoff...),
+		"a negative until":                 append(append(append([]any{}, good[:11]...), int64(-1)), noHandoff...),
+		"a handoff of 3":                   with(int64(3), "tab-b", "", int64(0), int64(8)),
+		"a handoff without requester":      with(int64(1), "", "", int64(0), int64(8)),
+		"a handoff that ended":             with(int64(1), "tab-b", "", int64(0), int64(6)),
+		"a requester without handoff":      with(int64(0), "tab-b", "", int64(0), int64(0)),
+		"a reservation of a held lease":    with(int64(2), "tab-b", "", int64(0), int64(8)),
+		"a request of a free lease":        append(append([]any{}, free...), int64(1), "tab-b", "", int64(0), int64(8)),
+		"a requester that is not a string": with(int64(1), int64(1), "", int64(0), int64(8)),
+		"a negative handoff until":         with(int64(1), "tab-b", "", int64(0), int64(-8)),
 	} {
 		if _, _, _, err := parseReply(alice, v); err == nil {
 			t.Errorf("parseReply(%s) = nil error", name)

@@ -4,8 +4,10 @@
 -- KEYS[2..n]  <prefix>:{<sub>}:lease:<sid>   state hashes of the same user (see state.lua), as the
 --                                            engine found their sessions in the index
 -- Answers {now_us, sid, tab, label, hidden (1|0), epoch, granted_us, expires_us, ttl_ms,
--- transitions, …}: the leases of KEYS[2..n] held at now_us (tab set and expires_us after now), in
--- the order of KEYS. It announces nothing: a lease found expired is only dropped from the index
+-- transitions, ho_tab, ho_label, ho_hidden (1|0), ho_until_us, …}: the leases of KEYS[2..n] held at
+-- now_us (tab set and expires_us after now), in the order of KEYS, each with the handoff request
+-- pending at now_us ('', '', 0, 0 when none; see pending_handoff in state.lua: a held lease has no
+-- reservation). It announces nothing: a lease found expired is only dropped from the index
 -- (the call that next touches its session announces the expiry, and records it), so the index
 -- holds no more than the held leases and those that expired since the last listing.
 local index = KEYS[1]
@@ -26,7 +28,8 @@ local out = {now}
 for i = 2, #KEYS do
   local sid = string.sub(KEYS[i], #tag + 1)
   local v = redis.call('HMGET', KEYS[i], 'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us',
-    'ttl_ms', 'transitions')
+    'ttl_ms', 'transitions', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_epoch', 'ho_until_us',
+    'ho_reserved')
   local expires = tonumber(v[6]) or 0
   if v[1] and v[1] ~= '' and expires > now then
     out[#out + 1] = sid
@@ -38,6 +41,20 @@ for i = 2, #KEYS do
     out[#out + 1] = expires
     out[#out + 1] = tonumber(v[7]) or 0
     out[#out + 1] = tonumber(v[8]) or 0
+    local ho_until = tonumber(v[13]) or 0
+    local pending = v[9] and v[9] ~= '' and v[14] ~= '1' and ho_until > now
+      and (tonumber(v[12]) or 0) == (tonumber(v[4]) or 0)
+    if pending then
+      out[#out + 1] = v[9]
+      out[#out + 1] = v[10] or ''
+      out[#out + 1] = v[11] == '1' and 1 or 0
+      out[#out + 1] = ho_until
+    else
+      out[#out + 1] = ''
+      out[#out + 1] = ''
+      out[#out + 1] = 0
+      out[#out + 1] = 0
+    end
   else
     redis.call('ZREM', index, sid)
   end

@@ -7,9 +7,13 @@
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
 --
--- Events: what settle announces; then "released" when this call ended the lease, nothing otherwise
--- (a retry included). Audit: "release" when this call ended the lease, which also takes the session
--- out of the user's index of held leases.
+-- When this call ends the lease while a handoff request is pending (lease.ModeHandoff), the free
+-- lease is reserved for the requester until now plus the request's reserve window
+-- (reserve_handoff in events.lua); a request that lapsed is deleted.
+--
+-- Events: what settle announces; then "released" (with the requester when it reserved the lease)
+-- when this call ended the lease, nothing otherwise (a retry included). Audit: "release" when this
+-- call ended the lease, which also takes the session out of the user's index of held leases.
 
 -- Validate.
 local tab = ARGV[5]
@@ -27,6 +31,7 @@ if not held_by(s, now, tab, epoch) then
 end
 
 -- Write state: the end of this epoch is announced here, so it is marked ended.
+local requester = reserve_handoff(s, now)
 redis.call('HSET', KEY_STATE, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
   'ended_epoch', int(epoch))
 redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden')
@@ -34,6 +39,7 @@ s.tab, s.label, s.hidden, s.expires_us, s.ended_epoch = '', '', false, now, epoc
 index_remove()
 
 -- Append event and audit record.
-emit({type = 'released', epoch = int(epoch), prev = {tab = tab, epoch = int(epoch)}, at = int(now)})
+emit({type = 'released', epoch = int(epoch), prev = {tab = tab, epoch = int(epoch)},
+  requester = requester, at = int(now)})
 record({a = 'release', e = epoch, at = now, tab = tab, ptab = tab, pep = epoch})
 return finish(s, now, reply('RELEASED', s, now))

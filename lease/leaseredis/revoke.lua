@@ -17,7 +17,9 @@
 -- that revoke answered and changes nothing; a held lease is revoked: a new epoch
 -- (max(last+1, now_us), as a grant mints it), no holder, granted_us = expires_us = now, one more
 -- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
--- a positive block sets block_until_us to now + the block, replacing the old block whether it ends
+-- the handoff in progress, if any, ends (a request with the lease revoked, or the reservation of a
+-- free lease), silently: clear_handoff deletes its fields whether or not a lease is revoked; a
+-- positive block sets block_until_us to now + the block, replacing the old block whether it ends
 -- earlier or later; a request id remembers the answer (rv_* fields, see state.lua).
 --
 -- Events: what settle announces; then "revoked" (the new epoch, no holder, the holder revoked as
@@ -64,7 +66,8 @@ if revoked then
   previous = {tab = s.tab, epoch = s.epoch}
 end
 
--- Write state: revoke.
+-- Write state: end the handoff, and revoke.
+clear_handoff(s)
 if revoked then
   s.tab, s.label, s.hidden = '', '', false
   s.epoch, s.granted_us, s.expires_us, s.ended_epoch = epoch, now, now, epoch

@@ -14,8 +14,8 @@ import (
 // script but document.lua, leases.lua and audit.lua) take the same six keys and the same first four
 // arguments, and run after four preludes that scripts.go puts in front of each: state.lua (the keys,
 // the common arguments, the state hash and the lease answer), admin.lua (the user's index of held
-// leases and audit log), events.lua (the event log, publishing, and the lease's expiry) and
-// presence.lua (presence entries, their expiry, and settle). leases.lua and audit.lua are the reads
+// leases and audit log), events.lua (the event log, publishing, the lease's expiry and the handoff
+// request it turns into a reservation) and presence.lua (presence entries, their expiry, and settle). leases.lua and audit.lua are the reads
 // of the admin listing and audit log, on keys of one user. Every script validates its arguments and
 // reads before it writes anything: Redis does not roll back a script that fails halfway.
 var (
@@ -80,39 +80,63 @@ const (
 	statusHeld      = "HELD"      // acquire: another tab holds the lease
 	statusExhausted = "EXHAUSTED" // acquire, revoke: the next epoch would reach 2^53
 	statusBlocked   = "BLOCKED"   // acquire: an admin blocked grants (until_us says until when)
+	statusPending   = "PENDING"   // acquire: a handoff is requested or the lease reserved (until_us: until when)
 	statusLost      = "LOST"      // renew, check: the tab does not hold the lease at that epoch
 	statusReleased  = "RELEASED"  // release: this call, or the call it retries, ended the lease
 	statusKept      = "KEPT"      // release: nothing to release
 )
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
-// granted_us, expires_us, ttl_ms, transitions, now_us, until_us} (see reply in state.lua).
-const replyLen = 12
+// granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label,
+// ho_hidden, ho_until_us} (see reply in state.lua).
+const replyLen = 17
 
-// parseReply turns a script's answer into its status, the lease of key it describes, and the time
-// at which a refusal ends (until_us: the end of the block of a BLOCKED acquire; zero when none).
+// The handoff field of a lease answer: none, requested or reserved (see lease.HandoffState).
+const (
+	handoffNone      = 0
+	handoffRequested = 1
+	handoffReserved  = 2
+)
+
+// parseReply turns a script's answer into its status, the lease of key it describes (with the
+// handoff in progress), and the time at which a refusal ends (until_us: the end of the block of a
+// BLOCKED acquire, of the request or reservation of a PENDING one; zero when none).
 func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
+	bad := func() (string, lease.Lease, time.Time, error) {
+		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+	}
 	a, ok := v.([]any)
 	if !ok || len(a) != replyLen {
-		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+		return bad()
 	}
 	status, ok1 := a[0].(string)
 	tab, ok2 := a[2].(string)
 	label, ok3 := a[3].(string)
-	if !ok1 || !ok2 || !ok3 {
-		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+	hoTab, ok4 := a[13].(string)
+	hoLabel, ok5 := a[14].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return bad()
 	}
-	var n [9]int64 // held, hidden, epoch, granted_us, expires_us, ttl_ms, transitions, now_us, until_us
-	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11} {
+	// held, hidden, epoch, granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff,
+	// ho_hidden, ho_until_us
+	var n [12]int64
+	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16} {
 		x, ok := a[j].(int64)
 		if !ok || x < 0 {
-			return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
+			return bad()
 		}
 		n[i] = x
 	}
 	heldFlag, hidden, epoch, granted, expires, ttlMS, transitions, now := n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
+	ho, hoHidden, hoUntil := n[9], n[10], n[11]
 	if epoch >= lease.MaxEpoch || now == 0 {
 		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: script reply out of range %v", v)
+	}
+	switch {
+	case ho == handoffNone && (hoTab != "" || hoUntil != 0),
+		ho != handoffNone && (hoTab == "" || hoUntil <= now || (ho == handoffRequested) != (heldFlag == 1)),
+		ho > handoffReserved:
+		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: script reply with an impossible handoff %v", v)
 	}
 	var until time.Time
 	if n[8] != 0 {
@@ -131,6 +155,13 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	}
 	if l.Held {
 		l.Holder = lease.Holder{TabID: tab, Label: label, Hidden: hidden == 1}
+	}
+	if ho != handoffNone {
+		l.Handoff = &lease.HandoffState{
+			Requester: lease.Holder{TabID: hoTab, Label: hoLabel, Hidden: hoHidden == 1},
+			Until:     micros(hoUntil),
+			Reserved:  ho == handoffReserved,
+		}
 	}
 	return status, l, until, nil
 }

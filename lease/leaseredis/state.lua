@@ -42,8 +42,24 @@
 --   rv_revoked, rv_epoch, rv_until_us, rv_ptab, rv_pep
 --                        its answer: revoked ("1"|"0"), the epoch, the end of the block (0: none),
 --                        and the holder revoked ("" and 0: none)
--- Reserved for later work, not written yet: ho_tab, ho_until_us (a pending handoff). Scripts ignore
--- fields they do not know.
+--   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
+--   ho_hidden            the requester, as it asked ("1" when hidden);
+--   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
+--   ho_from_epoch        removes tab, and the grant that claims the reservation names them);
+--   ho_until_us          store time (µs) when the request lapses, or when the reservation ends;
+--   ho_reserved          "0" while requested (the holder still holds the lease), "1" once the
+--                        holder let go and the free lease is reserved for the requester;
+--   ho_reserve_ms        the reserve window, fixed by the acquire that made the request, so that
+--                        every script that ends the lease (release, or the announcement of its
+--                        expiry in settle_lease, which any script may run) reserves it alike.
+--                        acquire.lua writes them (the request), release.lua and settle_lease turn
+--                        a pending request into a reservation or drop it (reserve_handoff in
+--                        events.lua), and every grant and revoke deletes them (clear_handoff). A
+--                        request past ho_until_us, or whose holder no longer holds ho_from_epoch,
+--                        and a reservation past ho_until_us or of a held lease, count as none
+--                        wherever they are read (pending_handoff, reservation below): a lapse needs
+--                        no write, and the next end or grant of the lease deletes the fields.
+-- Scripts ignore fields they do not know.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
@@ -100,7 +116,8 @@ local AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
 local function load()
   local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
     'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
-    'block_until_us')
+    'block_until_us', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
+    'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
   return {
     tab = v[1] or '',
     label = v[2] or '',
@@ -115,6 +132,14 @@ local function load()
     ended_epoch = tonumber(v[11]) or 0,
     event_id = v[12] or '',
     block_until_us = tonumber(v[13]) or 0,
+    ho_tab = v[14] or '',
+    ho_label = v[15] or '',
+    ho_hidden = v[16] == '1',
+    ho_from_tab = v[17] or '',
+    ho_from_epoch = tonumber(v[18]) or 0,
+    ho_until_us = tonumber(v[19]) or 0,
+    ho_reserved = v[20] == '1',
+    ho_reserve_ms = tonumber(v[21]) or 0,
   }
 end
 
@@ -126,15 +151,37 @@ local function held_by(s, now, tab, epoch)
   return held(s, now) and s.tab == tab and s.epoch == epoch
 end
 
+-- pending_handoff reports whether a handoff request of the lease s is pending at now: requested,
+-- not lapsed, and of the holder's epoch, which still holds the lease.
+local function pending_handoff(s, now)
+  return s.ho_tab ~= '' and not s.ho_reserved and held(s, now) and s.ho_from_epoch == s.epoch
+    and s.ho_until_us > now
+end
+
+-- reservation reports whether the free lease s is reserved for a requester at now.
+local function reservation(s, now)
+  return s.ho_tab ~= '' and s.ho_reserved and not held(s, now) and s.ho_until_us > now
+end
+
 -- reply is the lease part of every answer: {status, held, tab, label, hidden, epoch, granted_us,
--- expires_us, ttl_ms, transitions, now_us, until_us}. The holder fields are empty unless the lease
--- is held; until_us is when a refusal ends (the block of a "BLOCKED" acquire), 0 otherwise.
+-- expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label, ho_hidden,
+-- ho_until_us}. The holder fields are empty unless the lease is held; until_us is when a refusal
+-- ends (the block of a "BLOCKED" acquire, the request or reservation of a "PENDING" one), 0
+-- otherwise. handoff is the handoff in progress at now: 0 none, 1 requested, 2 reserved; the
+-- requester and the Until of the handoff follow it ('', '', 0, 0 when there is none). settle must
+-- have run at now, so that an expiry has turned its request into a reservation.
 local function reply(status, s, now, until_us)
   until_us = until_us or 0
+  local ho, ho_tab, ho_label, ho_hidden, ho_until = 0, '', '', 0, 0
+  if pending_handoff(s, now) or reservation(s, now) then
+    ho = s.ho_reserved and 2 or 1
+    ho_tab, ho_label, ho_hidden, ho_until = s.ho_tab, s.ho_label, s.ho_hidden and 1 or 0,
+      s.ho_until_us
+  end
   if held(s, now) then
     return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
-      s.ttl_ms, s.transitions, now, until_us}
+      s.ttl_ms, s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until}
   end
   return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now,
-    until_us}
+    until_us, ho, ho_tab, ho_label, ho_hidden, ho_until}
 end
