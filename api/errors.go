@@ -99,7 +99,7 @@ var leaseErrors = []struct {
 	{lease.ErrInvalid, CodeInvalidArgument, false, "invalid argument"},
 	{lease.ErrHeld, CodeLeaseHeld, false, "another tab holds the lease"},
 	{lease.ErrLost, CodeLeaseLost, false, "this tab no longer holds the lease at this epoch"},
-	{lease.ErrHandoffPending, CodeHandoffPending, true, "the lease is reserved for a tab that asked for a handoff"},
+	{lease.ErrHandoffPending, CodeHandoffPending, true, "a handoff is in progress: the holder was asked to let go, or the lease is reserved for the tab that asked"},
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
 	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},

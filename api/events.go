@@ -977,6 +977,9 @@ type leaseEventJSON struct {
 	Previous  *previousJSON   `json:"previous"` // null when there was no holder before
 	Reason    string          `json:"reason"`
 	At        *string         `json:"at"`
+	// Requester is the tab that asked for a handoff: on handoff_requested, and on the released or
+	// expired event that reserved the lease for it. Absent otherwise.
+	Requester *holderJSON `json:"requester,omitempty"`
 }
 
 type previousJSON struct {
@@ -1017,6 +1020,9 @@ func eventData(ev lease.Event) ([]byte, error) {
 	}
 	if ev.Previous != nil {
 		out.Previous = &previousJSON{TabID: ev.Previous.TabID, Epoch: ev.Previous.Epoch}
+	}
+	if ev.Requester != nil {
+		out.Requester = holderView(*ev.Requester)
 	}
 	return json.Marshal(out)
 }

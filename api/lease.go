@@ -36,6 +36,9 @@ type leaseJSON struct {
 	RenewAfterMs int64       `json:"renewAfterMs"`
 	Transitions  int64       `json:"transitions"`
 	Role         string      `json:"role,omitempty"` // only when the request named a tabId
+	// Handoff is the handoff in progress: requested (the holder was asked to let go) or reserved
+	// (the lease is free and kept for the requester); absent when there is none.
+	Handoff *handoffJSON `json:"handoff,omitempty"`
 	// Token is the lease token, only in answers to the holder (acquire, renew).
 	Token string `json:"token,omitempty"`
 }
@@ -44,6 +47,26 @@ type holderJSON struct {
 	TabID  string `json:"tabId"`
 	Label  string `json:"label"`
 	Hidden bool   `json:"hidden"`
+}
+
+type handoffJSON struct {
+	State       string      `json:"state"` // "requested" or "reserved"
+	Requester   *holderJSON `json:"requester"`
+	Until       *string     `json:"until"`
+	RemainingMs int64       `json:"remainingMs"`
+}
+
+// handoffView renders the handoff of l as of l.Now; nil when none is in progress.
+func handoffView(l lease.Lease) *handoffJSON {
+	h := l.Handoff
+	if h == nil || !h.Until.After(l.Now) {
+		return nil
+	}
+	state := "requested"
+	if h.Reserved {
+		state = "reserved"
+	}
+	return &handoffJSON{State: state, Requester: holderView(h.Requester), Until: timeView(h.Until), RemainingMs: h.Until.Sub(l.Now).Milliseconds()}
 }
 
 func holderView(h lease.Holder) *holderJSON {
@@ -70,6 +93,7 @@ func leaseView(l lease.Lease, tabID string) *leaseJSON {
 		RemainingMs:  l.Remaining().Milliseconds(),
 		RenewAfterMs: lease.RenewAfter(l.TTL).Milliseconds(),
 		Transitions:  l.Transitions,
+		Handoff:      handoffView(l),
 	}
 	if l.Held {
 		out.Holder = holderView(l.Holder)

@@ -747,7 +747,9 @@ func testRevokeEvents(t *testing.T, newTarget Factory) {
 	// Nobody watches a second session when its revoked lease would have expired, and calls that
 	// find it then announce nothing either.
 	quiet := lease.Key{User: "alice", Session: "doc-quiet"}
-	q := f.acquire(quiet, "tab-a", f.limits.Min, lease.ModeTry)
+	// Long enough that the revoke below surely finds it held on a loaded machine, short enough
+	// to wait out.
+	q := f.acquire(quiet, "tab-a", time.Second, lease.ModeTry)
 	pw := f.watch(feed, quiet, "")
 	pos := pw.w.Position
 	pw.w.Close()
