@@ -1120,3 +1120,22 @@ func TestAPercentEncodedSessionIDNamesTheSameSessionForStreamsAndTickets(t *test
 		t.Fatalf("tabs %+v", tabs)
 	}
 }
+
+func TestLeaseEventDataNamesTheHandoffRequester(t *testing.T) {
+	ev := lease.Event{
+		ID: "1-0", Key: lease.Key{User: "alice", Session: "doc-1"}, Type: lease.EventHandoffRequested, Epoch: 7,
+		Holder: &lease.Holder{TabID: "t1"}, Requester: &lease.Holder{TabID: "t2", Label: "Tab 2"},
+		At: time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC),
+	}
+	b, err := eventData(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"requester":{"tabId":"t2","label":"Tab 2","hidden":false}`) {
+		t.Fatalf("no requester in %s", b)
+	}
+	ev.Type, ev.Requester = lease.EventGranted, nil
+	if b, _ = eventData(ev); strings.Contains(string(b), "requester") {
+		t.Fatalf("a requester where there is none: %s", b)
+	}
+}

@@ -156,8 +156,23 @@ func TestLeaseAnswers(t *testing.T) {
 			t.Fatalf("expired lease answered %+v", g)
 		}
 	})
-	t.Run("mode handoff is refused as not available yet", func(t *testing.T) {
-		wantError(t, h.post(leasePath("handoff"), alice, `{"tabId":"t1","mode":"handoff"}`), http.StatusBadRequest, CodeInvalidArgument)
+	t.Run("a handoff is pending until the holder releases, then the requester gets a new epoch", func(t *testing.T) {
+		a := readLease(t, h.post(leasePath("handoff"), alice, `{"tabId":"t1"}`))
+		e := wantError(t, h.post(leasePath("handoff"), alice, `{"tabId":"t2","label":"Tab 2","mode":"handoff"}`), http.StatusConflict, CodeHandoffPending)
+		if ms, _ := e.Error.Details["retryAfterMs"].(float64); ms <= 0 {
+			t.Fatalf("HANDOFF_PENDING without retryAfterMs: %v", e.Error.Details)
+		}
+		g := h.get(leasePath("handoff")+"?tabId=t1", alice)
+		if !strings.Contains(g.Body.String(), `"handoff":{"state":"requested","requester":{"tabId":"t2","label":"Tab 2","hidden":false}`) {
+			t.Fatalf("the lease does not show the request: %s", g.Body)
+		}
+		wantError(t, h.post(leasePath("handoff"), alice, `{"tabId":"t3"}`), http.StatusConflict, CodeLeaseHeld)
+		h.post(leasePath("handoff")+"/release", alice, fmt.Sprintf(`{"tabId":"t1","epoch":%d}`, a.Epoch))
+		wantError(t, h.post(leasePath("handoff"), alice, `{"tabId":"t3"}`), http.StatusConflict, CodeHandoffPending)
+		b := readLease(t, h.post(leasePath("handoff"), alice, `{"tabId":"t2","mode":"handoff"}`))
+		if b.Epoch <= a.Epoch || b.Holder == nil || b.Holder.TabID != "t2" {
+			t.Fatalf("the requester was not granted a new epoch: %+v", b)
+		}
 	})
 	t.Run("an unknown mode is refused", func(t *testing.T) {
 		wantError(t, h.post(leasePath("mode"), alice, `{"tabId":"t1","mode":"steal"}`), http.StatusBadRequest, CodeInvalidArgument)

@@ -72,6 +72,12 @@ type Config struct {
 	// AdminMaxBlock bounds the block an admin may set with a revoke (TABLEASE_ADMIN_MAX_BLOCK).
 	AdminMaxBlock time.Duration
 
+	// HandoffTimeout is how long a handoff request waits for the holder to let go
+	// (TABLEASE_HANDOFF_TIMEOUT); HandoffReserve how long the lease is then kept for the requester
+	// (TABLEASE_HANDOFF_RESERVE).
+	HandoffTimeout time.Duration
+	HandoffReserve time.Duration
+
 	// Event streams: the most a user (TABLEASE_STREAMS_PER_USER) and the instance
 	// (TABLEASE_STREAMS_PER_INSTANCE) may have open, the interval of keepalive comments
 	// (TABLEASE_STREAM_KEEPALIVE), and the HMAC key of event tickets (TABLEASE_TICKET_SECRET; empty:
@@ -244,6 +250,14 @@ var variables = []variable{
 		}
 		c.LeaseIssuer = v
 		return nil
+	}},
+	{"TABLEASE_HANDOFF_TIMEOUT", "15s", "how long a handoff request waits for the holder to let go", func(c *Config, v string) (err error) {
+		c.HandoffTimeout, err = duration(v, 100*time.Millisecond, 10*time.Minute)
+		return err
+	}},
+	{"TABLEASE_HANDOFF_RESERVE", "10s", "how long a released lease is kept for the tab that asked for the handoff", func(c *Config, v string) (err error) {
+		c.HandoffReserve, err = duration(v, 100*time.Millisecond, 10*time.Minute)
+		return err
 	}},
 	{"TABLEASE_ADMIN_MAX_BLOCK", "1h", "longest block of new grants an admin may set with a revoke", func(c *Config, v string) (err error) {
 		c.AdminMaxBlock, err = duration(v, time.Second, 7*24*time.Hour)

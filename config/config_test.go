@@ -54,6 +54,8 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"a non-redis URL is refused", "TABLEASE_REDIS_URL", "http://x", "TABLEASE_REDIS_URL"},
 		{"a negative rate limit is refused", "TABLEASE_RATE_LIMIT", "-1", "TABLEASE_RATE_LIMIT"},
 		{"an unknown log format is refused", "TABLEASE_LOG_FORMAT", "xml", "TABLEASE_LOG_FORMAT"},
+		{"a handoff timeout of an hour is refused", "TABLEASE_HANDOFF_TIMEOUT", "1h", "TABLEASE_HANDOFF_TIMEOUT"},
+		{"a handoff reserve that is not a duration is refused", "TABLEASE_HANDOFF_RESERVE", "soon", "TABLEASE_HANDOFF_RESERVE"},
 		{"a default above the maximum is refused", "TABLEASE_TTL_DEFAULT", "200s", "TABLEASE_TTL_MIN/DEFAULT/MAX/HIDDEN_MAX"},
 		{"a missing issuer is refused outside dev mode", "TABLEASE_JWT_ISSUER", "", "TABLEASE_JWT_ISSUER"},
 		{"a missing public keys file is refused", "TABLEASE_JWT_PUBLIC_KEYS", "/nonexistent/keys.pem", "TABLEASE_JWT_PUBLIC_KEYS"},

@@ -160,14 +160,14 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 // leases: the Redis engine itself, or a memory store beside the memory engine.
 func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease.Engine, lease.DocumentStore, string, error) {
 	if cfg.RedisURL == "" {
-		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits})
+		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
 		return e, leasemem.NewDocumentStore(nil), "memory", err
 	}
 	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
-	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout})
+	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
 	if err != nil {
 		client.Close()
 		return nil, nil, "", err
