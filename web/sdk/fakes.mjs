@@ -259,7 +259,8 @@ export class FakeServer {
           this.handoff = { requester: body.tabId, at: now };
           this.leaseEvent("handoff_requested", { requester: { tabId: body.tabId, label: body.label ?? "" } });
         }
-        return json(409, errorBody("HANDOFF_PENDING", "asked the holder", { retryAfterMs: 1000 }));
+        // As the server does: the time until the request lapses (its handoff timeout).
+        return json(409, errorBody("HANDOFF_PENDING", "asked the holder", { retryAfterMs: Math.max(1, 15000 - (now - this.handoff.at)) }));
       }
       return json(409, errorBody("LEASE_HELD", "held", { holder: { ...this.holder }, remainingMs: Math.floor(this.expiresAt - now), epoch: this.epoch }));
     }

@@ -204,6 +204,27 @@ test("the holder asked for a handoff releases at its next safe point, not during
   await b.stop({ release: false });
 });
 
+test("a requester without an event stream polls often enough not to sleep through the reservation", async () => {
+  const { server, clock } = setup();
+  const a = new TabLease(fakeOptions(server, clock, { handoff: "manual", label: "A" }));
+  const b = new TabLease(fakeOptions(server, clock, { label: "B" })); // no stream: nothing wakes B
+  wire(server, a);
+  await a.start();
+  await b.start();
+  const handoff = b.requestHandoff({ timeoutMs: 14000 });
+  await flush();
+  await clock.advance(3000);
+  const releasedAt = clock.now();
+  await a.release(); // the fake keeps the released lease for B for 5 s
+  let result = null;
+  handoff.then((r) => (result = r));
+  for (let i = 0; i < 40 && !result; i++) await clock.advance(100);
+  assert.equal(result?.status, "granted", "B claimed the reservation");
+  assert.ok(clock.now() - releasedAt <= 2100, `B polled ${clock.now() - releasedAt} ms after the release; the HANDOFF_PENDING retryAfterMs (the time until the request lapses) must not put it to sleep past the reservation`);
+  await a.stop({ release: false });
+  await b.stop({ release: false });
+});
+
 test("a holder in manual handoff mode is told and decides itself", async () => {
   const { server, clock } = setup();
   const a = new TabLease(fakeOptions(server, clock, { handoff: "manual" }));
@@ -259,7 +280,7 @@ test("other viewers wait while the lease is reserved for the requester", async (
   await b.start();
   await c.start();
   const p = b.requestHandoff();
-  await clock.advance(1000);
+  await clock.advance(2500); // B polls at most every 2 s
   assert.equal((await p).status, "granted");
   assert.equal(server.holder.tabId, b.tabId);
   assert.equal(c.role, "viewer");

@@ -1238,8 +1238,12 @@ export class TabLease extends EventTarget {
       let delay;
       if (r.pending || e.code === "HANDOFF_PENDING" || e.code === "LEASE_HELD") {
         attempt = 0;
-        delay = Math.max(250, e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000);
-        if (this._streamLive) delay = Math.max(delay, 2000); // the stream wakes us when it frees
+        // retryAfterMs of a pending request is the time until it lapses (up to the handoff
+        // timeout), longer than the reservation that follows a release: poll at most every 2 s
+        // without a stream so the reservation is never slept through, and every 5 s with one
+        // (its released/expired event wakes us at once).
+        const ra = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
+        delay = this._streamLive ? Math.min(Math.max(ra, 2000), 5000) : Math.min(Math.max(ra, 250), 2000);
         this._emit("handoff", { phase: "waiting", holder: this._view?.holder ?? null });
       } else if (e.retryable) {
         delay = backoffDelay(attempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
