@@ -417,6 +417,7 @@ func TestNewChecksMaxBlock(t *testing.T) {
 	h := newHarness(t)
 	for _, d := range []time.Duration{-time.Second, time.Microsecond} {
 		o := Options{Engine: h.engine, Auth: testAuthConfig(), MaxBlock: d}
+		memoryStores(&o)
 		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "MaxBlock") {
 			t.Fatalf("MaxBlock %s: err %v, want one naming MaxBlock", d, err)
 		}

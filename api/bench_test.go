@@ -52,12 +52,14 @@ func benchServer(b *testing.B, streams int) (*Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := New(Options{
+	opts := Options{
 		Engine:  eng,
 		Auth:    testAuthConfig(),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Streams: StreamOptions{PerInstance: streams + 100, PerUser: 1000},
-	})
+	}
+	memoryStores(&opts)
+	srv, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}

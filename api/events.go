@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tablease/tablease/lease"
-	"github.com/tablease/tablease/lease/leasemem"
 )
 
 // # The event stream
@@ -1028,7 +1027,7 @@ func eventData(ev lease.Event) ([]byte, error) {
 }
 
 // initStreams sets up the event streams, presence and tickets from opts: Feed, Presence and
-// Nonces default to the Engine when it implements them.
+// Nonces default to the Engine when it implements them, and a Feed needs Nonces.
 func (s *Server) initStreams(opts Options, now func() time.Time) error {
 	sopts, err := opts.Streams.withDefaults()
 	if err != nil {
@@ -1048,11 +1047,11 @@ func (s *Server) initStreams(opts Options, now func() time.Time) error {
 	}
 	nonces := opts.Nonces
 	if nonces == nil {
-		if n, ok := opts.Engine.(lease.Nonces); ok {
-			nonces = n
-		} else {
-			nonces = leasemem.NewNonceStore(nil)
+		n, ok := opts.Engine.(lease.Nonces)
+		if !ok {
+			return errors.New("api: Options.Nonces is required when there is a Feed and the Engine is not a lease.Nonces")
 		}
+		nonces = n
 	}
 	s.tickets = newTicketBook(sopts.TicketSecret, opts.Auth.HS256Secret, nonces, now)
 	s.streams, err = newStreamHub(feed, presence, sopts, s.catalogs, s.log, s.registry)

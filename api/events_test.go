@@ -1096,7 +1096,9 @@ func TestStreamOptionsAreChecked(t *testing.T) {
 		t.Run(name+" is refused", func(t *testing.T) {
 			eng, _ := leasemem.New(leasemem.Options{})
 			defer eng.Close()
-			if _, err := New(Options{Engine: eng, Auth: testAuthConfig(), Streams: o}); err == nil || !strings.Contains(err.Error(), "Options.Streams") {
+			opts := Options{Engine: eng, Auth: testAuthConfig(), Streams: o}
+			memoryStores(&opts)
+			if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "Options.Streams") {
 				t.Fatalf("New = %v, want an error naming Options.Streams", err)
 			}
 		})

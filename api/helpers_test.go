@@ -90,6 +90,7 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 		Version: "test",
 		Now:     clock.Now,
 	}
+	memoryStores(&opts)
 	for _, m := range mods {
 		m(&opts)
 	}
@@ -99,6 +100,13 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 	}
 	t.Cleanup(srv.Close)
 	return &harness{t: t, srv: srv, engine: eng, clock: clock, logs: logs, auth: opts.Auth}
+}
+
+// memoryStores gives o the document and nonce stores of this process that go with the memory
+// engine, which is neither: New needs both.
+func memoryStores(o *Options) {
+	o.Documents = leasemem.NewDocumentStore(nil)
+	o.Nonces = leasemem.NewNonceStore(nil)
 }
 
 // token is a valid HS256 access token for sub.

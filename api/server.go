@@ -35,7 +35,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tablease/tablease/lease"
-	"github.com/tablease/tablease/lease/leasemem"
 	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
@@ -72,8 +71,9 @@ type Options struct {
 	// The stored catalog wins over it once the store holds one (see SeedCatalog).
 	Catalog *catalog.Catalog
 	// Documents stores the catalog that admins PUT, so that every instance on the same store
-	// serves the same version. Nil: the Engine when it is a lease.DocumentStore, else a store in
-	// this process only (leasemem.DocumentStore), which is right for one instance only.
+	// serves the same version. Nil: the Engine, which must then be a lease.DocumentStore (New
+	// refuses otherwise; a store of one process, such as leasemem.DocumentStore, suits one
+	// instance only).
 	Documents lease.DocumentStore
 	// CatalogMaxAge is how long the catalog read from the store is served before it is read again
 	// (a version check); it bounds how long an instance serves a version another instance
@@ -104,8 +104,9 @@ type Options struct {
 	// (presence.go). Nil: the Engine when it is a lease.Presence; otherwise that route is not
 	// registered (404) and streams join no list.
 	Presence lease.Presence
-	// Nonces makes event tickets single use. Nil: the Engine when it is a lease.Nonces, else a
-	// store in this process only (leasemem.NonceStore), which is right for one instance only.
+	// Nonces makes event tickets single use. Nil: the Engine, which must then be a lease.Nonces
+	// when there is a Feed (New refuses otherwise; a store of one process, such as
+	// leasemem.NonceStore, suits one instance only).
 	Nonces lease.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams StreamOptions
@@ -144,11 +145,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("api: Options.Engine is required")
 	}
-	limits := opts.Limits
-	if limits == (lease.Limits{}) {
-		limits = lease.DefaultLimits
-	}
-	if err := limits.Validate(); err != nil {
+	limits, err := opts.Limits.OrDefault()
+	if err != nil {
 		return nil, fmt.Errorf("api: Options.Limits: %w", err)
 	}
 	auth, err := newAuthenticator(opts.Auth)
@@ -202,11 +200,11 @@ func New(opts Options) (*Server, error) {
 	}
 	docs := opts.Documents
 	if docs == nil {
-		if ds, ok := opts.Engine.(lease.DocumentStore); ok {
-			docs = ds
-		} else {
-			docs = leasemem.NewDocumentStore(nil)
+		ds, ok := opts.Engine.(lease.DocumentStore)
+		if !ok {
+			return nil, errors.New("api: Options.Documents is required when the Engine is not a lease.DocumentStore")
 		}
+		docs = ds
 	}
 	maxAge := opts.CatalogMaxAge
 	switch {

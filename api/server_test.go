@@ -203,7 +203,9 @@ func TestMetricsExposeTheCounters(t *testing.T) {
 		t.Error("/metrics has raw paths in its labels")
 	}
 	t.Run("a second server on the same registry is refused, naming the field", func(t *testing.T) {
-		_, err := New(Options{Engine: h.engine, Auth: testAuthConfig(), Registry: reg})
+		opts := Options{Engine: h.engine, Auth: testAuthConfig(), Registry: reg}
+		memoryStores(&opts)
+		_, err := New(opts)
 		if err == nil || !strings.Contains(err.Error(), "Registry") {
 			t.Fatalf("New = %v", err)
 		}
@@ -320,7 +322,9 @@ func TestDevToken(t *testing.T) {
 		auth := testAuthConfig()
 		auth.HS256Secret = nil
 		auth.PublicKeys = []PublicKey{{KID: "k", Key: pub}}
-		if _, err := New(Options{Engine: h.engine, Auth: auth, Dev: true}); err == nil || !strings.Contains(err.Error(), "HS256Secret") {
+		opts := Options{Engine: h.engine, Auth: auth, Dev: true}
+		memoryStores(&opts)
+		if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "HS256Secret") {
 			t.Fatalf("New = %v", err)
 		}
 	})
@@ -348,10 +352,13 @@ func TestNewChecksItsOptions(t *testing.T) {
 		{"two public keys with one kid are refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: pub}, {KID: "k", Key: pub}} }, "KID"},
 		{"an unsupported key type is refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: "not a key"}} }, "Key"},
 		{"a negative rate limit is refused", func(o *Options) { o.RateLimit = -1 }, "RateLimit"},
+		{"no document store, from the options or the engine, is refused", func(o *Options) { o.Documents = nil }, "Options.Documents"},
+		{"an event feed without a nonce store is refused", func(o *Options) { o.Nonces = nil }, "Options.Nonces"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := Options{Engine: h.engine, Auth: testAuthConfig()}
+			memoryStores(&opts)
 			tt.edit(&opts)
 			_, err := New(opts)
 			if err == nil || !strings.Contains(err.Error(), tt.field) {

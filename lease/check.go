@@ -12,11 +12,6 @@ func (r AcquireRequest) Validate() (Mode, error) {
 	return ValidateMode(r.Mode)
 }
 
-// ValidateWithHandoff is Validate. It dates from when not every engine implemented ModeHandoff.
-//
-// Deprecated: use Validate, which accepts ModeHandoff.
-func (r AcquireRequest) ValidateWithHandoff() (Mode, error) { return r.Validate() }
-
 func (r AcquireRequest) validateHolder() error {
 	if err := r.Key.Validate(); err != nil {
 		return err

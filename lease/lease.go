@@ -86,7 +86,8 @@ type Lease struct {
 	ExpiresAt time.Time
 	// TTL is the time to live granted by the last acquire or renew.
 	TTL time.Duration
-	// Transitions counts the grants of new epochs in this session, as far as the store remembers.
+	// Transitions counts the epochs minted in this session (by grants and by admin revokes), as
+	// far as the store remembers.
 	Transitions int64
 	// Handoff is the handoff in progress at Now (see ModeHandoff): requested while Held, reserved
 	// while free; nil when there is none.

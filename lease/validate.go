@@ -82,12 +82,6 @@ func ValidateMode(m Mode) (Mode, error) {
 	return "", &InvalidError{Field: "mode", Reason: `must be "try", "takeover" or "handoff"`}
 }
 
-// ValidateModeWithHandoff is ValidateMode. It dates from when not every engine implemented
-// ModeHandoff.
-//
-// Deprecated: use ValidateMode, which accepts ModeHandoff.
-func ValidateModeWithHandoff(m Mode) (Mode, error) { return ValidateMode(m) }
-
 // Limits bound the TTLs that engines grant.
 type Limits struct {
 	Min       time.Duration // shortest TTL granted (default 1s)
@@ -118,6 +112,15 @@ func (l Limits) Validate() error {
 		return &InvalidError{Field: "ttl limits", Reason: "hidden maximum must not be below the maximum"}
 	}
 	return nil
+}
+
+// OrDefault returns l, or DefaultLimits when l is the zero value, and the verdict of Validate on
+// what it returns: how engines and servers read their Limits option.
+func (l Limits) OrDefault() (Limits, error) {
+	if l == (Limits{}) {
+		l = DefaultLimits
+	}
+	return l, l.Validate()
 }
 
 // Clamp returns the TTL to grant for a request: the default when ttl is zero, otherwise ttl

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/tablease/tablease/lease"
 )
@@ -25,11 +26,7 @@ func TestValidateModeAcceptsEveryModeAndAppliesTheDefault(t *testing.T) {
 			validate func(lease.Mode) (lease.Mode, error)
 		}{
 			{"ValidateMode", lease.ValidateMode},
-			{"ValidateModeWithHandoff", lease.ValidateModeWithHandoff}, // the deprecated alias agrees
 			{"AcquireRequest.Validate", func(m lease.Mode) (lease.Mode, error) { return acquireReq(m).Validate() }},
-			{"AcquireRequest.ValidateWithHandoff", func(m lease.Mode) (lease.Mode, error) {
-				return acquireReq(m).ValidateWithHandoff() // the deprecated alias agrees
-			}},
 		} {
 			got, err := v.validate(tc.mode)
 			var invalid *lease.InvalidError
@@ -58,4 +55,18 @@ func TestValidateOfAHandoffChecksTheRestOfTheRequest(t *testing.T) {
 
 func acquireReq(m lease.Mode) lease.AcquireRequest {
 	return lease.AcquireRequest{Key: lease.Key{User: "alice", Session: "doc-1"}, Holder: lease.Holder{TabID: "tab-a"}, Mode: m}
+}
+
+func TestLimitsOrDefaultFillsInTheZeroValueAndChecksTheRest(t *testing.T) {
+	if got, err := (lease.Limits{}).OrDefault(); err != nil || got != lease.DefaultLimits {
+		t.Errorf("zero limits: %+v, %v; want the default limits", got, err)
+	}
+	own := lease.Limits{Min: time.Second, Default: 2 * time.Second, Max: 3 * time.Second, HiddenMax: 4 * time.Second}
+	if got, err := own.OrDefault(); err != nil || got != own {
+		t.Errorf("ordered limits: %+v, %v; want them unchanged", got, err)
+	}
+	unordered := lease.Limits{Min: 10 * time.Second, Default: time.Second, Max: time.Minute, HiddenMax: time.Minute}
+	if _, err := unordered.OrDefault(); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("unordered limits: %v, want ErrInvalid", err)
+	}
 }

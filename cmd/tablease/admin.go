@@ -229,6 +229,19 @@ func (c *adminClient) do(ctx context.Context, method string, segments []string, 
 	return nil, &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}
 }
 
+// fetch is do, then decodes the 2xx answer into out; what names the answer expected ("a lease")
+// in the error when it does not fit. It returns the answer as sent, for --json.
+func (c *adminClient) fetch(ctx context.Context, method string, segments []string, q url.Values, body, out any, what string) ([]byte, error) {
+	data, err := c.do(ctx, method, segments, q, body)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return nil, fmt.Errorf("the answer is not %s: %v", what, err)
+	}
+	return data, nil
+}
+
 // output prints data as it is (--json) or through human.
 func (p Program) output(jsonOut bool, data []byte, human func(w io.Writer) error) error {
 	if jsonOut {
@@ -369,16 +382,13 @@ func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "leases"}, q, nil)
-	if err != nil {
-		return 0, err
-	}
 	var page struct {
 		Leases     []cliLease `json:"leases"`
 		NextCursor *string    `json:"nextCursor"`
 	}
-	if err := json.Unmarshal(data, &page); err != nil {
-		return 0, fmt.Errorf("the answer is not a page of leases: %v", err)
+	data, err := c.fetch(ctx, http.MethodGet, []string{"v1", "admin", "leases"}, q, nil, &page, "a page of leases")
+	if err != nil {
+		return 0, err
 	}
 	return exitOK, p.output(*f.json, data, func(w io.Writer) error {
 		if len(page.Leases) == 0 {
@@ -425,13 +435,10 @@ func (p Program) adminLease(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease"}, nil, nil)
+	var l cliLease
+	data, err := c.fetch(ctx, http.MethodGet, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease"}, nil, nil, &l, "a lease")
 	if err != nil {
 		return 0, err
-	}
-	var l cliLease
-	if err := json.Unmarshal(data, &l); err != nil {
-		return 0, fmt.Errorf("the answer is not a lease: %v", err)
 	}
 	code := exitOK
 	if !l.Held {
@@ -505,18 +512,15 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 	if *block > 0 {
 		body["blockMs"] = block.Milliseconds()
 	}
-	data, err := c.do(ctx, http.MethodPost, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease", "revoke"}, nil, body)
-	if err != nil {
-		return 0, err
-	}
 	var res struct {
 		Revoked      bool         `json:"revoked"`
 		Epoch        int64        `json:"epoch"`
 		BlockedUntil *string      `json:"blockedUntil"`
 		Previous     *cliPrevious `json:"previous"`
 	}
-	if err := json.Unmarshal(data, &res); err != nil {
-		return 0, fmt.Errorf("the answer is not a revoke result: %v", err)
+	data, err := c.fetch(ctx, http.MethodPost, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease", "revoke"}, nil, body, &res, "a revoke result")
+	if err != nil {
+		return 0, err
 	}
 	code := exitOK
 	if !res.Revoked {
@@ -571,16 +575,13 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	data, err := c.do(ctx, http.MethodGet, []string{"v1", "admin", "audit"}, q, nil)
-	if err != nil {
-		return 0, err
-	}
 	var page struct {
 		Records    []cliAuditRecord `json:"records"`
 		NextCursor *string          `json:"nextCursor"`
 	}
-	if err := json.Unmarshal(data, &page); err != nil {
-		return 0, fmt.Errorf("the answer is not a page of audit records: %v", err)
+	data, err := c.fetch(ctx, http.MethodGet, []string{"v1", "admin", "audit"}, q, nil, &page, "a page of audit records")
+	if err != nil {
+		return 0, err
 	}
 	return exitOK, p.output(*f.json, data, func(w io.Writer) error {
 		if len(page.Records) == 0 {

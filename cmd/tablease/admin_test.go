@@ -67,7 +67,13 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	t.Cleanup(func() { _ = eng.Close() })
 	ra := &recordingAdmin{}
-	srv, err := api.New(api.Options{Engine: eng, Auth: cliAuth, Admin: ra})
+	srv, err := api.New(api.Options{
+		Engine:    eng,
+		Auth:      cliAuth,
+		Admin:     ra,
+		Documents: leasemem.NewDocumentStore(nil),
+		Nonces:    leasemem.NewNonceStore(nil),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,19 +219,28 @@ func readBody(r *http.Request) (eventBody, error) {
 	return b, nil
 }
 
-// save creates or replaces an event under the lease of the request (PUT is idempotent).
-func (a *App) save(w http.ResponseWriter, r *http.Request) {
+// guardedWrite reads what a write under the lease needs: the lease claims the guard checked, the
+// row and the body. Claims missing from the context mean the route is not behind the guard: a
+// wiring bug, never a pass.
+func guardedWrite(r *http.Request) (guard.Claims, rowKey, eventBody, error) {
 	claims, ok := guard.FromContext(r.Context())
-	if !ok { // the route is not behind the guard: a wiring bug, never a pass
-		guard.WriteError(w, errors.New("no lease claims"))
-		return
+	if !ok {
+		return guard.Claims{}, rowKey{}, eventBody{}, errors.New("no lease claims")
 	}
 	k, err := keyOf(r)
 	if err != nil {
-		guard.WriteError(w, err)
-		return
+		return guard.Claims{}, rowKey{}, eventBody{}, err
 	}
 	b, err := readBody(r)
+	if err != nil {
+		return guard.Claims{}, rowKey{}, eventBody{}, err
+	}
+	return claims, k, b, nil
+}
+
+// save creates or replaces an event under the lease of the request (PUT is idempotent).
+func (a *App) save(w http.ResponseWriter, r *http.Request) {
+	claims, k, b, err := guardedWrite(r)
 	if err != nil {
 		guard.WriteError(w, err)
 		return
@@ -246,17 +255,7 @@ func (a *App) save(w http.ResponseWriter, r *http.Request) {
 
 // rename renames an existing event under the lease of the request.
 func (a *App) rename(w http.ResponseWriter, r *http.Request) {
-	claims, ok := guard.FromContext(r.Context())
-	if !ok {
-		guard.WriteError(w, errors.New("no lease claims"))
-		return
-	}
-	k, err := keyOf(r)
-	if err != nil {
-		guard.WriteError(w, err)
-		return
-	}
-	b, err := readBody(r)
+	claims, k, b, err := guardedWrite(r)
 	if err != nil {
 		guard.WriteError(w, err)
 		return

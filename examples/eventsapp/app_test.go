@@ -46,7 +46,14 @@ func newWorld(t *testing.T, strict bool) *world {
 		t.Fatal(err)
 	}
 	auth := api.AuthConfig{HS256Secret: []byte(secret), Issuer: idp, Audience: audience}
-	srv, err := api.New(api.Options{Engine: eng, Auth: auth, LeaseKeys: keys, LeaseIssuer: leaseIssuer})
+	srv, err := api.New(api.Options{
+		Engine:      eng,
+		Auth:        auth,
+		LeaseKeys:   keys,
+		LeaseIssuer: leaseIssuer,
+		Documents:   leasemem.NewDocumentStore(nil),
+		Nonces:      leasemem.NewNonceStore(nil),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,9 +123,8 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	defer unlock()
 	e.sweep(now)
 
-	s := e.sessions[req.Key]
+	s := e.settled(req.Key, now)
 	if s != nil {
-		e.settle(req.Key, s, now)
 		if m := s.revoke; req.RequestID != "" && m != nil && m.requestID == req.RequestID && m.admin == req.Admin {
 			return cloneResult(m.result), nil
 		}

@@ -101,6 +101,16 @@ func (e *Engine) emit(key lease.Key, s *entry, now time.Time, ev lease.Event) {
 	}
 }
 
+// settled returns the session of key, nil if there is none, with what expired in it by now
+// announced (see settle). e.mu must be held.
+func (e *Engine) settled(key lease.Key, now time.Time) *entry {
+	s := e.sessions[key]
+	if s != nil {
+		e.settle(key, s, now)
+	}
+	return s
+}
+
 // settle announces what expired in s by now: the lease, once per epoch, then the tabs whose last
 // presence entry expired. e.mu must be held.
 func (e *Engine) settle(key lease.Key, s *entry, now time.Time) {

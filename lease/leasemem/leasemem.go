@@ -177,7 +177,7 @@ type entry struct {
 	grantedAt time.Time
 	expiresAt time.Time
 	ttl       time.Duration // the TTL of the last grant or renew
-	// transitions counts the epochs granted in this session.
+	// transitions counts the epochs minted in this session (grants and revokes).
 	transitions int64
 	// releasedTab and releasedEpoch name the lease that the last successful Release ended, until the
 	// next grant (empty and 0 otherwise), so that a retried release answers as the first one did.
@@ -214,11 +214,8 @@ func (s *entry) heldBy(tabID string, epoch int64, now time.Time) bool {
 // ordered (see lease.Limits.Validate) or another option is out of range. It starts no goroutine:
 // the expiry timer runs only while some session is watched or has tabs present.
 func New(opts Options) (*Engine, error) {
-	limits := opts.Limits
-	if limits == (lease.Limits{}) {
-		limits = lease.DefaultLimits
-	}
-	if err := limits.Validate(); err != nil {
+	limits, err := opts.Limits.OrDefault()
+	if err != nil {
 		return nil, err
 	}
 	now := opts.Now
@@ -286,9 +283,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	defer unlock()
 	e.sweep(now)
 
-	s := e.sessions[req.Key]
+	s := e.settled(req.Key, now)
 	if s != nil {
-		e.settle(req.Key, s, now)
 		if err := s.blocked(now); err != nil {
 			return lease.Lease{}, err
 		}
@@ -298,13 +294,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		if s.holder.TabID == req.Holder.TabID {
 			changed := s.holder != req.Holder
 			s.holder = req.Holder
-			s.expiresAt = now.Add(ttl)
-			s.ttl = ttl
-			if changed {
-				e.emit(req.Key, s, now, s.event(lease.EventUpdated, now))
-			}
-			e.deadline(req.Key, s.expiresAt)
-			return s.lease(req.Key, now), nil
+			return e.extend(req.Key, s, now, ttl, changed), nil
 		}
 		switch mode {
 		case lease.ModeHandoff:
@@ -375,22 +365,25 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	defer unlock()
 	e.sweep(now)
 
-	s := e.sessions[req.Key]
-	if s != nil {
-		e.settle(req.Key, s, now)
-	}
+	s := e.settled(req.Key, now)
 	if s == nil || !s.heldBy(req.TabID, req.Epoch, now) {
 		return lease.Lease{}, &lease.LostError{Current: e.lease(req.Key, now)}
 	}
 	changed := s.holder.Hidden != req.Hidden
 	s.holder.Hidden = req.Hidden
+	return e.extend(req.Key, s, now, ttl, changed), nil
+}
+
+// extend extends the lease of s from now by ttl for its holder, keeping the epoch, and announces
+// an update when changed says the holder's label or hidden flag changed. e.mu must be held.
+func (e *Engine) extend(key lease.Key, s *entry, now time.Time, ttl time.Duration, changed bool) lease.Lease {
 	s.expiresAt = now.Add(ttl)
 	s.ttl = ttl
 	if changed {
-		e.emit(req.Key, s, now, s.event(lease.EventUpdated, now))
+		e.emit(key, s, now, s.event(lease.EventUpdated, now))
 	}
-	e.deadline(req.Key, s.expiresAt)
-	return s.lease(req.Key, now), nil
+	e.deadline(key, s.expiresAt)
+	return s.lease(key, now)
 }
 
 // Release implements lease.Engine. Released is true when this call ended the lease, and also when
@@ -407,10 +400,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	defer unlock()
 	e.sweep(now)
 
-	s := e.sessions[req.Key]
-	if s != nil {
-		e.settle(req.Key, s, now)
-	}
+	s := e.settled(req.Key, now)
 	switch {
 	case s == nil:
 		return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
@@ -450,9 +440,7 @@ func (e *Engine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	defer unlock()
-	if s := e.sessions[key]; s != nil {
-		e.settle(key, s, now)
-	}
+	e.settled(key, now) // an expiry is announced before the answer that shows it
 	return e.lease(key, now), nil
 }
 
@@ -466,10 +454,7 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 		return lease.Lease{}, err
 	}
 	defer unlock()
-	s := e.sessions[key]
-	if s != nil {
-		e.settle(key, s, now)
-	}
+	s := e.settled(key, now)
 	if s == nil || !s.heldBy(tabID, epoch, now) {
 		return lease.Lease{}, &lease.LostError{Current: e.lease(key, now)}
 	}

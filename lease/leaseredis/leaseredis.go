@@ -242,11 +242,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	if client == nil {
 		return nil, errors.New("leaseredis: nil client")
 	}
-	limits := opts.Limits
-	if limits == (lease.Limits{}) {
-		limits = lease.DefaultLimits
-	}
-	if err := limits.Validate(); err != nil {
+	limits, err := opts.Limits.OrDefault()
+	if err != nil {
 		return nil, err
 	}
 	prefix := opts.Prefix

@@ -26,7 +26,7 @@
 --   expires_us           store time (µs) when the lease ends, or ended when released; the lease is
 --                        held while tab is set and expires_us > now
 --   ttl_ms               TTL of the last grant or renew
---   transitions          number of epochs granted
+--   transitions          number of epochs minted (by grants and by admin revokes)
 --   rel_tab, rel_epoch   the lease the last release ended, until the next grant, so that a
 --                        retried release gets the answer of the first
 --   ended_epoch          the expiry marker: the last epoch whose end (release or expiry) was
