@@ -133,7 +133,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 	log.Info("tablease listening", "addr", addr, "engine", engineName, "version", Version(), "dev", cfg.Dev)
 	if cfg.Dev {
-		fmt.Fprintf(p.Stderr, "\ntablease dev mode on http://%s (%s engine)\n  a token:  curl 'http://%s/dev/token?sub=alice'\n  the API:  http://%s/openapi.yaml\n\n", addr, engineName, addr, addr)
+		fmt.Fprintf(p.Stderr, "\ntablease dev mode on http://%[1]s (%[2]s engine)\n"+
+			"  the demo:  http://%[1]s/demo   (open it in two tabs)\n"+
+			"  admin:     http://%[1]s/admin\n"+
+			"  a token:   curl 'http://%[1]s/dev/token?sub=alice'\n"+
+			"  the API:   http://%[1]s/openapi.yaml\n\n", addr, engineName)
 	}
 	if p.OnListen != nil {
 		p.OnListen(addr)
