@@ -125,6 +125,100 @@ func TestDemoInARealBrowser(t *testing.T) {
 		old.Screenshot("viewer-refused")
 	})
 
+	t.Run("a handoff asked from the viewer moves control at the holder's next safe point", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		holder := srv.open(b.NewTab("holder"), "handoff")
+		holder.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		asker := srv.open(b.NewTab("asker"), "handoff")
+		asker.WaitFor("the second tab to be a viewer", viewerOfJS(holder.id), 10*time.Second)
+		oldEpoch := srv.mustHold(holder.session, holder.id)
+		events := openEvents(t, srv.base, "/v1/sessions/handoff/events?tabId=e2e-observer", srv.api.token)
+		events.must("snapshot", 5*time.Second)
+
+		// A guarded mutation that stays in flight until the test lets it finish: the holder's
+		// safe point is when no guarded handler runs.
+		browsertest.Eval[chromedp.Void](holder, `(() => {
+			const m = window.e2eMutation = {started: false, answer: null};
+			const gate = new Promise((resolve) => (m.finish = resolve));
+			const run = tablease.guard(async (args, lease) => {
+				m.started = true;
+				m.epoch = lease.epoch;
+				await gate;
+				return {done: true, epoch: lease.epoch};
+			});
+			run({}).then((answer) => (m.answer = answer));
+		})()`)
+		holder.WaitFor("the guarded mutation to be running", `e2eMutation.started && tablease.inFlight === 1`, 5*time.Second)
+
+		clickAction(asker, "request-handoff")
+		asker.WaitFor("the asking tab to be waiting for the handoff", `tablease.handoff === 'requesting' && `+
+			`!document.querySelector('[data-field="handoff-status"]').hidden`, 5*time.Second)
+		// The server records the request, in the same step as its event, while the holder keeps the lease.
+		asked := events.handoffRequested(t, 5*time.Second)
+		if r, _ := asked["requester"].(map[string]any); r["tabId"] != asker.id || holderOf(asked) != holder.id {
+			t.Fatalf("the handoff request is %v; want the asking tab %s asking the holder %s", asked, asker.id, holder.id)
+		}
+		code, g := srv.api.do("GET", "/v1/sessions/handoff/lease?tabId="+asker.id, nil)
+		h, _ := g["handoff"].(map[string]any)
+		if r, _ := h["requester"].(map[string]any); code != 200 || h["state"] != "requested" || r["tabId"] != asker.id {
+			t.Fatalf("the lease answer after the request: %d %v; want handoff requested by %s", code, g, asker.id)
+		}
+		if g["held"] != true || holderOf(g) != holder.id || epochOf(t, g) != oldEpoch {
+			t.Fatalf("while the handoff is requested the lease is %v; want it still held by %s at epoch %d", g, holder.id, oldEpoch)
+		}
+		// The holder hears of it and keeps the lease while the mutation runs, refusing new guarded calls.
+		holder.WaitFor("the holder to hear of the request",
+			`document.querySelector('[data-field="log"]').innerText.includes('handoff: requested')`, 5*time.Second)
+		code, g = srv.api.do("GET", "/v1/sessions/handoff/lease?tabId="+asker.id, nil)
+		if h, _ := g["handoff"].(map[string]any); code != 200 || g["held"] != true || holderOf(g) != holder.id || h["state"] != "requested" {
+			t.Fatalf("the holder let go while its guarded mutation was in flight: %d %v", code, g)
+		}
+		if !browsertest.Eval[bool](holder, `tablease.handoff === 'releasing' && tablease.inFlight === 1 && `+
+			`!document.querySelector('[data-field="owner-note"]').hidden`) {
+			t.Fatalf("the holder does not show that it hands over once the mutation ends: %+v", stateOf(holder))
+		}
+		if code, out := callTool(holder, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "NOT_LEASE_OWNER" {
+			t.Errorf("save_event in the holder asked to hand over answered %s, want NOT_LEASE_OWNER: %s", code, out)
+		}
+		holder.Screenshot("asked-to-hand-over")
+		asker.Screenshot("asking")
+
+		finished := time.Now()
+		browsertest.Eval[chromedp.Void](holder, `e2eMutation.finish()`)
+		deadline := finished.Add(5 * time.Second)
+		end := events.lease(t, oldEpoch, time.Until(deadline))
+		if r, _ := end["requester"].(map[string]any); end["type"] != "released" || r["tabId"] != asker.id {
+			t.Fatalf("the holder's lease ended with %v, want released at its safe point and reserved for %s", end, asker.id)
+		}
+		granted := events.grant(t, time.Until(deadline))
+		if granted["type"] != "granted" || granted["reason"] != "handoff" || holderOf(granted) != asker.id {
+			t.Fatalf("after the release the lease went as %v; want granted to %s with reason handoff", granted, asker.id)
+		}
+		if err := asker.Until(ownerJS, time.Until(deadline)); err != nil {
+			t.Fatalf("the asking tab is not owner within 5s of the mutation's end: %v; page: %+v", err, stateOf(asker))
+		}
+		if err := holder.Until(viewerOfJS(asker.id), time.Until(deadline)); err != nil {
+			t.Fatalf("the old holder does not show the asking tab in control within 5s of the mutation's end: %v; page: %+v", err, stateOf(holder))
+		}
+		t.Logf("the asking tab was owner %v after the holder's mutation finished", time.Since(finished).Round(time.Millisecond))
+		if epoch := srv.mustHold(asker.session, asker.id); epoch <= oldEpoch {
+			t.Errorf("the handoff's epoch %d is not above the old one %d", epoch, oldEpoch)
+		}
+		type mutation struct {
+			Done  bool
+			Epoch int64
+		}
+		if got := browsertest.Eval[mutation](holder, `e2eMutation.answer`); !got.Done || got.Epoch != oldEpoch {
+			t.Errorf("the in-flight mutation answered %+v; want it done under epoch %d", got, oldEpoch)
+		}
+		if code, out := callTool(asker, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "ok" {
+			t.Errorf("save_event in the new owner answered %s: %s", code, out)
+		}
+		asker.Screenshot("owner")
+		holder.Screenshot("viewer")
+	})
+
 	t.Run("closing the owner tab releases the lease and another tab takes it at once", func(t *testing.T) {
 		srv := startDemoServer(t, rds, nil) // the default TTL, 45s: only a release frees the lease sooner
 		b := browsertest.Start(t)
@@ -479,6 +573,22 @@ func (s *eventStream) grant(t *testing.T, within time.Duration) map[string]any {
 		}
 		var m map[string]any
 		if ev.name == "lease" && json.Unmarshal([]byte(ev.data), &m) == nil && (m["type"] == "granted" || m["type"] == "taken_over") {
+			return m
+		}
+	}
+}
+
+// handoffRequested reads the stream until the next handoff_requested event and returns it.
+func (s *eventStream) handoffRequested(t *testing.T, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ev, ok := s.next(deadline)
+		if !ok {
+			t.Fatalf("no handoff was requested within %v", within)
+		}
+		var m map[string]any
+		if ev.name == "lease" && json.Unmarshal([]byte(ev.data), &m) == nil && m["type"] == "handoff_requested" {
 			return m
 		}
 	}
