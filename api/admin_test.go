@@ -423,3 +423,49 @@ func TestNewChecksMaxBlock(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseAnswersShowTheBlockInForce(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Admin = o.Engine.(lease.Admin); o.MaxBlock = time.Hour })
+	alice, root := h.token("alice"), h.adminToken("root")
+	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	adminPath := "/v1/admin/users/alice/sessions/doc-1/lease"
+	if a := readLease(t, h.get(leasePath("doc-1"), alice)); a.BlockedUntil != nil {
+		t.Fatalf("a lease never blocked answered blockedUntil %q, want null", *a.BlockedUntil)
+	}
+
+	rec := h.post(revokePath, root, `{"reason":"cool down","blockMs":60000}`)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+	}
+	var res struct {
+		Revoked      bool    `json:"revoked"`
+		Epoch        int64   `json:"epoch"`
+		BlockedUntil *string `json:"blockedUntil"`
+		Previous     any     `json:"previous"`
+	}
+	decodeStrict(t, rec, &res)
+	want := h.clock.Now().Add(time.Minute).UTC().Format(timeLayout)
+	if res.BlockedUntil == nil || *res.BlockedUntil != want {
+		t.Fatalf("the revoke answered %s, want blockedUntil %s", rec.Body, want)
+	}
+	l := readLease(t, h.get(leasePath("doc-1")+"?tabId=tab-b", alice))
+	if l.Held || l.BlockedUntil == nil || *l.BlockedUntil != want {
+		t.Fatalf("the tab's lease during the block = %+v, want free with blockedUntil %s", l, want)
+	}
+	var adm adminLeaseAnswer
+	decodeStrict(t, h.get(adminPath, root), &adm)
+	if adm.BlockedUntil == nil || *adm.BlockedUntil != want {
+		t.Fatalf("the admin lease during the block = %+v, want blockedUntil %s", adm, want)
+	}
+
+	h.clock.Advance(time.Minute)
+	if l := readLease(t, h.get(leasePath("doc-1"), alice)); l.BlockedUntil != nil {
+		t.Fatalf("the tab's lease once the block passed answered blockedUntil %q, want null", *l.BlockedUntil)
+	}
+	rec = h.get(adminPath, root)
+	adm = adminLeaseAnswer{}
+	decodeStrict(t, rec, &adm)
+	if adm.BlockedUntil != nil || !strings.Contains(rec.Body.String(), `"blockedUntil":null`) {
+		t.Fatalf("the admin lease once the block passed = %s, want blockedUntil null", rec.Body)
+	}
+}

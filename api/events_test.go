@@ -337,7 +337,7 @@ func TestTheStreamOpensWithRetryThenASnapshotOfTheLeaseAsGetAnswersIt(t *testing
 	var snap snapshotAnswer
 	it := c.expect("snapshot", &snap)
 	hasKeys(t, it.Data, "sessionId", "held", "holder", "epoch", "grantedAt", "expiresAt", "ttlMs",
-		"remainingMs", "renewAfterMs", "transitions", "role", "tabs", "resumed")
+		"remainingMs", "renewAfterMs", "transitions", "blockedUntil", "role", "tabs", "resumed")
 
 	got := readLease(t, h.get(leasePath("doc-1")+"?tabId=tab-b", alice))
 	want := snap.leaseAnswer

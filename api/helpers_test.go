@@ -172,6 +172,7 @@ type leaseAnswer struct {
 	RemainingMs  int64       `json:"remainingMs"`
 	RenewAfterMs int64       `json:"renewAfterMs"`
 	Transitions  int64       `json:"transitions"`
+	BlockedUntil *string     `json:"blockedUntil"`
 	Role         *string     `json:"role"`
 	Token        *string     `json:"token"`
 }

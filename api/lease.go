@@ -39,6 +39,9 @@ type leaseJSON struct {
 	// Handoff is the handoff in progress: requested (the holder was asked to let go) or reserved
 	// (the lease is free and kept for the requester); absent when there is none.
 	Handoff *handoffJSON `json:"handoff,omitempty"`
+	// BlockedUntil is when an admin's block of the session ends (grants are refused with
+	// SESSION_BLOCKED until then); null when no block is in force.
+	BlockedUntil *string `json:"blockedUntil"`
 	// Token is the lease token, only in answers to the holder (acquire, renew).
 	Token string `json:"token,omitempty"`
 }
@@ -69,6 +72,14 @@ func handoffView(l lease.Lease) *handoffJSON {
 	return &handoffJSON{State: state, Requester: holderView(h.Requester), Until: timeView(h.Until), RemainingMs: h.Until.Sub(l.Now).Milliseconds()}
 }
 
+// blockedUntilView renders the end of the block of l as of l.Now; nil when none is in force.
+func blockedUntilView(l lease.Lease) *string {
+	if !l.BlockedUntil.After(l.Now) {
+		return nil
+	}
+	return timeView(l.BlockedUntil)
+}
+
 func holderView(h lease.Holder) *holderJSON {
 	return &holderJSON{TabID: h.TabID, Label: h.Label, Hidden: h.Hidden}
 }
@@ -94,6 +105,7 @@ func leaseView(l lease.Lease, tabID string) *leaseJSON {
 		RenewAfterMs: lease.RenewAfter(l.TTL).Milliseconds(),
 		Transitions:  l.Transitions,
 		Handoff:      handoffView(l),
+		BlockedUntil: blockedUntilView(l),
 	}
 	if l.Held {
 		out.Holder = holderView(l.Holder)

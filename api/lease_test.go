@@ -131,7 +131,7 @@ func TestLeaseAnswers(t *testing.T) {
 		if l.Held || l.Holder != nil || l.Epoch != 0 || l.GrantedAt != nil || l.ExpiresAt != nil || l.Transitions != 0 {
 			t.Fatalf("answered %s", rec.Body)
 		}
-		for _, field := range []string{`"holder":null`, `"grantedAt":null`, `"expiresAt":null`} {
+		for _, field := range []string{`"holder":null`, `"grantedAt":null`, `"expiresAt":null`, `"blockedUntil":null`} {
 			if !strings.Contains(rec.Body.String(), field) {
 				t.Fatalf("answer %s lacks %s", rec.Body, field)
 			}

@@ -92,6 +92,10 @@ type Lease struct {
 	// Handoff is the handoff in progress at Now (see ModeHandoff): requested while Held, reserved
 	// while free; nil when there is none.
 	Handoff *HandoffState
+	// BlockedUntil is when the admin's block of the session ends (see Admin.Revoke), while the
+	// block is in force at Now; zero when grants are not blocked at Now. A blocked session is
+	// always free: every Acquire fails with ErrBlocked until then.
+	BlockedUntil time.Time
 	// Now is the store time at which this state was read.
 	Now time.Time
 }

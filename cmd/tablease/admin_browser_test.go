@@ -105,6 +105,37 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 		t.Fatalf("the revoked holder's check: %d %v, want 409 LEASE_LOST", code, chk)
 	}
 
+	// Block the now free session from the "Revoke or block a session" form: the status names the
+	// end of the block, and the looked-up session shows it as a badge, as the tab's lease does.
+	b.Do("look up the session to block",
+		chromedp.SetValue(chromedp.CSS("#block-sub"), "alice"),
+		chromedp.SetValue(chromedp.CSS("#block-sid"), "doc-1"),
+		chromedp.Click(chromedp.CSS(`button[data-action="open-block"]`)),
+	)
+	b.WaitFor("the block dialog", `document.getElementById('revoke-dialog').open`, 5*time.Second)
+	b.Do("give a reason and block for the preset 5 minutes",
+		chromedp.SendKeys(chromedp.CSS("#revoke-reason"), "support: cool down"),
+		chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)),
+	)
+	b.WaitFor("the block result", `document.getElementById('status').textContent.includes('blocked until')`, 10*time.Second)
+	const badge = `#session-lease .badge.blocked`
+	b.WaitFor("the blocked badge", `document.querySelector('`+badge+`') !== null`, 10*time.Second)
+	code, got := tab.do("GET", lease, nil)
+	until, _ := got["blockedUntil"].(string)
+	if code != 200 || until == "" {
+		t.Fatalf("the tab's lease after the block: %d %v, want a blockedUntil", code, got)
+	}
+	if shown := browsertest.Eval[string](b, `document.querySelector('`+badge+`').dataset.blockedUntil`); shown != until {
+		t.Errorf("the console's badge shows the block until %q, the tab's lease says %q", shown, until)
+	}
+	if text := browsertest.Eval[string](b, `document.getElementById('session-lease').innerText`); !strings.Contains(text, "Blocked until") {
+		t.Errorf("the looked-up session reads %q, want it to say Blocked until", text)
+	}
+	b.Screenshot("blocked")
+	if code, body := tab.do("POST", lease, map[string]any{"tabId": "tab-a"}); code != 423 || errCode(body) != "SESSION_BLOCKED" {
+		t.Fatalf("an acquire during the block: %d %v, want 423 SESSION_BLOCKED", code, body)
+	}
+
 	if href := browsertest.Eval[string](b, `location.href`); strings.Contains(href, admin.token) {
 		t.Fatal("the token is in the page's URL")
 	}

@@ -533,6 +533,9 @@ func (s *entry) lease(key lease.Key, now time.Time) lease.Lease {
 		l.Holder = s.holder
 	}
 	l.Handoff = s.handoffAt(now)
+	if s.blockedUntil.After(now) {
+		l.BlockedUntil = s.blockedUntil
+	}
 	return l
 }
 

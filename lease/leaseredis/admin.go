@@ -316,9 +316,9 @@ func (l *lister) read(user string, sessions []string) error {
 }
 
 // parseLeases reads leases.lua's answer: {now_us, sid, tab, label, hidden, epoch, granted_us,
-// expires_us, ttl_ms, transitions, ho_tab, ho_label, ho_hidden, ho_until_us, …}.
+// expires_us, ttl_ms, transitions, ho_tab, ho_label, ho_hidden, ho_until_us, block_until_us, …}.
 func parseLeases(user string, v any) ([]lease.Lease, error) {
-	const stride = 13
+	const stride = 14
 	bad := fmt.Errorf("leaseredis: malformed leases reply %v", v)
 	a, ok := v.([]any)
 	if !ok || len(a) == 0 || (len(a)-1)%stride != 0 {
@@ -335,9 +335,10 @@ func parseLeases(user string, v any) ([]lease.Lease, error) {
 		label, ok3 := a[i+2].(string)
 		hoTab, ok4 := a[i+9].(string)
 		hoLabel, ok5 := a[i+10].(string)
-		// hidden, epoch, granted_us, expires_us, ttl_ms, transitions; then ho_hidden, ho_until_us
-		var n [8]int64
-		for j, k := range []int{3, 4, 5, 6, 7, 8, 11, 12} {
+		// hidden, epoch, granted_us, expires_us, ttl_ms, transitions; then ho_hidden, ho_until_us,
+		// block_until_us
+		var n [9]int64
+		for j, k := range []int{3, 4, 5, 6, 7, 8, 11, 12, 13} {
 			x, ok := a[i+k].(int64)
 			if !ok || x < 0 {
 				return nil, bad
@@ -346,7 +347,7 @@ func parseLeases(user string, v any) ([]lease.Lease, error) {
 		}
 		key := lease.Key{User: user, Session: sid}
 		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || key.Validate() != nil || n[1] >= lease.MaxEpoch || n[3] <= now ||
-			(hoTab == "") != (n[7] == 0) || (n[7] != 0 && n[7] <= now) {
+			(hoTab == "") != (n[7] == 0) || (n[7] != 0 && n[7] <= now) || (n[8] != 0 && n[8] <= now) {
 			return nil, bad
 		}
 		l := lease.Lease{
@@ -365,6 +366,9 @@ func parseLeases(user string, v any) ([]lease.Lease, error) {
 				Requester: lease.Holder{TabID: hoTab, Label: hoLabel, Hidden: n[6] == 1},
 				Until:     micros(n[7]),
 			}
+		}
+		if n[8] != 0 {
+			l.BlockedUntil = micros(n[8])
 		}
 		out = append(out, l)
 	}

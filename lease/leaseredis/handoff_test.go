@@ -333,17 +333,26 @@ func TestAHandoffIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 
 func TestParseLeasesReadsThePendingRequest(t *testing.T) {
 	lease1 := []any{"doc-1", "tab-a", "A", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1)}
-	with := func(ho ...any) []any { return append(append([]any{int64(6)}, lease1...), ho...) }
+	// with appends the handoff fields, and then no block (block_until_us 0), to lease1.
+	with := func(ho ...any) []any { return append(append(append([]any{int64(6)}, lease1...), ho...), int64(0)) }
 	ls, err := parseLeases("alice", with("tab-b", "B", int64(1), int64(8)))
 	if err != nil || len(ls) != 1 || ls[0].Handoff == nil ||
 		*ls[0].Handoff != (lease.HandoffState{Requester: lease.Holder{TabID: "tab-b", Label: "B", Hidden: true}, Until: time.UnixMicro(8).UTC()}) {
 		t.Fatalf("parseLeases with a request = %+v, %v", ls, err)
 	}
-	if ls, err := parseLeases("alice", with("", "", int64(0), int64(0))); err != nil || len(ls) != 1 || ls[0].Handoff != nil {
+	if ls, err := parseLeases("alice", with("", "", int64(0), int64(0))); err != nil || len(ls) != 1 || ls[0].Handoff != nil ||
+		!ls[0].BlockedUntil.IsZero() {
 		t.Fatalf("parseLeases without a request = %+v, %v", ls, err)
+	}
+	blocked := append(append([]any{int64(6)}, lease1...), "", "", int64(0), int64(0), int64(7))
+	if ls, err := parseLeases("alice", blocked); err != nil || len(ls) != 1 || !ls[0].BlockedUntil.Equal(time.UnixMicro(7)) {
+		t.Fatalf("parseLeases with a block = %+v, %v", ls, err)
 	}
 	for name, v := range map[string][]any{
 		"the old stride":              append([]any{int64(6)}, lease1...),
+		"the stride before the block": append(append([]any{int64(6)}, lease1...), "", "", int64(0), int64(0)),
+		"a block that ended":          append(append([]any{int64(6)}, lease1...), "", "", int64(0), int64(0), int64(6)),
+		"a negative block":            append(append([]any{int64(6)}, lease1...), "", "", int64(0), int64(0), int64(-7)),
 		"a requester without until":   with("tab-b", "", int64(0), int64(0)),
 		"an until without requester":  with("", "", int64(0), int64(8)),
 		"a request that lapsed":       with("tab-b", "", int64(0), int64(6)),

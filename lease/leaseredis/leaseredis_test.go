@@ -862,24 +862,30 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 func firstLine(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
 
 func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
-	noHandoff := []any{int64(0), "", "", int64(0), int64(0)}
+	// noHandoff is the handoff fields when there is none, then no block (block_until_us 0).
+	noHandoff := []any{int64(0), "", "", int64(0), int64(0), int64(0)}
 	good := append([]any{"OK", int64(1), "tab-a", "L", int64(0), int64(5), int64(4), int64(9), int64(5), int64(1), int64(6), int64(0)}, noHandoff...)
-	if _, l, until, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() || l.Handoff != nil {
+	if _, l, until, err := parseReply(alice, good); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() ||
+		l.Handoff != nil || !l.BlockedUntil.IsZero() {
 		t.Fatalf("parseReply(good) = %+v, %v, %v", l, until, err)
 	}
-	blocked := append(append(append([]any{"BLOCKED"}, good[1:11]...), int64(7)), noHandoff...)
-	if status, _, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 {
-		t.Fatalf("parseReply(blocked) = %q, %v, %v", status, until, err)
+	blocked := append(append(append([]any{"BLOCKED", int64(0), "", "", int64(0)}, good[5:11]...), int64(7)), noHandoff[:5]...)
+	blocked = append(blocked, int64(7))
+	if status, l, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 ||
+		l.Held || !l.BlockedUntil.Equal(time.UnixMicro(7)) || l.BlockedUntil.Location() != time.UTC {
+		t.Fatalf("parseReply(blocked) = %q, %+v, %v, %v", status, l, until, err)
 	}
-	// with replaces the handoff fields of good.
-	with := func(ho ...any) []any { return append(append([]any{}, good[:12]...), ho...) }
+	// with replaces the handoff fields of good, and answers no block.
+	with := func(ho ...any) []any { return append(append(append([]any{}, good[:12]...), ho...), int64(0)) }
+	// withBlock replaces the block field of good.
+	withBlock := func(b any) []any { return append(append([]any{}, good[:17]...), b) }
 	requested := with(int64(1), "tab-b", "B", int64(1), int64(8))
 	if _, l, _, err := parseReply(alice, requested); err != nil || l.Handoff == nil ||
 		*l.Handoff != (lease.HandoffState{Requester: lease.Holder{TabID: "tab-b", Label: "B", Hidden: true}, Until: time.UnixMicro(8).UTC()}) {
 		t.Fatalf("parseReply(requested) = %+v, %v", l.Handoff, err)
 	}
 	free := append(append([]any{"PENDING", int64(0), "", "", int64(0)}, good[5:11]...), int64(8))
-	pending := append(append([]any{}, free...), int64(2), "tab-b", "", int64(0), int64(8))
+	pending := append(append([]any{}, free...), int64(2), "tab-b", "", int64(0), int64(8), int64(0))
 	if status, l, until, err := parseReply(alice, pending); err != nil || status != statusPending || until.UnixMicro() != 8 ||
 		l.Held || l.Handoff == nil || !l.Handoff.Reserved || l.Handoff.Requester.TabID != "tab-b" {
 		t.Fatalf("parseReply(pending) = %q, %+v, %v, %v", status, l, until, err)
@@ -888,7 +894,10 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		"nil":                              nil,
 		"a string":                         "OK",
 		"too short":                        good[:12],
-		"the old length":                   append(append([]any{}, good[:11]...), int64(0)),
+		"the old length":                   good[:17],
+		"a block that ended":               withBlock(int64(6)),
+		"a negative block":                 withBlock(int64(-7)),
+		"a block as a string":              withBlock("7"),
 		"a number as str":                  append(append([]any{}, good[:5]...), append([]any{"5"}, good[6:]...)...),
 		"an epoch of 2^53":                 append(append([]any{}, good[:5]...), append([]any{int64(lease.MaxEpoch)}, good[6:]...)...),
 		"a negative time":                  append(append(append([]any{}, good[:10]...), int64(-1), int64(0)), noHandoff...),
@@ -900,7 +909,7 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		"a handoff that ended":             with(int64(1), "tab-b", "", int64(0), int64(6)),
 		"a requester without handoff":      with(int64(0), "tab-b", "", int64(0), int64(0)),
 		"a reservation of a held lease":    with(int64(2), "tab-b", "", int64(0), int64(8)),
-		"a request of a free lease":        append(append([]any{}, free...), int64(1), "tab-b", "", int64(0), int64(8)),
+		"a request of a free lease":        append(append([]any{}, free...), int64(1), "tab-b", "", int64(0), int64(8), int64(0)),
 		"a requester that is not a string": with(int64(1), int64(1), "", int64(0), int64(8)),
 		"a negative handoff until":         with(int64(1), "tab-b", "", int64(0), int64(-8)),
 	} {

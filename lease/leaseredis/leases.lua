@@ -4,10 +4,11 @@
 -- KEYS[2..n]  <prefix>:{<sub>}:lease:<sid>   state hashes of the same user (see state.lua), as the
 --                                            engine found their sessions in the index
 -- Answers {now_us, sid, tab, label, hidden (1|0), epoch, granted_us, expires_us, ttl_ms,
--- transitions, ho_tab, ho_label, ho_hidden (1|0), ho_until_us, …}: the leases of KEYS[2..n] held at
--- now_us (tab set and expires_us after now), in the order of KEYS, each with the handoff request
--- pending at now_us ('', '', 0, 0 when none; see pending_handoff in state.lua: a held lease has no
--- reservation). It announces nothing: a lease found expired is only dropped from the index
+-- transitions, ho_tab, ho_label, ho_hidden (1|0), ho_until_us, block_until_us, …}: the leases of
+-- KEYS[2..n] held at now_us (tab set and expires_us after now), in the order of KEYS, each with the
+-- handoff request pending at now_us ('', '', 0, 0 when none; see pending_handoff in state.lua: a
+-- held lease has no reservation) and the end of the admin's block in force at now_us (0 when none,
+-- as reply in state.lua answers it). It announces nothing: a lease found expired is only dropped from the index
 -- (the call that next touches its session announces the expiry, and records it), so the index
 -- holds no more than the held leases and those that expired since the last listing.
 local index = KEYS[1]
@@ -29,7 +30,7 @@ for i = 2, #KEYS do
   local sid = string.sub(KEYS[i], #tag + 1)
   local v = redis.call('HMGET', KEYS[i], 'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us',
     'ttl_ms', 'transitions', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_epoch', 'ho_until_us',
-    'ho_reserved')
+    'ho_reserved', 'block_until_us')
   local expires = tonumber(v[6]) or 0
   if v[1] and v[1] ~= '' and expires > now then
     out[#out + 1] = sid
@@ -55,6 +56,8 @@ for i = 2, #KEYS do
       out[#out + 1] = 0
       out[#out + 1] = 0
     end
+    local block = tonumber(v[15]) or 0
+    out[#out + 1] = block > now and block or 0
   else
     redis.call('ZREM', index, sid)
   end

@@ -88,8 +88,8 @@ const (
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
 // granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label,
-// ho_hidden, ho_until_us} (see reply in state.lua).
-const replyLen = 17
+// ho_hidden, ho_until_us, block_until_us} (see reply in state.lua).
+const replyLen = 18
 
 // The handoff field of a lease answer: none, requested or reserved (see lease.HandoffState).
 const (
@@ -99,7 +99,7 @@ const (
 )
 
 // parseReply turns a script's answer into its status, the lease of key it describes (with the
-// handoff in progress), and the time at which a refusal ends (until_us: the end of the block of a
+// handoff in progress and the admin's block in force), and the time at which a refusal ends (until_us: the end of the block of a
 // BLOCKED acquire, of the request or reservation of a PENDING one; zero when none).
 func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	bad := func() (string, lease.Lease, time.Time, error) {
@@ -118,9 +118,9 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 		return bad()
 	}
 	// held, hidden, epoch, granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff,
-	// ho_hidden, ho_until_us
-	var n [12]int64
-	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16} {
+	// ho_hidden, ho_until_us, block_until_us
+	var n [13]int64
+	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17} {
 		x, ok := a[j].(int64)
 		if !ok || x < 0 {
 			return bad()
@@ -128,8 +128,8 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 		n[i] = x
 	}
 	heldFlag, hidden, epoch, granted, expires, ttlMS, transitions, now := n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
-	ho, hoHidden, hoUntil := n[9], n[10], n[11]
-	if epoch >= lease.MaxEpoch || now == 0 {
+	ho, hoHidden, hoUntil, blockUntil := n[9], n[10], n[11], n[12]
+	if epoch >= lease.MaxEpoch || now == 0 || (blockUntil != 0 && blockUntil <= now) {
 		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: script reply out of range %v", v)
 	}
 	switch {
@@ -162,6 +162,9 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 			Until:     micros(hoUntil),
 			Reserved:  ho == handoffReserved,
 		}
+	}
+	if blockUntil != 0 {
+		l.BlockedUntil = micros(blockUntil)
 	}
 	return status, l, until, nil
 }

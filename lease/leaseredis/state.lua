@@ -165,13 +165,15 @@ end
 
 -- reply is the lease part of every answer: {status, held, tab, label, hidden, epoch, granted_us,
 -- expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label, ho_hidden,
--- ho_until_us}. The holder fields are empty unless the lease is held; until_us is when a refusal
--- ends (the block of a "BLOCKED" acquire, the request or reservation of a "PENDING" one), 0
--- otherwise. handoff is the handoff in progress at now: 0 none, 1 requested, 2 reserved; the
--- requester and the Until of the handoff follow it ('', '', 0, 0 when there is none). settle must
--- have run at now, so that an expiry has turned its request into a reservation.
+-- ho_until_us, block_until_us}. The holder fields are empty unless the lease is held; until_us is
+-- when a refusal ends (the block of a "BLOCKED" acquire, the request or reservation of a "PENDING"
+-- one), 0 otherwise. handoff is the handoff in progress at now: 0 none, 1 requested, 2 reserved;
+-- the requester and the Until of the handoff follow it ('', '', 0, 0 when there is none).
+-- block_until_us is the end of the admin's block while it is in force at now, 0 otherwise. settle
+-- must have run at now, so that an expiry has turned its request into a reservation.
 local function reply(status, s, now, until_us)
   until_us = until_us or 0
+  local block = s.block_until_us > now and s.block_until_us or 0
   local ho, ho_tab, ho_label, ho_hidden, ho_until = 0, '', '', 0, 0
   if pending_handoff(s, now) or reservation(s, now) then
     ho = s.ho_reserved and 2 or 1
@@ -180,8 +182,8 @@ local function reply(status, s, now, until_us)
   end
   if held(s, now) then
     return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
-      s.ttl_ms, s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until}
+      s.ttl_ms, s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until, block}
   end
   return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now,
-    until_us, ho, ho_tab, ho_label, ho_hidden, ho_until}
+    until_us, ho, ho_tab, ho_label, ho_hidden, ho_until, block}
 end

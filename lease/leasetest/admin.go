@@ -120,6 +120,25 @@ func (f *fixture) wantBlocked(key lease.Key, tab string, mode lease.Mode, block 
 	}
 }
 
+// wantBlockedUntil fails unless Get of key answers BlockedUntil near until (zero: no block in
+// force). A blocked session is free, so ListLeases never lists it: Get is where a block shows.
+func (f *fixture) wantBlockedUntil(key lease.Key, when string, until time.Time) {
+	f.t.Helper()
+	g := f.get(key)
+	switch {
+	case until.IsZero():
+		if !g.BlockedUntil.IsZero() {
+			f.t.Errorf("Get %s answered BlockedUntil %v, want zero: no block is in force at %v", when, g.BlockedUntil, g.Now)
+		}
+	case !g.Now.Before(until):
+		f.t.Fatalf("Get %s came after the block ending at %v had passed: the machine is too slow for this test", when, until)
+	case g.BlockedUntil.IsZero() || !nearTime(g.BlockedUntil, until):
+		f.t.Errorf("Get %s answered BlockedUntil %v, want the end of the block %v", when, g.BlockedUntil, until)
+	case g.Held:
+		f.t.Errorf("Get %s = %+v, want a free lease: a blocked session is never held", when, g)
+	}
+}
+
 // acquireOnceUnblocked polls Acquire of key by tab until the block ends, and answers the grant.
 func (f *fixture) acquireOnceUnblocked(key lease.Key, tab string) lease.Lease {
 	f.t.Helper()
@@ -624,18 +643,28 @@ func testBlock(t *testing.T, newTarget Factory) {
 	if g := f.get(key); g.Held || g.Epoch != r.Epoch || g.Transitions != 2 {
 		t.Errorf("Get during the block = %+v, want free at %d after 2 transitions", g, r.Epoch)
 	}
+	f.wantBlockedUntil(key, "during the block", r.BlockedUntil)
 	// The user's other sessions are not blocked.
-	f.acquire(other, "tab-b", minute, lease.ModeTry)
+	if o := f.acquire(other, "tab-b", minute, lease.ModeTry); !o.BlockedUntil.IsZero() {
+		t.Errorf("the grant of another session of the user = %+v, want no BlockedUntil", o)
+	}
+	f.wantBlockedUntil(other, "of another session of the user", time.Time{})
 
 	// A revoke without a block, during the block, answers the block and leaves it as it is.
 	if r2 := f.revoke(adm, revokeReq(key, "still blocked?")); r2.Revoked || r2.Epoch != r.Epoch || !nearTime(r2.BlockedUntil, r.BlockedUntil) {
 		t.Errorf("a revoke without a block during the block = %s, want false at %d, blocked until %v", showResult(r2), r.Epoch, r.BlockedUntil)
 	}
 
+	f.wantBlockedUntil(key, "after a revoke without a block, during the block", r.BlockedUntil)
+
 	l := f.acquireOnceUnblocked(key, "tab-b")
 	if l.GrantedAt.Add(slack).Before(r.BlockedUntil) {
 		t.Errorf("granted at %v, before the block ended at %v", l.GrantedAt, r.BlockedUntil)
 	}
+	if !l.BlockedUntil.IsZero() {
+		t.Errorf("the grant after the block answered BlockedUntil %v, want zero", l.BlockedUntil)
+	}
+	f.wantBlockedUntil(key, "after the block", time.Time{})
 	if l.Epoch <= r.Epoch || l.Transitions != 3 {
 		t.Errorf("the grant after the block = epoch %d, transitions %d; want above %d, 3", l.Epoch, l.Transitions, r.Epoch)
 	}
@@ -654,9 +683,11 @@ func testBlock(t *testing.T, newTarget Factory) {
 		t.Errorf("a block of a session that never had a lease = %s, want false at epoch 0 with BlockedUntil", showResult(rn))
 	}
 	f.wantBlocked(never, "tab-a", lease.ModeTry, block, rn.BlockedUntil)
-	if l := f.acquireOnceUnblocked(never, "tab-a"); l.GrantedAt.Add(slack).Before(rn.BlockedUntil) || l.Transitions != 1 {
-		t.Errorf("the grant after the block = %+v, want the first grant, after %v", l, rn.BlockedUntil)
+	f.wantBlockedUntil(never, "of a session blocked before it had a lease", rn.BlockedUntil)
+	if l := f.acquireOnceUnblocked(never, "tab-a"); l.GrantedAt.Add(slack).Before(rn.BlockedUntil) || l.Transitions != 1 || !l.BlockedUntil.IsZero() {
+		t.Errorf("the grant after the block = %+v, want the first grant, after %v, with no BlockedUntil", l, rn.BlockedUntil)
 	}
+	f.wantBlockedUntil(never, "after the block of a session that had no lease", time.Time{})
 	wantRecords(t, "the audit of the blocked session that never had a lease", f.auditPages(adm, lease.AuditQuery{User: "bob"}),
 		rec{key: never, action: lease.AuditGrant, epoch: f.get(never).Epoch, tab: "tab-a"},
 		blockRec(never, rn, "root", "not yet"))
@@ -681,6 +712,7 @@ func testBlockReplaced(t *testing.T, newTarget Factory) {
 		t.Errorf("a shorter block = %s, want false at %d and a block ending long before %v", showResult(r2), r1.Epoch, r1.BlockedUntil)
 	}
 	f.wantBlocked(key, "tab-b", lease.ModeTry, block, r2.BlockedUntil)
+	f.wantBlockedUntil(key, "after a shorter block replaced a longer one", r2.BlockedUntil)
 	b := f.acquireOnceUnblocked(key, "tab-b")
 	if b.GrantedAt.Add(slack).Before(r2.BlockedUntil) {
 		t.Errorf("granted at %v, before the shorter block ended at %v", b.GrantedAt, r2.BlockedUntil)

@@ -124,6 +124,17 @@ function timeEl(iso) {
   return t;
 }
 
+// blockedBadge is the "Blocked until …" badge of a lease whose session an admin blocked (the lease
+// object's blockedUntil); null when no block is in force.
+function blockedBadge(l) {
+  if (!l || !l.blockedUntil) return null;
+  const span = document.createElement('span');
+  span.className = 'badge blocked';
+  span.dataset.blockedUntil = l.blockedUntil;
+  span.append('Blocked until ', timeEl(l.blockedUntil));
+  return span;
+}
+
 function cell(content) {
   const td = document.createElement('td');
   if (content instanceof Node) td.append(content);
@@ -311,15 +322,35 @@ function poll() {
   refreshAll();
 }
 
+// --- one session ---------------------------------------------------------------------------
+
+// showSessionLease shows the lease of one session, as the "Revoke or block a session" form looked it
+// up or as a revoke left it. A blocked session is free, so the list of active leases never shows
+// it: this is where its block shows.
+function showSessionLease(sub, sid, l) {
+  const el = $('#session-lease');
+  const held = l.held && l.holder
+    ? `held by tab ${l.holder.tabId} at epoch ${l.epoch}`
+    : `free (last epoch ${l.epoch})`;
+  el.replaceChildren(`${sub} / ${sid}: ${held}. `, blockedBadge(l) || 'Not blocked.');
+  el.dataset.key = keyOf(sub, sid);
+  el.hidden = false;
+}
+
+async function lookUpLease(sub, sid) {
+  return api('GET', `/v1/admin/users/${enc(sub)}/sessions/${enc(sid)}/lease`);
+}
+
 // --- revoke --------------------------------------------------------------------------------
 
-function openRevoke(sub, sid, opener, { lease = null, block = 0 } = {}) {
-  state.revokeTarget = { sub, sid, opener };
+function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false } = {}) {
+  state.revokeTarget = { sub, sid, opener, lookup };
   const what = lease && lease.held && lease.holder
     ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
     : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
   $('#revoke-title').textContent = lease && !lease.held ? 'Block session' : 'Revoke lease';
-  $('#revoke-what').textContent = what;
+  const badge = blockedBadge(lease);
+  $('#revoke-what').replaceChildren(what, ...(badge ? [' ', badge] : []));
   $('#revoke-reason').value = '';
   $('#revoke-block').value = String(block);
   $('#revoke-error').textContent = '';
@@ -360,10 +391,18 @@ async function confirmRevoke() {
     let msg = res.revoked
       ? `Revoked the lease of ${t.sub} / ${t.sid}${res.previous ? ` (tab ${res.previous.tabId}, epoch ${res.previous.epoch})` : ''}. New epoch: ${res.epoch}.`
       : `Nothing to revoke: ${t.sub} / ${t.sid} was free (last epoch ${res.epoch}).`;
-    if (res.blockedUntil) msg += ` New grants blocked until ${fmtTime(res.blockedUntil)}.`;
+    if (res.blockedUntil) msg += ` New grants of ${t.sub} / ${t.sid} blocked until ${fmtTime(res.blockedUntil)}.`;
     setStatus(msg, res.revoked ? 'ok' : 'info');
     closeRevoke();
     state.auditPaged = false;
+    if (t.lookup || res.blockedUntil || $('#session-lease').dataset.key === keyOf(t.sub, t.sid)) {
+      // The session leaves the list of active leases: show where it stands, block included.
+      try {
+        showSessionLease(t.sub, t.sid, await lookUpLease(t.sub, t.sid));
+      } catch {
+        // the status already says what the revoke did; the next lookup shows the lease
+      }
+    }
     await refreshAll();
   } catch (err) {
     errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.`;
@@ -390,6 +429,9 @@ async function onAction(action, btn) {
       $('#audit tbody').replaceChildren();
       $('#leases-summary').textContent = 'No leases loaded.';
       $('#audit-summary').textContent = 'No records loaded.';
+      $('#session-lease').hidden = true;
+      $('#session-lease').replaceChildren();
+      delete $('#session-lease').dataset.key;
       setStatus('Token forgotten.');
       return;
     case 'clear-filter':
@@ -500,12 +542,13 @@ function wire() {
     }
     let lease = null;
     try {
-      lease = await api('GET', `/v1/admin/users/${enc(sub)}/sessions/${enc(sid)}/lease`);
+      lease = await lookUpLease(sub, sid);
     } catch (err) {
       reportError('Reading the lease', err);
       return;
     }
-    openRevoke(sub, sid, ev.submitter || null, { lease, block: 300000 });
+    showSessionLease(sub, sid, lease);
+    openRevoke(sub, sid, ev.submitter || null, { lease, block: 300000, lookup: true });
   });
 
   $('#revoke-form').addEventListener('submit', (ev) => {

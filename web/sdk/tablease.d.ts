@@ -21,6 +21,8 @@ export interface LeaseObject {
   remainingMs: number;
   renewAfterMs: number;
   transitions: number;
+  /** When an admin's block of the session ends (RFC 3339); null when no block is in force. */
+  blockedUntil: string | null;
   role?: Role;
   /** Only in answers to the holder (acquire, renew). */
   token?: string;
