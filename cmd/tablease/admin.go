@@ -621,11 +621,7 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 // adminOf is the admin side of the engine, or nil (no admin lease routes) when the engine does
 // not offer one.
 func adminOf(engine lease.Engine, log *slog.Logger) lease.Admin {
-	e := engine
-	if cb, ok := e.(closeBoth); ok {
-		e = cb.Engine
-	}
-	if a, ok := e.(lease.Admin); ok {
+	if a, ok := engine.(lease.Admin); ok {
 		return a
 	}
 	log.Warn("the lease engine does not offer the admin operations yet: /v1/admin/leases, /v1/admin/users/…/lease[/revoke] and /v1/admin/audit answer 404")

@@ -61,11 +61,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		cfg.SecretGenerated = true
 	}
 
-	engine, docs, engineName, err := openEngine(ctx, cfg, log)
+	engine, closeEngine, docs, engineName, err := openEngine(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer engine.Close()
+	defer closeEngine()
 
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {
@@ -161,20 +161,25 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 }
 
 // openEngine opens the lease engine and the document store that keeps the catalog next to the
-// leases: the Redis engine itself, or a memory store beside the memory engine.
-func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease.Engine, lease.DocumentStore, string, error) {
+// leases: the Redis engine itself, or a memory store beside the memory engine. The engine is
+// returned as it is, so that the optional interfaces it implements (lease.Admin, lease.Feed, …)
+// stay visible; closeEngine closes it and then the Redis client, which the engine does not own.
+func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (engine lease.Engine, closeEngine func() error, docs lease.DocumentStore, name string, err error) {
 	if cfg.RedisURL == "" {
 		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
-		return e, leasemem.NewDocumentStore(nil), "memory", err
+		if err != nil {
+			return nil, nil, nil, "", err
+		}
+		return e, e.Close, leasemem.NewDocumentStore(nil), "memory", nil
 	}
 	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+		return nil, nil, nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
 	if err != nil {
 		client.Close()
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	defer cancel()
@@ -184,7 +189,7 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (lease
 	case policy != "noeviction":
 		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
 	}
-	return closeBoth{e, client}, e, "redis", nil
+	return e, func() error { return errors.Join(e.Close(), client.Close()) }, e, "redis", nil
 }
 
 // leaseKeySet is the key set of lease tokens: the configured signing key, or one generated for
@@ -239,11 +244,3 @@ func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *s
 		log.Info("tool catalog", "version", st.Version, "source", st.Source, "updated_at", st.UpdatedAt)
 	}
 }
-
-// closeBoth closes the engine, then the client it does not own.
-type closeBoth struct {
-	lease.Engine
-	client interface{ Close() error }
-}
-
-func (c closeBoth) Close() error { return errors.Join(c.Engine.Close(), c.client.Close()) }

@@ -10,16 +10,12 @@ import (
 )
 
 // streamsOf wires the event stream: the engine's Feed, Presence and Nonces (found by type
-// assertion, as closeBoth hides them), a nonce store of this process beside the memory engine, and
+// assertion), a nonce store of this process beside the memory engine, and
 // the stream settings of cfg. What the engine lacks is logged: the routes that need it answer 404.
 func streamsOf(engine lease.Engine, cfg config.Config, log *slog.Logger) (lease.Feed, lease.Presence, lease.Nonces, api.StreamOptions) {
-	e := engine
-	if cb, ok := e.(closeBoth); ok {
-		e = cb.Engine
-	}
-	feed, _ := e.(lease.Feed)
-	presence, _ := e.(lease.Presence)
-	nonces, _ := e.(lease.Nonces)
+	feed, _ := engine.(lease.Feed)
+	presence, _ := engine.(lease.Presence)
+	nonces, _ := engine.(lease.Nonces)
 	if nonces == nil {
 		nonces = leasemem.NewNonceStore(nil) // one instance: the memory engine
 	}
