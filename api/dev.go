@@ -17,10 +17,14 @@ const maxDevTokenTTL = 24 * time.Hour
 // devToken answers GET /dev/token?sub=&scope=&sid=&ttl= with an HS256 access token, in dev mode
 // and to loopback clients only (anyone else gets 404, as if the route did not exist). scope= and
 // sid= may repeat or hold several values (scopes separated by spaces, sessions by commas); ttl= is
-// a Go duration, at most 24h (default 1h).
+// a Go duration, at most 24h (default 1h). A request from a page of another origin is refused
+// (devSameOrigin), and no CORS header is ever sent.
 func (s *Server) devToken(c echo.Context) error {
 	if !loopback(c.Request().RemoteAddr) {
 		return &Error{Code: CodeNotFound, Message: "no such route"}
+	}
+	if err := devSameOrigin(c.Request()); err != nil {
+		return err
 	}
 	q := c.Request().URL.Query()
 	spec := TokenSpec{Sub: q.Get("sub")}

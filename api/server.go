@@ -110,6 +110,12 @@ type Options struct {
 	Nonces lease.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams StreamOptions
+
+	// CORSOrigins are the origins, besides the server's own, whose pages may call /v1 (cors.go):
+	// each written as a browser sends it in the Origin header (scheme://host[:port], lower case,
+	// no default port), or AnyOrigin, which only Dev allows. Empty: same origin only, and no CORS
+	// header is sent.
+	CORSOrigins []string
 }
 
 // Server is the HTTP server of tablease. Make it with New.
@@ -138,6 +144,8 @@ type Server struct {
 	streams  *streamHub     // nil: no event stream routes
 	presence lease.Presence // nil: no GET …/tabs
 	tickets  *ticketBook
+
+	cors *corsPolicy // nil: same origin only
 }
 
 // New checks opts and builds the server with its routes.
@@ -220,6 +228,10 @@ func New(opts Options) (*Server, error) {
 	case maxBlock < 0 || maxBlock%time.Millisecond != 0:
 		return nil, errors.New("api: Options.MaxBlock must be positive whole milliseconds (or zero for the default)")
 	}
+	cors, err := newCORSPolicy(opts.CORSOrigins, opts.Dev)
+	if err != nil {
+		return nil, err
+	}
 	catalogs, err := newCatalogSource(docs, opts.Catalog, maxAge, now, logger)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -244,6 +256,8 @@ func New(opts Options) (*Server, error) {
 
 		admin:    opts.Admin,
 		maxBlock: maxBlock,
+
+		cors: cors,
 	}
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
@@ -278,6 +292,9 @@ func (s *Server) newEcho() *echo.Echo {
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe)
+	if s.cors != nil {
+		e.Use(s.cors.cors)
+	}
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)

@@ -15,10 +15,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tablease/tablease/internal/origin"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
@@ -86,6 +88,11 @@ type Config struct {
 	StreamsPerInstance int
 	StreamKeepalive    time.Duration
 	TicketSecret       []byte
+
+	// CORSOrigins are the origins other than the server's own that may call /v1 from a browser
+	// (TABLEASE_CORS_ORIGINS), each as a browser sends it (scheme://host[:port]); "*" (dev mode
+	// only) allows every origin. Empty: same origin only.
+	CORSOrigins []string
 }
 
 // Error is a configuration error naming the variable.
@@ -285,6 +292,10 @@ var variables = []variable{
 		c.TicketSecret = []byte(v)
 		return nil
 	}},
+	{"TABLEASE_CORS_ORIGINS", "", "comma-separated origins (scheme://host[:port]) allowed to call /v1 from a browser; * = every origin, dev mode only; empty = same origin only", func(c *Config, v string) (err error) {
+		c.CORSOrigins, err = corsOrigins(v)
+		return err
+	}},
 	{"TABLEASE_DEV", "false", "dev mode: memory engine unless a Redis URL is set, generated secret, /dev/token", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -365,6 +376,9 @@ func (c *Config) finish() error {
 	if c.RedisURL != "" && !c.Dev && c.LeaseSigningKey.IsZero() {
 		return &Error{Var: "TABLEASE_LEASE_SIGNING_KEY", Reason: "required with TABLEASE_REDIS_URL (unless --dev): every instance must sign lease tokens with the same key; create one with `tablease keygen --out lease-key.pem`"}
 	}
+	if !c.Dev && slices.Contains(c.CORSOrigins, "*") {
+		return &Error{Var: "TABLEASE_CORS_ORIGINS", Reason: `"*" (every origin) is allowed in dev mode only; list the origins of your apps`}
+	}
 	if c.Dev {
 		host, _, _ := net.SplitHostPort(c.Addr)
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -393,6 +407,32 @@ func (c *Config) finish() error {
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, v != ""
+}
+
+// corsOrigins reads a comma-separated list of origins, each as origin.Parse reads it, or "*".
+// Empty is none; an empty item (",,", a trailing comma) is an error.
+func corsOrigins(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, errors.New("holds an empty item; give origins separated by commas, such as https://app.example.com,http://localhost:5173")
+		}
+		if item != "*" {
+			o, err := origin.Parse(item)
+			if err != nil {
+				return nil, fmt.Errorf("%s; give origins such as https://app.example.com", err)
+			}
+			item = o
+		}
+		if !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	return out, nil
 }
 
 // count reads a whole number in [lo, hi].

@@ -108,6 +108,8 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		Presence: presence,
 		Nonces:   nonces,
 		Streams:  streams,
+
+		CORSOrigins: cfg.CORSOrigins,
 	})
 	if err != nil {
 		return err
