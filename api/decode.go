@@ -20,22 +20,60 @@ import (
 // right types, and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized
 // body, which is 413 PAYLOAD_TOO_LARGE.
 func decodeBody(c echo.Context, dst any) error {
-	req := c.Request()
-	mt, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err := jsonContentType(c); err != nil {
+		return err
+	}
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(data, dst)
+}
+
+// decodeOptionalBody is decodeBody for a body that may be left out: an empty body (no bytes at
+// all), with or without a Content-Type, leaves dst as it is, like the empty object. Anything else
+// is read as decodeBody reads it.
+func decodeOptionalBody(c echo.Context, dst any) error {
+	data, err := readBody(c)
+	if err != nil || len(data) == 0 {
+		return err
+	}
+	if err := jsonContentType(c); err != nil {
+		return err
+	}
+	return decodeJSON(data, dst)
+}
+
+func jsonContentType(c echo.Context) error {
+	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
 		return errInvalid("Content-Type must be application/json")
 	}
+	return nil
+}
+
+// readBody reads the body of c, at most MaxBodyBytes (413 PAYLOAD_TOO_LARGE beyond).
+func readBody(c echo.Context) ([]byte, error) {
+	req := c.Request()
 	if req.ContentLength > MaxBodyBytes {
-		return tooLarge()
+		return nil, tooLarge()
+	}
+	if req.Body == nil {
+		return nil, nil
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return tooLarge()
+			return nil, tooLarge()
 		}
-		return errInvalid("request body could not be read")
+		return nil, errInvalid("request body could not be read")
 	}
+	return data, nil
+}
+
+// decodeJSON decodes data into dst strictly (see decodeBody).
+func decodeJSON(data []byte, dst any) error {
 	if err := checkKeys(data, jsonFields(dst)); err != nil {
 		return err
 	}

@@ -24,8 +24,10 @@ import (
 
 // # The event stream
 //
-// GET /v1/sessions/{sid}/events?tabId=[&label=&hidden=] is a Server-Sent Events stream of the
-// session {sid} of the caller (the token's sub, or the ticket's: see tickets.go), DESIGN §3:
+// GET /v1/sessions/{sid}/events?tabId=[&label=&hidden=&presence=] is a Server-Sent Events stream
+// of the session {sid} of the caller (the token's sub, or the ticket's: see tickets.go), DESIGN §3.
+// The stream lists its tab in the presence list (presence.go) unless presence=false, with which it
+// neither joins, refreshes nor leaves: its client announces its tabs with PUT …/tabs/{tabId}.
 //
 //	retry: 2000                      once, at the start
 //	id: <event id>                   the snapshot's id is the log position it was read at; none
@@ -336,8 +338,9 @@ func (h *streamHub) hijacked(st *stream, conn net.Conn) {
 
 // streamQuery is what a stream request names besides its session.
 type streamQuery struct {
-	tab   lease.Tab
-	after string // the last event id the client saw; empty for none
+	tab    lease.Tab
+	after  string // the last event id the client saw; empty for none
+	listed bool   // the stream lists its tab in the presence list (presence=true, the default)
 }
 
 // keyTicketTab is the Echo context key of the tab an event ticket was issued for.
@@ -369,6 +372,13 @@ func parseStreamQuery(c echo.Context) (streamQuery, error) {
 		hidden = true
 	default:
 		return q, fieldError("hidden", `must be "true" or "false"`)
+	}
+	switch v := c.QueryParam("presence"); v {
+	case "", "true":
+		q.listed = true
+	case "false":
+	default:
+		return q, fieldError("presence", `must be "true" or "false"`)
 	}
 	q.tab = lease.Tab{TabID: tabID, Label: label, Hidden: hidden}
 	// An id that is not one of ours is treated as unknown: the stream starts from a snapshot, which
@@ -430,8 +440,9 @@ type streamConn struct {
 	ev lease.Event
 }
 
-// openStream checks the request, admits the stream, lists its tab and starts the watch, then
-// sends the headers, the snapshot and the replay. Until the headers are sent it answers errors.
+// openStream checks the request, admits the stream, lists its tab (unless presence=false) and
+// starts the watch, then sends the headers, the snapshot and the replay. Until the headers are
+// sent it answers errors.
 func (s *Server) openStream(c echo.Context) (*streamConn, error) {
 	key, err := s.key(c)
 	if err != nil {
@@ -448,9 +459,11 @@ func (s *Server) openStream(c echo.Context) (*streamConn, error) {
 	ctx := c.Request().Context()
 	sc := &streamConn{s: s, h: s.streams, st: st, reqID: requestID(c), key: key, tab: q.tab}
 	sc.unlink = context.AfterFunc(ctx, func() { st.tell(newsGone) })
-	if err := sc.join(ctx); err != nil {
-		sc.close()
-		return nil, err
+	if q.listed {
+		if err := sc.join(ctx); err != nil {
+			sc.close()
+			return nil, err
+		}
 	}
 	// The watch outlives the request when the stream is handed over: Close ends it.
 	if sc.w, err = sc.h.feed.Watch(context.Background(), key, q.after); err != nil {
@@ -532,7 +545,8 @@ func watchClient(conn net.Conn, st *stream) {
 	}
 }
 
-// join lists the stream's tab in the presence list, when there is one.
+// join lists the stream's tab in the presence list, when there is one. A stream that did not join
+// (sc.conn empty) never refreshes nor leaves.
 func (sc *streamConn) join(ctx context.Context) error {
 	p := sc.h.presence
 	if p == nil {
@@ -1061,8 +1075,8 @@ func (s *Server) initStreams(opts Options, now func() time.Time) error {
 	return nil
 }
 
-// registerStreams adds the event-stream routes when there is a Feed, and the tabs route when
-// there is a Presence.
+// registerStreams adds the event-stream routes when there is a Feed, and the presence routes (GET
+// …/tabs, PUT and DELETE …/tabs/{tabId}) when there is a Presence.
 func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
 	if s.streams != nil {
 		v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit)
@@ -1070,5 +1084,7 @@ func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
 	}
 	if s.presence != nil {
 		v1.GET("/sessions/:sid/tabs", s.tabs, authed...)
+		v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)
+		v1.DELETE("/sessions/:sid/tabs/:tabId", s.deleteTab, authed...)
 	}
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -10,12 +12,21 @@ import (
 
 // # Presence
 //
-// A tab is listed by GET /v1/sessions/{sid}/tabs while it has an event stream open on the session
-// (through any instance): the stream joins the presence list when it starts (with the tab's
-// label and hidden flag from the stream's query), refreshes its entry every third of the time to
-// live the engine answers, and leaves when it ends. A tab whose instance died without leaving
-// drops out when its entry expires (lease.DefaultPresenceTTL). Joins and leaves are `event: tabs`
-// on the streams of the session.
+// GET /v1/sessions/{sid}/tabs lists the tabs present on the session (through any instance). A tab
+// is present through either of two kinds of entries of the engine's lease.Presence, and is listed
+// while at least one of its entries lives:
+//
+//   - an event stream opened without presence=false: the stream joins when it starts (with the
+//     label and hidden flag of its query), refreshes its entry every third of the time to live the
+//     engine answers, and leaves when it ends;
+//   - PUT /v1/sessions/{sid}/tabs/{tabId} (body {"label"?, "hidden"?}, empty allowed): joins with
+//     the connection id tabConnID(tabId), so that a repeat refreshes the same entry and records the
+//     latest label and hidden flag; it answers {tabId, ttlMs, refreshAfterMs}, and the client
+//     repeats it every refreshAfterMs. DELETE of the same path leaves (204, idempotent).
+//
+// Browsers share one stream among their tabs: their client opens it with presence=false and
+// announces every tab with PUT. An entry nobody refreshes expires (lease.DefaultPresenceTTL) and
+// its tab leaves. Joins and leaves are `event: tabs` on the streams of the session.
 
 // tabJSON is a tab as GET …/tabs lists it.
 type tabJSON struct {
@@ -54,4 +65,75 @@ func (s *Server) tabs(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, tabsJSON{Tabs: tabsView(tabs)})
+}
+
+// tabConnID is the presence connection id of the entry of tabID that PUT …/tabs/{tabId} keeps: the
+// same for every PUT of the tab, an identifier of 36 characters whatever the tab id's length, and
+// never the id of a stream's entry (newConnID's alphabet has no dot or lower-case letter).
+func tabConnID(tabID string) string {
+	sum := sha256.Sum256([]byte(tabID))
+	return "tab." + hex.EncodeToString(sum[:16])
+}
+
+// tabPresenceBody is the body of PUT …/tabs/{tabId}; absent fields are "" and false.
+type tabPresenceBody struct {
+	Label  string `json:"label"`
+	Hidden bool   `json:"hidden"`
+}
+
+// tabPresenceJSON answers PUT …/tabs/{tabId}: the entry lives ttlMs unless repeated; repeat it
+// every refreshAfterMs.
+type tabPresenceJSON struct {
+	TabID          string `json:"tabId"`
+	TTLMs          int64  `json:"ttlMs"`
+	RefreshAfterMs int64  `json:"refreshAfterMs"`
+}
+
+// tabKey reads the session and the tab of PUT and DELETE …/tabs/{tabId}.
+func (s *Server) tabKey(c echo.Context) (lease.Key, string, error) {
+	key, err := s.key(c)
+	if err != nil {
+		return key, "", err
+	}
+	tabID := pathParam(c, "tabId")
+	if err := validTabID(tabID); err != nil {
+		return key, "", err
+	}
+	return key, tabID, nil
+}
+
+// putTab serves PUT /v1/sessions/{sid}/tabs/{tabId}: the tab is listed, with the body's label and
+// hidden flag, until the answered TTL passes without another PUT.
+func (s *Server) putTab(c echo.Context) error {
+	key, tabID, err := s.tabKey(c)
+	if err != nil {
+		return err
+	}
+	var b tabPresenceBody
+	if err := decodeOptionalBody(c, &b); err != nil {
+		return err
+	}
+	if err := lease.ValidateLabel(b.Label); err != nil {
+		return err
+	}
+	ttl, err := s.presence.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden})
+	if err != nil {
+		s.storeError("join", err)
+		return err
+	}
+	return c.JSON(http.StatusOK, tabPresenceJSON{TabID: tabID, TTLMs: ttl.Milliseconds(), RefreshAfterMs: refreshAfter(ttl).Milliseconds()})
+}
+
+// deleteTab serves DELETE /v1/sessions/{sid}/tabs/{tabId}: the entry PUT keeps is removed (the tab
+// stays listed while a stream of its own lists it). Deleting a tab that is not listed is 204 too.
+func (s *Server) deleteTab(c echo.Context) error {
+	key, tabID, err := s.tabKey(c)
+	if err != nil {
+		return err
+	}
+	if err := s.presence.Leave(c.Request().Context(), key, tabConnID(tabID), tabID); err != nil {
+		s.storeError("leave", err)
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }

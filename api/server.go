@@ -100,9 +100,10 @@ type Options struct {
 	// tickets.go). Nil: the Engine when it is a lease.Feed; otherwise those routes are not
 	// registered (404), which clients read as "no event stream here".
 	Feed lease.Feed
-	// Presence lists the tabs connected to the event stream, GET /v1/sessions/{sid}/tabs
-	// (presence.go). Nil: the Engine when it is a lease.Presence; otherwise that route is not
-	// registered (404) and streams join no list.
+	// Presence lists the tabs present on a session, GET /v1/sessions/{sid}/tabs, and keeps the
+	// entries of PUT and DELETE /v1/sessions/{sid}/tabs/{tabId} (presence.go). Nil: the Engine when
+	// it is a lease.Presence; otherwise those routes are not registered (404) and streams join no
+	// list.
 	Presence lease.Presence
 	// Nonces makes event tickets single use. Nil: the Engine, which must then be a lease.Nonces
 	// when there is a Feed (New refuses otherwise; a store of one process, such as

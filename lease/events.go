@@ -256,8 +256,10 @@ type Feed interface {
 	Watch(ctx context.Context, key Key, after string) (*Watch, error)
 }
 
-// Presence lists the tabs connected to a session's event stream (GET …/tabs). Entries expire
-// unless refreshed, so a tab whose instance died without cleaning up leaves within the TTL.
+// Presence lists the tabs present on a session (GET …/tabs): connected to its event stream, or
+// announced by their client (PUT …/tabs/{tabId}), each through entries of its own. Entries expire
+// unless refreshed, so a tab whose instance died or whose client stopped without cleaning up
+// leaves within the TTL.
 // Engines that implement it pass the presence part of leasetest.Run.
 //
 // A tab may be connected through several connections (a reconnect overlapping the old

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestATabPutThroughOneInstanceIsListedAndAnnouncedThroughAnother(t *testing.T) {
+	c1, c2, _ := redisPair(t)
+	s := openEvents(t, c1.base, "/v1/sessions/doc-1/events?tabId=tab-a&presence=false", c1.token)
+	if snap := s.must("snapshot", 5*time.Second); len(snap["tabs"].([]any)) != 0 {
+		t.Fatalf("a stream with presence=false is listed: %v", snap["tabs"])
+	}
+	for _, tab := range []struct{ id, label string }{{"tab-a", "Events"}, {"tab-b", "Calendar"}} {
+		code, body := c2.do(http.MethodPut, "/v1/sessions/doc-1/tabs/"+tab.id, map[string]any{"label": tab.label})
+		if code != 200 || body["ttlMs"] != float64(45000) || body["refreshAfterMs"] != float64(15000) {
+			t.Fatalf("PUT %s through instance 2: %d %v", tab.id, code, body)
+		}
+		ev := s.must("tabs", 5*time.Second)
+		if tb, _ := ev["tab"].(map[string]any); ev["type"] != "joined" || tb["tabId"] != tab.id || tb["label"] != tab.label {
+			t.Fatalf("tabs event through instance 1: %v", ev)
+		}
+	}
+	code, tabs := c1.do(http.MethodGet, "/v1/sessions/doc-1/tabs", nil)
+	if list, _ := tabs["tabs"].([]any); code != 200 || len(list) != 2 {
+		t.Fatalf("tabs through instance 1: %d %v", code, tabs)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, c2.base+"/v1/sessions/doc-1/tabs/tab-b", nil)
+	req.Header.Set("Authorization", "Bearer "+c2.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE through instance 2: %d", resp.StatusCode)
+	}
+	if ev := s.must("tabs", 5*time.Second); ev["type"] != "left" || ev["tab"].(map[string]any)["tabId"] != "tab-b" {
+		t.Fatalf("tabs event through instance 1: %v", ev)
+	}
+}
