@@ -181,8 +181,8 @@ func TestATabThatIsNotPutAgainLeavesWithinThePresenceTTL(t *testing.T) {
 		if ev.Reason != "timeout" {
 			t.Fatalf("left %+v, want reason timeout", ev)
 		}
-		// The engine announces an expiry within a second of it.
-		if d := time.Since(start); d < ttl || d > ttl+1500*time.Millisecond {
+		// The engine announces an expiry within a second of it (plus slack for a loaded machine).
+		if d := time.Since(start); d < ttl || d > ttl+2*time.Second {
 			t.Fatalf("the tab left %v after its PUT; its entry lives %v", d, ttl)
 		}
 		// The carrier's stream was open all along and never listed its tab.

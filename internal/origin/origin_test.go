@@ -2,7 +2,7 @@ package origin
 
 import "testing"
 
-func TestOriginsAreReadAsBrowsersSendThem(t *testing.T) {
+func TestOriginsAreReadInTheFormOfTheOriginHeader(t *testing.T) {
 	good := map[string]string{
 		"https://app.example.com":      "https://app.example.com",
 		"HTTPS://App.Example.COM":      "https://app.example.com",
