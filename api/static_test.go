@@ -22,6 +22,13 @@ func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
 		{"/admin/admin.js", "text/javascript; charset=utf-8", true},
 		{"/admin/admin.css", "text/css; charset=utf-8", true},
 		{"/sdk/tablease.js", "text/javascript; charset=utf-8", false},
+		// The modules tablease.js imports, each served beside it.
+		{"/sdk/http.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/sse.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/stream.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/lease.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/tools.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/tablease.d.ts", "text/plain; charset=utf-8", false},
 		{"/demo", "text/html; charset=utf-8", false},
 		{"/demo/", "text/html; charset=utf-8", false},
 	}

@@ -116,6 +116,7 @@ export class FakeServer {
     this.tools = tools;
     this.catalogVersion = "sha256:v1";
     this.streams = new Set();
+    this.tabs = new Map(); // tabId → {tabId, label, hidden}: the tabs listed by PUT …/tabs/{tabId}
     this.eventSeq = 0;
     this.tokenSeq = 0;
     this.fetch = (url, init = {}) => this._fetch(url, init);
@@ -145,6 +146,7 @@ export class FakeServer {
       transitions: this.transitions,
     };
     if (tabId) out.role = valid && this.holder.tabId === tabId ? "owner" : "viewer";
+    if (valid && this.handoff) out.handoff = { state: "requested", requester: { tabId: this.handoff.requester, label: "" } };
     return out;
   }
 
@@ -222,7 +224,7 @@ export class FakeServer {
     }
     if (this.latencyMs > 0) await this.clock.sleep(this.latencyMs);
     const h = new Headers({ "Content-Type": "application/json", ...(ans.headers ?? {}) });
-    return new Response(ans.status === 304 ? null : JSON.stringify(ans.body), { status: ans.status, headers: h });
+    return new Response(ans.status === 304 || ans.status === 204 ? null : JSON.stringify(ans.body), { status: ans.status, headers: h });
   }
 
   _handle(method, path, { body, query, headers }) {
@@ -292,6 +294,19 @@ export class FakeServer {
       return json(409, errorBody("LEASE_LOST", "lost", { epoch: this.epoch }));
     }
     if (method === "GET" && path === "/lease") return json(200, this.lease(query.tabId));
+    const tab = /^\/tabs\/([^/]+)$/.exec(path);
+    if (tab && method === "PUT") {
+      const tabId = decodeURIComponent(tab[1]);
+      const known = this.tabs.has(tabId);
+      this.tabs.set(tabId, { tabId, label: body?.label ?? "", hidden: Boolean(body?.hidden) });
+      if (!known) this.emit("tabs", { type: "joined", tab: this.tabs.get(tabId) });
+      return json(200, { tabId, ttlMs: 45000, refreshAfterMs: 15000 });
+    }
+    if (tab && method === "DELETE") {
+      const tabId = decodeURIComponent(tab[1]);
+      if (this.tabs.delete(tabId)) this.emit("tabs", { type: "left", tab: { tabId } });
+      return { status: 204, body: null };
+    }
     if (method === "POST" && path === "/events/ticket") return json(200, { ticket: `tk-${++this.tokenSeq}`, expiresInMs: 30000 });
     if (method === "GET" && path === "/catalog") {
       const role = this.valid() && this.holder.tabId === query.tabId ? "owner" : "viewer";
@@ -358,15 +373,17 @@ export function fakeOptions(server, clock, extra = {}) {
     window: new FakeWindow(),
     stream: false,
     shareStream: false,
+    presence: false, // the presence tests turn it on
     hubs: new Map(), // each lease its own tab: no stream shared through module state across tests
     ...extra,
   };
 }
 
-/** Web Locks in memory: exclusive locks granted in request order; abortable while waiting. */
+/** Web Locks in memory: exclusive locks granted in request order; abortable while waiting;
+ *  {steal: true} takes a held lock at once (the holder's request rejects with AbortError). */
 export class FakeLocks {
   constructor() {
-    this._held = new Map(); // name → true
+    this._held = new Map(); // name → the request holding it, or false
     this._queue = new Map(); // name → [{fn, resolve, reject, signal}]
   }
 
@@ -387,7 +404,17 @@ export class FakeLocks {
         }
       }, { once: true });
       if (!this._queue.has(name)) this._queue.set(name, []);
-      this._queue.get(name).push(req);
+      if (options.steal) {
+        const holder = this._held.get(name);
+        if (holder) {
+          holder.stolen = true;
+          this._held.set(name, false);
+          holder.reject(new DOMException("stolen", "AbortError"));
+        }
+        this._queue.get(name).unshift(req);
+      } else {
+        this._queue.get(name).push(req);
+      }
       this._grant(name);
     });
   }
@@ -397,11 +424,12 @@ export class FakeLocks {
     const q = this._queue.get(name) ?? [];
     const req = q.shift();
     if (!req) return;
-    this._held.set(name, true);
+    this._held.set(name, req);
     Promise.resolve()
       .then(() => req.fn({ name, mode: "exclusive" }))
       .then(req.resolve, req.reject)
       .finally(() => {
+        if (req.stolen) return; // freed when it was stolen
         this._held.set(name, false);
         this._grant(name);
       });

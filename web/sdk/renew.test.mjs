@@ -137,12 +137,12 @@ test("network errors back off the same way and the tab stays owner until its dea
 });
 
 test("a 401 asks getToken for a fresh token once and retries", async () => {
-  const { clock, server, lease } = setup();
   const asked = [];
-  lease._getTokenFn = async (o) => {
+  const getToken = async (o) => {
     asked.push(Boolean(o?.refresh));
     return o?.refresh ? "token-new" : "token-old";
   };
+  const { clock, server, lease } = setup({ lease: { getToken } });
   server.rejectToken = "token-old";
   await lease.start();
   assert.equal(lease.role, "owner");
@@ -154,15 +154,18 @@ test("a 401 asks getToken for a fresh token once and retries", async () => {
 });
 
 test("pagehide releases with a keepalive fetch sent synchronously with the last token", async () => {
-  const { server, lease } = setup();
+  let watching = false;
+  let sync = null;
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const fetch = (url, init) => {
+    if (watching) sync ??= init;
+    return server.fetch(url, init);
+  };
+  const lease = new TabLease(fakeOptions(server, clock, { fetch }));
   await lease.start();
   const epoch = lease.epoch;
-  let sync = null;
-  const orig = lease._fetch;
-  lease._fetch = (url, init) => {
-    sync ??= init;
-    return orig(url, init);
-  };
+  watching = true;
   lease._window.fire("pagehide", { persisted: false });
   assert.ok(sync, "the release fetch was made inside the pagehide handler");
   assert.equal(sync.keepalive, true);

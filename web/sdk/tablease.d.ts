@@ -1,4 +1,5 @@
-// Types of tablease.js, the browser client of tablease (DESIGN §5).
+// Types of tablease.js, the browser client of tablease (docs/browser-client.md). Checked against
+// the modules by web/sdk/typecheck/ (scripts/test runs it).
 
 export type Role = "owner" | "viewer";
 
@@ -136,6 +137,9 @@ export interface TabLeaseOptions {
   handoff?: "auto" | "manual";
   /** How long requestHandoff() waits by default. Default 15000. */
   handoffTimeoutMs?: number;
+  /** How long a holder asked to hand over waits for its running guarded handlers before it
+   *  aborts them and releases (if a renew shows the request still stands). Default 10000. */
+  handoffGraceMs?: number;
   /** A hidden tab waits this long before taking a free lease. Default 3000. */
   hiddenAcquireDelayMs?: number;
   /** A viewer re-reads the lease this often while the stream is down. Default 10000. */
@@ -151,6 +155,14 @@ export interface TabLeaseOptions {
   streamIdleMs?: number;
   /** Wait before reconnecting when the server has no stream (404). Default 60000. */
   streamNotFoundMs?: number;
+  /** A stream carrier tab silent this long (frozen, hung) is taken over by a follower tab, and
+   *  the followers' leases need a confirmation meanwhile. Default 1000. */
+  carrierTimeoutMs?: number;
+  /** List this tab with PUT …/tabs/{tabId} (refreshed, DELETE on pagehide). Default true. */
+  presence?: boolean;
+  /** The page's origin, named in the error of a request that got no answer. Default
+   *  location.origin. */
+  origin?: string;
   /** A fixed tab id (tests). Default: random per TabLease, in memory only. */
   tabId?: string;
   // Injection points (tests, unusual environments).
@@ -168,9 +180,19 @@ export interface TabLeaseOptions {
 export interface RoleChangeDetail {
   role: Role;
   previous: Role;
-  /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · event · refresh */
+  /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · frozen ·
+   *  event · refresh · guard · away · pagehide */
   reason: string;
   lease: LeaseView;
+}
+
+/** The state of a TabLease (docs/browser-client.md, "States"). Only "owner" may mutate. */
+export type LeaseState = "stopped" | "viewer" | "owner" | "unconfirmed" | "releasing" | "away";
+
+export interface StateDetail {
+  state: LeaseState;
+  previous: LeaseState;
+  reason: string;
 }
 
 export interface LeaseDetail {
@@ -201,7 +223,9 @@ export interface TabLeaseEventMap {
   lease: LeaseDetail;
   catalog: CatalogDetail;
   handoff: HandoffDetail;
-  stream: { live: boolean };
+  state: StateDetail;
+  stream: { live: boolean; carrier: boolean };
+  /** A tab joined or left: {type: "joined" | "left", tab: {tabId, label, hidden, connectedAt}, …}. */
   tabs: unknown;
   error: { error: TabLeaseError };
 }
@@ -246,6 +270,8 @@ export declare class TabLease extends EventTarget {
   readonly tabId: string;
   /** "owner" or "viewer", evaluated now (fail closed). */
   readonly role: Role;
+  /** The state, evaluated now; role is "owner" exactly when state is "owner". */
+  readonly state: LeaseState;
   readonly lease: LeaseView;
   /** The epoch this tab holds as owner, or null. */
   readonly epoch: number | null;
@@ -253,11 +279,16 @@ export declare class TabLease extends EventTarget {
   readonly token: string | null;
   /** Milliseconds of control left by the local deadline, 0 when not owner. */
   readonly timeLeftMs: number;
+  /** Whether the shared event stream is up and its carrier heard from. */
   readonly streamLive: boolean;
+  /** Whether this tab runs the browser's event stream for the session (the carrier). */
+  readonly streamCarrier: boolean;
   /** "releasing" (this holder was asked to hand over), "requesting", or null. */
   readonly handoff: "releasing" | "requesting" | null;
-  /** Guarded handlers running now. */
+  /** Guarded handlers running in the current period of ownership. */
   readonly inFlight: number;
+  /** Aborts when the current period of ownership ends; null when not owner. */
+  readonly signal: AbortSignal | null;
 
   /** Listens to the page lifecycle, joins the shared stream, acquires when free (autoAcquire). */
   start(): Promise<LeaseView>;
@@ -314,7 +345,7 @@ export interface ToolDefinition {
 
 export interface ToolOptions {
   /** Handlers by tool name; tools without one are not exposed. */
-  handlers: Record<string, ToolHandler>;
+  handlers?: Record<string, ToolHandler>;
   /** The route for the catalog ("/events/evt-1"), or a function giving it. */
   route?: string | (() => string);
   /** Used when the catalog is empty or cannot be read (filtered by role the same way). */
@@ -342,10 +373,16 @@ export interface WebMCPBridge {
  * mutation tools under a signal that aborts when ownership ends. Re-registers on rolechange and
  * catalog events.
  */
-export declare function registerWebMCPTools(
-  lease: TabLease,
-  opts: ToolOptions & { modelContext?: object; legacy?: boolean; onChange?: (names: string[]) => void },
-): WebMCPBridge;
+export interface WebMCPOptions extends ToolOptions {
+  /** The registry: default document.modelContext, else the older navigator.modelContext. */
+  modelContext?: any;
+  /** Whether modelContext is the older shape (unregisterTool(name)). */
+  legacy?: boolean;
+  /** Called with the registered tool names after each change. */
+  onChange?: (names: string[]) => void;
+}
+
+export declare function registerWebMCPTools(lease: TabLease, opts: WebMCPOptions): WebMCPBridge;
 
 /** Calls registry.sync(definitions) whenever the role, the catalog or (on sync()) the route changes. */
 export declare function syncToolRegistry(
@@ -369,10 +406,12 @@ export declare const DEFAULTS: Readonly<{
   backoffBaseMs: number;
   backoffMaxMs: number;
   handoffTimeoutMs: number;
+  handoffGraceMs: number;
   hiddenAcquireDelayMs: number;
   viewerPollMs: number;
   streamIdleMs: number;
   streamNotFoundMs: number;
+  carrierTimeoutMs: number;
 }>;
 export declare const browserClock: Clock;
 export declare function backoffDelay(attempt: number, opts?: { baseMs?: number; maxMs?: number; random?: () => number; retryAfterMs?: number | null }): number;
@@ -416,11 +455,35 @@ export declare class StreamRunner {
   stop(): void;
 }
 
+export interface StreamSubscriber {
+  open(args: StreamOpenArgs): Promise<void>;
+  onEvent?(ev: { type: string; id: string; data: unknown }): void;
+  onStatus?(status: { live: boolean; carrier: boolean }): void;
+}
+
+/** The stream of one key (origin|sub|session) in one tab, shared across the browser's tabs. */
 export declare class StreamHub {
-  constructor(key: string, env?: { locks?: LockManager; BroadcastChannel?: typeof BroadcastChannel; clock?: Clock; random?: () => number });
+  constructor(
+    key: string,
+    env?: {
+      locks?: LockManager;
+      BroadcastChannel?: typeof BroadcastChannel;
+      document?: Document | EventTarget | null;
+      clock?: Clock;
+      random?: () => number;
+      carrierTimeoutMs?: number;
+      runnerOptions?: { notFoundMs?: number };
+    },
+  );
   readonly key: string;
-  readonly leader: boolean;
+  readonly id: string;
+  /** Whether this tab runs the connection. */
+  readonly carrier: boolean;
   readonly live: boolean;
   readonly shared: boolean;
   lastEventId: string;
+  add(sub: StreamSubscriber): void;
+  remove(sub: StreamSubscriber): boolean;
+  /** When news may have been missed from because the carrier went silent; -Infinity if not. */
+  missedSince(now?: number): number;
 }

@@ -1,0 +1,210 @@
+// http.js — the browser client's side of the HTTP contract (docs/DESIGN.md §3): one call with
+// its token, its errors, and the retry timing that every caller shares.
+
+/** Defaults of the TabLease options, in milliseconds. */
+export const DEFAULTS = Object.freeze({
+  marginMs: 1500, // subtracted from remainingMs (capped at a quarter of the granted TTL)
+  hiddenTtlMs: 150000, // asked for while the tab is hidden (the server clamps it)
+  backoffBaseMs: 250, // first retry delay after a 503, 429 or network error
+  backoffMaxMs: 15000, // cap of the exponential backoff (a longer Retry-After is respected)
+  handoffTimeoutMs: 15000, // how long requestHandoff waits for the holder to let go
+  handoffGraceMs: 10000, // how long a holder asked to hand over waits for running mutations
+  hiddenAcquireDelayMs: 3000, // a hidden tab waits this long before taking a free lease
+  viewerPollMs: 10000, // a viewer re-reads the lease this often while the event stream is down
+  streamIdleMs: 45000, // no byte for this long (the server sends a comment every 15 s): reconnect
+  streamNotFoundMs: 60000, // wait before reconnecting when the server has no event stream (404)
+  carrierTimeoutMs: 1000, // a stream carrier silent this long is taken over by another tab
+});
+
+/** The clock of the browser: a monotonic now() and timers. Tests pass a fake one. */
+export const browserClock = Object.freeze({
+  now: () => performance.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (id) => clearTimeout(id),
+});
+
+/**
+ * An error answer of the tablease API (`{error: {code, message, retryable, details}}`), or a
+ * network failure (code "NETWORK", status 0).
+ */
+export class TabLeaseError extends Error {
+  constructor({ status = 0, code = "INTERNAL", message = "", retryable = false, details = {}, retryAfterMs = null, cause = undefined } = {}) {
+    super(message || code, cause === undefined ? undefined : { cause });
+    this.name = "TabLeaseError";
+    this.status = status;
+    this.code = code;
+    this.retryable = retryable;
+    this.details = details ?? {};
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** Milliseconds of a Retry-After header (delta-seconds or an HTTP date), or null. */
+export function parseRetryAfter(value, wallNow = Date.now()) {
+  if (value == null || value === "") return null;
+  const s = String(value).trim();
+  if (/^\d+$/.test(s)) return Number(s) * 1000;
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? null : Math.max(0, t - wallNow);
+}
+
+/**
+ * The delay before retry number `attempt` (0 for the first retry): exponential from baseMs,
+ * capped at maxMs, with "equal jitter" (half fixed, half random, so retries of many tabs spread
+ * out but never come back at once), and never shorter than a Retry-After the server sent.
+ */
+/**
+ * @param {number} attempt
+ * @param {{baseMs?: number, maxMs?: number, random?: () => number, retryAfterMs?: number | null}} [options]
+ * @returns {number}
+ */
+export function backoffDelay(attempt, { baseMs = DEFAULTS.backoffBaseMs, maxMs = DEFAULTS.backoffMaxMs, random = Math.random, retryAfterMs = null } = {}) {
+  const cap = Math.min(maxMs, baseMs * 2 ** Math.min(attempt, 30));
+  const jittered = cap / 2 + random() * (cap / 2);
+  return Math.round(Math.max(jittered, retryAfterMs ?? 0));
+}
+
+/** Resolves after ms of clock time (true), or at once when signal aborts (false). */
+export function sleep(clock, ms, signal = undefined) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const id = clock.setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, Math.max(0, ms));
+    function onAbort() {
+      clock.clearTimeout(id);
+      resolve(false);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/**
+ * The API of one session as one tab calls it: every call carries a fresh access token from
+ * getToken, a 401 asks getToken({refresh: true}) once and tries again, and every failure is a
+ * TabLeaseError. A request that never reaches the server says why it may not have (the server is
+ * down, or it does not allow this page's origin).
+ */
+export class SessionApi {
+  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "" }) {
+    this.baseUrl = baseUrl;
+    this.sessionId = sessionId;
+    this._getToken = getToken;
+    this._fetch = fetch;
+    this._origin = origin;
+    /** The last access token getToken gave: what a request during pagehide sends. */
+    this.lastToken = null;
+  }
+
+  url(path, query = undefined) {
+    let url = `${this.baseUrl}/v1/sessions/${encodeURIComponent(this.sessionId)}${path}`;
+    if (query) {
+      const qs = new URLSearchParams(query).toString();
+      if (qs) url += "?" + qs;
+    }
+    return url;
+  }
+
+  /** The access token (a fresh one from the identity provider when refresh). */
+  async token(refresh = false) {
+    const t = await this._getToken(refresh ? { refresh: true } : {});
+    if (typeof t !== "string" || t === "") throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: "tablease: getToken returned no token" });
+    this.lastToken = t;
+    return t;
+  }
+
+  post(path, body, opts = {}) {
+    return this.request("POST", path, body, opts);
+  }
+
+  /** One call: JSON in, JSON out. Resolves {status, body, etag}; rejects with a TabLeaseError. */
+  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false } = {}) {
+    for (let attempt = 0; ; attempt++) {
+      let token;
+      if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
+      else token = await this.token(attempt > 0);
+      const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
+      if (body !== undefined) headers["Content-Type"] = "application/json";
+      let res;
+      try {
+        res = await this._fetch(this.url(path, query), {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          keepalive,
+          cache: "no-store",
+        });
+      } catch (e) {
+        throw this.networkError(method, path, e);
+      }
+      if (res.status === 401 && attempt === 0 && !keepalive) continue;
+      return readAnswer(res, method, path);
+    }
+  }
+
+  /** The error of a request that got no answer, with what an operator should look at. */
+  networkError(method, path, cause) {
+    let why = "the server is down or unreachable";
+    const server = this._serverOrigin();
+    if (server && this._origin && server !== this._origin) {
+      why = `the server is down or unreachable, or it does not allow requests from ${this._origin} (set TABLEASE_CORS_ORIGINS on the server)`;
+    }
+    return new TabLeaseError({
+      status: 0,
+      code: "NETWORK",
+      message: `tablease: ${method} ${this.url(path)} got no answer (${cause?.message ?? cause}): ${why}`,
+      retryable: true,
+      cause,
+    });
+  }
+
+  _serverOrigin() {
+    try {
+      return new URL(this.baseUrl || "/", this._origin || undefined).origin;
+    } catch {
+      return "";
+    }
+  }
+}
+
+/** Reads an answer: {status, body, etag} when it is a success, a TabLeaseError otherwise. */
+export async function readAnswer(res, method, path) {
+  const etag = res.headers?.get?.("ETag") ?? null;
+  if (res.status === 304 || res.status === 204) return { status: res.status, body: null, etag };
+  let text = "";
+  try {
+    text = await res.text();
+  } catch {}
+  let body = null;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch {}
+  }
+  if (res.ok) {
+    if (body === null && text) throw new TabLeaseError({ status: res.status, code: "INTERNAL", message: `tablease: ${method} ${path} answered something that is not JSON`, retryable: false });
+    return { status: res.status, body: body ?? {}, etag };
+  }
+  const err = body?.error ?? {};
+  const retryAfterMs = parseRetryAfter(res.headers?.get?.("Retry-After")) ?? (typeof err.details?.retryAfterMs === "number" ? err.details.retryAfterMs : null);
+  const status = res.status;
+  throw new TabLeaseError({
+    status,
+    code: err.code ?? (status === 404 ? "NOT_FOUND" : status >= 500 ? "UNAVAILABLE" : "HTTP_" + status),
+    message: err.message ?? `tablease: ${method} ${path} answered ${status}`,
+    retryable: err.retryable ?? (status === 429 || status === 502 || status === 503 || status === 504),
+    details: err.details ?? {},
+    retryAfterMs,
+  });
+}
+
+/** A random id: crypto.randomUUID where there is one. */
+export function randomId() {
+  const c = globalThis.crypto;
+  if (c?.randomUUID) return c.randomUUID();
+  const bytes = new Uint8Array(16);
+  if (c?.getRandomValues) c.getRandomValues(bytes);
+  else for (let i = 0; i < 16; i++) bytes[i] = Math.floor(Math.random() * 256);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}

@@ -1,0 +1,1204 @@
+// lease.js — TabLease, the lease of one tab for one agent session: a small state machine.
+//
+// # States (TabLease.state)
+//
+//   stopped      before start() and after stop()
+//   viewer       this tab holds no epoch that could still be valid
+//   owner        it holds an epoch, confirmed by the server after the last moment it could have
+//                missed news, and the local deadline has not passed: guards run mutations
+//   unconfirmed  it holds an epoch, but the deadline passed or news may have been missed (the
+//                stream went down, its carrier went silent, the page was frozen): read-only
+//                until a renew or a check confirms it
+//   releasing    it was asked to hand control over: read-only, releasing at its safe point
+//   away         the page was hidden for good or put in the back/forward cache (pagehide)
+//
+// Only `owner` may mutate, and `owner` is checked again against the clock whenever it is read,
+// so a timer that a browser delays can never extend it.
+//
+// # Time model (fail closed)
+//
+// The browser's wall clock may be wrong, so the client never reads expiresAt. When an answer that
+// confirms this tab's lease arrives (acquire, renew, check, a GET naming the tab as owner), the
+// local deadline is clock.now() *at the time the request was sent* + remainingMs − margin.
+// Epochs strictly increase per session and are never granted twice, so "the lease at epoch E is
+// held" makes every epoch below E dead, and "epoch E ended" makes every epoch up to E dead. The
+// client keeps only that lower bound (minValidEpoch); late or re-ordered events can only raise it
+// to a bound that a newer grant already satisfies.
+//
+// # Mutations in flight
+//
+// Each period of ownership has its own AbortController and its own count of guarded handlers
+// running. When the period ends its signal aborts and its handlers stop counting, so a handler
+// that never settles cannot hold back a handoff or a later period. A holder asked to hand over
+// waits for its running handlers at most handoffGraceMs, then aborts them and releases.
+
+import { DEFAULTS, SessionApi, TabLeaseError, backoffDelay, browserClock, randomId, sleep } from "./http.js";
+import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
+import { isReadOnlyTool } from "./tools.js";
+
+/** The code of the error a guard returns when this tab may not mutate. */
+export const NOT_LEASE_OWNER = "NOT_LEASE_OWNER";
+
+const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
+
+/** The states of a TabLease, and the states each may move to. */
+const TRANSITIONS = Object.freeze({
+  stopped: ["viewer", "owner", "unconfirmed"],
+  viewer: ["owner", "unconfirmed", "away", "stopped"],
+  owner: ["viewer", "unconfirmed", "releasing", "away", "stopped"],
+  unconfirmed: ["owner", "viewer", "releasing", "away", "stopped"],
+  releasing: ["owner", "viewer", "unconfirmed", "away", "stopped"],
+  away: ["viewer", "owner", "unconfirmed", "stopped"],
+});
+
+/** A fresh tab id: random per page load, kept in memory only (never in sessionStorage). */
+export function newTabId() {
+  return "t-" + randomId();
+}
+
+/** The `sub` claim of a JWT, read without verifying it (only to key the shared stream). */
+export function tokenSubject(token) {
+  try {
+    const part = String(token).split(".")[1];
+    if (!part) return "";
+    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
+    const json = typeof atob === "function" ? atob(b64) : globalThis.Buffer.from(b64, "base64").toString("binary");
+    const sub = JSON.parse(decodeURIComponent(escape(json))).sub;
+    return typeof sub === "string" ? sub : "";
+  } catch {
+    return "";
+  }
+}
+
+function makeEvent(type, detail) {
+  if (typeof CustomEvent === "function") return new CustomEvent(type, { detail });
+  const e = new Event(type);
+  /** @type {any} */ (e).detail = detail;
+  return e;
+}
+
+const MESSAGES = {
+  stopped: "The lease client of this tab is not running, so this tab may not change anything.",
+  away: "This page is being left, so this tab may not change anything.",
+  handoff: "This tab is handing control of the session to another tab.",
+  viewer: "Another tab controls this session; mutation tools run only in the controlling tab.",
+  lost: "Another tab controls this session now; mutation tools run only in the controlling tab.",
+  lostFree: "This tab no longer controls this session (it was taken over, released, expired or revoked); mutation tools run only in the controlling tab.",
+  expired: "This tab's control of the session could not be confirmed in time; it is read-only until its lease is renewed.",
+  unconfirmed: "This tab's control of the session is being re-confirmed; it is read-only until then.",
+};
+
+/**
+ * The lease of one tab for one agent session. See tablease.d.ts for the API and
+ * docs/browser-client.md for the behaviour.
+ */
+export class TabLease extends EventTarget {
+  constructor(options = /** @type {any} */ ({})) {
+    super();
+    const { baseUrl = "", sessionId, getToken, label = "" } = options;
+    if (typeof sessionId !== "string" || !ID_RE.test(sessionId) || sessionId === "." || sessionId === "..") {
+      throw new TypeError("TabLease: sessionId must be 1–128 characters of [A-Za-z0-9._:@|-]");
+    }
+    if (typeof getToken !== "function") throw new TypeError("TabLease: getToken must be a function returning the access token");
+    if (typeof baseUrl !== "string") throw new TypeError("TabLease: baseUrl must be a string");
+    this.sessionId = sessionId;
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.tabId = options.tabId ?? newTabId();
+    if (!ID_RE.test(this.tabId)) throw new TypeError("TabLease: tabId must be 1–128 characters of [A-Za-z0-9._:@|-]");
+    this._label = label;
+    this._ttlMs = options.ttlMs ?? null;
+    this._hiddenTtlMs = options.hiddenTtlMs ?? DEFAULTS.hiddenTtlMs;
+    this._marginMs = options.marginMs ?? DEFAULTS.marginMs;
+    this._autoAcquire = options.autoAcquire ?? true;
+    this._handoffMode = options.handoff ?? "auto";
+    this._handoffTimeoutMs = options.handoffTimeoutMs ?? DEFAULTS.handoffTimeoutMs;
+    this._handoffGraceMs = options.handoffGraceMs ?? DEFAULTS.handoffGraceMs;
+    this._hiddenAcquireDelayMs = options.hiddenAcquireDelayMs ?? DEFAULTS.hiddenAcquireDelayMs;
+    this._viewerPollMs = options.viewerPollMs ?? DEFAULTS.viewerPollMs;
+    this._backoff = { baseMs: options.backoffBaseMs ?? DEFAULTS.backoffBaseMs, maxMs: options.backoffMaxMs ?? DEFAULTS.backoffMaxMs };
+    this._clock = options.clock ?? browserClock;
+    this._random = options.random ?? Math.random;
+    this._document = options.document !== undefined ? options.document : globalThis.document ?? null;
+    this._window = options.window !== undefined ? options.window : globalThis.window ?? null;
+    this._presenceOn = options.presence ?? true;
+    const fetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this._api = new SessionApi({ baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin: options.origin ?? globalThis.location?.origin ?? "" });
+    const streamMode = options.stream ?? "fetch"; // "fetch" | "ticket" | false
+    this._streamMode = streamMode;
+    const share = options.shareStream ?? true;
+    this._streamEnv = {
+      hubs: options.hubs ?? defaultHubs,
+      locks: share ? options.locks ?? globalThis.navigator?.locks : undefined,
+      BroadcastChannel: share ? options.BroadcastChannel ?? globalThis.BroadcastChannel : undefined,
+      document: this._document,
+      clock: this._clock,
+      random: this._random,
+      carrierTimeoutMs: options.carrierTimeoutMs ?? DEFAULTS.carrierTimeoutMs,
+      runnerOptions: { notFoundMs: options.streamNotFoundMs ?? DEFAULTS.streamNotFoundMs },
+    };
+    const query = () => this._streamQuery();
+    this._openStream =
+      streamMode === "ticket"
+        ? ticketStreamOpener({ api: this._api, EventSource: options.EventSource ?? globalThis.EventSource, query, tabId: this.tabId })
+        : fetchStreamOpener({ api: this._api, fetch: fetchFn, query, clock: this._clock, idleMs: options.streamIdleMs ?? DEFAULTS.streamIdleMs });
+
+    /** @type {"stopped"|"viewer"|"owner"|"unconfirmed"|"releasing"|"away"} */
+    this._state = "stopped";
+    // When this tab takes a free lease by itself: "auto"; "manual" after release() (until
+    // acquire(), takeover() or requestHandoff()); "yield" after it handed control over (until
+    // another tab is granted).
+    /** @type {"auto"|"manual"|"yield"} */
+    this._policy = this._autoAcquire ? "auto" : "manual";
+    // The facts the state is computed from.
+    this._epoch = 0; // the epoch this tab was last granted; 0 = none
+    this._token = null; // the lease token of that grant
+    this._deadline = -Infinity;
+    this._confirmedAt = -Infinity; // send time of the answer the deadline comes from
+    this._minValidEpoch = 0;
+    this._requireConfirmAfter = -Infinity; // the last moment news may have been missed
+    this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
+    this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
+    this._period = null; // the current period of ownership: {ac, inFlight}
+    this._view = null; // what this tab knows about the lease: {..lease object, at}
+    this._hidden = this._document?.visibilityState === "hidden";
+    this._renewing = null;
+    this._renewAgain = false;
+    this._attempts = { renew: 0, acquire: 0, viewer: 0, presence: 0 };
+    this._timers = { renew: null, role: null, viewer: null, acquire: null, presence: null };
+    this._handoffWait = null; // this tab's pending requestHandoff
+    this._stream = null; // {hub, leave} while joined
+    this._streamLive = false;
+    this._unreachable = false; // the last request got no answer (reported once per outage)
+    this._catalogCache = new Map();
+    this._catalogVersion = null;
+    this._listeners = [];
+  }
+
+  // --- public state ----------------------------------------------------------------------------
+
+  /** The state, evaluated now (see the top of this file).
+   *  @returns {import("./tablease.js").LeaseState} */
+  get state() {
+    return this._stateNow();
+  }
+
+  /** "owner" or "viewer", evaluated now (fail closed).
+   *  @returns {"owner" | "viewer"} */
+  get role() {
+    return this._stateNow() === "owner" ? "owner" : "viewer";
+  }
+
+  /** The epoch this tab holds as owner, or null. */
+  get epoch() {
+    return this.role === "owner" ? this._epoch : null;
+  }
+
+  /** The lease token of the current grant (for backends: header Tablease-Lease), or null. */
+  get token() {
+    return this.role === "owner" ? this._token : null;
+  }
+
+  /** Milliseconds of control left by the local deadline (owner), or 0. */
+  get timeLeftMs() {
+    return this.role === "owner" ? Math.max(0, Math.floor(this._deadline - this._clock.now())) : 0;
+  }
+
+  /** Whether the shared event stream is connected and heard from. */
+  get streamLive() {
+    return this._streamLive && this._missedSince() === -Infinity;
+  }
+
+  /** Whether this tab runs the browser's event stream for the session (the carrier). */
+  get streamCarrier() {
+    return Boolean(this._stream?.hub.carrier);
+  }
+
+  /** Whether a handoff is in progress: "releasing" (asked to let go), "requesting", or null. */
+  get handoff() {
+    if (this._state === "releasing") return "releasing";
+    if (this._handoffWait) return "requesting";
+    return null;
+  }
+
+  /** The AbortSignal of the current period of ownership (it aborts when the period ends), or
+   *  null when this tab is not the owner. */
+  get signal() {
+    return this.role === "owner" && this._period ? this._period.ac.signal : null;
+  }
+
+  /** Number of guarded handlers running in the current period of ownership. */
+  get inFlight() {
+    return this._period?.inFlight ?? 0;
+  }
+
+  /** What this tab knows about the lease, with remainingMs estimated for now.
+   *  @returns {import("./tablease.js").LeaseView} */
+  get lease() {
+    const owner = this.role === "owner";
+    const v = this._view;
+    const base = {
+      sessionId: this.sessionId,
+      tabId: this.tabId,
+      held: false,
+      holder: null,
+      epoch: 0,
+      ttlMs: null,
+      renewAfterMs: null,
+      remainingMs: null,
+      transitions: null,
+      role: /** @type {"owner" | "viewer"} */ (owner ? "owner" : "viewer"),
+      token: owner ? this._token : null,
+      streamLive: this.streamLive,
+    };
+    if (!v) return base;
+    let remainingMs = null;
+    if (owner) remainingMs = Math.max(0, Math.floor(this._deadline - this._clock.now()));
+    else if (v.held && typeof v.remainingMs === "number") remainingMs = Math.max(0, Math.floor(v.at + v.remainingMs - this._clock.now()));
+    return {
+      ...base,
+      held: Boolean(v.held),
+      holder: v.holder ? { ...v.holder } : null,
+      epoch: v.epoch ?? 0,
+      ttlMs: v.ttlMs ?? null,
+      renewAfterMs: v.renewAfterMs ?? null,
+      remainingMs,
+      transitions: v.transitions ?? null,
+    };
+  }
+
+  /** addEventListener with the event's detail; returns a function that removes the listener. */
+  on(type, fn) {
+    const h = (e) => fn(e.detail, e);
+    this.addEventListener(type, h);
+    return () => this.removeEventListener(type, h);
+  }
+
+  // --- lifecycle -------------------------------------------------------------------------------
+
+  /** Starts: listens to the page lifecycle, joins the shared event stream, announces the tab, and
+   *  acquires the lease when it is free (autoAcquire). Resolves with `lease` once the first answer
+   *  is in; a first answer that never came is an `error` event (and retried). */
+  async start() {
+    if (this._state !== "stopped") return this.lease;
+    this._gen++;
+    this._to("viewer", "started");
+    this._installLifecycle();
+    if (this._streamMode) {
+      this._requireConfirmAfter = this._clock.now(); // the stream is not live yet
+      await this._joinStream();
+    }
+    if (this._state === "stopped") return this.lease;
+    this._announce();
+    if (this._autoAcquire && !this._hidden) {
+      await this._acquireQuietly("try");
+    } else {
+      await this.refresh().catch((e) => this._requestFailed(e));
+      this._maybeAutoAcquire();
+    }
+    this._scheduleViewerRefresh();
+    return this.lease;
+  }
+
+  /** Stops: releases the lease (unless {release: false}), leaves the stream and the list of tabs,
+   *  removes listeners. */
+  async stop({ release = true } = {}) {
+    if (this._state === "stopped") return;
+    const holding = this._holdsEpoch();
+    const epoch = this._epoch;
+    const away = this._state === "away";
+    this._gen++;
+    this._clearTimers();
+    this._removeLifecycle();
+    this._leaveStream();
+    this._handoffWait?.finish({ status: "cancelled" });
+    this._endHandoffAsk();
+    if (holding) this._learn(epoch + 1);
+    this._to("stopped", "stopped");
+    if (!away && this._presenceOn) this._api.request("DELETE", this._tabPath()).catch(() => {});
+    if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }).catch(() => {});
+  }
+
+  // --- operations ------------------------------------------------------------------------------
+
+  /** Acquires the lease if it is free (mode "try"). Resolves with `lease`; rejects with a
+   *  TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED, …). */
+  async acquire() {
+    this._policy = "auto";
+    const r = await this._acquire("try");
+    if (r.error) throw r.error;
+    return this.lease;
+  }
+
+  /** Takes control even though another tab holds it (mode "takeover": a new epoch; the other tab
+   *  is told taken_over). Call it only on an explicit user action ("Use here"). */
+  async takeover() {
+    this._policy = "auto";
+    this._handoffWait?.finish({ status: "cancelled" });
+    const r = await this._acquire("takeover");
+    if (r.error) throw r.error;
+    return this.lease;
+  }
+
+  /**
+   * Asks the holder to hand control over (mode "handoff"). The holder releases at its next safe
+   * point; the lease is then reserved for this tab, which claims it. Resolves with {status}:
+   * "granted" (with lease), "timeout" (the holder did not let go in time: the caller may offer
+   * takeover(), or pass {takeoverOnTimeout: true}), "taken_over", "cancelled" or "failed" (error).
+   */
+  requestHandoff({ timeoutMs = this._handoffTimeoutMs, takeoverOnTimeout = false } = {}) {
+    this._policy = "auto";
+    this._handoffWait?.finish({ status: "cancelled" });
+    let finish;
+    const done = new Promise((resolve) => (finish = resolve));
+    const wait = {
+      deadline: this._clock.now() + timeoutMs,
+      wake: null,
+      done: false,
+      finish: (result) => {
+        if (wait.done) return;
+        wait.done = true;
+        if (this._handoffWait === wait) this._handoffWait = null;
+        wait.wake?.();
+        this._emit("handoff", { phase: result.status, ...result });
+        finish(result);
+      },
+    };
+    this._handoffWait = wait;
+    this._emit("handoff", { phase: "requesting" });
+    this._runHandoff(wait, takeoverOnTimeout);
+    return done;
+  }
+
+  /** Gives the lease up (idempotent). The tab does not take it again by itself until acquire(),
+   *  takeover() or requestHandoff() is called. */
+  async release() {
+    this._policy = "manual";
+    return this._release("released");
+  }
+
+  /** Re-reads the lease (GET …/lease?tabId=). Confirms this tab's lease when it still holds it. */
+  async refresh() {
+    const gen = this._gen;
+    const sentAt = this._clock.now();
+    const { body } = await this._call("GET", "/lease", undefined, { query: { tabId: this.tabId } });
+    if (gen !== this._gen) return this.lease;
+    if (body.held && body.holder?.tabId === this.tabId && body.role !== "viewer" && body.epoch === this._epoch) {
+      this._confirm(body, sentAt, gen);
+    } else {
+      this._learn(body.held ? body.epoch : (body.epoch ?? 0) + 1);
+      this._setView(body, sentAt);
+      this._update("refresh");
+    }
+    return this.lease;
+  }
+
+  /** Asks the server whether this tab's lease is still current (POST …/lease/check), and
+   *  confirms it. Resolves true or false. */
+  async check() {
+    if (!this._holdsEpoch()) return false;
+    const gen = this._gen;
+    const epoch = this._epoch;
+    const sentAt = this._clock.now();
+    try {
+      const { body } = await this._call("POST", "/lease/check", { tabId: this.tabId, epoch });
+      if (gen !== this._gen) return false;
+      if (body.valid && body.lease) this._confirm(body.lease, sentAt, gen);
+      return this.role === "owner";
+    } catch (e) {
+      if (gen === this._gen && e.code === "LEASE_LOST") this._lost(epoch, e.details, "lost");
+      else if (!e.retryable) this._emitError(e);
+      return false;
+    }
+  }
+
+  /** Changes the label; the owner re-acquires (same epoch) so that other tabs see it. */
+  async setLabel(label) {
+    this._label = label;
+    this._announce();
+    if (this.role === "owner") await this._acquire("try");
+  }
+
+  /**
+   * Wraps a mutation handler: the returned async (args, ctx) runs handler(args, lease, ctx) only
+   * while this tab is the owner, with lease = {epoch, token, tabId, sessionId, signal, headers}
+   * (signal aborts when this period of ownership ends), and otherwise returns
+   * {error: {code: "NOT_LEASE_OWNER", message, retryable: false, details}} without running it.
+   * When the lease is held but unconfirmed it asks the server (POST …/lease/check) first.
+   * {check: "always"} asks before every call; {check: "never"} trusts the local state.
+   */
+  guard(handler, { check = "auto" } = {}) {
+    if (typeof handler !== "function") throw new TypeError("TabLease.guard: handler must be a function");
+    return async (args, ctx) => {
+      this._update("guard");
+      const state = this._state;
+      if (state === "owner" || state === "unconfirmed") {
+        if (check === "always" || (check === "auto" && state === "unconfirmed")) await this.check();
+      }
+      this._update("guard");
+      if (this._state !== "owner") return this._notOwner();
+      const period = this._period;
+      const lease = {
+        epoch: this._epoch,
+        token: this._token,
+        tabId: this.tabId,
+        sessionId: this.sessionId,
+        signal: period.ac.signal,
+        headers: this._token ? { "Tablease-Lease": this._token } : {},
+      };
+      period.inFlight++;
+      try {
+        return await handler(args, lease, ctx);
+      } finally {
+        if (!period.ended) {
+          period.inFlight--;
+          if (period.inFlight === 0 && this.handoff === "releasing") this._releaseForHandoff();
+        }
+      }
+    };
+  }
+
+  /**
+   * The tools this tab may register on `route`: GET …/catalog?tabId=&route=, cached by ETag, and
+   * filtered again by the local role (a viewer never gets a mutation tool, even when the server
+   * still counts it as owner). Resolves {role, serverRole, version, epoch, tools}.
+   */
+  async catalog(route = "") {
+    const query = { tabId: this.tabId };
+    if (route) query.route = route;
+    const key = route || "";
+    const cached = this._catalogCache.get(key);
+    const headers = cached?.etag ? { "If-None-Match": cached.etag } : {};
+    const res = await this._call("GET", "/catalog", undefined, { query, headers });
+    let body = res.body;
+    if (res.status === 304 && cached) body = cached.body;
+    else if (res.etag) this._catalogCache.set(key, { etag: res.etag, body });
+    const role = this.role;
+    const tools = (body.tools ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
+    if (body.version) this._catalogVersion = body.version;
+    return { role, serverRole: body.role ?? null, version: body.version ?? null, epoch: role === "owner" ? this._epoch : null, tools };
+  }
+
+  // --- internals: the state machine ------------------------------------------------------------
+
+  _holdsEpoch() {
+    return this._epoch > 0 && this._epoch >= this._minValidEpoch;
+  }
+
+  /** The last moment news may have been missed: a stream drop, a freeze, a silent carrier. */
+  _missedSince() {
+    return this._stream ? this._stream.hub.missedSince(this._clock.now()) : -Infinity;
+  }
+
+  /** The state the facts give now. */
+  _computeState() {
+    const s = this._state;
+    if (s === "stopped" || s === "away") return s;
+    if (!this._holdsEpoch()) return "viewer";
+    if (this._handoffAsk) return "releasing";
+    const confirmed = this._confirmedAt >= Math.max(this._requireConfirmAfter, this._missedSince());
+    return confirmed && this._clock.now() < this._deadline ? "owner" : "unconfirmed";
+  }
+
+  /** The state now, without acting on a change (a getter never emits). */
+  _stateNow() {
+    return this._computeState();
+  }
+
+  /** Moves to state `next` (one of TRANSITIONS[current]); emits rolechange when the role changes. */
+  _to(next, reason, event = null) {
+    const prev = this._state;
+    if (prev === next) return false;
+    if (!TRANSITIONS[prev].includes(next)) throw new Error(`TabLease: no transition from ${prev} to ${next}`);
+    this._state = next;
+    const wasOwner = prev === "owner";
+    const isOwner = next === "owner";
+    // A period of ownership lasts while the tab is owner, and through releasing (its handlers are
+    // what the handoff waits for); any other state ends it.
+    if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, ended: false };
+    else if (next !== "releasing") this._endPeriod();
+    this._emit("state", { state: next, previous: prev, reason });
+    if (isOwner !== wasOwner) {
+      const role = isOwner ? "owner" : "viewer";
+      this._emit("rolechange", { role, previous: wasOwner ? "owner" : "viewer", reason, lease: this.lease });
+      this._emit("catalog", { version: this._catalogVersion, reason: "role" });
+      this._emit("lease", { lease: this.lease, reason, event });
+    }
+    return true;
+  }
+
+  /** Ends the current period of ownership: its signal aborts and its handlers stop counting. */
+  _endPeriod() {
+    const p = this._period;
+    if (!p) return;
+    this._period = null;
+    p.ended = true;
+    p.inFlight = 0;
+    p.ac.abort(new TabLeaseError({ code: NOT_LEASE_OWNER, message: "tablease: this tab's control of the session ended" }));
+  }
+
+  /** Re-evaluates the state from the facts, moves to it, and arms the role timer. */
+  _update(reason, event = null) {
+    const next = this._computeState();
+    const changed = this._to(next, reason, event);
+    this._clearTimer("role");
+    if (next === "owner") {
+      this._timers.role = this._clock.setTimeout(() => {
+        this._timers.role = null;
+        this._update("expired");
+        if (this._state === "unconfirmed") this._renewNow();
+      }, Math.max(0, this._deadline - this._clock.now()));
+    }
+    if (changed) this._scheduleViewerRefresh();
+    else if (reason === "confirmed" || reason === "refresh" || reason === "event") this._emit("lease", { lease: this.lease, reason, event });
+  }
+
+  _whyNotOwner() {
+    const s = this._state;
+    if (s === "stopped" || s === "away") return "stopped";
+    if (s === "releasing") return "handoff";
+    if (this._epoch === 0) return "viewer";
+    if (!this._holdsEpoch()) return "lost";
+    if (this._clock.now() >= this._deadline) return "expired";
+    return "unconfirmed";
+  }
+
+  _notOwner() {
+    const reason = this._whyNotOwner();
+    const v = this._view;
+    const held = Boolean(v?.held && v.holder);
+    let key = reason === "lost" && !held ? "lostFree" : reason;
+    if (reason === "stopped" && this._state === "away") key = "away";
+    return {
+      error: {
+        code: NOT_LEASE_OWNER,
+        message: MESSAGES[key] ?? MESSAGES.viewer,
+        retryable: false,
+        details: {
+          sessionId: this.sessionId,
+          tabId: this.tabId,
+          reason,
+          holder: held ? { tabId: v.holder.tabId, label: v.holder.label ?? "" } : null,
+          epoch: v?.epoch ?? null,
+        },
+      },
+    };
+  }
+
+  /** Raises the bound below which epochs are over. */
+  _learn(minValid) {
+    if (typeof minValid === "number" && minValid > this._minValidEpoch) this._minValidEpoch = minValid;
+    if (!this._holdsEpoch()) this._endHandoffAsk();
+  }
+
+  _setView(lease, at) {
+    if (!lease || typeof lease !== "object") return;
+    const v = this._view;
+    if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch) return; // older news
+    this._view = {
+      held: Boolean(lease.held),
+      holder: lease.held ? lease.holder ?? null : null,
+      epoch: typeof lease.epoch === "number" ? lease.epoch : v?.epoch ?? 0,
+      ttlMs: lease.ttlMs ?? null,
+      renewAfterMs: lease.renewAfterMs ?? null,
+      remainingMs: typeof lease.remainingMs === "number" ? lease.remainingMs : null,
+      transitions: lease.transitions ?? null,
+      at,
+    };
+  }
+
+  /** Applies an answer that says this tab holds the lease, from a request sent at sentAt. */
+  _confirm(lease, sentAt, gen) {
+    if (gen !== this._gen || this._state === "stopped") return false;
+    const mine = lease && lease.held && lease.holder?.tabId === this.tabId && typeof lease.epoch === "number";
+    if (!mine) {
+      this._lost(this._epoch, lease, "lost");
+      return false;
+    }
+    if (lease.epoch < this._minValidEpoch) {
+      // An event already showed this grant to be over.
+      this._update("lost");
+      return false;
+    }
+    if (lease.epoch !== this._epoch) {
+      this._endHandoffAsk();
+      this._epoch = lease.epoch;
+      this._token = null;
+      this._confirmedAt = -Infinity;
+    }
+    if (lease.token) this._token = lease.token;
+    // Lease answers show a handoff in progress; an answer to a request sent after this holder was
+    // asked that shows none means the request lapsed or was answered: stop refusing.
+    if (this._handoffAsk && sentAt > this._handoffAsk.at && lease.handoff?.state !== "requested") this._endHandoffAsk();
+    if (sentAt >= this._confirmedAt) {
+      const ttl = typeof lease.ttlMs === "number" && lease.ttlMs > 0 ? lease.ttlMs : lease.remainingMs;
+      const margin = Math.min(this._marginMs, Math.floor(ttl / 4));
+      this._confirmedAt = sentAt;
+      this._deadline = sentAt + lease.remainingMs - margin;
+      this._learn(lease.epoch);
+      this._setView(lease, sentAt);
+      this._scheduleRenew(sentAt + (lease.renewAfterMs ?? Math.floor(ttl / 3)));
+    }
+    this._update("confirmed");
+    return true;
+  }
+
+  _lost(epoch, details, reason) {
+    if (epoch > 0) this._learn(epoch + 1);
+    if (details && typeof details === "object") {
+      const holder = details.holder ?? null;
+      if (typeof details.epoch === "number") {
+        this._learn(holder ? details.epoch : details.epoch + 1);
+        this._setView({ held: Boolean(holder), holder, epoch: details.epoch, remainingMs: details.remainingMs }, this._clock.now());
+      }
+    }
+    this._clearTimer("renew");
+    this._update(reason);
+    this._maybeAutoAcquire();
+  }
+
+  _emit(type, detail) {
+    try {
+      this.dispatchEvent(makeEvent(type, detail));
+    } catch (e) {
+      // A listener's exception must not break the lease machinery.
+      globalThis.reportError?.(e);
+    }
+  }
+
+  _emitError(error) {
+    this._emit("error", { error });
+  }
+
+  /** A request of the automatic machinery failed: say so once per outage, and when it is not
+   *  something a retry fixes. */
+  _requestFailed(e) {
+    if (e?.code === "NETWORK") {
+      if (this._unreachable) return;
+      this._unreachable = true;
+    }
+    if (e?.code === "NETWORK" || !e?.retryable) this._emitError(e);
+  }
+
+  /** An API call; records whether the server was reachable. */
+  async _call(method, path, body = undefined, opts = {}) {
+    try {
+      const r = await this._api.request(method, path, body, opts);
+      this._unreachable = false;
+      return r;
+    } catch (e) {
+      if (e?.code !== "NETWORK") this._unreachable = false;
+      throw e;
+    }
+  }
+
+  // --- internals: timers -----------------------------------------------------------------------
+
+  _clearTimer(name) {
+    if (this._timers[name] != null) {
+      this._clock.clearTimeout(this._timers[name]);
+      this._timers[name] = null;
+    }
+  }
+
+  _clearTimers() {
+    for (const name of Object.keys(this._timers)) this._clearTimer(name);
+  }
+
+  _running() {
+    return this._state !== "stopped" && this._state !== "away";
+  }
+
+  _scheduleRenew(at) {
+    this._clearTimer("renew");
+    if (!this._running()) return;
+    this._timers.renew = this._clock.setTimeout(() => {
+      this._timers.renew = null;
+      this._renewNow();
+    }, Math.max(0, at - this._clock.now()));
+  }
+
+  /** A viewer re-reads the lease when the holder's lease should have ended by what it knows (to
+   *  learn it was renewed, or take it), and every viewerPollMs while the stream is down. */
+  _scheduleViewerRefresh(minDelay = 0) {
+    this._clearTimer("viewer");
+    if (!this._running() || this._holdsEpoch()) return;
+    const now = this._clock.now();
+    let at = Infinity;
+    const v = this._view;
+    if (v?.held && typeof v.remainingMs === "number") at = v.at + v.remainingMs + 250;
+    if (v?.held && v.remainingMs == null) at = now + 250; // an event named a new holder: learn its time left
+    if (!this._streamLive) at = Math.min(at, now + this._viewerPollMs);
+    if (at === Infinity) return;
+    const delay = Math.max(minDelay, Math.max(0, at - now) + Math.floor(this._random() * 500));
+    this._timers.viewer = this._clock.setTimeout(async () => {
+      this._timers.viewer = null;
+      let backoff = 0;
+      try {
+        await this.refresh();
+        this._attempts.viewer = 0;
+      } catch (e) {
+        this._requestFailed(e);
+        backoff = backoffDelay(this._attempts.viewer++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
+      }
+      this._maybeAutoAcquire();
+      if (this._timers.viewer == null) this._scheduleViewerRefresh(backoff);
+    }, delay);
+  }
+
+  // --- internals: acquire, renew, release --------------------------------------------------------
+
+  _body(extra) {
+    const body = { tabId: this.tabId, ...extra };
+    if (this._hidden) {
+      body.hidden = true;
+      body.ttlMs = this._hiddenTtlMs;
+    } else if (this._ttlMs != null) {
+      body.ttlMs = this._ttlMs;
+    }
+    return body;
+  }
+
+  _labelNow() {
+    const l = typeof this._label === "function" ? this._label() : this._label;
+    return String(l ?? "").slice(0, 200);
+  }
+
+  /** One acquire request. Resolves {lease} when granted, {error} otherwise (never rejects). */
+  async _acquire(mode) {
+    if (!this._running()) return { error: new TabLeaseError({ code: "NOT_STARTED", message: "tablease: call start() first" }) };
+    this._clearTimer("acquire");
+    const gen = this._gen;
+    const sentAt = this._clock.now();
+    const body = this._body({ label: this._labelNow() });
+    if (mode !== "try") body.mode = mode;
+    try {
+      const { body: lease } = await this._call("POST", "/lease", body);
+      if (gen !== this._gen || !this._running()) {
+        // released or stopped meanwhile: give back what we were just granted
+        if (lease?.holder?.tabId === this.tabId && typeof lease.epoch === "number" && lease.epoch !== this._epoch) {
+          this._api.post("/lease/release", { tabId: this.tabId, epoch: lease.epoch }).catch(() => {});
+        }
+        return { error: new TabLeaseError({ code: "CANCELLED", message: "tablease: the lease was released while the acquire was in flight" }) };
+      }
+      if (!(lease?.held && lease.holder?.tabId === this.tabId)) {
+        // Not granted (a server that answers a handoff request with the current lease).
+        this._setView(lease, sentAt);
+        this._update("refresh");
+        return { pending: true, error: new TabLeaseError({ code: "HANDOFF_PENDING", message: "the holder has been asked to hand over", details: {} }) };
+      }
+      this._attempts.acquire = 0;
+      this._confirm(lease, sentAt, gen);
+      return { lease };
+    } catch (e) {
+      if (gen !== this._gen) return { error: e };
+      const d = e.details ?? {};
+      if (e.code === "LEASE_HELD" || e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
+        if (d.holder || typeof d.epoch === "number") {
+          const epoch = typeof d.epoch === "number" ? d.epoch : this._view?.epoch ?? 0;
+          if (d.holder && typeof d.epoch === "number") this._learn(d.epoch);
+          this._setView({ held: Boolean(d.holder), holder: d.holder ?? null, epoch, remainingMs: d.remainingMs }, sentAt);
+        }
+        this._update("refresh");
+      }
+      return { error: e };
+    }
+  }
+
+  /** Acquire as the automatic policy does: retries are scheduled, and only what needs a person
+   *  becomes an error event. */
+  async _acquireQuietly(mode) {
+    const r = await this._acquire(mode);
+    if (!r.error || !this._running()) return r;
+    const e = r.error;
+    if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
+      this._attempts.acquire = 0;
+    } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
+      const ms = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
+      this._scheduleAcquire(ms + Math.floor(this._random() * 250));
+    } else {
+      this._requestFailed(e);
+      if (e.retryable) this._scheduleAcquire(backoffDelay(this._attempts.acquire++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
+    }
+    this._scheduleViewerRefresh();
+    return r;
+  }
+
+  _mayTakeFreeLease() {
+    return this._running() && this._autoAcquire && this._policy === "auto" && !this._handoffWait && !this._holdsEpoch();
+  }
+
+  _scheduleAcquire(delay) {
+    this._clearTimer("acquire");
+    if (!this._running()) return;
+    this._timers.acquire = this._clock.setTimeout(() => {
+      this._timers.acquire = null;
+      if (this._mayTakeFreeLease() && !this._view?.held) this._acquireQuietly("try");
+    }, Math.max(0, delay));
+  }
+
+  /** When the lease is free (by what this tab knows) and this tab may take it by itself, it
+   *  tries after a short random delay (longer when hidden, so that a visible tab wins). */
+  _maybeAutoAcquire() {
+    if (!this._mayTakeFreeLease() || this._view?.held || this._timers.acquire != null) return;
+    const delay = (this._hidden ? this._hiddenAcquireDelayMs : 0) + Math.floor(this._random() * 200);
+    this._scheduleAcquire(delay);
+  }
+
+  /** Renews now, or joins the renew in flight; {fresh: true} asks for one more afterwards
+   *  when the renew in flight was sent before news could have been missed. */
+  _renewNow({ fresh = false } = {}) {
+    if (this._renewing) {
+      if (fresh) this._renewAgain = true;
+      return this._renewing;
+    }
+    if (!this._running() || !this._holdsEpoch()) return Promise.resolve(false);
+    this._clearTimer("renew");
+    const gen = this._gen;
+    const epoch = this._epoch;
+    const sentAt = this._clock.now();
+    const hidden = this._hidden;
+    let ok = false;
+    const p = (async () => {
+      try {
+        const { body } = await this._call("POST", "/lease/renew", this._body({ epoch }));
+        this._attempts.renew = 0;
+        ok = this._confirm(body, sentAt, gen);
+        return ok;
+      } catch (e) {
+        if (gen !== this._gen || epoch !== this._epoch) return false;
+        if (e.code === "LEASE_LOST") {
+          this._lost(epoch, e.details, "lost");
+        } else if (e.retryable) {
+          if (e.code === "NETWORK") this._requestFailed(e);
+          this._scheduleRenew(this._clock.now() + backoffDelay(this._attempts.renew++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
+        } else {
+          // 400/401/403: this tab cannot keep the lease; fail closed and say why.
+          this._lost(epoch, null, "lost");
+          this._emitError(e);
+        }
+        return false;
+      } finally {
+        this._renewing = null;
+        const again = (this._renewAgain && ok) || hidden !== this._hidden;
+        this._renewAgain = false;
+        if (again && this._running() && this._holdsEpoch()) this._renewNow();
+      }
+    })();
+    this._renewing = p;
+    return p;
+  }
+
+  async _release(why, { keepalive = false } = {}) {
+    if (!this._holdsEpoch()) return { released: false };
+    const epoch = this._epoch;
+    this._gen++;
+    this._learn(epoch + 1); // read-only from now on, whatever the answer
+    this._clearTimer("renew");
+    this._update(why);
+    const body = { tabId: this.tabId, epoch };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const { body: ans } = await this._api.post("/lease/release", body, { keepalive });
+        return ans;
+      } catch (e) {
+        if (!e.retryable || attempt >= 2 || keepalive) return { released: false, error: e };
+        await sleep(this._clock, backoffDelay(attempt, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
+      }
+    }
+  }
+
+  // --- internals: handoff ------------------------------------------------------------------------
+
+  _onHandoffRequested(data) {
+    this._emit("handoff", { phase: "requested", requester: data.requester ?? null });
+    if (this._handoffMode !== "auto" || this._handoffAsk) return; // manual: the app calls release()
+    // Running mutations get handoffGraceMs to finish. Then, if a renew shows the request still
+    // stands, they are aborted and the lease goes; if it lapsed, the tab is owner again.
+    const ask = { requester: data.requester ?? null, at: this._clock.now(), graceTimer: null };
+    ask.graceTimer = this._clock.setTimeout(async () => {
+      if (this._handoffAsk !== ask) return;
+      await this._renewNow({ fresh: true });
+      if (this._handoffAsk !== ask) return;
+      this._endPeriod();
+      this._releaseForHandoff();
+    }, this._handoffGraceMs);
+    this._handoffAsk = ask;
+    this._update("handoff");
+    if (this.inFlight === 0) this._releaseForHandoff();
+  }
+
+  _endHandoffAsk() {
+    const ask = this._handoffAsk;
+    if (!ask) return;
+    this._handoffAsk = null;
+    this._clock.clearTimeout(ask.graceTimer);
+  }
+
+  _releaseForHandoff() {
+    if (!this._handoffAsk) return;
+    this._endHandoffAsk();
+    this._policy = "yield";
+    this._emit("handoff", { phase: "released" });
+    this._release("handoff");
+  }
+
+  async _runHandoff(wait, takeoverOnTimeout) {
+    let attempt = 0;
+    while (!wait.done) {
+      if (!this._running()) return wait.finish({ status: "cancelled" });
+      const r = await this._acquire("handoff");
+      if (wait.done) return;
+      if (r.lease) return wait.finish({ status: "granted", lease: this.lease });
+      const e = r.error;
+      let delay;
+      if (r.pending || e.code === "HANDOFF_PENDING" || e.code === "LEASE_HELD") {
+        attempt = 0;
+        // retryAfterMs of a pending request is the time until it lapses (up to the handoff
+        // timeout), longer than the reservation that follows a release: poll at most every 2 s
+        // without a stream so the reservation is never slept through, and every 5 s with one
+        // (its released/expired event wakes us at once).
+        const ra = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
+        delay = this._streamLive ? Math.min(Math.max(ra, 2000), 5000) : Math.min(Math.max(ra, 250), 2000);
+        this._emit("handoff", { phase: "waiting", holder: this._view?.holder ?? null });
+      } else if (e.retryable) {
+        delay = backoffDelay(attempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
+      } else {
+        return wait.finish({ status: "failed", error: e });
+      }
+      const left = wait.deadline - this._clock.now();
+      if (left <= 0) {
+        if (!takeoverOnTimeout) return wait.finish({ status: "timeout" });
+        const t = await this._acquire("takeover");
+        return wait.finish(t.lease ? { status: "taken_over", lease: this.lease } : { status: "failed", error: t.error });
+      }
+      await new Promise((resolve) => {
+        const id = this._clock.setTimeout(resolve, Math.min(delay, left));
+        wait.wake = () => {
+          this._clock.clearTimeout(id);
+          resolve(undefined);
+        };
+      });
+      wait.wake = null;
+    }
+  }
+
+  // --- internals: presence -----------------------------------------------------------------------
+
+  _tabPath() {
+    return "/tabs/" + encodeURIComponent(this.tabId);
+  }
+
+  /** Lists this tab (PUT …/tabs/{tabId}), now and every refreshAfterMs the server answers. */
+  _announce() {
+    if (!this._presenceOn || !this._running()) return;
+    this._clearTimer("presence");
+    const gen = this._gen;
+    this._call("PUT", this._tabPath(), { label: this._labelNow(), hidden: this._hidden }).then(
+      ({ body }) => {
+        if (gen !== this._gen || !this._running()) return;
+        this._attempts.presence = 0;
+        const every = typeof body?.refreshAfterMs === "number" && body.refreshAfterMs > 0 ? body.refreshAfterMs : 15000;
+        this._schedulePresence(every);
+      },
+      (e) => {
+        if (gen !== this._gen || !this._running()) return;
+        if (e.status === 404 || e.status === 405) return; // a server that does not list tabs
+        if (!e.retryable) this._emitError(e);
+        this._schedulePresence(backoffDelay(this._attempts.presence++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
+      },
+    );
+  }
+
+  _schedulePresence(ms) {
+    this._clearTimer("presence");
+    this._timers.presence = this._clock.setTimeout(() => {
+      this._timers.presence = null;
+      this._announce();
+    }, ms);
+  }
+
+  // --- internals: the event stream ---------------------------------------------------------------
+
+  async _joinStream() {
+    let sub = "";
+    try {
+      sub = tokenSubject(await this._api.token(false));
+    } catch (e) {
+      this._emitError(e);
+    }
+    if (!this._running()) return;
+    const base = this.baseUrl || globalThis.location?.origin || "";
+    const key = `${base}|${sub}|${this.sessionId}`;
+    this._stream = joinHub(this._streamEnv.hubs, key, this._streamEnv, {
+      open: (args) => this._openStream(args),
+      onEvent: (ev) => this._onStreamEvent(ev),
+      onStatus: ({ live }) => this._onStreamStatus(live),
+    });
+  }
+
+  _leaveStream() {
+    const s = this._stream;
+    this._stream = null;
+    s?.leave();
+    this._onStreamStatus(false);
+  }
+
+  /** The query of the stream: the tab running it; the tabs list themselves (presence=false). */
+  _streamQuery() {
+    const q = { tabId: this.tabId };
+    const label = this._labelNow();
+    if (label) q.label = label;
+    if (this._hidden) q.hidden = "true";
+    if (this._presenceOn) q.presence = "false";
+    return q;
+  }
+
+  _onStreamStatus(live) {
+    if (this._streamLive === live) return;
+    this._streamLive = live;
+    if (!live && this._running() && this._streamMode) {
+      // We may miss news from now on: read-only until a renew sent after this point confirms.
+      this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
+      this._update("stream_down");
+      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ fresh: true });
+    }
+    this._emit("stream", { live, carrier: this.streamCarrier });
+    this._scheduleViewerRefresh();
+  }
+
+  _onStreamEvent(ev) {
+    if (!this._running()) return;
+    const now = this._clock.now();
+    const d = ev.data;
+    switch (ev.type) {
+      case "snapshot": {
+        if (!d || typeof d !== "object") return;
+        if (typeof d.epoch === "number") this._learn(d.held ? d.epoch : d.epoch + 1);
+        const mine = d.held && d.holder?.tabId === this.tabId && d.epoch === this._epoch;
+        if (!mine) this._setView(d, now);
+        this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
+        return;
+      }
+      case "lease": {
+        if (!d || typeof d !== "object" || typeof d.epoch !== "number") return;
+        const held = d.holder != null && d.type !== "released" && d.type !== "expired" && d.type !== "revoked";
+        this._learn(held ? d.epoch : d.epoch + 1);
+        const mine = held && d.holder.tabId === this.tabId && d.epoch === this._epoch;
+        if (!mine) {
+          const v = this._view;
+          if (!v || d.epoch >= v.epoch) {
+            const same = v && v.held && held && v.epoch === d.epoch;
+            this._view = {
+              held,
+              holder: held ? d.holder : null,
+              epoch: d.epoch,
+              ttlMs: same ? v.ttlMs : null,
+              renewAfterMs: same ? v.renewAfterMs : null,
+              remainingMs: same ? v.remainingMs : null,
+              transitions: v?.transitions ?? null,
+              at: same ? v.at : now,
+            };
+          }
+          if (held && (d.type === "granted" || d.type === "taken_over") && this._policy === "yield") this._policy = "auto";
+        }
+        if (d.type === "handoff_requested" && mine) this._onHandoffRequested(d);
+        if (!held && this._handoffWait) this._handoffWait.wake?.();
+        this._afterLeaseNews(held, { ...d, id: ev.id });
+        return;
+      }
+      case "tabs":
+        this._emit("tabs", d);
+        return;
+      case "catalog":
+        this._catalogCache.clear();
+        if (d && typeof d === "object" && d.version) this._catalogVersion = d.version;
+        this._emit("catalog", { version: this._catalogVersion, reason: "version" });
+        return;
+      default:
+    }
+  }
+
+  _afterLeaseNews(held, event) {
+    this._update("event", event);
+    if (!held) this._maybeAutoAcquire();
+    this._scheduleViewerRefresh();
+  }
+
+  // --- internals: page lifecycle ---------------------------------------------------------------
+
+  _installLifecycle() {
+    const add = (target, type, fn) => {
+      if (!target?.addEventListener) return;
+      target.addEventListener(type, fn);
+      this._listeners.push(() => target.removeEventListener(type, fn));
+    };
+    add(this._document, "visibilitychange", () => this._onVisibility());
+    add(this._document, "freeze", () => this._onFreeze());
+    add(this._document, "resume", () => this._onResume());
+    add(this._window, "pagehide", () => this._onPageHide());
+    add(this._window, "pageshow", () => this._onPageShow());
+  }
+
+  _removeLifecycle() {
+    for (const off of this._listeners.splice(0)) off();
+  }
+
+  _onVisibility() {
+    const hidden = this._document?.visibilityState === "hidden";
+    if (hidden === this._hidden) return;
+    this._hidden = hidden;
+    if (!this._running()) return;
+    this._announce();
+    if (this._holdsEpoch()) {
+      this._renewNow(); // at once, with hidden (a longer TTL) or back to the normal TTL
+    } else if (!hidden) {
+      this.refresh().then(() => this._maybeAutoAcquire(), () => {});
+    }
+  }
+
+  _onFreeze() {
+    // Nothing runs until resume, and what the tab knows may be stale by then: no answer confirms
+    // the lease until resume says from when news may have been missed.
+    if (!this._running()) return;
+    this._requireConfirmAfter = Infinity;
+    this._update("frozen");
+  }
+
+  _pageFrozen() {
+    return this._requireConfirmAfter === Infinity;
+  }
+
+  _onResume() {
+    if (!this._running()) return;
+    // Timers did not run and news may have been missed: confirm before mutating again.
+    this._requireConfirmAfter = this._clock.now();
+    this._update("resumed");
+    this._announce();
+    if (this._holdsEpoch()) this._renewNow({ fresh: true });
+    else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
+  }
+
+  _onPageHide() {
+    if (!this._running()) return;
+    // Release with keepalive (the page may be gone before an answer), leave the stream so that
+    // another tab runs it, leave the list of tabs, and stop the timers. A page restored from the
+    // back/forward cache starts over in pageshow.
+    if (this._holdsEpoch()) this._release("away", { keepalive: true });
+    if (this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { keepalive: true }).catch(() => {});
+    if (this._policy === "yield") this._policy = "auto";
+    this._clearTimers();
+    this._leaveStream();
+    this._to("away", "pagehide");
+  }
+
+  _onPageShow() {
+    if (this._state !== "away") return;
+    this._requireConfirmAfter = this._clock.now();
+    this._to("viewer", "resumed");
+    this._update("resumed");
+    if (this._streamMode) this._joinStream();
+    this._announce();
+    if (this._autoAcquire && this._policy === "auto" && !this._hidden) this._acquireQuietly("try");
+    else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
+  }
+}

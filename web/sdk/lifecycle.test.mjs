@@ -1,0 +1,292 @@
+// The client under browser lifecycles: a silent or frozen stream carrier, every tab listed,
+// handlers that never settle, a server that cannot be reached: `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { TabLease } from "./tablease.js";
+import { FakeClock, FakeLocks, FakeServer, fakeJWT, fakeOptions, flush } from "./fakes.mjs";
+
+// Tabs of one browser: each has its own module state (hubs) and document, the same locks and
+// channels.
+function tabs(n, server, clock, extra = {}) {
+  const locks = new FakeLocks();
+  return Array.from(
+    { length: n },
+    (_, i) =>
+      new TabLease(
+        fakeOptions(server, clock, {
+          stream: "fetch",
+          shareStream: true,
+          locks,
+          BroadcastChannel,
+          hubs: new Map(),
+          getToken: async () => fakeJWT("alice"),
+          label: `tab ${i}`,
+          ...extra,
+        }),
+      ),
+  );
+}
+
+async function settle(clock, ms = 0) {
+  for (let i = 0; i < 5; i++) {
+    await flush();
+    await new Promise((r) => setTimeout(r, 5)); // BroadcastChannel delivers on the real loop
+  }
+  if (ms) await clock.advance(ms);
+}
+
+/** Advances the fake clock in steps of stepMs, letting channel messages through between them. */
+async function run(clock, ms, stepMs = 50) {
+  for (let t = 0; t < ms; t += stepMs) await settle(clock, stepMs);
+}
+
+/** Makes the carrier of a tab hang: it keeps its lock but sends and hears nothing. */
+function hang(lease) {
+  const hub = lease._stream.hub;
+  hub._channel.onmessage = null;
+  hub._post = () => {};
+  hub._deliver = () => {};
+}
+
+const ran = async () => "ran";
+
+test("a silent carrier is taken over within carrierTimeoutMs, and the owner behind it refuses after a takeover elsewhere", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = tabs(2, server, clock, { autoAcquire: false });
+  await a.start();
+  await b.start();
+  await settle(clock);
+  await b.acquire();
+  await settle(clock, 100);
+  assert.deepEqual([a.streamCarrier, b.streamCarrier], [true, false]);
+  assert.equal(b.role, "owner");
+
+  hang(a);
+  server.takeoverBy("t-elsewhere", "another browser");
+  await settle(clock);
+  assert.equal(b.role, "owner", "b has not heard yet: its carrier is silent");
+  await run(clock, 1500);
+  assert.equal(b.streamCarrier, true, "b took the stream over");
+  assert.equal(b.role, "viewer");
+  assert.equal(b.lease.holder?.tabId, "t-elsewhere");
+  assert.deepEqual(await b.guard(ran)({}).then((r) => r.error?.code), "NOT_LEASE_OWNER");
+  const conns = server.callsTo("GET", "/events");
+  assert.equal(conns.length, 2);
+  assert.equal(conns[1].query.tabId, b.tabId);
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("an owner whose carrier went silent is read-only even before its own timers run", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = tabs(2, server, clock, { autoAcquire: false });
+  await a.start();
+  await b.start();
+  await settle(clock);
+  await b.acquire();
+  await settle(clock, 100);
+  hang(a);
+  // The clock moves without b's timers running (a throttled background tab).
+  clock._now += 1200;
+  assert.equal(b.role, "viewer", "past carrierTimeoutMs of silence the tab may have missed news");
+  assert.equal(b.state, "unconfirmed");
+  const answer = await b.guard(ran)({});
+  assert.equal(answer, "ran", "the guard confirmed with the server first");
+  assert.ok(server.callsTo("POST", "/lease/check").length >= 1);
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a carrier being frozen gives the stream up at once and follows again on resume", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = tabs(2, server, clock);
+  await a.start();
+  await b.start();
+  await settle(clock, 100);
+  assert.deepEqual([a.streamCarrier, b.streamCarrier, a.role], [true, false, "owner"]);
+
+  a._document.fire("freeze");
+  assert.equal(a.streamCarrier, false);
+  assert.equal(a.role, "viewer", "a frozen page is read-only");
+  await settle(clock, 100);
+  assert.equal(b.streamCarrier, true, "the next tab carries without waiting for a timeout");
+  assert.equal(b.streamLive, true);
+  server.takeoverBy("t-elsewhere");
+  await settle(clock);
+  assert.equal(b.lease.holder?.tabId, "t-elsewhere");
+
+  a._document.fire("resume");
+  assert.equal(a.role, "viewer");
+  assert.equal(await a.guard(ran)({}).then((r) => r.error?.code), "NOT_LEASE_OWNER", "never runs on a stale lease after resume");
+  await run(clock, 600);
+  assert.equal(a.streamCarrier, false);
+  assert.equal(a.streamLive, true, "a follows the new carrier");
+  assert.equal(a.lease.holder?.tabId, "t-elsewhere");
+  assert.equal(server.streams.size, 1, "still one connection");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a frozen owner's renew that answers before resume does not make it owner", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a] = tabs(1, server, clock);
+  await a.start();
+  await settle(clock, 100);
+  assert.equal(a.role, "owner");
+  a._document.fire("freeze");
+  await settle(clock, 20000); // renews sent before the freeze may answer while frozen
+  assert.equal(a.role, "viewer");
+  a._document.fire("resume");
+  await settle(clock);
+  assert.equal(a.role, "owner", "a renew sent after resume confirms");
+  await a.stop({ release: false });
+  await settle(clock);
+});
+
+test("a handler that never settles stops counting when ownership ends, and cannot block a later handoff", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const other = [];
+  const lease = new TabLease(fakeOptions(server, clock));
+  await lease.start();
+  let signal = null;
+  lease.guard(async (args, l) => {
+    signal = l.signal;
+    return new Promise(() => {}); // ignores its signal, never settles
+  })({});
+  await flush();
+  assert.equal(lease.inFlight, 1);
+  server.takeoverBy("t-b", "B");
+  lease._onStreamEvent({ type: "lease", id: "1-0", data: { type: "taken_over", epoch: server.epoch, holder: { tabId: "t-b", label: "B" }, previous: null } });
+  assert.equal(signal.aborted, true);
+  assert.equal(lease.inFlight, 0, "the ended period's handler no longer counts");
+
+  await lease.takeover();
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.inFlight, 0);
+  lease.on("handoff", (d) => other.push(d.phase));
+  server.handoff = { requester: "t-b", at: clock.now() };
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: lease.epoch, holder: { tabId: lease.tabId }, requester: { tabId: "t-b" } } });
+  await flush();
+  assert.deepEqual(other, ["requested", "released"]);
+  assert.equal(server.valid(), false, "released at once: nothing of this period runs");
+  await lease.stop({ release: false });
+});
+
+test("a holder asked to hand over waits handoffGraceMs for a stuck handler, then aborts it and releases", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const lease = new TabLease(fakeOptions(server, clock, { handoffGraceMs: 5000 }));
+  await lease.start();
+  let signal = null;
+  lease.guard(async (args, l) => {
+    signal = l.signal;
+    return new Promise(() => {});
+  })({});
+  await flush();
+  server.handoff = { requester: "t-b", at: clock.now() };
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: lease.epoch, holder: { tabId: lease.tabId }, requester: { tabId: "t-b" } } });
+  assert.equal(lease.state, "releasing");
+  assert.equal((await lease.guard(ran)({})).error?.details.reason, "handoff");
+  await clock.advance(4900);
+  assert.equal(server.valid(), true, "still waiting for the handler");
+  await clock.advance(200);
+  assert.equal(signal.aborted, true);
+  assert.equal(server.valid(), false, "released after the grace");
+  assert.equal(lease.handoff, null);
+  await lease.stop({ release: false });
+});
+
+test("a handoff request that lapsed is cleared and the holder mutates again", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const lease = new TabLease(fakeOptions(server, clock, { handoffGraceMs: 5000 }));
+  await lease.start();
+  lease.guard(async () => new Promise(() => {}))({});
+  await flush();
+  server.handoff = { requester: "t-b", at: clock.now() };
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: lease.epoch, holder: { tabId: lease.tabId }, requester: { tabId: "t-b" } } });
+  assert.equal(lease.handoff, "releasing");
+  server.handoff = null; // the requester went away and its request lapsed
+  await clock.advance(5100);
+  assert.equal(lease.handoff, null);
+  assert.equal(lease.state, "owner");
+  assert.equal(server.valid(), true, "the lease was kept");
+  assert.equal(await lease.guard(ran)({}), "ran");
+  await lease.stop({ release: false });
+});
+
+test("every tab lists itself, refreshes, says when it hides, and leaves on pagehide", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = tabs(2, server, clock, { presence: true });
+  await a.start();
+  await b.start();
+  await settle(clock);
+  assert.deepEqual([...server.tabs.keys()].sort(), [a.tabId, b.tabId].sort());
+  assert.deepEqual(server.tabs.get(b.tabId), { tabId: b.tabId, label: "tab 1", hidden: false });
+  assert.equal(server.callsTo("GET", "/events")[0].query.presence, "false", "the stream does not list its carrier: tabs list themselves");
+  const seen = [];
+  a.on("tabs", (d) => seen.push(`${d.type} ${d.tab.tabId}`));
+
+  const before = server.callsTo("PUT", `/tabs/${b.tabId}`).length;
+  await settle(clock, 15000);
+  assert.equal(server.callsTo("PUT", `/tabs/${b.tabId}`).length, before + 1, "refreshed every refreshAfterMs");
+  b._document.setHidden(true);
+  await settle(clock);
+  assert.equal(server.tabs.get(b.tabId).hidden, true);
+
+  b._window.fire("pagehide", { persisted: false });
+  const del = server.callsTo("DELETE", `/tabs/${b.tabId}`);
+  assert.equal(del.length, 1);
+  assert.equal(del[0].keepalive, true);
+  await settle(clock);
+  assert.deepEqual([...server.tabs.keys()], [a.tabId]);
+  assert.deepEqual(seen, [`left ${b.tabId}`], "the carrier change did not make a leave and join again");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a start that cannot reach the server is an error event that says why, not a silent viewer", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  server.down = true;
+  const lease = new TabLease(fakeOptions(server, clock, { origin: "http://app.test" }));
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  assert.equal(lease.role, "viewer");
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0].code, "NETWORK");
+  assert.match(errors[0].message, /POST http:\/\/tablease\.test\/v1\/sessions\/s1\/lease got no answer/);
+  assert.match(errors[0].message, /does not allow requests from http:\/\/app\.test/);
+  assert.match(errors[0].message, /TABLEASE_CORS_ORIGINS/);
+  await clock.advance(5000);
+  assert.equal(errors.length, 1, "one error per outage, however often it retries");
+  server.down = false;
+  await clock.advance(20000);
+  assert.equal(lease.role, "owner", "it retried and took the lease");
+  await lease.stop({ release: false });
+});
+
+test("the state moves only along named transitions", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const lease = new TabLease(fakeOptions(server, clock, { stream: "fetch" }));
+  const states = [];
+  lease.on("state", ({ state, reason }) => states.push(`${state}:${reason}`));
+  assert.equal(lease.state, "stopped");
+  await lease.start();
+  await flush();
+  server.takeoverBy("t-b");
+  await flush();
+  await lease.takeover();
+  lease._window.fire("pagehide", { persisted: true });
+  await lease.stop();
+  assert.deepEqual(states, ["viewer:started", "owner:confirmed", "viewer:event", "owner:confirmed", "viewer:away", "away:pagehide", "stopped:stopped"]);
+});

@@ -1,0 +1,515 @@
+// stream.js — the event stream of the browser client: one connection kept open (StreamRunner),
+// shared by every tab of the browser through a carrier tab (StreamHub), and the two ways to open
+// it (fetch, or EventSource with a ticket).
+//
+// # Carrier election
+//
+// Tabs of one browser profile, origin, user and session share one stream. The carrier is the tab
+// holding the Web Lock "tablease-stream:<key>"; it runs the connection and re-broadcasts every
+// event on the BroadcastChannel "tablease:<key>". The others (followers) queue for the lock and
+// listen. Every carrier announces itself with a term one above the highest it has heard of;
+// followers listen only to the carrier of the highest term, so a carrier that was frozen and
+// wakes up cannot be mistaken for the current one.
+//
+// A carrier can stop talking without freeing its lock: the page is frozen, hung, or its renderer
+// is stuck. So followers check it: a follower that has heard nothing from the carrier for half of
+// carrierTimeoutMs pings it (the carrier answers with a beat at once, whatever its timers are
+// doing), and one that has heard nothing for carrierTimeoutMs takes the lock with `steal: true`
+// and carries the stream itself. Until it does, its tab treats the stream as down (news may be
+// missed), which the lease time model turns into "confirm before mutating".
+//
+// A tab being frozen (`freeze`) gives the stream up at once (it steps down and leaves the queue),
+// and queues again on `resume`. A carrier that closes or crashes frees its lock with its page.
+
+import { DEFAULTS, TabLeaseError, backoffDelay, browserClock, randomId, readAnswer, sleep } from "./http.js";
+import { SSEParser, parseData } from "./sse.js";
+
+/**
+ * Keeps one event-stream connection open: open({lastEventId, signal, onItem, onOpen}) connects
+ * once and resolves when the connection ends (or rejects with a TabLeaseError). StreamRunner
+ * reconnects with jittered backoff (the server's retry: as the base, Retry-After respected),
+ * resumes with the last event id, and reports live/down.
+ */
+export class StreamRunner {
+  constructor({ open, clock = browserClock, random = Math.random, baseMs = 1000, maxMs = 30000, notFoundMs = DEFAULTS.streamNotFoundMs, lastEventId = "", onEvent = undefined, onStatus = undefined }) {
+    this._open = open;
+    this._clock = clock;
+    this._random = random;
+    this._baseMs = baseMs;
+    this._maxMs = maxMs;
+    this._notFoundMs = notFoundMs;
+    this.lastEventId = lastEventId;
+    this._onEvent = onEvent;
+    this._onStatus = onStatus;
+    this.live = false;
+    this._ac = null;
+  }
+
+  start() {
+    if (this._ac) return;
+    this._ac = new AbortController();
+    this._loop(this._ac.signal);
+  }
+
+  stop() {
+    if (!this._ac) return;
+    this._ac.abort();
+    this._ac = null;
+    this._setLive(false);
+  }
+
+  _setLive(live) {
+    if (this.live === live) return;
+    this.live = live;
+    this._onStatus?.(live);
+  }
+
+  async _loop(signal) {
+    let attempt = 0;
+    while (!signal.aborted) {
+      let error = null;
+      const conn = new AbortController();
+      const onAbort = () => conn.abort();
+      signal.addEventListener("abort", onAbort, { once: true });
+      try {
+        await this._open({
+          lastEventId: this.lastEventId,
+          signal: conn.signal,
+          onOpen: () => {
+            attempt = 0;
+            this._setLive(true);
+          },
+          onItem: (item) => {
+            if (item.kind === "retry") this._baseMs = Math.max(100, item.ms);
+            if (item.kind !== "event") return;
+            if (item.id) this.lastEventId = item.id;
+            this._onEvent?.({ type: item.type, id: item.id, data: parseData(item.data) });
+          },
+        });
+      } catch (e) {
+        error = e;
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+        conn.abort();
+      }
+      if (signal.aborted) break;
+      this._setLive(false);
+      let delay = backoffDelay(attempt++, { baseMs: this._baseMs, maxMs: this._maxMs, random: this._random, retryAfterMs: error?.retryAfterMs ?? null });
+      if (error?.status === 404 || error?.status === 405) delay = Math.max(delay, this._notFoundMs);
+      if (error?.status === 403) delay = Math.max(delay, this._maxMs);
+      await sleep(this._clock, delay, signal);
+    }
+  }
+}
+
+/** The hubs of this tab, by key: module state, so that every TabLease of the tab shares one. */
+export const defaultHubs = new Map();
+
+/**
+ * The stream of one key (origin + user + session) inside one tab, shared across the tabs of the
+ * browser (see "Carrier election" above). Subscribers are the TabLease instances of this tab:
+ * {open(args), onEvent(ev), onStatus({live, carrier})}.
+ */
+export class StreamHub {
+  constructor(key, { locks = undefined, BroadcastChannel: BC = undefined, document = null, clock = browserClock, random = Math.random, carrierTimeoutMs = DEFAULTS.carrierTimeoutMs, runnerOptions = {} } = {}) {
+    this.key = key;
+    this.id = randomId();
+    this._locks = locks;
+    this._BC = BC;
+    this._document = document;
+    this._clock = clock;
+    this._random = random;
+    this._timeoutMs = carrierTimeoutMs;
+    this._runnerOptions = runnerOptions;
+    this._subs = new Set();
+    /** Whether this tab runs the connection. */
+    this.carrier = false;
+    /** Whether the connection is up (in this tab, or as the carrier last said). */
+    this.live = false;
+    this.lastEventId = "";
+    this._term = 0; // the highest carrier term heard of
+    this._carrierId = null; // the carrier this tab listens to (a follower)
+    this._heardAt = -Infinity; // when the carrier was last heard from
+    this._stoleAt = -Infinity; // when this tab last asked to take the lock from a silent carrier
+    this._frozen = false;
+    this._runner = null;
+    this._channel = null;
+    this._lock = null; // this tab's lock request: {ac, release}
+    this._leading = null; // the lock request this tab carries the stream under
+    this._watchTimer = null;
+    this._off = [];
+  }
+
+  get shared() {
+    return Boolean(this._locks?.request && this._BC);
+  }
+
+  add(sub) {
+    this._subs.add(sub);
+    if (this._subs.size === 1) this._start();
+    else sub.onStatus?.(this._status());
+  }
+
+  /** Removes sub; returns true when the hub has no subscriber left (and has stopped). */
+  remove(sub) {
+    this._subs.delete(sub);
+    if (this._subs.size > 0) return false;
+    this._stop();
+    return true;
+  }
+
+  /**
+   * The moment from which news may have been missed because the carrier went silent: when this
+   * tab is a follower that has not heard from the carrier for carrierTimeoutMs, the moment the
+   * carrier should have answered by; otherwise -Infinity. The lease time model asks for a
+   * confirmation sent after it. It does not wait for a timer, which a browser may delay.
+   */
+  missedSince(now = this._clock.now()) {
+    if (!this.shared || this.carrier || this._frozen || this._subs.size === 0) return -Infinity;
+    const silentAt = this._heardAt + this._timeoutMs; // when the carrier should have answered
+    return now >= silentAt ? silentAt : -Infinity;
+  }
+
+  _start() {
+    if (!this.shared) {
+      this._lead(null);
+      return;
+    }
+    this._channel = new this._BC("tablease:" + this.key);
+    this._channel.onmessage = (e) => this._onMessage(e.data);
+    const doc = this._document;
+    if (doc?.addEventListener) {
+      const onFreeze = () => this._onFreeze();
+      const onResume = () => this._onResume();
+      doc.addEventListener("freeze", onFreeze);
+      doc.addEventListener("resume", onResume);
+      this._off.push(() => doc.removeEventListener("freeze", onFreeze), () => doc.removeEventListener("resume", onResume));
+    }
+    this._follow();
+  }
+
+  _stop() {
+    for (const off of this._off.splice(0)) off();
+    this._stopWatch();
+    this._stepDown("leaving");
+    this._dropLockRequest();
+    try {
+      this._channel?.close();
+    } catch {}
+    this._channel = null;
+    this._setLive(false);
+  }
+
+  /** Becomes a follower: queues for the lock, says hello, and watches the carrier. */
+  _follow() {
+    this._heardAt = this._clock.now(); // give the carrier time to answer the hello
+    this._requestLock(false);
+    this._post({ t: "hello" });
+    this._watch();
+  }
+
+  _requestLock(steal) {
+    this._dropLockRequest();
+    const req = { ac: steal ? null : new AbortController(), release: null };
+    this._lock = req;
+    // steal cannot be combined with a signal: a stolen lock is given back by resolving.
+    const options = steal ? { steal: true } : { signal: req.ac.signal };
+    this._locks
+      .request("tablease-stream:" + this.key, options, () => {
+        if (this._lock !== req || this._frozen || this._subs.size === 0) return undefined;
+        return new Promise((resolve) => {
+          req.release = resolve;
+          this._lead(req);
+        });
+      })
+      .then(
+        () => this._lockEnded(req),
+        () => this._lockEnded(req), // AbortError: dropped while queued, or stolen by another tab
+      );
+  }
+
+  _dropLockRequest() {
+    const req = this._lock;
+    this._lock = null;
+    if (!req) return;
+    req.ac?.abort();
+    req.release?.();
+  }
+
+  /** The lock of req is gone (given back or stolen): stop carrying under it. */
+  _lockEnded(req) {
+    if (this._leading !== req || req === null) return;
+    this._stepDown("lost");
+    if (this._subs.size > 0 && !this._frozen) this._follow();
+  }
+
+  /** Carries the stream: this tab holds the lock of req (null: not shared). */
+  _lead(req) {
+    const sub = this._subs.values().next().value;
+    if (!sub) return;
+    this._stopWatch();
+    this._leading = req;
+    this.carrier = true;
+    this._term += 1;
+    this._carrierId = this.id;
+    this._post({ t: "lead", live: false });
+    this._runner = new StreamRunner({
+      clock: this._clock,
+      random: this._random,
+      ...this._runnerOptions,
+      lastEventId: this.lastEventId,
+      // Whoever subscribes first in this tab lends its connection (its tabId and token).
+      open: (args) => {
+        const s = this._subs.values().next().value;
+        return (s ?? sub).open(args);
+      },
+      onEvent: (ev) => {
+        if (ev.id) this.lastEventId = ev.id;
+        this._post({ t: "event", ev });
+        this._deliver(ev);
+      },
+      onStatus: (live) => {
+        this._post({ t: "beat", live });
+        this._setLive(live);
+      },
+    });
+    this._notifyStatus();
+    this._runner.start();
+  }
+
+  /** Stops carrying the stream, if this tab does, and gives the lock back. */
+  _stepDown(why) {
+    if (!this.carrier) return;
+    const req = this._leading;
+    this._leading = null;
+    this.carrier = false;
+    this._runner?.stop();
+    this._runner = null;
+    if (why !== "lost") this._post({ t: "resign" });
+    if (req && this._lock === req) this._lock = null;
+    req?.release?.();
+    this._carrierId = null;
+    this._setLive(false);
+    this._notifyStatus();
+  }
+
+  _onFreeze() {
+    // A frozen tab can neither carry the stream nor answer pings: hand it to another tab now,
+    // and leave the queue so that the lock is never granted to a page that cannot run.
+    this._frozen = true;
+    this._stopWatch();
+    this._stepDown("frozen");
+    this._dropLockRequest();
+    this._setLive(false);
+  }
+
+  _onResume() {
+    if (!this._frozen) return;
+    this._frozen = false;
+    if (this._subs.size > 0 && this.shared) this._follow();
+  }
+
+  /** The follower's check of the carrier, every quarter of carrierTimeoutMs. */
+  _watch() {
+    this._stopWatch();
+    if (this.carrier || this._frozen || !this.shared) return;
+    this._watchTimer = this._clock.setTimeout(() => {
+      this._watchTimer = null;
+      if (this.carrier || this._frozen || this._subs.size === 0) return;
+      const now = this._clock.now();
+      const quiet = now - this._heardAt;
+      if (quiet >= this._timeoutMs && now - this._stoleAt >= this._timeoutMs) this._carrierSilent();
+      else if (quiet >= this._timeoutMs / 2) this._post({ t: "ping" });
+      this._watch();
+    }, Math.max(1, Math.floor(this._timeoutMs / 4 + this._random() * (this._timeoutMs / 8))));
+  }
+
+  _stopWatch() {
+    if (this._watchTimer != null) this._clock.clearTimeout(this._watchTimer);
+    this._watchTimer = null;
+  }
+
+  /** The carrier did not answer: take the stream over (the lock, even from a frozen holder). */
+  _carrierSilent() {
+    this._carrierId = null;
+    this._stoleAt = this._clock.now(); // a steal that is not granted is tried again after a while
+    this._setLive(false);
+    this._requestLock(true);
+  }
+
+  _onMessage(m) {
+    if (!m || typeof m !== "object" || m.from === this.id || this._frozen) return;
+    if (m.t === "hello" || m.t === "ping") {
+      if (this.carrier) this._post({ t: "beat", live: this.live });
+      return;
+    }
+    if (typeof m.term !== "number" || !this._fromCarrier(m)) return;
+    this._heardAt = this._clock.now();
+    switch (m.t) {
+      case "lead":
+      case "beat":
+        this._setLive(Boolean(m.live));
+        return;
+      case "event":
+        if (!m.ev) return;
+        if (m.ev.id) this.lastEventId = m.ev.id;
+        this._deliver(m.ev);
+        return;
+      case "resign":
+        this._carrierId = null;
+        this._setLive(false);
+        return;
+      default:
+    }
+  }
+
+  /** Whether m comes from the carrier to listen to: the highest term (then the highest id). */
+  _fromCarrier(m) {
+    if (m.term < this._term) return false;
+    if (m.term === this._term && this._carrierId && m.from !== this._carrierId && m.from < this._carrierId) return false;
+    if (this.carrier) {
+      // Another tab carries under a newer term: this tab's lock was taken from it.
+      this._stepDown("lost");
+      this._term = m.term;
+      this._carrierId = m.from;
+      if (this._subs.size > 0 && !this._frozen) this._follow();
+      this._heardAt = this._clock.now();
+      return m.t !== "resign";
+    }
+    this._term = m.term;
+    this._carrierId = m.from;
+    if (this._watchTimer == null) this._watch();
+    return true;
+  }
+
+  _post(m) {
+    try {
+      this._channel?.postMessage({ ...m, from: this.id, term: this._term });
+    } catch {}
+  }
+
+  _deliver(ev) {
+    for (const s of [...this._subs]) s.onEvent?.(ev);
+  }
+
+  _setLive(live) {
+    if (this.live === live) return;
+    this.live = live;
+    this._notifyStatus();
+  }
+
+  _status() {
+    return { live: this.live, carrier: this.carrier };
+  }
+
+  _notifyStatus() {
+    const st = this._status();
+    for (const s of [...this._subs]) s.onStatus?.(st);
+  }
+}
+
+/** Joins the hub of key in hubs (creating it); returns {hub, leave}. */
+export function joinHub(hubs, key, env, sub) {
+  let hub = hubs.get(key);
+  if (!hub) {
+    hub = new StreamHub(key, env);
+    hubs.set(key, hub);
+  }
+  hub.add(sub);
+  return {
+    hub,
+    leave: () => {
+      if (hub.remove(sub) && hubs.get(key) === hub) hubs.delete(key);
+    },
+  };
+}
+
+/**
+ * An open() for StreamRunner that reads GET …/events with fetch(), so that it can send the
+ * Authorization header and Last-Event-ID. query() gives the stream's query at each connect.
+ */
+export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idleMs = DEFAULTS.streamIdleMs }) {
+  return async ({ lastEventId, signal, onItem, onOpen }) => {
+    let refresh = false;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const token = await api.token(refresh);
+      const headers = { Authorization: `Bearer ${token}`, Accept: "text/event-stream" };
+      if (lastEventId) headers["Last-Event-ID"] = lastEventId;
+      let res;
+      try {
+        res = await fetch(api.url("/events", query()), { headers, signal, cache: "no-store" });
+      } catch (e) {
+        if (signal.aborted) return;
+        throw api.networkError("GET", "/events", e);
+      }
+      if (res.status === 401 && attempt === 0) {
+        refresh = true;
+        continue;
+      }
+      if (!res.ok) await readAnswer(res, "GET", "/events"); // throws
+      const type = res.headers?.get?.("Content-Type") ?? "";
+      if (!type.startsWith("text/event-stream") || !res.body) {
+        throw new TabLeaseError({ status: res.status, code: "INTERNAL", message: "tablease: the event stream answered " + (type || "no content type"), retryable: true });
+      }
+      onOpen();
+      await pump(res.body, signal, onItem, clock, idleMs);
+      return;
+    }
+  };
+}
+
+/** Reads body as text/event-stream until it ends, breaks, or is silent for idleMs. */
+async function pump(body, signal, onItem, clock, idleMs) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  const parser = new SSEParser();
+  let idle = null;
+  const arm = () => {
+    if (idle != null) clock.clearTimeout(idle);
+    idle = clock.setTimeout(() => reader.cancel().catch(() => {}), idleMs);
+  };
+  const onAbort = () => reader.cancel().catch(() => {});
+  signal.addEventListener("abort", onAbort, { once: true });
+  arm();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || signal.aborted) break;
+      arm();
+      for (const item of parser.feed(decoder.decode(value, { stream: true }))) onItem(item);
+    }
+  } catch (e) {
+    if (!signal.aborted) throw new TabLeaseError({ code: "NETWORK", message: "tablease: event stream broke", retryable: true, cause: e });
+  } finally {
+    if (idle != null) clock.clearTimeout(idle);
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+/**
+ * An open() for StreamRunner that uses EventSource: POST …/events/ticket, then
+ * EventSource(…/events?ticket=&lastEventId=). The ticket is single-use, so every reconnect takes
+ * a new one.
+ */
+export function ticketStreamOpener({ api, EventSource: ES, query, tabId }) {
+  return async ({ lastEventId, signal, onItem, onOpen }) => {
+    if (typeof ES !== "function") throw new TabLeaseError({ code: "UNSUPPORTED", message: "tablease: no EventSource in this environment" });
+    const { body } = await api.post("/events/ticket", { tabId });
+    if (signal.aborted) return;
+    const extra = { ticket: body.ticket };
+    if (lastEventId) extra.lastEventId = lastEventId; // EventSource cannot set Last-Event-ID
+    const es = new ES(api.url("/events", { ...query(), ...extra }));
+    await new Promise((resolve) => {
+      const close = () => {
+        es.close();
+        resolve(undefined);
+      };
+      signal.addEventListener("abort", close, { once: true });
+      es.onopen = () => onOpen();
+      es.onerror = () => close(); // reconnect through the runner with a new ticket
+      for (const type of ["snapshot", "lease", "tabs", "catalog"]) {
+        es.addEventListener(type, (e) => onItem({ kind: "event", type, data: e.data, id: e.lastEventId ?? "" }));
+      }
+    });
+  };
+}
