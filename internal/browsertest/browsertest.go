@@ -25,6 +25,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -247,6 +248,55 @@ func (t *Tab) Crash() {
 		return
 	}
 	b.t.Fatalf("browser: tab %s did not crash within %v", t.name, DefaultTimeout)
+}
+
+// Freeze freezes the tab's page as Chrome freezes a background tab to save power
+// (Page.setWebLifecycleState frozen): the page's freeze event runs, then its timers and tasks stop
+// until Resume, and BroadcastChannel messages sent to it wait for Resume too. What the tab holds
+// stays held: its Web Locks (the tabs waiting for them keep waiting), its connections. Eval still
+// answers while the page is frozen, but a promise that needs one of its tasks waits for Resume.
+func (t *Tab) Freeze() {
+	t.b.t.Helper()
+	t.setLifecycle("freezing", page.SetWebLifecycleStateStateFrozen)
+}
+
+// Resume makes a frozen page active again (Page.setWebLifecycleState active): its resume event
+// runs, then what waited for it.
+func (t *Tab) Resume() {
+	t.b.t.Helper()
+	t.setLifecycle("resuming", page.SetWebLifecycleStateStateActive)
+}
+
+func (t *Tab) setLifecycle(what string, state page.SetWebLifecycleStateState) {
+	b := t.b
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state}); err != nil {
+		b.t.Fatalf("browser: %s tab %s: %v", what, t.name, err)
+	}
+}
+
+// SetOffline cuts the tab off the network (true) or connects it again (false), as a lost Wi-Fi
+// does: every new request of the tab fails at once while it is offline
+// (Network.emulateNetworkConditionsByRule with one rule for every URL), and navigator.onLine
+// follows, with the window's offline and online events (Network.overrideNetworkState). A response
+// already open (an event stream) is not broken: it stays open, and nothing of it arrives while the
+// tab is offline. The emulation is the tab's own; other tabs keep their network.
+func (t *Tab) SetOffline(offline bool) {
+	b := t.b
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
+	defer cancel()
+	cond := &network.Conditions{Offline: offline, DownloadThroughput: -1, UploadThroughput: -1}
+	if _, err := chromedp.Call(ctx, network.EmulateNetworkConditionsByRule,
+		network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: []*network.Conditions{cond}}); err != nil {
+		b.t.Fatalf("browser: tab %s offline=%v: %v", t.name, offline, err)
+	}
+	if _, err := chromedp.Call(ctx, network.OverrideNetworkState,
+		network.OverrideNetworkStateParams{Offline: offline, DownloadThroughput: -1, UploadThroughput: -1}); err != nil {
+		b.t.Fatalf("browser: tab %s navigator.onLine=%v: %v", t.name, !offline, err)
+	}
 }
 
 func (b *Browser) note(s string) {

@@ -1,0 +1,675 @@
+package main
+
+import (
+	"fmt"
+	"html/template"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tablease/tablease/internal/browsertest"
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+// TestClientUnderBrowserLifecycles runs the browser client (web/sdk/tablease.js) through what a
+// browser does to its tabs besides opening and closing them: freezing the tab that carries the
+// shared event stream, crashing it, cutting a tab off the network, serving the app from another
+// origin, and a guarded mutation that never ends. Each subtest has its own server, browser and
+// session, and the default TTL (45 s) unless it says otherwise: within the bounds below a tab can
+// learn of a takeover only through the event stream, not from its next renew (every 15 s).
+//
+// The bounds are the client's promises: after a takeover made elsewhere every tab that is not
+// frozen shows the new holder, and an owner tab refuses mutations, within two seconds, even when
+// the tab that carries the stream is frozen; a resumed tab is read-only until the server has
+// confirmed it.
+func TestClientUnderBrowserLifecycles(t *testing.T) {
+	browsertest.Chromium(t) // fail first, and clearly, when there is no browser
+	rds := redistest.Start(t)
+
+	t.Run("an owner tab behind a frozen carrier refuses mutations and shows the new holder within two seconds of a takeover made elsewhere", func(t *testing.T) {
+		const session = "frozen-carrier-owner"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		carrier := srv.open(b.NewTab("carrier"), session)
+		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		owner := srv.open(b.NewTab("owner"), session)
+		owner.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+		// The second tab takes control; the first keeps carrying the stream, now as a viewer.
+		browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
+		owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
+		carrier.WaitFor("the first tab to be a viewer of the second", viewerOfJS(owner.id), 5*time.Second)
+		srv.mustHold(session, owner.id)
+		checkCarrier(t, carrier, owner)
+		if got := guardAnswer(owner); got != "ran" {
+			t.Fatalf("a guarded mutation in the owner tab answered %s before the takeover, want ran; client: %v", got, lifecycleOf(owner))
+		}
+
+		carrier.Freeze()
+		took := time.Now()
+		srv.takeOverElsewhere(session, elsewhereTab)
+		var last string
+		refused, ok := within(took, lateBound, func() bool {
+			last = guardAnswer(owner)
+			return last == "NOT_LEASE_OWNER"
+		})
+		switch {
+		case !ok:
+			t.Errorf("the owner tab still answered a guarded mutation with %s %v after the takeover made elsewhere while the carrier was frozen, "+
+				"want NOT_LEASE_OWNER within %v; owner: %v; carrier (frozen): %v", last, refused.Round(time.Millisecond), takeoverBound, lifecycleOf(owner), lifecycleOf(carrier))
+		case refused > takeoverBound:
+			t.Errorf("the owner tab refused its guarded mutation only %v after the takeover made elsewhere while the carrier was frozen, want within %v; owner: %v",
+				refused.Round(time.Millisecond), takeoverBound, lifecycleOf(owner))
+		default:
+			t.Logf("the owner tab refused its guarded mutation %v after the takeover made elsewhere (carrier frozen)", refused.Round(time.Millisecond))
+		}
+		shown, ok := showsWithin(owner, viewerOfJS(elsewhereTab), took, lateBound)
+		switch {
+		case !ok:
+			t.Errorf("the owner tab does not show %s in control %v after the takeover (carrier frozen); owner: %v",
+				elsewhereTab, shown.Round(time.Millisecond), lifecycleOf(owner))
+		case shown > takeoverBound:
+			t.Errorf("the owner tab showed %s in control only %v after the takeover (carrier frozen), want within %v",
+				elsewhereTab, shown.Round(time.Millisecond), takeoverBound)
+		}
+
+		carrier.Resume()
+		if s := lifecycleOf(carrier); s.Role == "owner" || s.ClientRole == "owner" || s.State == "owner" {
+			t.Errorf("the resumed carrier is owner before the server confirmed anything: %v", s)
+		}
+		if got := guardAnswer(carrier); got == "ran" {
+			t.Errorf("the resumed carrier ran a guarded mutation; client: %v", lifecycleOf(carrier))
+		}
+		if err := carrier.Until(viewerOfJS(elsewhereTab), 5*time.Second); err != nil {
+			t.Fatalf("the resumed carrier does not show %s in control: %v; client: %v", elsewhereTab, err, lifecycleOf(carrier))
+		}
+		if s := lifecycleOf(carrier); s.State != "viewer" {
+			t.Errorf("the resumed carrier shows the new holder but tablease.state is %q, want viewer: %v", s.State, s)
+		}
+	})
+
+	t.Run("a viewer tab behind a frozen carrier shows the new holder within two seconds of a takeover made elsewhere", func(t *testing.T) {
+		const session = "frozen-carrier-viewer"
+		srv := startDemoServer(t, rds, nil)
+		// Another browser of the same user holds the lease before any tab opens: both tabs are viewers.
+		srv.takeOverElsewhere(session, "first-browser")
+		b := browsertest.Start(t)
+		carrier := srv.open(b.NewTab("carrier"), session)
+		carrier.WaitFor("the first tab to be a viewer of the other browser", viewerOfJS("first-browser"), 10*time.Second)
+		viewer := srv.open(b.NewTab("viewer"), session)
+		viewer.WaitFor("the second tab to be a viewer of the other browser", viewerOfJS("first-browser"), 10*time.Second)
+		checkCarrier(t, carrier, viewer)
+
+		carrier.Freeze()
+		took := time.Now()
+		srv.takeOverElsewhere(session, elsewhereTab)
+		shown, ok := showsWithin(viewer, viewerOfJS(elsewhereTab), took, lateBound)
+		switch {
+		case !ok:
+			t.Errorf("the viewer tab does not show %s in control %v after the takeover made elsewhere while the carrier was frozen, want within %v; "+
+				"viewer: %v; carrier (frozen): %v", elsewhereTab, shown.Round(time.Millisecond), takeoverBound, lifecycleOf(viewer), lifecycleOf(carrier))
+		case shown > takeoverBound:
+			t.Errorf("the viewer tab showed %s in control only %v after the takeover made elsewhere while the carrier was frozen, want within %v",
+				elsewhereTab, shown.Round(time.Millisecond), takeoverBound)
+		default:
+			t.Logf("the viewer tab showed the new holder %v after the takeover made elsewhere (carrier frozen)", shown.Round(time.Millisecond))
+		}
+
+		carrier.Resume()
+		if err := carrier.Until(viewerOfJS(elsewhereTab), 5*time.Second); err != nil {
+			t.Fatalf("the resumed carrier does not show %s in control: %v; client: %v", elsewhereTab, err, lifecycleOf(carrier))
+		}
+	})
+
+	t.Run("a frozen carrier that owned the lease never runs a mutation once resumed, and the other tab shows the takeover within two seconds", func(t *testing.T) {
+		const session = "frozen-carrier-is-owner"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		carrier := srv.open(b.NewTab("carrier"), session)
+		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		viewer := srv.open(b.NewTab("viewer"), session)
+		viewer.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+		srv.mustHold(session, carrier.id)
+		checkCarrier(t, carrier, viewer)
+
+		carrier.Freeze()
+		took := time.Now()
+		srv.takeOverElsewhere(session, elsewhereTab)
+		shown, ok := showsWithin(viewer, viewerOfJS(elsewhereTab), took, lateBound)
+		switch {
+		case !ok:
+			t.Errorf("the viewer tab does not show %s in control %v after the takeover made elsewhere while the owner carrier was frozen, want within %v; "+
+				"viewer: %v; carrier (frozen): %v", elsewhereTab, shown.Round(time.Millisecond), takeoverBound, lifecycleOf(viewer), lifecycleOf(carrier))
+		case shown > takeoverBound:
+			t.Errorf("the viewer tab showed %s in control only %v after the takeover made elsewhere while the owner carrier was frozen, want within %v",
+				elsewhereTab, shown.Round(time.Millisecond), takeoverBound)
+		default:
+			t.Logf("the viewer tab showed the new holder %v after the takeover made elsewhere (owner carrier frozen)", shown.Round(time.Millisecond))
+		}
+
+		resumed := time.Now()
+		carrier.Resume()
+		if s := lifecycleOf(carrier); s.Role == "owner" || s.ClientRole == "owner" || s.State == "owner" {
+			t.Errorf("the carrier is owner right after it resumed, before the server confirmed it: %v", s)
+		}
+		var ran []time.Duration
+		settled, ok := within(resumed, 5*time.Second, func() bool {
+			if guardAnswer(carrier) == "ran" {
+				ran = append(ran, time.Since(resumed).Round(time.Millisecond))
+			}
+			v, err := browsertest.TryEval[bool](carrier, "Boolean("+viewerOfJS(elsewhereTab)+")", time.Second)
+			return err == nil && v
+		})
+		if len(ran) > 0 {
+			t.Errorf("the resumed carrier ran guarded mutations %v after it resumed, though its lease had been taken over while it was frozen", ran)
+		}
+		if !ok {
+			t.Fatalf("the resumed carrier does not show %s in control %v after it resumed; client: %v", elsewhereTab, settled.Round(time.Millisecond), lifecycleOf(carrier))
+		}
+		if s := lifecycleOf(carrier); s.State != "viewer" {
+			t.Errorf("the resumed carrier shows the new holder but tablease.state is %q, want viewer: %v", s.State, s)
+		}
+		t.Logf("the resumed carrier showed the new holder %v after it resumed", settled.Round(time.Millisecond))
+	})
+
+	t.Run("when the carrier tab crashes the other tab carries the stream and shows a takeover made elsewhere within two seconds", func(t *testing.T) {
+		const session = "crashed-carrier"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		carrier := srv.open(b.NewTab("carrier"), session)
+		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		other := srv.open(b.NewTab("other"), session)
+		other.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+		checkCarrier(t, carrier, other)
+
+		carrier.Crash() // no pagehide: the browser frees the stream's Web Lock
+		if err := other.Until(`tablease.streamCarrier === true && tablease.streamLive`, 10*time.Second); err != nil {
+			t.Errorf("the remaining tab does not carry a live event stream after the carrier crashed: %v; client: %v", err, lifecycleOf(other))
+		}
+		other.WaitFor("the remaining tab's event stream to be live", `tablease.streamLive`, 10*time.Second)
+
+		took := time.Now()
+		srv.takeOverElsewhere(session, elsewhereTab)
+		shown, ok := showsWithin(other, viewerOfJS(elsewhereTab), took, lateBound)
+		switch {
+		case !ok:
+			t.Errorf("the remaining tab does not show %s in control %v after the takeover made elsewhere, want within %v; client: %v",
+				elsewhereTab, shown.Round(time.Millisecond), takeoverBound, lifecycleOf(other))
+		case shown > takeoverBound:
+			t.Errorf("the remaining tab showed %s in control only %v after the takeover made elsewhere, want within %v",
+				elsewhereTab, shown.Round(time.Millisecond), takeoverBound)
+		default:
+			t.Logf("after the carrier crashed, the remaining tab showed the new holder %v after the takeover made elsewhere", shown.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("a page on another origin that imports the client", func(t *testing.T) {
+		t.Run("is owner when its origin is allowed", func(t *testing.T) {
+			srv, page := startCrossOrigin(t, rds, true)
+			b := browsertest.Start(t)
+			tab := b.NewTab("other-origin")
+			tab.Do("open the page on another origin", chromedp.Navigate(page+"/?session=cross-allowed"))
+			if err := tab.Until(`window.startResult !== undefined`, 15*time.Second); err != nil {
+				t.Fatalf("start() did not settle on the page at %s: %v; page: %v", page, err, crossOriginOf(tab))
+			}
+			if err := tab.Until(`tablease.role === 'owner' && document.body.dataset.role === 'owner'`, 10*time.Second); err != nil {
+				t.Fatalf("the page at %s with TABLEASE_CORS_ORIGINS=%s is not owner: %v; page: %v", page, page, err, crossOriginOf(tab))
+			}
+			srv.mustHold("cross-allowed", browsertest.Eval[string](tab, `tablease.tabId`))
+			if s := crossOriginOf(tab); len(s.Errors) > 0 || s.Start != "started" {
+				t.Errorf("the allowed page reported %v and start() %s, want no error and started", s.Errors, s.Start)
+			}
+		})
+
+		t.Run("reports an error from start() and stays a viewer when its origin is not allowed", func(t *testing.T) {
+			srv, page := startCrossOrigin(t, rds, false)
+			b := browsertest.Start(t)
+			tab := b.NewTab("other-origin")
+			tab.Do("open the page on another origin", chromedp.Navigate(page+"/?session=cross-refused"))
+			if err := tab.Until(`window.tablease && window.leaseErrors.length > 0`, 10*time.Second); err != nil {
+				t.Fatalf("the page at %s, whose origin is not in TABLEASE_CORS_ORIGINS, emitted no error event: %v; page: %v", page, err, crossOriginOf(tab))
+			}
+			s := crossOriginOf(tab)
+			if len(s.Errors) == 0 {
+				t.Fatalf("the page's error events cannot be read: %v", s)
+			}
+			if e := s.Errors[0]; e.Message == "" || e.Code == "" {
+				t.Errorf("the first error event has code %q and message %q, want both set; page: %v", e.Code, e.Message, s)
+			}
+			t.Logf("the page on another origin reported: %v", s.Errors)
+			if s.ClientRole != "viewer" || s.Role != "viewer" {
+				t.Errorf("the refused page is not a viewer: %v", s)
+			}
+			if code, g := srv.api.do("GET", "/v1/sessions/cross-refused/lease", nil); code != 200 || g["held"] != false {
+				t.Errorf("the server's lease of the refused page's session: %d %v; want free", code, g)
+			}
+		})
+	})
+
+	t.Run("every tab of the browser is listed with its own tabId, and a closed tab leaves the list at once", func(t *testing.T) {
+		const session = "presence"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		first := srv.open(b.NewTab("first"), session)
+		first.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		second := srv.open(b.NewTab("second"), session)
+		second.WaitFor("the second tab to be a viewer", viewerOfJS(first.id), 10*time.Second)
+
+		want := []string{first.id, second.id}
+		slices.Sort(want)
+		listed, ok := srv.tabsWithin(session, want, 5*time.Second)
+		if !ok {
+			t.Fatalf("GET …/sessions/%s/tabs lists %v, want both tabs %v, each with its own tabId (first carries the stream, second follows: %v / %v)",
+				session, listed, want, lifecycleOf(first), lifecycleOf(second))
+		}
+		for _, tab := range listed {
+			if tab.Label == "" || tab.ConnectedAt == "" {
+				t.Errorf("GET …/tabs lists %+v: want the tab's label and when it joined", tab)
+			}
+		}
+
+		closed := time.Now()
+		second.Close() // pagehide
+		listed, ok = srv.tabsWithin(session, []string{first.id}, 3*time.Second)
+		if !ok {
+			t.Fatalf("GET …/tabs lists %v %v after the second tab closed, want only the first %s", listed, time.Since(closed).Round(time.Millisecond), first.id)
+		}
+		t.Logf("the closed tab left the list %v after it closed", time.Since(closed).Round(time.Millisecond))
+		// No setting shortens the presence TTL (45 s), so a crashed tab's leaving is not checked here.
+	})
+
+	t.Run("a guarded mutation that never settles keeps neither a takeover nor a later handoff from completing", func(t *testing.T) {
+		const session = "wedge"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		holder := srv.open(b.NewTab("holder"), session)
+		holder.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		other := srv.open(b.NewTab("other"), session)
+		other.WaitFor("the second tab to be a viewer", viewerOfJS(holder.id), 10*time.Second)
+
+		// A guarded mutation that never settles and ignores its signal.
+		browsertest.Eval[chromedp.Void](holder, `(() => {
+			const m = window.stuck = {started: false, aborted: false, answer: null};
+			tablease.guard(async (args, lease) => {
+				m.started = true;
+				lease.signal.addEventListener("abort", () => (m.aborted = true));
+				await new Promise(() => {});
+			})({}).then((answer) => (m.answer = answer));
+		})()`)
+		holder.WaitFor("the never-ending mutation to be running", `stuck.started && tablease.inFlight === 1`, 5*time.Second)
+
+		clickAction(other, "use-here")
+		other.WaitFor("the second tab to be owner after Use here", ownerJS, 5*time.Second)
+		holder.WaitFor("the first tab to be a viewer of the second", viewerOfJS(other.id), 5*time.Second)
+		if err := holder.Until(`stuck.aborted && tablease.inFlight === 0`, 2*time.Second); err != nil {
+			t.Errorf("after the takeover the old holder's never-ending mutation is still counted or its signal did not abort: %v; "+
+				"signal aborted %v, client: %v", err, browsertest.Eval[bool](holder, `stuck.aborted`), lifecycleOf(holder))
+		}
+
+		browsertest.Eval[bool](holder, `tablease.takeover().then(() => true)`)
+		holder.WaitFor("the first tab to be owner again", ownerJS, 5*time.Second)
+		other.WaitFor("the second tab to be a viewer of the first again", viewerOfJS(holder.id), 5*time.Second)
+		epoch := srv.mustHold(session, holder.id)
+		if got := guardAnswer(holder); got != "ran" {
+			t.Errorf("a guarded mutation in the holder after it took control back answered %s, want ran; client: %v", got, lifecycleOf(holder))
+		}
+
+		asked := time.Now()
+		browsertest.Eval[chromedp.Void](other, `(() => {
+			window.handoffResult = null;
+			tablease.requestHandoff().then((r) => (window.handoffResult = r.status));
+		})()`)
+		if err := other.Until(ownerJS, 5*time.Second); err != nil {
+			code, g := srv.api.do("GET", "/v1/sessions/"+session+"/lease?tabId="+other.id, nil)
+			t.Errorf("the handoff asked by the second tab did not complete within 5s: %v; asking tab: %v; holder: %v; server: %d %v",
+				err, lifecycleOf(other), lifecycleOf(holder), code, g)
+			srv.checkNoWedge(t, holder, session)
+			t.FailNow()
+		}
+		if err := holder.Until(viewerOfJS(other.id), time.Until(asked.Add(5*time.Second))); err != nil {
+			t.Fatalf("the old holder does not show the asking tab in control within 5s of the request: %v; client: %v", err, lifecycleOf(holder))
+		}
+		t.Logf("the handoff completed %v after the request", time.Since(asked).Round(time.Millisecond))
+		if next := srv.mustHold(session, other.id); next <= epoch {
+			t.Errorf("the handoff's epoch %d is not above the holder's %d", next, epoch)
+		}
+		if s := lifecycleOf(holder); s.Handoff != "" || s.InFlight != 0 {
+			t.Errorf("after the handoff the old holder still shows handoff %q and %d mutations in flight: %v", s.Handoff, s.InFlight, s)
+		}
+	})
+
+	t.Run("an owner tab that goes offline is read-only before its lease can lapse, and owner again soon after it is back online", func(t *testing.T) {
+		const (
+			session = "offline"
+			ttl     = 6 * time.Second
+			margin  = 1500 * time.Millisecond // the client's marginMs (a quarter of 6 s is more)
+			slack   = time.Second
+		)
+		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String()})
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), session)
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+		srv.mustHold(session, owner.id)
+		if got := guardAnswer(owner); got != "ran" {
+			t.Fatalf("a guarded mutation in the owner tab answered %s before it went offline, want ran; client: %v", got, lifecycleOf(owner))
+		}
+
+		offline := time.Now()
+		owner.SetOffline(true)
+		var last string
+		refused, ok := within(offline, ttl+lateBound, func() bool {
+			last = guardAnswer(owner)
+			return last == "NOT_LEASE_OWNER"
+		})
+		if !ok {
+			t.Fatalf("the offline tab still answered a guarded mutation with %s %v after it went offline (TTL %v); client: %v",
+				last, refused.Round(time.Millisecond), ttl, lifecycleOf(owner))
+		}
+		t.Logf("the offline tab refused its guarded mutation %v after it went offline (TTL %v)", refused.Round(time.Millisecond), ttl)
+		if bound := ttl - margin + slack; refused > bound {
+			t.Errorf("the offline tab refused its guarded mutation only %v after it went offline, want within %v (the TTL %v less the margin %v, and %v)",
+				refused.Round(time.Millisecond), bound, ttl, margin, slack)
+		}
+		if s := lifecycleOf(owner); s.Role != "viewer" || s.ClientRole != "viewer" {
+			t.Errorf("the offline tab refuses mutations but does not show it is read-only: %v", s)
+		}
+
+		online := time.Now()
+		owner.SetOffline(false)
+		back, ok := showsWithin(owner, ownerJS, online, lateBound)
+		if !ok {
+			t.Fatalf("the tab is not owner %v after it came back online; client: %v; server: %v",
+				back.Round(time.Millisecond), lifecycleOf(owner), srv.leaseOf(session, owner.id))
+		}
+		t.Logf("the tab was owner again %v after it came back online", back.Round(time.Millisecond))
+		if back > backOnlineBound {
+			t.Errorf("the tab was owner again only %v after it came back online, want within %v", back.Round(time.Millisecond), backOnlineBound)
+		}
+		srv.mustHold(session, owner.id)
+		if got := guardAnswer(owner); got != "ran" {
+			t.Errorf("a guarded mutation in the tab back online answered %s, want ran; client: %v", got, lifecycleOf(owner))
+		}
+	})
+}
+
+const (
+	// elsewhereTab is the tab of another browser of the same user that takes the lease over.
+	elsewhereTab = "other-browser"
+	// takeoverBound is how soon every tab that is not frozen shows a takeover made elsewhere, and
+	// an owner tab refuses mutations after it.
+	takeoverBound = 2 * time.Second
+	// backOnlineBound is how soon a tab whose network came back is owner again.
+	backOnlineBound = 5 * time.Second
+	// lateBound is how long a test goes on waiting after a bound has passed, to say how late the
+	// client was (under the 45 s TTL, past the 15 s renew).
+	lateBound = 20 * time.Second
+)
+
+// takeOverElsewhere takes the lease of session for tabID as another browser of the same user
+// does (mode takeover), and returns the new epoch.
+func (s demoServer) takeOverElsewhere(session, tabID string) int64 {
+	s.t.Helper()
+	code, body := s.api.do("POST", "/v1/sessions/"+session+"/lease", map[string]any{"tabId": tabID, "mode": "takeover", "label": "another browser"})
+	if code != 200 || holderOf(body) != tabID {
+		s.t.Fatalf("the takeover of %s by %s: %d %v", session, tabID, code, body)
+	}
+	return epochOf(s.t, body)
+}
+
+// leaseOf is the server's answer about the lease of session, for failure messages.
+func (s demoServer) leaseOf(session, tabID string) string {
+	s.t.Helper()
+	code, g := s.api.do("GET", "/v1/sessions/"+session+"/lease?tabId="+tabID, nil)
+	epoch, _ := g["epoch"].(float64)
+	return fmt.Sprintf("%d held=%v holder=%s epoch=%d handoff=%v", code, g["held"], holderOf(g), int64(epoch), g["handoff"])
+}
+
+// listedTab is one tab of GET …/tabs.
+type listedTab struct {
+	TabID, Label, ConnectedAt string
+	Hidden                    bool
+}
+
+// tabsWithin polls GET /v1/sessions/{session}/tabs until it lists exactly the tabIds want
+// (sorted), for at most d; it returns the last listing and whether it matched.
+func (s demoServer) tabsWithin(session string, want []string, d time.Duration) ([]listedTab, bool) {
+	s.t.Helper()
+	var listed []listedTab
+	_, ok := within(time.Now(), d, func() bool {
+		code, body := s.api.do("GET", "/v1/sessions/"+session+"/tabs", nil)
+		if code != 200 {
+			s.t.Fatalf("GET …/sessions/%s/tabs: %d %v", session, code, body)
+		}
+		listed = listed[:0]
+		var ids []string
+		list, _ := body["tabs"].([]any)
+		for _, x := range list {
+			m, _ := x.(map[string]any)
+			tab := listedTab{}
+			tab.TabID, _ = m["tabId"].(string)
+			tab.Label, _ = m["label"].(string)
+			tab.ConnectedAt, _ = m["connectedAt"].(string)
+			tab.Hidden, _ = m["hidden"].(bool)
+			listed = append(listed, tab)
+			ids = append(ids, tab.TabID)
+		}
+		slices.Sort(ids)
+		return slices.Equal(ids, want)
+	})
+	return listed, ok
+}
+
+// checkNoWedge waits until the server no longer shows a handoff pending on session (the request
+// lapsed), and then fails t when holder, which the server still shows holding the lease, refuses
+// a guarded mutation or still shows a handoff.
+func (s demoServer) checkNoWedge(t *testing.T, holder demoTab, session string) {
+	t.Helper()
+	var g map[string]any
+	_, ok := within(time.Now(), lateBound, func() bool {
+		_, g = s.api.do("GET", "/v1/sessions/"+session+"/lease?tabId="+holder.id, nil)
+		return g["handoff"] == nil
+	})
+	if !ok {
+		t.Errorf("the handoff request never lapsed on the server: %v", g)
+		return
+	}
+	if g["held"] != true || holderOf(g) != holder.id {
+		return // the holder no longer holds the lease: nothing may be wedged
+	}
+	epoch := epochOf(t, g)
+	if err := holder.Until(`tablease.handoff === null`, 3*time.Second); err != nil {
+		t.Errorf("the handoff request lapsed, the holder still holds epoch %d, but it still shows handoff: %v; client: %v", epoch, err, lifecycleOf(holder))
+	}
+	if got := guardAnswer(holder); got != "ran" {
+		t.Errorf("the holder is wedged: the server shows it holding epoch %d with no handoff pending, but its guarded mutation answers %s; client: %v",
+			epoch, got, lifecycleOf(holder))
+	}
+}
+
+// checkCarrier fails t (and goes on) unless carrier, the tab opened first, carries the browser's
+// event stream and the followers do not.
+func checkCarrier(t *testing.T, carrier demoTab, followers ...demoTab) {
+	t.Helper()
+	if err := carrier.Until(`tablease.streamCarrier === true`, 5*time.Second); err != nil {
+		t.Errorf("tab %s, opened first, does not carry the event stream: %v; client: %v", carrier.Name(), err, lifecycleOf(carrier))
+	}
+	for _, f := range followers {
+		if s := lifecycleOf(f); s.StreamCarrier != false {
+			t.Errorf("tab %s, opened after %s, shows streamCarrier %v, want false: %v", f.Name(), carrier.Name(), s.StreamCarrier, s)
+		}
+	}
+}
+
+// guardJS runs a guarded mutation in the tab: "ran" when it ran, else the code of its refusal.
+const guardJS = `tablease.guard(async () => "ran")({}).then((r) => r === "ran" ? "ran" : (r && r.error && r.error.code) || JSON.stringify(r))`
+
+func guardAnswer(tab demoTab) string {
+	got, err := browsertest.TryEval[string](tab, guardJS, 5*time.Second)
+	if err != nil {
+		return "no answer: " + err.Error()
+	}
+	return got
+}
+
+// within calls cond until it is true, or until late has passed since start; it returns how long
+// after start cond was first true (or when it gave up) and whether it was.
+func within(start time.Time, late time.Duration, cond func() bool) (time.Duration, bool) {
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > late {
+			return time.Since(start), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// showsWithin polls expr in tab until it is true, or until late has passed since start.
+func showsWithin(tab demoTab, expr string, start time.Time, late time.Duration) (time.Duration, bool) {
+	return within(start, late, func() bool {
+		ok, err := browsertest.TryEval[bool](tab, "Boolean("+expr+")", time.Second)
+		return err == nil && ok
+	})
+}
+
+// clientLifecycle is what a demo tab's client says of itself, for assertions and failure messages.
+type clientLifecycle struct {
+	State         string // tablease.state; "(undefined)" when the client has none
+	StreamCarrier any    // tablease.streamCarrier as it is; "(undefined)" when missing
+	StreamLive    bool
+	Role          string // document.body.dataset.role
+	ClientRole    string // tablease.role
+	Holder        string
+	Epoch         int64
+	Handoff       string
+	InFlight      int
+	Err           string // the page did not answer
+}
+
+func (c clientLifecycle) String() string {
+	if c.Err != "" {
+		return "{unreadable: " + c.Err + "}"
+	}
+	return fmt.Sprintf("{state=%s streamCarrier=%v streamLive=%v role=%s tablease.role=%s holder=%s epoch=%d handoff=%q inFlight=%d}",
+		c.State, c.StreamCarrier, c.StreamLive, c.Role, c.ClientRole, c.Holder, c.Epoch, c.Handoff, c.InFlight)
+}
+
+func lifecycleOf(tab demoTab) clientLifecycle {
+	s, err := browsertest.TryEval[clientLifecycle](tab, `({
+		state: tablease.state === undefined ? "(undefined)" : String(tablease.state),
+		streamCarrier: tablease.streamCarrier === undefined ? "(undefined)" : tablease.streamCarrier,
+		streamLive: Boolean(tablease.streamLive),
+		role: document.body.dataset.role || "",
+		clientRole: tablease.role,
+		holder: tablease.lease.holder ? tablease.lease.holder.tabId : "",
+		epoch: tablease.lease.epoch || 0,
+		handoff: tablease.handoff || "",
+		inFlight: tablease.inFlight,
+	})`, 5*time.Second)
+	if err != nil {
+		return clientLifecycle{Err: err.Error()}
+	}
+	return s
+}
+
+// crossOriginPage is the page served from another origin than tablease's: it imports the client
+// from tablease, takes its access token from its own origin, and records the client's error events.
+var crossOriginPage = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>An app on another origin</title></head>
+<body data-role="viewer">
+<p>An app on another origin than tablease.</p>
+<script type="module">
+import { TabLease } from "{{.Base}}/sdk/tablease.js";
+window.leaseErrors = [];
+async function getToken() {
+  const res = await fetch("/token", { cache: "no-store" });
+  return (await res.json()).token;
+}
+const lease = new TabLease({
+  baseUrl: "{{.Base}}",
+  sessionId: new URLSearchParams(location.search).get("session"),
+  getToken,
+  label: "An app on another origin",
+});
+window.tablease = lease;
+lease.on("error", ({ error }) => leaseErrors.push({ code: String(error?.code ?? ""), message: String(error?.message ?? "") }));
+lease.on("rolechange", ({ role }) => { document.body.dataset.role = role; });
+lease.start().then(() => (window.startResult = "started"), (e) => (window.startResult = "rejected: " + (e?.message ?? e)));
+</script>
+</body></html>
+`))
+
+// startCrossOrigin starts tablease (its origin allowed by TABLEASE_CORS_ORIGINS when allow) and a
+// page server on http://localhost:P, another origin than tablease's http://127.0.0.1:S. The page
+// server answers / with crossOriginPage and /token with an access token of the demo's user.
+func startCrossOrigin(t *testing.T, rds *redistest.Server, allow bool) (demoServer, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
+	var extra map[string]string
+	if allow {
+		extra = map[string]string{"TABLEASE_CORS_ORIGINS": origin}
+	}
+	srv := startDemoServer(t, rds, extra)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := crossOriginPage.Execute(w, struct{ Base string }{srv.base}); err != nil {
+			t.Errorf("the page on another origin: %v", err)
+		}
+	})
+	mux.HandleFunc("GET /token", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		fmt.Fprintf(w, `{"token":%s}`, jsString(srv.api.token))
+	})
+	page := httptest.NewUnstartedServer(mux)
+	page.Listener.Close()
+	page.Listener = ln
+	page.Start()
+	t.Cleanup(page.Close)
+	if !strings.HasPrefix(srv.base, "http://127.0.0.1:") {
+		t.Fatalf("tablease listens on %s, want 127.0.0.1 so that localhost is another origin", srv.base)
+	}
+	return srv, origin
+}
+
+// crossOriginState is what the page on another origin shows.
+type crossOriginState struct {
+	Role, ClientRole, State, Start string
+	StreamLive                     bool
+	Errors                         []struct{ Code, Message string }
+	Err                            string
+}
+
+func (c crossOriginState) String() string {
+	if c.Err != "" {
+		return "{unreadable: " + c.Err + "}"
+	}
+	return fmt.Sprintf("{role=%s tablease.role=%s state=%s start()=%s streamLive=%v errors=%+v}", c.Role, c.ClientRole, c.State, c.Start, c.StreamLive, c.Errors)
+}
+
+func crossOriginOf(tab *browsertest.Tab) crossOriginState {
+	s, err := browsertest.TryEval[crossOriginState](tab, `({
+		role: document.body.dataset.role || "",
+		clientRole: window.tablease ? tablease.role : "(no client: the module did not load)",
+		state: window.tablease && tablease.state !== undefined ? String(tablease.state) : "(undefined)",
+		start: window.startResult === undefined ? "(pending)" : String(window.startResult),
+		streamLive: Boolean(window.tablease && tablease.streamLive),
+		errors: window.leaseErrors || [],
+	})`, 5*time.Second)
+	if err != nil {
+		return crossOriginState{Err: err.Error()}
+	}
+	return s
+}
