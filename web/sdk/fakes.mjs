@@ -435,3 +435,37 @@ export class FakeLocks {
       });
   }
 }
+
+/**
+ * TabLeases for n tabs of one browser: each with its own module state (hubs) and document, all
+ * with the same Web Locks and Node's real BroadcastChannel, sharing one event stream.
+ */
+export function browserTabs(TabLease, n, server, clock, extra = {}) {
+  const locks = new FakeLocks();
+  return Array.from(
+    { length: n },
+    (_, i) =>
+      new TabLease(
+        fakeOptions(server, clock, {
+          stream: "fetch",
+          shareStream: true,
+          locks,
+          BroadcastChannel,
+          hubs: new Map(),
+          getToken: async () => fakeJWT("alice"),
+          label: `tab ${i}`,
+          ...extra,
+        }),
+      ),
+  );
+}
+
+/** Lets promise jobs and BroadcastChannel messages (delivered on the real loop) through, then
+ *  advances the clock by ms. */
+export async function settle(clock, ms = 0) {
+  for (let i = 0; i < 5; i++) {
+    await flush();
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  if (ms) await clock.advance(ms);
+}

@@ -43,12 +43,12 @@ const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
 
 /** The states of a TabLease, and the states each may move to. */
 const TRANSITIONS = Object.freeze({
-  stopped: ["viewer", "owner", "unconfirmed"],
-  viewer: ["owner", "unconfirmed", "away", "stopped"],
+  stopped: ["viewer"],
+  viewer: ["owner", "unconfirmed", "releasing", "away", "stopped"],
   owner: ["viewer", "unconfirmed", "releasing", "away", "stopped"],
   unconfirmed: ["owner", "viewer", "releasing", "away", "stopped"],
   releasing: ["owner", "viewer", "unconfirmed", "away", "stopped"],
-  away: ["viewer", "owner", "unconfirmed", "stopped"],
+  away: ["viewer", "stopped"],
 });
 
 /** A fresh tab id: random per page load, kept in memory only (never in sessionStorage). */

@@ -4,37 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { TabLease } from "./tablease.js";
-import { FakeClock, FakeLocks, FakeServer, fakeJWT, fakeOptions, flush } from "./fakes.mjs";
-
-// Tabs of one browser: each has its own module state (hubs) and document, the same locks and
-// channels.
-function tabs(n, server, clock, extra = {}) {
-  const locks = new FakeLocks();
-  return Array.from(
-    { length: n },
-    (_, i) =>
-      new TabLease(
-        fakeOptions(server, clock, {
-          stream: "fetch",
-          shareStream: true,
-          locks,
-          BroadcastChannel,
-          hubs: new Map(),
-          getToken: async () => fakeJWT("alice"),
-          label: `tab ${i}`,
-          ...extra,
-        }),
-      ),
-  );
-}
-
-async function settle(clock, ms = 0) {
-  for (let i = 0; i < 5; i++) {
-    await flush();
-    await new Promise((r) => setTimeout(r, 5)); // BroadcastChannel delivers on the real loop
-  }
-  if (ms) await clock.advance(ms);
-}
+import { FakeClock, FakeServer, browserTabs, fakeOptions, flush, settle } from "./fakes.mjs";
 
 /** Advances the fake clock in steps of stepMs, letting channel messages through between them. */
 async function run(clock, ms, stepMs = 50) {
@@ -54,7 +24,7 @@ const ran = async () => "ran";
 test("a silent carrier is taken over within carrierTimeoutMs, and the owner behind it refuses after a takeover elsewhere", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b] = tabs(2, server, clock, { autoAcquire: false });
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
   await a.start();
   await b.start();
   await settle(clock);
@@ -82,7 +52,7 @@ test("a silent carrier is taken over within carrierTimeoutMs, and the owner behi
 test("an owner whose carrier went silent is read-only even before its own timers run", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b] = tabs(2, server, clock, { autoAcquire: false });
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
   await a.start();
   await b.start();
   await settle(clock);
@@ -103,7 +73,7 @@ test("an owner whose carrier went silent is read-only even before its own timers
 test("a carrier being frozen gives the stream up at once and follows again on resume", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b] = tabs(2, server, clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock);
   await a.start();
   await b.start();
   await settle(clock, 100);
@@ -134,7 +104,7 @@ test("a carrier being frozen gives the stream up at once and follows again on re
 test("a frozen owner's renew that answers before resume does not make it owner", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a] = tabs(1, server, clock);
+  const [a] = browserTabs(TabLease, 1, server, clock);
   await a.start();
   await settle(clock, 100);
   assert.equal(a.role, "owner");
@@ -224,7 +194,7 @@ test("a handoff request that lapsed is cleared and the holder mutates again", as
 test("every tab lists itself, refreshes, says when it hides, and leaves on pagehide", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b] = tabs(2, server, clock, { presence: true });
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
   await a.start();
   await b.start();
   await settle(clock);

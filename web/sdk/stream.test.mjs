@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { SSEParser, StreamRunner, TabLease, tokenSubject } from "./tablease.js";
-import { FakeClock, FakeLocks, FakeServer, fakeJWT, fakeOptions, flush } from "./fakes.mjs";
+import { FakeClock, FakeLocks, FakeServer, browserTabs, fakeJWT, fakeOptions, flush, settle } from "./fakes.mjs";
 
 test("the SSE parser handles chunks split anywhere, CRLF, comments, ids and retry", () => {
   const text = "\uFEFFretry: 2500\r\n: keepalive\r\nid: 1-0\r\nevent: lease\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nid: 2-0\n\n:x\ndata:no space\n\r\nevent: catalog\rdata: {\"version\":\"v2\"}\r\r";
@@ -129,41 +129,10 @@ test("tokenSubject reads sub from a JWT without verifying it", () => {
   assert.equal(tokenSubject("not-a-jwt"), "");
 });
 
-// Two tabs of one browser: each has its own module state (hubs), the same locks and channels.
-function tabs(n, server, clock, extra = {}) {
-  const locks = new FakeLocks();
-  const out = [];
-  for (let i = 0; i < n; i++) {
-    out.push(
-      new TabLease(
-        fakeOptions(server, clock, {
-          stream: "fetch",
-          shareStream: true,
-          locks,
-          BroadcastChannel,
-          hubs: new Map(),
-          getToken: async () => fakeJWT("alice"),
-          label: `tab ${i}`,
-          ...extra,
-        }),
-      ),
-    );
-  }
-  return out;
-}
-
-async function settle(clock, ms = 0) {
-  for (let i = 0; i < 5; i++) {
-    await flush();
-    await new Promise((r) => setTimeout(r, 5)); // BroadcastChannel delivers on the real loop
-  }
-  if (ms) await clock.advance(ms);
-}
-
 test("three tabs share one event-stream connection and all hear every event", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b, c] = tabs(3, server, clock);
+  const [a, b, c] = browserTabs(TabLease, 3, server, clock);
   await a.start();
   await b.start();
   await c.start();
@@ -184,7 +153,7 @@ test("three tabs share one event-stream connection and all hear every event", as
 test("when the tab running the stream closes, another tab takes it over and resumes from the last id", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
-  const [a, b] = tabs(2, server, clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock);
   await a.start();
   await b.start();
   await settle(clock);
