@@ -15,9 +15,6 @@ import (
 //go:embed openapi.yaml
 var openapiYAML []byte
 
-// OpenAPI returns the embedded OpenAPI document served at /openapi.yaml.
-func OpenAPI() []byte { return append([]byte(nil), openapiYAML...) }
-
 func (s *Server) openapi(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml", s.spec)
 }

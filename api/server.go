@@ -50,7 +50,7 @@ type Options struct {
 	// Engine stores the leases. Required.
 	Engine lease.Engine
 	// Limits are the TTL bounds the engine was built with; zero means lease.DefaultLimits. The
-	// engine clamps TTLs itself: the server uses Limits to document them and to check them.
+	// engine clamps TTLs itself: New only refuses bounds that are not ordered.
 	Limits lease.Limits
 	// Auth verifies access tokens. Required.
 	Auth AuthConfig
@@ -122,7 +122,6 @@ type Options struct {
 // Server is the HTTP server of tablease. Make it with New.
 type Server struct {
 	engine   lease.Engine
-	limits   lease.Limits
 	auth     *authenticator
 	authCfg  AuthConfig
 	log      *slog.Logger
@@ -154,8 +153,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("api: Options.Engine is required")
 	}
-	limits, err := opts.Limits.OrDefault()
-	if err != nil {
+	if _, err := opts.Limits.OrDefault(); err != nil {
 		return nil, fmt.Errorf("api: Options.Limits: %w", err)
 	}
 	auth, err := newAuthenticator(opts.Auth)
@@ -240,7 +238,6 @@ func New(opts Options) (*Server, error) {
 
 	s := &Server{
 		engine:   opts.Engine,
-		limits:   limits,
 		auth:     auth,
 		authCfg:  opts.Auth,
 		log:      logger,
