@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -139,7 +140,7 @@ func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
 		if _, dup := a.keys[pk.KID]; dup {
 			return nil, fmt.Errorf("api: Auth.PublicKeys[%d].KID %q appears twice", i, pk.KID)
 		}
-		alg, key, err := keyAlg(pk.Key)
+		alg, key, err := jwk.Alg(pk.Key)
 		if err != nil {
 			return nil, fmt.Errorf("api: Auth.PublicKeys[%d].Key: %w", i, err)
 		}

@@ -5,22 +5,20 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/tablease/tablease/internal/jwk"
 )
 
 // Algorithms of lease tokens.
 const (
-	AlgEdDSA = "EdDSA" // Ed25519, the default
-	AlgES256 = "ES256" // ECDSA P-256 with SHA-256
+	AlgEdDSA = jwk.EdDSA // Ed25519, the default
+	AlgES256 = jwk.ES256 // ECDSA P-256 with SHA-256
 )
 
 // SigningKey is a private key that signs lease tokens, with its algorithm and key id. The zero
@@ -70,31 +68,24 @@ func NewSigningKey(priv crypto.PrivateKey) (SigningKey, error) {
 // NewPublicKey wraps an ed25519.PublicKey (EdDSA) or an *ecdsa.PublicKey on P-256 (ES256), with
 // the RFC 7638 thumbprint as key id.
 func NewPublicKey(pub crypto.PublicKey) (PublicKey, error) {
-	var k PublicKey
 	switch p := pub.(type) {
 	case ed25519.PublicKey:
 		if len(p) != ed25519.PublicKeySize {
 			return PublicKey{}, errors.New("leasetoken: malformed Ed25519 public key")
 		}
-		k = PublicKey{key: p, alg: AlgEdDSA}
 	case *ecdsa.PublicKey:
-		if p.Curve != elliptic.P256() {
-			return PublicKey{}, errors.New("leasetoken: ECDSA keys must be on P-256 (ES256)")
-		}
-		if _, err := p.Bytes(); err != nil {
-			return PublicKey{}, fmt.Errorf("leasetoken: malformed ECDSA public key: %w", err)
-		}
-		k = PublicKey{key: p, alg: AlgES256}
 	default:
 		return PublicKey{}, fmt.Errorf("leasetoken: unsupported public key type %T (want Ed25519 or ECDSA P-256)", pub)
 	}
-	tp, err := json.Marshal(k.thumbprintInput())
+	alg, key, err := jwk.Alg(pub)
 	if err != nil {
-		return PublicKey{}, err
+		return PublicKey{}, fmt.Errorf("leasetoken: %w", err)
 	}
-	sum := sha256.Sum256(tp)
-	k.kid = base64.RawURLEncoding.EncodeToString(sum[:])
-	return k, nil
+	kid, err := jwk.Thumbprint(key)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("leasetoken: malformed ECDSA public key: %w", err)
+	}
+	return PublicKey{key: key, alg: alg, kid: kid}, nil
 }
 
 // KeyID is the key id (the kid header of the tokens it signs).
@@ -159,24 +150,9 @@ func (k PublicKey) MarshalPEM() ([]byte, error) {
 // ParsePrivateKeyPEM reads the first PEM block of data: "PRIVATE KEY" (PKCS#8, Ed25519 or ECDSA
 // P-256, as `openssl genpkey -algorithm ed25519` writes) or "EC PRIVATE KEY" (SEC 1, P-256).
 func ParsePrivateKeyPEM(data []byte) (SigningKey, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return SigningKey{}, errors.New("leasetoken: no PEM block found")
-	}
-	var (
-		priv crypto.PrivateKey
-		err  error
-	)
-	switch block.Type {
-	case "PRIVATE KEY":
-		priv, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		priv, err = x509.ParseECPrivateKey(block.Bytes)
-	default:
-		return SigningKey{}, fmt.Errorf("leasetoken: PEM block %q is not a private key (want \"PRIVATE KEY\" or \"EC PRIVATE KEY\")", block.Type)
-	}
+	priv, err := jwk.ParsePrivateKeyPEM(data)
 	if err != nil {
-		return SigningKey{}, fmt.Errorf("leasetoken: parse %s: %w", block.Type, err)
+		return SigningKey{}, fmt.Errorf("leasetoken: %w", err)
 	}
 	return NewSigningKey(priv)
 }
@@ -197,17 +173,13 @@ func LoadPrivateKeyFile(path string) (SigningKey, error) {
 // ParsePublicKeyPEM reads the first PEM block of data: a "PUBLIC KEY" (PKIX), or a private key
 // (see ParsePrivateKeyPEM) of which it keeps the public half.
 func ParsePublicKeyPEM(data []byte) (PublicKey, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return PublicKey{}, errors.New("leasetoken: no PEM block found")
-	}
-	if block.Type != "PUBLIC KEY" {
+	pub, err := jwk.ParsePublicKeyPEM(data)
+	if errors.Is(err, jwk.ErrNotPublicKey) {
 		k, err := ParsePrivateKeyPEM(data)
 		return k.Public(), err
 	}
-	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
 	if err != nil {
-		return PublicKey{}, fmt.Errorf("leasetoken: parse PUBLIC KEY: %w", err)
+		return PublicKey{}, fmt.Errorf("leasetoken: %w", err)
 	}
 	return NewPublicKey(pub)
 }

@@ -1,0 +1,191 @@
+// Package jwk is the one place tablease handles public-key formats: it reads public and private
+// keys from PEM, names a public key by its RFC 7638 JWK thumbprint, and writes JSON Web Keys
+// (RFC 7517, RFC 8037) and JWK Sets. Public keys are Ed25519, ECDSA on P-256 or RSA of at least
+// MinRSABits; private keys and JWKs are Ed25519 or ECDSA on P-256. The callers decide which of
+// these they accept and add their own prefix to the errors.
+package jwk
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+)
+
+// JWS algorithms of the keys.
+const (
+	RS256 = "RS256" // RSA PKCS #1 v1.5 with SHA-256
+	ES256 = "ES256" // ECDSA P-256 with SHA-256
+	EdDSA = "EdDSA" // Ed25519
+)
+
+// MinRSABits is the smallest RSA modulus accepted for RS256.
+const MinRSABits = 2048
+
+// ErrUnsupported is returned by JWK.Decode for a key of a type, curve or algorithm it does not
+// read; RFC 7517 §5 asks that such keys be skipped.
+var ErrUnsupported = errors.New("unsupported JWK")
+
+// Alg returns the JWS algorithm of key and the key itself (an *ed25519.PublicKey becomes an
+// ed25519.PublicKey), or an error when the key is not supported: RS256 for RSA of at least
+// MinRSABits, ES256 for ECDSA on P-256, EdDSA for Ed25519. The algorithm follows from the key type,
+// so a key is only ever used with the algorithm it is meant for.
+func Alg(key crypto.PublicKey) (string, crypto.PublicKey, error) {
+	switch k := key.(type) {
+	case *rsa.PublicKey:
+		if k == nil || k.N == nil {
+			return "", nil, errors.New("empty RSA key")
+		}
+		if k.N.BitLen() < MinRSABits {
+			return "", nil, fmt.Errorf("RSA key of %d bits; at least %d are required", k.N.BitLen(), MinRSABits)
+		}
+		return RS256, k, nil
+	case *ecdsa.PublicKey:
+		if k == nil || k.Curve != elliptic.P256() {
+			return "", nil, errors.New("ECDSA keys must be on P-256 (ES256)")
+		}
+		return ES256, k, nil
+	case ed25519.PublicKey:
+		if len(k) != ed25519.PublicKeySize {
+			return "", nil, errors.New("Ed25519 key of the wrong size")
+		}
+		return EdDSA, k, nil
+	case *ed25519.PublicKey:
+		if k == nil || len(*k) != ed25519.PublicKeySize {
+			return "", nil, errors.New("Ed25519 key of the wrong size")
+		}
+		return EdDSA, *k, nil
+	}
+	return "", nil, fmt.Errorf("unsupported key type %T (want RSA, ECDSA P-256 or Ed25519)", key)
+}
+
+// Thumbprint is the RFC 7638 JWK thumbprint of key (SHA-256, base64url without padding): the
+// hash of the key's required JWK members in lexicographic order. tablease uses it as key id.
+func Thumbprint(key crypto.PublicKey) (string, error) {
+	var canon string
+	switch k := key.(type) {
+	case *rsa.PublicKey:
+		e := big.NewInt(int64(k.E)).Bytes()
+		canon = fmt.Sprintf(`{"e":"%s","kty":"RSA","n":"%s"}`, b64(e), b64(k.N.Bytes()))
+	case *ecdsa.PublicKey:
+		x, y, err := ecXY(k)
+		if err != nil {
+			return "", err
+		}
+		canon = fmt.Sprintf(`{"crv":"P-256","kty":"EC","x":"%s","y":"%s"}`, x, y)
+	case ed25519.PublicKey:
+		canon = fmt.Sprintf(`{"crv":"Ed25519","kty":"OKP","x":"%s"}`, b64(k))
+	default:
+		return "", fmt.Errorf("unsupported key type %T", key)
+	}
+	sum := sha256.Sum256([]byte(canon))
+	return b64(sum[:]), nil
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// ecXY returns the base64url coordinates of a P-256 key, each padded to 32 bytes.
+func ecXY(k *ecdsa.PublicKey) (x, y string, err error) {
+	if k.Curve != elliptic.P256() {
+		return "", "", errors.New("ECDSA keys must be on P-256")
+	}
+	raw, err := k.Bytes() // uncompressed point: 0x04 || X || Y
+	if err != nil {
+		return "", "", err
+	}
+	return b64(raw[1:33]), b64(raw[33:65]), nil
+}
+
+// JWK is the JSON Web Key of an Ed25519 (OKP) or P-256 (EC) public key, in the member order
+// tablease writes. It has no member for a private part.
+type JWK struct {
+	Kty string `json:"kty"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Y   string `json:"y,omitempty"`
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+}
+
+// New builds the signing JWK ("use":"sig") of an ed25519.PublicKey or a *ecdsa.PublicKey on
+// P-256, with key id kid and algorithm alg.
+func New(key crypto.PublicKey, kid, alg string) (JWK, error) {
+	j := JWK{Kid: kid, Alg: alg, Use: "sig"}
+	switch k := key.(type) {
+	case ed25519.PublicKey:
+		j.Kty, j.Crv, j.X = "OKP", "Ed25519", b64(k)
+	case *ecdsa.PublicKey:
+		x, y, err := ecXY(k)
+		if err != nil {
+			return JWK{}, err
+		}
+		j.Kty, j.Crv, j.X, j.Y = "EC", "P-256", x, y
+	default:
+		return JWK{}, fmt.Errorf("unsupported key type %T (want Ed25519 or ECDSA P-256)", key)
+	}
+	return j, nil
+}
+
+// Decode returns the public key of an OKP Ed25519 JWK (algorithm EdDSA) or an EC P-256 JWK
+// (ES256), with its algorithm. A JWK of another type or curve, or whose "alg" (when present) does
+// not fit its key, fails with ErrUnsupported; one with malformed coordinates with an error that
+// names the member. It reads neither "kid" nor "use".
+func (j JWK) Decode() (crypto.PublicKey, string, error) {
+	switch {
+	case j.Kty == "OKP" && j.Crv == "Ed25519" && (j.Alg == "" || j.Alg == EdDSA):
+		x, err := decodeB64(j.X, ed25519.PublicKeySize)
+		if err != nil {
+			return nil, "", fmt.Errorf("x: %w", err)
+		}
+		return ed25519.PublicKey(x), EdDSA, nil
+	case j.Kty == "EC" && j.Crv == "P-256" && (j.Alg == "" || j.Alg == ES256):
+		x, err := decodeB64(j.X, 32)
+		if err != nil {
+			return nil, "", fmt.Errorf("x: %w", err)
+		}
+		y, err := decodeB64(j.Y, 32)
+		if err != nil {
+			return nil, "", fmt.Errorf("y: %w", err)
+		}
+		p, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
+		if err != nil {
+			return nil, "", err
+		}
+		return p, ES256, nil
+	}
+	return nil, "", ErrUnsupported
+}
+
+func decodeB64(s string, size int) ([]byte, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return nil, errors.New("not base64url without padding")
+	}
+	if len(b) != size {
+		return nil, fmt.Errorf("must be %d bytes, not %d", size, len(b))
+	}
+	return bytes.Clone(b), nil
+}
+
+// EncodeSet encodes keys as a JWK Set: {"keys":[…]}, with [] for no keys.
+func EncodeSet(keys []JWK) []byte {
+	if keys == nil {
+		keys = []JWK{}
+	}
+	out, err := json.Marshal(struct {
+		Keys []JWK `json:"keys"`
+	}{keys})
+	if err != nil { // cannot happen: only strings
+		panic(err)
+	}
+	return out
+}
