@@ -85,10 +85,3 @@ func (u *userLimiter) evict(now time.Time) {
 		delete(u.byKey, e.key)
 	}
 }
-
-// size is the number of buckets kept.
-func (u *userLimiter) size() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.lru.Len()
-}

@@ -169,20 +169,6 @@ func NextEventID(last EventID, now time.Time) EventID {
 	return EventID{Millis: last.Millis, Seq: last.Seq + 1}
 }
 
-// CompareEventIDs compares two ids written by EventID.String. It fails with an *InvalidError
-// when either is not an id.
-func CompareEventIDs(a, b string) (int, error) {
-	x, err := ParseEventID(a)
-	if err != nil {
-		return 0, err
-	}
-	y, err := ParseEventID(b)
-	if err != nil {
-		return 0, err
-	}
-	return x.Compare(y), nil
-}
-
 // Tab is a tab connected to the event stream of a session, as GET …/tabs lists it.
 type Tab struct {
 	TabID  string

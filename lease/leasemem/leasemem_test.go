@@ -446,10 +446,3 @@ func TestTheClockIsReadOncePerCall(t *testing.T) {
 		t.Errorf("the clock was read %d times in 6 calls, want 6", reads)
 	}
 }
-
-// size is the number of entries, for tests.
-func (e *Engine) size() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.sessions)
-}

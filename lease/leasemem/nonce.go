@@ -74,13 +74,6 @@ func (s *NonceStore) forget(now time.Time) {
 	}
 }
 
-// size is the number of nonces remembered, for tests.
-func (s *NonceStore) size() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.used)
-}
-
 type nonceEntry struct {
 	nonce string
 	until time.Time
