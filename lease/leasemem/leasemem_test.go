@@ -245,7 +245,9 @@ func TestANewEngineDoesNotReissueEpochsOnceTheClockPassedThem(t *testing.T) {
 func TestReleaseAnswersARetryTheSameWay(t *testing.T) {
 	e, clock := newEngine(t)
 	a := mustAcquire(t, e, alice, "tab-a", 0, lease.ModeTry)
-	if !mustRelease(t, e, alice, "tab-a", a.Epoch) || !mustRelease(t, e, alice, "tab-a", a.Epoch) {
+	first := mustRelease(t, e, alice, "tab-a", a.Epoch)
+	retry := mustRelease(t, e, alice, "tab-a", a.Epoch)
+	if !first || !retry {
 		t.Fatal("release and its retry: want both released")
 	}
 	// Once the lease was granted again, the old release is history, even after that lease expired.

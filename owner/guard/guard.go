@@ -214,7 +214,7 @@ func (g *Guard) check(r *http.Request) (Claims, *Error) {
 		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", err)
 	}
 	if sub == "" || sid == "" {
-		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", errors.New("Target returned an empty sub or sid"))
+		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", errors.New("guard: Options.Target returned an empty sub or sid"))
 	}
 	if c.Subject != sub {
 		return Claims{}, notOwner(ReasonWrongUser, "The lease token belongs to another user.", nil)
