@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"strings"
 	"time"
 )
@@ -262,18 +261,4 @@ func (r RevokeRequest) Validate() error {
 		}
 	}
 	return nil
-}
-
-// ValidateReason checks the reason of a revoke: not blank, valid UTF-8, at most 200 characters,
-// all printable.
-func ValidateReason(s string) error {
-	if strings.TrimSpace(s) == "" {
-		return &InvalidError{Field: "reason", Reason: "is required: say why the lease is revoked"}
-	}
-	err := ValidateLabel(s)
-	var inv *InvalidError
-	if errors.As(err, &inv) {
-		return &InvalidError{Field: "reason", Reason: inv.Reason}
-	}
-	return err
 }
