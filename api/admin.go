@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -244,25 +242,6 @@ func (s *Server) adminGetLease(c echo.Context) error {
 	return c.JSON(http.StatusOK, adminLeaseView(l))
 }
 
-// validateReason checks the reason of a revoke: required, at most 200 printable characters.
-func validateReason(r *string) (string, error) {
-	if r == nil || strings.TrimSpace(*r) == "" {
-		return "", fieldError("reason", "is required: say why the lease is revoked")
-	}
-	switch {
-	case !utf8.ValidString(*r):
-		return "", fieldError("reason", "must be valid UTF-8")
-	case utf8.RuneCountInString(*r) > lease.MaxLabelLen:
-		return "", fieldError("reason", "must be at most 200 characters")
-	}
-	for _, c := range *r {
-		if !unicode.IsPrint(c) {
-			return "", fieldError("reason", "must contain only printable characters")
-		}
-	}
-	return *r, nil
-}
-
 func (s *Server) adminRevoke(c echo.Context) error {
 	key, err := adminKey(c)
 	if err != nil {
@@ -272,8 +251,11 @@ func (s *Server) adminRevoke(c echo.Context) error {
 	if err := decodeBody(c, &b); err != nil {
 		return err
 	}
-	reason, err := validateReason(b.Reason)
-	if err != nil {
+	var reason string // a missing reason is refused as a blank one
+	if b.Reason != nil {
+		reason = *b.Reason
+	}
+	if err := lease.ValidateReason(reason); err != nil {
 		return err
 	}
 	blockMs, _, err := intField("blockMs", b.BlockMs)

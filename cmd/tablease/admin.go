@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/tablease/tablease/lease"
 )
@@ -465,20 +464,15 @@ func (p Program) adminLease(ctx context.Context, args []string) (int, error) {
 	})
 }
 
-// validReason mirrors the server's rule, so that a bad reason is a usage error sent nowhere.
+// validReason checks the reason with the server's rule (lease.ValidateReason), so that a bad
+// reason is a usage error sent nowhere.
 func validReason(r string) error {
-	switch {
-	case strings.TrimSpace(r) == "":
-		return usagef("--reason is required: say why (the holder and the audit log see it)")
-	case !utf8.ValidString(r):
-		return usagef("--reason must be valid UTF-8")
-	case utf8.RuneCountInString(r) > lease.MaxLabelLen:
-		return usagef("--reason must be at most %d characters", lease.MaxLabelLen)
-	}
-	for _, c := range r {
-		if !unicode.IsPrint(c) {
-			return usagef("--reason must contain only printable characters")
+	if err := lease.ValidateReason(r); err != nil {
+		var ie *lease.InvalidError
+		if errors.As(err, &ie) {
+			return usagef("--reason %s", ie.Reason)
 		}
+		return usagef("--reason: %v", err)
 	}
 	return nil
 }
