@@ -185,7 +185,7 @@ func pageQuery(c echo.Context, ids ...string) (map[string]string, string, int, e
 // INVALID_ARGUMENT from the engine).
 func validateCursor(cursor string) error {
 	if len(cursor) > MaxCursorLen {
-		return fieldError("cursor", "must be at most 512 characters")
+		return fieldError("cursor", "must be at most "+strconv.Itoa(MaxCursorLen)+" characters")
 	}
 	for i := 0; i < len(cursor); i++ {
 		if c := cursor[i]; c <= ' ' || c > '~' {

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"encoding/base64"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -236,7 +237,7 @@ func pageLimit(limit int) (int, error) {
 	case limit == 0:
 		return DefaultPageLimit, nil
 	case limit < 0 || limit > MaxPageLimit:
-		return 0, &InvalidError{Field: "limit", Reason: "must be from 1 to 500, or 0 for the default"}
+		return 0, &InvalidError{Field: "limit", Reason: "must be from 1 to " + strconv.Itoa(MaxPageLimit) + ", or 0 for the default"}
 	}
 	return limit, nil
 }

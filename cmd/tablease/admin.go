@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -343,6 +344,9 @@ func validID(field, v string, required bool) error {
 	return nil
 }
 
+// limitUsage is the help of --limit.
+var limitUsage = fmt.Sprintf("page size, 1 to %d (default: the server's, %d)", lease.MaxPageLimit, lease.DefaultPageLimit)
+
 func pageParams(q url.Values, limit int, cursor string) error {
 	if limit != 0 {
 		if limit < 1 || limit > lease.MaxPageLimit {
@@ -351,8 +355,8 @@ func pageParams(q url.Values, limit int, cursor string) error {
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	if cursor != "" {
-		if len(cursor) > 512 {
-			return usagef("--cursor must be at most 512 characters (the nextCursor of an earlier page)")
+		if len(cursor) > api.MaxCursorLen {
+			return usagef("--cursor must be at most %d characters (the nextCursor of an earlier page)", api.MaxCursorLen)
 		}
 		q.Set("cursor", cursor)
 	}
@@ -362,7 +366,7 @@ func pageParams(q url.Values, limit int, cursor string) error {
 func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
 	fs, f := p.adminFlagSet("leases")
 	sub := fs.String("sub", "", "only this user's leases")
-	limit := fs.Int("limit", 0, "page size, 1 to 500 (default: the server's, 50)")
+	limit := fs.Int("limit", 0, limitUsage)
 	cursor := fs.String("cursor", "", "the nextCursor of the previous page")
 	if err := parse(fs, args); err != nil {
 		return 0, err
@@ -541,7 +545,7 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 	fs, f := p.adminFlagSet("audit")
 	sub := fs.String("sub", "", "only this user's records")
 	sid := fs.String("sid", "", "only this session's records (needs --sub)")
-	limit := fs.Int("limit", 0, "page size, 1 to 500 (default: the server's, 50)")
+	limit := fs.Int("limit", 0, limitUsage)
 	cursor := fs.String("cursor", "", "the nextCursor of the previous page")
 	if err := parse(fs, args); err != nil {
 		return 0, err
