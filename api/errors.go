@@ -88,8 +88,9 @@ func errInvalid(format string) *Error {
 	return &Error{Code: CodeInvalidArgument, Message: format}
 }
 
-// leaseErrors is the one table from domain errors to answers (STYLE §5). The details come from
-// the typed errors in errorFor.
+// leaseErrors is the one table from domain errors to answers: handlers return the errors of the
+// lease package as they are, and errorFor answers them from here. The details come from the typed
+// errors in errorFor.
 var leaseErrors = []struct {
 	target    error
 	code      string
