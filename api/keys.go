@@ -31,6 +31,3 @@ func ParsePublicKeysPEM(data []byte) ([]PublicKey, error) {
 	}
 	return out, nil
 }
-
-// Thumbprint is the RFC 7638 JWK thumbprint of key (SHA-256, base64url without padding).
-func Thumbprint(key crypto.PublicKey) (string, error) { return jwk.Thumbprint(key) }

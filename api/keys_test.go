@@ -9,6 +9,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"testing"
+
+	"github.com/tablease/tablease/internal/jwk"
 )
 
 func TestParsePublicKeysPEM(t *testing.T) {
@@ -28,7 +30,7 @@ func TestParsePublicKeysPEM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if edThumb, _ := Thumbprint(edPub); len(keys) != 3 || keys[1].KID != edThumb {
+	if edThumb, _ := jwk.Thumbprint(edPub); len(keys) != 3 || keys[1].KID != edThumb {
 		t.Fatalf("keys = %+v", keys)
 	}
 	if _, err := newAuthenticator(AuthConfig{PublicKeys: keys, Issuer: "i", Audience: "a"}); err != nil {

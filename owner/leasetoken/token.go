@@ -179,9 +179,6 @@ func NewSigner(keys *KeySet, issuer string) (*Signer, error) {
 	return &Signer{keys: keys, issuer: issuer}, nil
 }
 
-// Issuer is the iss of the tokens s signs.
-func (s *Signer) Issuer() string { return s.issuer }
-
 // Sign signs c with the active key. An empty Issuer is the signer's; another one is an error.
 // Times are written in whole seconds, truncated, so a token never outlives its lease.
 // Sub, sid and tab must be valid identifiers (lease.ValidateID), the epoch in [1, 2^53), and
