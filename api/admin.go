@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -132,16 +131,6 @@ func adminKey(c echo.Context) (lease.Key, error) {
 		return lease.Key{}, err
 	}
 	return key, nil
-}
-
-// pathParam is the decoded path parameter name; a malformed escape is left as it is, for
-// ValidateID to refuse.
-func pathParam(c echo.Context, name string) string {
-	v := c.Param(name)
-	if d, err := url.PathUnescape(v); err == nil {
-		return d
-	}
-	return v
 }
 
 // pageQuery reads the query parameters of a page request: the identifiers named in ids (absent

@@ -239,10 +239,3 @@ func catalogInvalid(err error) *Error {
 	}
 	return e
 }
-
-// storeError counts a store error of op.
-func (s *Server) storeError(op string, err error) {
-	if errors.Is(err, lease.ErrUnavailable) {
-		s.metrics.storeErrors.WithLabelValues(op).Inc()
-	}
-}

@@ -125,16 +125,16 @@ func TestCatalogByRoleAndRoute(t *testing.T) {
 		wantTools []string
 	}{
 		{"the owner on the list page gets the list's tools and every route-free mutation tool",
-			"?tabId=tab-a&route=/events", RoleOwner, []string{"get_event_details", "help", "save_event", "search_events"}},
+			"?tabId=tab-a&route=/events", "owner", []string{"get_event_details", "help", "save_event", "search_events"}},
 		{"the owner on a detail page gets the page's mutation tools",
-			"?tabId=tab-a&route=/events/evt-1", RoleOwner, []string{"delete_event", "get_event_details", "help", "rename_event", "save_event"}},
+			"?tabId=tab-a&route=/events/evt-1", "owner", []string{"delete_event", "get_event_details", "help", "rename_event", "save_event"}},
 		{"a viewer on a detail page gets only read-only tools",
-			"?tabId=tab-b&route=/events/evt-1", RoleViewer, []string{"get_event_details", "help"}},
+			"?tabId=tab-b&route=/events/evt-1", "viewer", []string{"get_event_details", "help"}},
 		{"a viewer on the list page gets only read-only tools",
-			"?tabId=tab-b&route=/events", RoleViewer, []string{"get_event_details", "help", "search_events"}},
-		{"a request without a tab is a viewer", "?route=/events", RoleViewer, []string{"get_event_details", "help", "search_events"}},
-		{"without a route only the tools without routes exist", "?tabId=tab-a", RoleOwner, []string{"help", "save_event"}},
-		{"a query and a trailing slash of the route are ignored", "?tabId=tab-b&route=/events/?q=go", RoleViewer, []string{"get_event_details", "help", "search_events"}},
+			"?tabId=tab-b&route=/events", "viewer", []string{"get_event_details", "help", "search_events"}},
+		{"a request without a tab is a viewer", "?route=/events", "viewer", []string{"get_event_details", "help", "search_events"}},
+		{"without a route only the tools without routes exist", "?tabId=tab-a", "owner", []string{"help", "save_event"}},
+		{"a query and a trailing slash of the route are ignored", "?tabId=tab-b&route=/events/?q=go", "viewer", []string{"get_event_details", "help", "search_events"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,9 +146,9 @@ func TestCatalogByRoleAndRoute(t *testing.T) {
 				t.Fatalf("tools %v, want %v (sorted by name)", got, tc.wantTools)
 			}
 			switch {
-			case a.Role == RoleOwner && (a.Epoch == nil || *a.Epoch != owner.Epoch):
+			case a.Role == "owner" && (a.Epoch == nil || *a.Epoch != owner.Epoch):
 				t.Fatalf("the owner's answer has epoch %v, want %d", a.Epoch, owner.Epoch)
-			case a.Role == RoleViewer && a.Epoch != nil:
+			case a.Role == "viewer" && a.Epoch != nil:
 				t.Fatalf("a viewer's answer has an epoch %d", *a.Epoch)
 			}
 			for _, tl := range a.Tools {
@@ -187,7 +187,7 @@ func TestAViewerNeverSeesAMutationTool(t *testing.T) {
 		// tab-b is a viewer, tab-z has never been seen, and a request without a tab is a viewer.
 		for _, tab := range []string{"tab-b", "tab-z", ""} {
 			a := h.catalogFor(alice, "doc-1", query(tab, route))
-			if a.Role != RoleViewer {
+			if a.Role != "viewer" {
 				t.Fatalf("tab %q on %q: role %q", tab, route, a.Role)
 			}
 			for _, tl := range a.Tools {
@@ -213,7 +213,7 @@ func TestAViewerNeverSeesAMutationTool(t *testing.T) {
 	}
 	// And after the lease expires, nobody is the owner.
 	h.clock.Advance(time.Minute)
-	if a := h.catalogFor(alice, "doc-1", "?tabId=tab-b&route=/events/evt-1"); a.Role != RoleViewer || slices.Contains(names(a.Tools), "rename_event") {
+	if a := h.catalogFor(alice, "doc-1", "?tabId=tab-b&route=/events/evt-1"); a.Role != "viewer" || slices.Contains(names(a.Tools), "rename_event") {
 		t.Fatalf("after expiry tab-b got %s %v", a.Role, names(a.Tools))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -209,4 +210,14 @@ func fieldError(field, reason string) *Error {
 	e := errInvalid(field + " " + reason)
 	e.Details = map[string]any{"field": field}
 	return e
+}
+
+// pathParam is the decoded path parameter name; a malformed escape is left as it is, for
+// ValidateID to refuse.
+func pathParam(c echo.Context, name string) string {
+	v := c.Param(name)
+	if d, err := url.PathUnescape(v); err == nil {
+		return d
+	}
+	return v
 }

@@ -242,3 +242,10 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// storeError counts a store error of op.
+func (s *Server) storeError(op string, err error) {
+	if errors.Is(err, lease.ErrUnavailable) {
+		s.metrics.storeErrors.WithLabelValues(op).Inc()
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner"
 )
 
 // maxTTLMs caps the ttlMs read from a request before it becomes a time.Duration (about 34 years:
@@ -16,12 +17,6 @@ const maxTTLMs = 1 << 40
 
 // timeLayout is RFC 3339 in UTC with milliseconds.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// Roles of a tab.
-const (
-	RoleOwner  = "owner"
-	RoleViewer = "viewer"
-)
 
 // leaseJSON is the lease object of DESIGN §3.
 type leaseJSON struct {
@@ -111,10 +106,7 @@ func leaseView(l lease.Lease, tabID string) *leaseJSON {
 		out.Holder = holderView(l.Holder)
 	}
 	if tabID != "" {
-		out.Role = RoleViewer
-		if l.Held && l.Holder.TabID == tabID && l.Remaining() > 0 {
-			out.Role = RoleOwner
-		}
+		out.Role = string(owner.RoleFor(l, tabID))
 	}
 	return out
 }

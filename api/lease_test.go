@@ -15,7 +15,7 @@ func TestLeaseLifecycle(t *testing.T) {
 
 	// Tab A acquires a free lease and becomes the owner.
 	a := readLease(t, h.post(p, alice, `{"tabId":"tab-a","label":"Events — /events/evt-1"}`))
-	if !a.Held || a.Role == nil || *a.Role != RoleOwner || a.Epoch <= 0 || a.Epoch >= 1<<53 {
+	if !a.Held || a.Role == nil || *a.Role != "owner" || a.Epoch <= 0 || a.Epoch >= 1<<53 {
 		t.Fatalf("acquire answered %+v, want held by the owner with an epoch in [1, 2^53)", a)
 	}
 	if a.SessionID != "doc-42" || a.Holder == nil || a.Holder.TabID != "tab-a" || a.Holder.Label != "Events — /events/evt-1" || a.Holder.Hidden {
@@ -50,13 +50,13 @@ func TestLeaseLifecycle(t *testing.T) {
 	// Tab A renews later with a hidden tab's longer TTL.
 	h.clock.Advance(10 * time.Second)
 	r := readLease(t, h.post(p+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d,"ttlMs":150000,"hidden":true}`, a.Epoch)))
-	if r.Epoch != a.Epoch || r.TTLMs != 150000 || r.RemainingMs != 150000 || r.RenewAfterMs != 50000 || !r.Holder.Hidden || *r.Role != RoleOwner {
+	if r.Epoch != a.Epoch || r.TTLMs != 150000 || r.RemainingMs != 150000 || r.RenewAfterMs != 50000 || !r.Holder.Hidden || *r.Role != "owner" {
 		t.Fatalf("renew answered %+v", r)
 	}
 
 	// Tab B takes over with a new epoch.
 	b := readLease(t, h.post(p, alice, `{"tabId":"tab-b","mode":"takeover"}`))
-	if b.Epoch <= a.Epoch || b.Holder.TabID != "tab-b" || *b.Role != RoleOwner || b.Transitions != 2 {
+	if b.Epoch <= a.Epoch || b.Holder.TabID != "tab-b" || *b.Role != "owner" || b.Transitions != 2 {
 		t.Fatalf("takeover answered %+v after epoch %d", b, a.Epoch)
 	}
 
@@ -72,10 +72,10 @@ func TestLeaseLifecycle(t *testing.T) {
 	if g.Role != nil || g.Epoch != b.Epoch || !g.Held {
 		t.Fatalf("get without tabId answered %+v", g)
 	}
-	if g := readLease(t, h.get(p+"?tabId=tab-a", alice)); g.Role == nil || *g.Role != RoleViewer {
+	if g := readLease(t, h.get(p+"?tabId=tab-a", alice)); g.Role == nil || *g.Role != "viewer" {
 		t.Fatalf("get for tab-a answered role %v, want viewer", g.Role)
 	}
-	if g := readLease(t, h.get(p+"?tabId=tab-b", alice)); g.Role == nil || *g.Role != RoleOwner {
+	if g := readLease(t, h.get(p+"?tabId=tab-b", alice)); g.Role == nil || *g.Role != "owner" {
 		t.Fatalf("get for tab-b answered role %v, want owner", g.Role)
 	}
 
@@ -89,7 +89,7 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatalf("check by the holder: %d %s", rec.Code, rec.Body)
 	}
 	decodeStrict(t, rec, &ok)
-	if !ok.Valid || ok.Lease.Epoch != b.Epoch || *ok.Lease.Role != RoleOwner {
+	if !ok.Valid || ok.Lease.Epoch != b.Epoch || *ok.Lease.Role != "owner" {
 		t.Fatalf("check answered %+v", ok)
 	}
 	wantError(t, h.post(p+"/check", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, a.Epoch)), http.StatusConflict, CodeLeaseLost)
@@ -112,7 +112,7 @@ func TestLeaseLifecycle(t *testing.T) {
 
 	// Free: held false, holder null, the last epoch.
 	f := readLease(t, h.get(p+"?tabId=tab-b", alice))
-	if f.Held || f.Holder != nil || f.Epoch != b.Epoch || f.RemainingMs != 0 || *f.Role != RoleViewer {
+	if f.Held || f.Holder != nil || f.Epoch != b.Epoch || f.RemainingMs != 0 || *f.Role != "viewer" {
 		t.Fatalf("get after release answered %+v", f)
 	}
 	e = wantError(t, h.post(p+"/check", alice, fmt.Sprintf(`{"tabId":"tab-b","epoch":%d}`, b.Epoch)), http.StatusConflict, CodeLeaseLost)
@@ -152,7 +152,7 @@ func TestLeaseAnswers(t *testing.T) {
 		l := readLease(t, h.post(leasePath("expire"), alice, `{"tabId":"t1","ttlMs":1000}`))
 		h.clock.Advance(2 * time.Second)
 		wantError(t, h.post(leasePath("expire")+"/renew", alice, fmt.Sprintf(`{"tabId":"t1","epoch":%d}`, l.Epoch)), http.StatusConflict, CodeLeaseLost)
-		if g := readLease(t, h.get(leasePath("expire")+"?tabId=t1", alice)); g.Held || *g.Role != RoleViewer {
+		if g := readLease(t, h.get(leasePath("expire")+"?tabId=t1", alice)); g.Held || *g.Role != "viewer" {
 			t.Fatalf("expired lease answered %+v", g)
 		}
 	})

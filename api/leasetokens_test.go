@@ -150,7 +150,7 @@ func TestCheckByToken(t *testing.T) {
 			t.Fatalf("check: %d %s", rec.Code, rec.Body)
 		}
 		decodeStrict(t, rec, &c)
-		if !c.Valid || c.Lease.Epoch != a.Epoch || c.Lease.Role == nil || *c.Lease.Role != RoleOwner || c.Lease.Token != nil {
+		if !c.Valid || c.Lease.Epoch != a.Epoch || c.Lease.Role == nil || *c.Lease.Role != "owner" || c.Lease.Token != nil {
 			t.Fatalf("check answered %+v", c)
 		}
 	})
