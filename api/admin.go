@@ -26,88 +26,9 @@ const DefaultMaxBlock = time.Hour
 // MaxCursorLen bounds the cursor of a page request.
 const MaxCursorLen = 512
 
-// adminLeaseJSON is a lease as admins see it: the lease object of DESIGN §3 with the user it
-// belongs to, and never a lease token or a role.
-type adminLeaseJSON struct {
-	Sub string `json:"sub"`
-	*leaseJSON
-}
-
-func adminLeaseView(l lease.Lease) adminLeaseJSON {
-	return adminLeaseJSON{Sub: l.Key.User, leaseJSON: leaseView(l, "")}
-}
-
-type adminLeasePageJSON struct {
-	Leases     []adminLeaseJSON `json:"leases"`
-	NextCursor *string          `json:"nextCursor"` // null on the last page
-}
-
-// adminPreviousJSON names the holder before a change.
-type adminPreviousJSON struct {
-	TabID string `json:"tabId"`
-	Epoch int64  `json:"epoch"`
-}
-
-func adminPreviousView(p *lease.Previous) *adminPreviousJSON {
-	if p == nil {
-		return nil
-	}
-	return &adminPreviousJSON{TabID: p.TabID, Epoch: p.Epoch}
-}
-
 type revokeBody struct {
 	Reason  *string         `json:"reason"`
 	BlockMs json.RawMessage `json:"blockMs"`
-}
-
-type revokeJSON struct {
-	Revoked bool `json:"revoked"`
-	// Epoch is the epoch the revoke minted when revoked, the last epoch otherwise.
-	Epoch        int64              `json:"epoch"`
-	BlockedUntil *string            `json:"blockedUntil"` // null when nothing is blocked
-	Previous     *adminPreviousJSON `json:"previous"`     // null when the lease was free
-}
-
-type auditRecordJSON struct {
-	ID        string             `json:"id"`
-	At        *string            `json:"at"`
-	Sub       string             `json:"sub"`
-	SessionID string             `json:"sessionId"`
-	Action    string             `json:"action"`
-	Epoch     int64              `json:"epoch"`
-	TabID     *string            `json:"tabId"` // the acting tab: grant, takeover, handoff, release
-	Admin     *string            `json:"admin"` // the acting admin: revoke, block
-	Previous  *adminPreviousJSON `json:"previous"`
-	Reason    *string            `json:"reason"`
-	Until     *string            `json:"until"` // the end of a block
-}
-
-type auditPageJSON struct {
-	Records    []auditRecordJSON `json:"records"`
-	NextCursor *string           `json:"nextCursor"`
-}
-
-func optString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func auditRecordView(r lease.AuditRecord) auditRecordJSON {
-	return auditRecordJSON{
-		ID:        r.ID,
-		At:        timeView(r.At),
-		Sub:       r.Key.User,
-		SessionID: r.Key.Session,
-		Action:    string(r.Action),
-		Epoch:     r.Epoch,
-		TabID:     optString(r.TabID),
-		Admin:     optString(r.Admin),
-		Previous:  adminPreviousView(r.Previous),
-		Reason:    optString(r.Reason),
-		Until:     timeView(r.Until),
-	}
 }
 
 // registerAdmin adds the admin lease routes to v1, each behind mw (authentication, rate limit,

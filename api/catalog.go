@@ -21,14 +21,6 @@ import (
 // MaxCatalogBytes bounds the body of PUT /v1/admin/catalog (1 MiB, the size of a stored document).
 const MaxCatalogBytes = lease.MaxDocumentSize
 
-// catalogViewJSON is the answer of GET /v1/sessions/{sid}/catalog.
-type catalogViewJSON struct {
-	Role    owner.Role     `json:"role"`
-	Epoch   *int64         `json:"epoch,omitempty"` // only for the owner
-	Version string         `json:"version"`
-	Tools   []catalog.Tool `json:"tools"`
-}
-
 // sessionCatalog answers GET /v1/sessions/{sid}/catalog?tabId=&route=: the tools the tab may
 // register for its role on its route. Without tabId the caller is a viewer.
 func (s *Server) sessionCatalog(c echo.Context) error {

@@ -8,108 +8,11 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tablease/tablease/lease"
-	"github.com/tablease/tablease/owner"
 )
 
 // maxTTLMs caps the ttlMs read from a request before it becomes a time.Duration (about 34 years:
 // no overflow). The engine clamps it to the configured bounds anyway.
 const maxTTLMs = 1 << 40
-
-// timeLayout is RFC 3339 in UTC with milliseconds.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// leaseJSON is the lease object of DESIGN §3.
-type leaseJSON struct {
-	SessionID    string      `json:"sessionId"`
-	Held         bool        `json:"held"`
-	Holder       *holderJSON `json:"holder"`    // null when free
-	Epoch        int64       `json:"epoch"`     // the last epoch when free; 0 when never granted
-	GrantedAt    *string     `json:"grantedAt"` // null when never granted
-	ExpiresAt    *string     `json:"expiresAt"` // null when never granted
-	TTLMs        int64       `json:"ttlMs"`
-	RemainingMs  int64       `json:"remainingMs"`
-	RenewAfterMs int64       `json:"renewAfterMs"`
-	Transitions  int64       `json:"transitions"`
-	Role         string      `json:"role,omitempty"` // only when the request named a tabId
-	// Handoff is the handoff in progress: requested (the holder was asked to let go) or reserved
-	// (the lease is free and kept for the requester); absent when there is none.
-	Handoff *handoffJSON `json:"handoff,omitempty"`
-	// BlockedUntil is when an admin's block of the session ends (grants are refused with
-	// SESSION_BLOCKED until then); null when no block is in force.
-	BlockedUntil *string `json:"blockedUntil"`
-	// Token is the lease token, only in answers to the holder (acquire, renew).
-	Token string `json:"token,omitempty"`
-}
-
-type holderJSON struct {
-	TabID  string `json:"tabId"`
-	Label  string `json:"label"`
-	Hidden bool   `json:"hidden"`
-}
-
-type handoffJSON struct {
-	State       string      `json:"state"` // "requested" or "reserved"
-	Requester   *holderJSON `json:"requester"`
-	Until       *string     `json:"until"`
-	RemainingMs int64       `json:"remainingMs"`
-}
-
-// handoffView renders the handoff of l as of l.Now; nil when none is in progress.
-func handoffView(l lease.Lease) *handoffJSON {
-	h := l.Handoff
-	if h == nil || !h.Until.After(l.Now) {
-		return nil
-	}
-	state := "requested"
-	if h.Reserved {
-		state = "reserved"
-	}
-	return &handoffJSON{State: state, Requester: holderView(h.Requester), Until: timeView(h.Until), RemainingMs: h.Until.Sub(l.Now).Milliseconds()}
-}
-
-// blockedUntilView renders the end of the block of l as of l.Now; nil when none is in force.
-func blockedUntilView(l lease.Lease) *string {
-	if !l.BlockedUntil.After(l.Now) {
-		return nil
-	}
-	return timeView(l.BlockedUntil)
-}
-
-func holderView(h lease.Holder) *holderJSON {
-	return &holderJSON{TabID: h.TabID, Label: h.Label, Hidden: h.Hidden}
-}
-
-func timeView(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(timeLayout)
-	return &s
-}
-
-// leaseView renders l; tabID, when not empty, adds the role of that tab.
-func leaseView(l lease.Lease, tabID string) *leaseJSON {
-	out := &leaseJSON{
-		SessionID:    l.Key.Session,
-		Held:         l.Held,
-		Epoch:        l.Epoch,
-		GrantedAt:    timeView(l.GrantedAt),
-		ExpiresAt:    timeView(l.ExpiresAt),
-		TTLMs:        l.TTL.Milliseconds(),
-		RemainingMs:  l.Remaining().Milliseconds(),
-		RenewAfterMs: lease.RenewAfter(l.TTL).Milliseconds(),
-		Transitions:  l.Transitions,
-		Handoff:      handoffView(l),
-		BlockedUntil: blockedUntilView(l),
-	}
-	if l.Held {
-		out.Holder = holderView(l.Holder)
-	}
-	if tabID != "" {
-		out.Role = string(owner.RoleFor(l, tabID))
-	}
-	return out
-}
 
 // Request bodies. Numbers are read as raw JSON so that fractions and out-of-range values are
 // refused by intField rather than silently truncated.
@@ -295,11 +198,6 @@ func (s *Server) get(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, leaseView(l, tabID))
-}
-
-type checkJSON struct {
-	Valid bool       `json:"valid"`
-	Lease *leaseJSON `json:"lease"`
 }
 
 func (s *Server) check(c echo.Context) error {
