@@ -197,6 +197,12 @@ const DefaultWatchBuffer = 16
 // Feed is the event side of an engine: the changes of a session as they happen, after what the
 // caller has already seen. Engines that implement it pass the events part of leasetest.Run.
 //
+// Every change of a session's state (its lease, or the tabs present on it) produces its events in
+// the same atomic step that makes the change: there is no change without its event and no event
+// without its change. The step appends the events to a bounded per-session log, where each gets an
+// id that strictly increases per session (EventID), and hands them to the session's watchers. The
+// methods of Engine are unchanged by this: events are their side effect.
+//
 // What each step appends to the session's log, in this order within the step:
 //
 //   - Acquire, Renew, Release, Get, Check, Watch, Admin.Revoke and the expiry timer first append
@@ -220,9 +226,12 @@ const DefaultWatchBuffer = 16
 //   - Join: EventTabJoined when the tab was not listed. Leave: EventTabLeft when it removes the
 //     tab's last entry.
 //
-// The expiry timer of an engine runs at least for the sessions the engine has watchers for, and
-// announces each expiry (of the lease, and of presence entries) within a second of it, with no call
-// needed.
+// An expiry changes the state without a call, so it is announced by whoever sees it first: the
+// engine's expiry timer, which runs at least for the sessions the engine has watchers for and
+// announces each expiry (of the lease, and of presence entries) within a second of it with no call
+// needed, or any call that touches the session, before its own event. The step that announces an
+// expiry marks the epoch whose end it announced, so every expiry is announced exactly once,
+// however many instances share the store.
 type Feed interface {
 	// Watch starts watching the session key, in one atomic step that reads the state and the
 	// position of the session's log and registers the watch, so that nothing happens between the

@@ -1,42 +1,16 @@
 // Package lease is the domain of tablease: fenced, expiring leases that give one browser tab the
-// right to mutate within an agent session.
+// right to mutate within an agent session, the Engine interface that stores them, and their
+// errors and events. It imports only the standard library; leasemem and leaseredis are the
+// engines, and leasetest the conformance suite both pass.
 //
-// # Time model
+// Time model: every decision about a lease (is it held, has it expired, which epoch comes next) is
+// taken with the store's clock, inside the atomic step that makes the change; callers never supply
+// the time. A Lease carries Now, the store time it was read at, so Remaining is exact for that
+// answer: clients count Remaining down on their own monotonic clock rather than compare ExpiresAt
+// with their wall clock.
 //
-// Every decision about a lease (is it held, has it expired, which epoch comes next) is taken with
-// the store's clock: Redis answers redis.call('TIME') inside the script that makes the change, and
-// the memory engine reads its injected clock inside the critical section that makes the change.
-// Callers never supply the time. A Lease carries Now, the store time at which it was read, so
-// Remaining is exact for that answer; clients should count down Remaining on their own monotonic
-// clock rather than compare ExpiresAt with their wall clock.
-//
-// # Epochs
-//
-// Epoch is the fencing token. It strictly increases per (user, session) with every new grant and is
-// floored at the store's clock in microseconds: next = max(last+1, now_us). A store that lost its
-// data therefore cannot hand out an epoch it handed out before, unless its clock stepped back
-// further than the time since the loss. Epochs stay below 2^53 so that JavaScript reads them
-// exactly.
-//
-// # Events
-//
-// Every change of a session's state (its lease, or the tabs present on its event stream) produces
-// its events in the same atomic step that makes the change: one Lua script in Redis, one critical
-// section in memory. There is no change without its event and no event without its change. The
-// step appends the events to a bounded per-session log, where each gets an id that strictly
-// increases per session (EventID), and hands them to the session's watchers. The methods of Engine
-// are unchanged by this: events are their side effect, observed through the Feed and Presence
-// interfaces that engines implement beside Engine. Feed documents which call produces which
-// event.
-//
-// An expiry changes the state without a call, so it is announced by whoever sees it first: the
-// engine's expiry timer for sessions that have watchers (within a second, with no call needed), or
-// any call that touches the session, before its own event. The step that announces an expiry marks
-// the epoch whose end it announced, so every expiry is announced exactly once, however many
-// instances share the store.
-//
-// This package imports only the standard library; engines live in leasemem and leaseredis, and the
-// conformance suite that both must pass lives in leasetest.
+// Epochs: see NextEpoch. Events: see Feed. Handoff: see ModeHandoff. How the engines keep these
+// rules: docs/engines.md.
 package lease
 
 import (
@@ -231,9 +205,13 @@ type ReleaseResult struct {
 // is an *UnavailableError (ErrUnavailable) and never a decision about the lease.
 type Engine interface {
 	// Acquire grants the lease to req.Holder, or fails with *HeldError (ErrHeld) when another tab
-	// holds it and the mode does not allow taking it, with *RetryError matching ErrBlocked while an
-	// admin's block lasts (see Admin.Revoke), and with *RetryError matching ErrHandoffPending when
-	// a handoff is requested or the lease is reserved for another tab (see ModeHandoff).
+	// holds it and the mode does not allow taking it. A new grant (the lease is free, expired or
+	// released, or a takeover from another tab) gets NextEpoch; the holder acquiring again, in any
+	// mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now
+	// by the clamped TTL, so a retried acquire never mints a second epoch. It fails with
+	// *RetryError matching ErrBlocked while an admin's block lasts (see Admin.Revoke), and with
+	// *RetryError matching ErrHandoffPending when a handoff is requested or the lease is reserved
+	// for another tab (see ModeHandoff).
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Renew extends the lease from now by the clamped TTL and records the hidden flag. It fails
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not

@@ -1,63 +1,9 @@
 // Package leasemem is the in-memory lease.Engine: the embedded default when no Redis is
-// configured (one tablease instance; tests and `tablease serve --dev`). It has the semantics of
-// every engine and passes the same conformance suite, leasetest.Run.
+// configured (one tablease instance; tests and `tablease serve --dev`). It implements lease.Feed,
+// lease.Presence, lease.Admin and lease.ModeHandoff too, each call as one critical section that
+// reads the injected clock, and forgets sessions that have been idle for IdleRetention.
 //
-// # Atomicity and time
-//
-// Every call is one critical section under Engine.mu: the engine reads its injected clock
-// (Options.Now) inside that section, decides, and writes, so the decision and the time it was taken
-// at cannot be separated. Times are truncated to whole microseconds and stripped of Go's monotonic
-// reading, like the TIME of Redis, so that both engines answer with times of the same shape and an
-// epoch granted at t is never below t in microseconds. A lease whose ExpiresAt is at or before the
-// clock is not held.
-//
-// # Losing data
-//
-// Memory loses everything when the process restarts. A new Engine built with the same clock is
-// exactly that, and is how the conformance suite simulates the loss. Epochs survive it because they
-// are floored at the clock: the first grant of a new Engine is at least now in microseconds, above
-// every epoch granted before unless the clock stepped back.
-//
-// # Events
-//
-// The engine implements lease.Feed and lease.Presence (and lease.Admin, see admin.go, and
-// lease.ModeHandoff, see handoff.go). Each critical section that changes a session appends its
-// events to the session's log (a ring of Options.EventLogLen events), and its audit records to the
-// user's audit log, and hands the events to the session's watchers before it ends, so events and
-// changes cannot be told apart by any caller. Event ids are lease.NextEventID of the session's
-// last id and the engine clock.
-//
-// The expiry timer is one goroutine per engine that runs while some session has watchers or
-// presence entries (the live sessions), and stops when none has. It wakes at the earliest expiry
-// among the live sessions, as told by the engine clock, and at least every
-// Options.ExpiryCheckInterval of real time (which is what moves it along when the engine clock is a
-// fake one that tests advance), and announces what expired in one critical section. Every call
-// that touches a session announces what expired first too, so an expiry is announced by whichever
-// comes first, once: the entry remembers the epoch whose end it announced.
-//
-// # Bounded memory
-//
-// A session's entry holds its last epoch, its transition count, the tab and epoch of its last
-// release, its event log (at most EventLogLen events), its watchers (each buffering at most
-// WatchBuffer events) and its presence entries (each expiring unless refreshed). Entries of
-// sessions that have no watchers and no presence entries, whose lease has been free (released or
-// expired) for longer than IdleRetention and whose last event is older than that, are deleted by a
-// sweep that runs, at most once per SweepInterval of engine time, inside a writing call (Acquire,
-// Renew, Release or Revoke). Acquire, Watch and Join create entries (and a Revoke that blocks or
-// has a RequestID), so memory is bounded by the sessions that held a lease, were watched or had
-// tabs present in the last IdleRetention. Deleting an entry
-// is safe for fencing because the sweep only deletes entries whose last epoch is below the clock in
-// microseconds: a later grant in that session gets an epoch above it. What is forgotten is the
-// history: Get of a pruned session answers epoch 0 and no transitions, like a session that never
-// had a lease, a release retried after the prune answers Released false, and a watch that resumes
-// after the prune starts from a snapshot.
-//
-// The sweep keeps the entry of a session while an admin's block of it is in force, for
-// lease.RevokeRetryWindow after its last revoke with a RequestID, and while a handoff request or
-// reservation of it lasts. The audit log is kept apart from the entries, so pruning a session keeps
-// its records, and the sweep announces an expiry nobody announced before it deletes the entry, so
-// that the expiry is recorded; each user's log is bounded by Options.AuditMaxRecords and
-// Options.AuditRetention, and the sweep forgets the logs it emptied.
+// Atomicity, losing data, the expiry timer and bounded memory: docs/engines.md.
 package leasemem
 
 import (
@@ -145,7 +91,7 @@ type Engine struct {
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
 	// sessions maps a key to its state. An entry exists from the first Acquire of the key until the
-	// sweep deletes it (see the package comment).
+	// sweep deletes it (see sweep).
 	sessions map[lease.Key]*entry
 	// peak is the largest len(sessions) since the map was last allocated; the sweep reallocates the
 	// map when it has shrunk well below it, since Go maps never give back their buckets.
@@ -263,10 +209,7 @@ func New(opts Options) (*Engine, error) {
 
 var _ lease.Engine = (*Engine)(nil)
 
-// Acquire implements lease.Engine, lease.ModeHandoff included. A new grant (the lease is free or
-// expired, or a takeover from another tab) gets lease.NextEpoch; the holder acquiring again, in any
-// mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now by
-// the clamped TTL.
+// Acquire implements lease.Engine.Acquire, lease.ModeHandoff included.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
 	mode, err := req.Validate()
 	if err != nil {

@@ -14,28 +14,19 @@
 -- lease, with the end of the block as until_us, while an admin's block lasts (block_until_us, see
 -- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53.
 --
--- The holder acquiring again, in any mode, keeps its epoch and gets its lease extended: so a
--- retried call (go-redis resends a command whose answer was lost) never mints a second epoch.
--- Every other grant (free, expired, released, or a takeover) gets max(last+1, now_us).
+-- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch,
+-- so a call go-redis resends after losing its answer never mints a second one).
 --
--- Handoff (lease.ModeHandoff states the contract), in this order after the holder's own acquire:
---   - mode handoff by another tab than the holder: with a request pending (pending_handoff, by
---     this tab or any other), "PENDING" until the request lapses, and nothing changes; otherwise a
---     new request (the ho_* fields, see state.lua) until now + ARGV[10], "handoff_requested", and
---     "PENDING" until then. So a retried request changes nothing and emits nothing.
---   - mode try by another tab than the holder: "HELD"; mode takeover: taken over (below).
---   - a free lease reserved for the requester (reservation): the requester's acquire, in any mode,
---     is granted and claims it; another tab's in mode takeover is an ordinary grant; another tab's
---     in mode try or handoff is "PENDING" until the reservation ends.
--- Every grant deletes the handoff fields (clear_handoff), whatever they held.
+-- Handoff: see lease.ModeHandoff. After the holder's own acquire, this script checks, for a lease
+-- another tab holds: in mode handoff, a request pending (pending_handoff) answers "PENDING" and
+-- changes nothing, else a new request (the ho_* fields, see state.lua) is written until now +
+-- ARGV[10]; mode try is "HELD", mode takeover takes over. For a free lease that is reserved
+-- (reservation): its requester's acquire, in any mode, claims it; another tab's in mode try or
+-- handoff is "PENDING". Every grant deletes the handoff fields (clear_handoff), whatever they held.
 --
--- Events: what settle announces; then "granted" for a grant of a free session (with prev, the tab
--- that handed the lease over, and reason "handoff" when it claims a reservation), "taken_over" for
--- a takeover of another tab's lease, "handoff_requested" (the holder's lease, and the requester)
--- for a new handoff request, "updated" when the holder changed its label or hidden flag, and
--- nothing otherwise (a refused acquire included, a repeated handoff request too).
--- Audit: "grant" for a grant of a free session, "handoff" for the grant that claims a reservation
--- (ptab and pep: the tab that handed the lease over), "takeover" for a takeover, nothing otherwise.
+-- Events: what settle announces, then those lease.Feed lists for Acquire. Audit: "grant" for a
+-- grant of a free session, "handoff" for the grant that claims a reservation (ptab and pep: the
+-- tab that handed the lease over), "takeover" for a takeover, nothing otherwise.
 -- Index: every "OK" lists the session in the user's index of held leases (a no-op unless it is a
 -- grant). The engine adds the user to the prefix's users index before it runs this script.
 

@@ -1,119 +1,10 @@
-// Package leaseredis is the Redis lease.Engine, on a go-redis v9 UniversalClient: standalone,
-// Sentinel or Cluster. Several tablease instances may share one Redis. It implements lease.Feed
-// and lease.Presence too, so events cross instances, lease.Admin (see admin.go), and
-// lease.ModeHandoff (see Handoff below).
+// Package leaseredis is the Redis lease.Engine, on a go-redis v9 UniversalClient (standalone,
+// Sentinel or Cluster), for several tablease instances sharing one Redis. It implements
+// lease.Feed, lease.Presence, lease.Admin and lease.ModeHandoff too, each call as one Lua script
+// that takes the time from redis.call('TIME'). Redis must run with maxmemory-policy noeviction
+// (see Engine.EvictionPolicy).
 //
-// # Keys
-//
-// A session has four keys, and its user two more, all under the hash tag of the user:
-//
-//	<prefix>:{<sub>}:lease:<sessionId>     the state hash; never expires
-//	<prefix>:{<sub>}:events:<sessionId>    the event log, a stream; expires EventLogTTL after its last event
-//	<prefix>:{<sub>}:tabs:<sessionId>      presence, a sorted set: connection → expiry
-//	<prefix>:{<sub>}:tabinfo:<sessionId>   presence, a hash: connection → tab details
-//	<prefix>:{<sub>}:sessions              the user's index of held leases, a sorted set (all scores 0)
-//	<prefix>:{<sub>}:audit                 the user's audit log, a stream; expires AuditRetention after its last record
-//
-// and the prefix has one key of its own, outside every hash tag:
-//
-//	<prefix>:users                         the users index, a sorted set (all scores 0); never expires
-//
-// The braces are the hash tag: every key of a user (each session's keys, and the per-user index
-// and log that scripts keep in step with them) lands on one Cluster slot, so one script may touch
-// them all without a CROSSSLOT error. Keys are built only from validated identifiers, which cannot
-// contain '{', '}' or '/': the user ends at the brace, the session follows a fixed word, and
-// nothing a caller sends can move the hash tag. Every session script is given the six keys of its
-// session and user in KEYS, in that order (state.lua describes them and the fields of the hash).
-// The users index is never a key of a script: Acquire and Admin.Revoke add the user to it with a
-// ZADD of its own before their script (see admin.go). The state hash is never deleted or given a
-// TTL: it holds the epoch counter (DESIGN §2), the expiry marker, the id of the last event, an
-// admin's block and last revoke, and the handoff in progress. Its size is a few hundred bytes per session that ever held a
-// lease, had a tab present or was blocked. The log holds at least EventLogLen events (XADD MAXLEN
-// ~), and the presence keys expire PresenceTTL plus EventLogTTL after the last join, so that they
-// are never lost while the log that would tell of them lives. The index of a user holds its held
-// leases (and those that expired since the last listing, see admin.lua), the audit log about
-// AuditMaxRecords records (XADD MAXLEN ~) of the last AuditRetention, and the users index one
-// short entry per user that ever acquired or was revoked.
-//
-// # Time and atomicity
-//
-// Every call is one Lua script (acquire.lua, renew.lua, release.lua, check.lua, get.lua, watch.lua,
-// join.lua, leave.lua, tabs.lua, revoke.lua, and settle.lua for the expiry timer) that reads the
-// store clock with redis.call('TIME'), settles what expired, decides, writes the state and appends
-// its events and audit records, in that order: the caller's clock is never used. The admin reads
-// are leases.lua and audit.lua, on keys of one user, a script per user. Reading TIME before writing needs effects
-// replication, the only mode of Redis 7 and the default since Redis 5. Scripts run with EVALSHA,
-// falling back to EVAL when the server does not know them (after a restart). Every writing script
-// is idempotent under the retries of go-redis, events and audit records included: a retried
-// acquire or takeover finds its tab holding and keeps the epoch (no second event or record), a
-// retried handoff request finds its request pending and changes nothing, a retried claim of a
-// handoff finds its tab holding, a retried release finds the release it repeats (and the
-// reservation it made), a retried renew extends again, and a retried revoke with a request id
-// finds the revoke it repeats.
-//
-// # Events
-//
-// The script that changes a session appends the change's events to the session's log (one stream
-// entry each, ids by the rule of lease.NextEventID, see events.lua) and PUBLISHes each on the one
-// channel of the prefix, <prefix>:events, with the user, session and id: there is no change without
-// its event and no event without its change. The same script tells, in each message, the
-// session's next deadline (the lease's expiry, or the earliest presence entry's), and publishes that
-// alone (a hint, in no log) when it brings the deadline earlier without an event.
-//
-// Each engine has one subscription to that channel, made on its first Watch (client.Subscribe: one
-// Pub/Sub connection per engine, never one per watch), and one goroutine that reads it and hands
-// each event to the local watches of its session, without blocking (a watch whose buffer is full
-// ends with lease.ErrResync). Watch registers the watch before watch.lua reads the lease, the tabs,
-// the log's position and the events to replay in one step; the events that arrive meanwhile are
-// held, and those at or before the position dropped, so nothing is lost or delivered twice between
-// the replay and the live events. go-redis re-subscribes after a reconnect; messages published in
-// between are lost, so every re-subscription ends every local watch with lease.ErrResync: the
-// caller watches again with its last id, and the log replays what it missed or a snapshot starts
-// it over.
-//
-// # Expiry
-//
-// A lease expires without a call. Every session script first announces an expiry that was not
-// announced yet (an "expired" event and an "expire" audit record, once per epoch: the state hash's
-// ended_epoch marks the epoch whose end was announced, and a release or revoke marks its own), and
-// presence entries that expired ("left" with lease.ReasonTimeout), then does its own work. For the sessions it has watchers for, an
-// engine also keeps a timer at the session's next deadline, learned from the watch script, from
-// the messages of the channel and from settle.lua itself, which announces what expired and answers
-// the next deadline; so an expiry is announced within a second of it (in milliseconds, given the
-// store answers) even when no request touches the session, and exactly once however many instances
-// run the timer. Timers exist only for watched sessions and stop with their last watch. Presence
-// entries live PresenceTTL: the instance holding a connection refreshes its entry by calling Join
-// again (the SSE layer does, every third of the TTL).
-//
-// # Handoff
-//
-// The engine has the semantics of lease.ModeHandoff, those of the memory engine. A handoff lives in
-// the ho_* fields of the state hash (see state.lua): the requester, the holder asked to let go (tab
-// and epoch, kept because a release removes the holder while the claim's event and audit record
-// name it), the deadline, whether it is still a request or already a reservation, and the reserve
-// window. acquire.lua makes the request (a "handoff_requested" event) and answers "PENDING" with the
-// deadline, which Acquire turns into a *lease.RetryError of lease.ErrHandoffPending; the script that
-// ends the lease turns a pending request into a reservation (release.lua from the release time, and
-// settle_lease, in every script, from the lease's expires_us, however late the expiry is announced)
-// and names the requester on its "released" or "expired" event; the requester's grant claims it
-// ("granted" with prev and reason "handoff", an audit record "handoff"); every grant and every
-// revoke delete the fields. A lapsed request or an ended reservation counts as none wherever it is
-// read, so a lapse needs no timer and no write. The handoff timeout (Options.HandoffTimeout) is an
-// argument of acquire.lua; so is the reserve window (Options.HandoffReserve), which is stored with
-// the request, because the expiry that reserves may be announced by any script of any instance (the
-// settle timer, a join, a tabs listing), and none of them carries it. Every lease answer carries the
-// handoff in progress (lease.Lease.Handoff), and ListLeases the pending request of each lease.
-//
-// # Errors
-//
-// Arguments are validated in Go before anything is sent. Anything that goes wrong with the store
-// (refused or broken connections, timeouts, a closed client, LOADING, READONLY, OOM, a malformed
-// reply) is a *lease.UnavailableError naming the operation, never a decision about a lease.
-// Cancellations of the caller's context are reported the same way, wrapping the context's error.
-// Close ends every watch with a *lease.UnavailableError wrapping ErrClosed, and stops the
-// subscription and the timers.
-//
-// Redis must run with maxmemory-policy noeviction; see Engine.EvictionPolicy.
+// Key layout, script design, expiry timers, memory and failure semantics: docs/engines.md.
 package leaseredis
 
 import (
@@ -343,14 +234,8 @@ func (e *Engine) usersKey() string { return e.prefix + ":users" }
 // channel is the Pub/Sub channel on which the scripts publish every event under the prefix.
 func (e *Engine) channel() string { return e.prefix + ":events" }
 
-// Acquire implements lease.Engine, lease.ModeHandoff included (see acquire.lua). A new grant (the
-// lease is free, expired or released, or a takeover from another tab) gets the epoch
-// max(last+1, now_us); the holder acquiring again, in any mode, keeps its epoch, has its label and
-// hidden flag updated and its lease extended from now by the clamped TTL. While an admin's block
-// lasts, every acquire fails with a *lease.RetryError (lease.ErrBlocked); while a handoff is
-// requested or the lease is reserved for another tab, as lease.ModeHandoff says, with a
-// *lease.RetryError (lease.ErrHandoffPending). The user is added to the users index first (see
-// admin.go), so that the lease is listed.
+// Acquire implements lease.Engine.Acquire, lease.ModeHandoff included, with acquire.lua. The user
+// is added to the users index first (see admin.go), so that the lease is listed.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
 	const op = "acquire"
 	mode, err := req.Validate()

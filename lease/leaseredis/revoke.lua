@@ -15,7 +15,7 @@
 -- In this order, in one step: settle; the retry of the last revoke with a request id (same admin
 -- and request id, within the window of ARGV[9] counted from rv_at_us against TIME) answers what
 -- that revoke answered and changes nothing; a held lease is revoked: a new epoch
--- (max(last+1, now_us), as a grant mints it), no holder, granted_us = expires_us = now, one more
+-- (lease.NextEpoch, as a grant mints it), no holder, granted_us = expires_us = now, one more
 -- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
 -- the handoff in progress, if any, ends (a request with the lease revoked, or the reservation of a
 -- free lease), silently: clear_handoff deletes its fields whether or not a lease is revoked; a
