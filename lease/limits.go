@@ -13,7 +13,7 @@ type Limits struct {
 	HiddenMax time.Duration // longest TTL for a hidden tab (default 150s)
 }
 
-// DefaultLimits are the TTL bounds of DESIGN §8.
+// DefaultLimits are the default TTL bounds (TABLEASE_TTL_*, in the README's configuration table).
 var DefaultLimits = Limits{Min: time.Second, Default: 45 * time.Second, Max: 120 * time.Second, HiddenMax: 150 * time.Second}
 
 // Validate checks that the bounds are ordered: 0 < Min <= Default <= Max <= HiddenMax, all in
