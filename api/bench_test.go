@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease/leasemem"
 )
 
@@ -56,7 +57,7 @@ func benchServer(b *testing.B, streams int) (*Server, string) {
 		Engine:  eng,
 		Auth:    testAuthConfig(),
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Streams: StreamOptions{PerInstance: streams + 100, PerUser: 1000},
+		Streams: stream.Options{PerInstance: streams + 100, PerUser: 1000},
 	}
 	memoryStores(&opts)
 	srv, err := New(opts)
@@ -77,12 +78,6 @@ func benchServer(b *testing.B, streams int) (*Server, string) {
 	return srv, ln.Addr().String()
 }
 
-func (h *streamHub) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.streams)
-}
-
 // BenchmarkIdleStreams opens TABLEASE_BENCH_STREAMS streams (default 500), each of its own user,
 // from a client process of its own (so that neither its memory nor its sockets count here), waits
 // until every stream has its snapshot and has gone idle, and reports the memory the server
@@ -94,22 +89,26 @@ func (h *streamHub) count() int {
 //   - inuse-bytes/stream: heap spans in use (HeapInuse, which also counts the free room in spans
 //     that hold live objects) + goroutine stacks: the larger, more conservative figure
 //   - heap-bytes/stream, heap-inuse-bytes/stream, stack-bytes/stream, goroutines/stream: the parts
+//   - rss-bytes/stream: what the resident set grew by (Linux), which also counts memory the
+//     runtime holds but does not use; only the first run of a process says much, later ones
+//     reuse what the first left
 func BenchmarkIdleStreams(b *testing.B) {
 	n := benchEnvInt(b, "TABLEASE_BENCH_STREAMS", 500)
 	if os.Getenv("TABLEASE_BENCH_HEAPPROFILE") != "" {
 		runtime.MemProfileRate = 1 // every allocation, for an exact profile
 	}
 	srv, addr := benchServer(b, n)
-	var heap, inuse, stack, goroutines float64
+	var heap, inuse, stack, goroutines, rss float64
 	for range b.N {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&before)
+		rss0 := residentBytes()
 		g0 := runtime.NumGoroutine()
 
 		stop := idleClients(b, addr, n)
-		if got := srv.streams.count(); got != n {
+		if got := srv.streams.Open(); got != n {
 			b.Fatalf("%d streams open, want %d", got, n)
 		}
 		time.Sleep(time.Second) // every handler back in its select
@@ -118,6 +117,7 @@ func BenchmarkIdleStreams(b *testing.B) {
 		runtime.GC()
 		runtime.GC()
 		runtime.ReadMemStats(&after)
+		rss += float64(residentBytes()-rss0) / float64(n)
 		g1 := runtime.NumGoroutine()
 		if path := os.Getenv("TABLEASE_BENCH_HEAPPROFILE"); path != "" { // where the bytes go
 			f, err := os.Create(path)
@@ -135,21 +135,39 @@ func BenchmarkIdleStreams(b *testing.B) {
 
 		stop() // the client exits and its streams end
 		deadline := time.Now().Add(30 * time.Second)
-		for srv.streams.count() != 0 {
+		for srv.streams.Open() != 0 {
 			if time.Now().After(deadline) {
-				b.Fatalf("%d streams still open after the client left", srv.streams.count())
+				b.Fatalf("%d streams still open after the client left", srv.streams.Open())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	heap, inuse, stack, goroutines = heap/float64(b.N), inuse/float64(b.N), stack/float64(b.N), goroutines/float64(b.N)
+	heap, inuse, stack, goroutines, rss = heap/float64(b.N), inuse/float64(b.N), stack/float64(b.N), goroutines/float64(b.N), rss/float64(b.N)
 	b.ReportMetric(heap+stack, "bytes/stream")
 	b.ReportMetric(inuse+stack, "inuse-bytes/stream")
 	b.ReportMetric(heap, "heap-bytes/stream")
 	b.ReportMetric(inuse, "heap-inuse-bytes/stream")
 	b.ReportMetric(stack, "stack-bytes/stream")
+	if rss != 0 {
+		b.ReportMetric(rss, "rss-bytes/stream")
+	}
 	b.ReportMetric(goroutines, "goroutines/stream")
 	b.ReportMetric(float64(n), "streams")
+}
+
+// residentBytes is the resident set of the process (VmRSS), or 0 where /proc does not say.
+func residentBytes() int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // idleClients runs the client process of TestHelperIdleStreamClient with n streams to addr, and

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
 )
@@ -614,12 +615,12 @@ func TestTicketsThatAreUsedExpiredForeignOrForgedAreRefused(t *testing.T) {
 	q := func(tk string) string { return "ticket=" + url.QueryEscape(tk) }
 
 	expired := h.ticket(alice, "doc-1", "tab-a")
-	h.clock.Advance(TicketTTL)
+	h.clock.Advance(stream.TicketTTL)
 	other := h.ticket(alice, "doc-1", "tab-a")
 	tampered := []byte(h.ticket(alice, "doc-1", "tab-a"))
 	tampered[len(tampered)/2] ^= 1
-	otherKey := newTicketBook([]byte(strings.Repeat("k", 32)), nil, leasemem.NewNonceStore(nil), h.clock.Now)
-	forged, _ := otherKey.issue(lease.Key{User: "alice", Session: "doc-1"}, "tab-a")
+	otherKey := newHarness(t, func(o *Options) { o.Streams.TicketSecret = []byte(strings.Repeat("k", 32)) })
+	forged := otherKey.ticket(alice, "doc-1", "tab-a")
 	bobs := h.ticket(bob, "doc-2", "tab-b")
 
 	cases := []struct {
@@ -691,7 +692,7 @@ func TestATicketIsSingleUseAcrossInstancesSharingTheirNonces(t *testing.T) {
 // --- limits, presence, catalog, shutdown -------------------------------------------------------------
 
 func TestStreamsBeyondTheLimitsAreRateLimited(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Streams = StreamOptions{PerUser: 2, PerInstance: 3} })
+	h := newHarness(t, func(o *Options) { o.Streams = stream.Options{PerUser: 2, PerInstance: 3} })
 	ts := h.serve()
 	alice, bob, carol := h.token("alice"), h.token("bob"), h.token("carol")
 	a1 := mustStream(t, ts, eventsPath("doc-1", "tabId=t1"), alice, nil)
@@ -802,7 +803,9 @@ func TestEveryStreamIsToldWhenTheCatalogVersionChanges(t *testing.T) {
 	}
 	want := mustCatalog(t, `{"tools":[]}`).Version
 	for _, c := range []*sseClient{c1, c2} {
-		var ev catalogEventJSON
+		var ev struct {
+			Version string `json:"version"`
+		}
 		it := c.expect("catalog", &ev)
 		if ev.Version != want || it.HasID {
 			t.Fatalf("catalog event %+v (id %q), want version %s without id", ev, it.ID, want)
@@ -823,7 +826,10 @@ func TestCloseEndsEveryStreamWithAFinalEventPromptly(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { h.srv.Close(); close(closed) }()
 	for _, c := range clients {
-		var sd shutdownJSON
+		var sd struct {
+			Reason  string `json:"reason"`
+			RetryMs int64  `json:"retryMs"`
+		}
 		c.expect("shutdown", &sd)
 		if sd.RetryMs < 250 || sd.RetryMs > 1250 || sd.Reason == "" {
 			t.Fatalf("shutdown event %+v", sd)
@@ -892,11 +898,7 @@ func TestAClientThatStopsReadingLosesItsStreamAfterTheWriteTimeout(t *testing.T)
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(1024)
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", eventsPath("doc-1", "tabId=t"), alice)
-	open := func() int {
-		h.srv.streams.mu.Lock()
-		defer h.srv.streams.mu.Unlock()
-		return len(h.srv.streams.streams)
-	}
+	open := h.srv.streams.Open
 	deadline := time.Now().Add(waitFor)
 	for open() == 0 {
 		if time.Now().After(deadline) {
@@ -1065,7 +1067,7 @@ func TestStoreTroubleBeforeTheStreamBeginsIsUnavailable(t *testing.T) {
 		t.Fatal("not retryable")
 	}
 	// The refused stream gave its place back.
-	if n := h.srv.streams.count(); n != 0 {
+	if n := h.srv.streams.Open(); n != 0 {
 		t.Fatalf("%d streams counted after a refusal", n)
 	}
 }
@@ -1086,7 +1088,7 @@ func TestTicketKeysComeFromTheTicketSecretOrTheHS256Secret(t *testing.T) {
 }
 
 func TestStreamOptionsAreChecked(t *testing.T) {
-	for name, o := range map[string]StreamOptions{
+	for name, o := range map[string]stream.Options{
 		"a negative per-user limit":     {PerUser: -1},
 		"a negative per-instance limit": {PerInstance: -1},
 		"a negative keepalive":          {Keepalive: -time.Second},
@@ -1129,7 +1131,7 @@ func TestLeaseEventDataNamesTheHandoffRequester(t *testing.T) {
 		Holder: &lease.Holder{TabID: "t1"}, Requester: &lease.Holder{TabID: "t2", Label: "Tab 2"},
 		At: time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC),
 	}
-	b, err := eventData(ev)
+	b, err := streamViews{}.Event(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1137,7 +1139,7 @@ func TestLeaseEventDataNamesTheHandoffRequester(t *testing.T) {
 		t.Fatalf("no requester in %s", b)
 	}
 	ev.Type, ev.Requester = lease.EventGranted, nil
-	if b, _ = eventData(ev); strings.Contains(string(b), "requester") {
+	if b, _ = (streamViews{}).Event(ev); strings.Contains(string(b), "requester") {
 		t.Fatalf("a requester where there is none: %s", b)
 	}
 }

@@ -205,6 +205,9 @@ func TestAnHTTP10StreamIsServedByItsHandlerAndEndsWithItsConnection(t *testing.T
 	h.waitTabs(alice, "doc-1", 0)
 }
 
+// maxStrayBytes is what package stream lets a client send after the request of its stream.
+const maxStrayBytes = 4 << 10
+
 func TestWhatAClientSendsAfterItsRequestIsDroppedUpToALimit(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Streams.Keepalive = time.Hour })
 	ts, _ := h.startServer(false)

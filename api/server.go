@@ -21,6 +21,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
@@ -96,12 +98,12 @@ type Options struct {
 	// DefaultMaxBlock (1h).
 	MaxBlock time.Duration
 
-	// Feed serves the event stream, GET /v1/sessions/{sid}/events, and its tickets (events.go,
-	// tickets.go). Nil: the Engine when it is a lease.Feed; otherwise those routes are not
-	// registered (404), which clients read as "no event stream here".
+	// Feed serves the event stream, GET /v1/sessions/{sid}/events, and its tickets (package
+	// stream; events.go, tickets.go). Nil: the Engine when it is a lease.Feed; otherwise those
+	// routes are not registered (404), which clients read as "no event stream here".
 	Feed lease.Feed
 	// Presence lists the tabs present on a session, GET /v1/sessions/{sid}/tabs, and keeps the
-	// entries of PUT and DELETE /v1/sessions/{sid}/tabs/{tabId} (presence.go). Nil: the Engine when
+	// entries of PUT and DELETE /v1/sessions/{sid}/tabs/{tabId} (tabs.go). Nil: the Engine when
 	// it is a lease.Presence; otherwise those routes are not registered (404) and streams join no
 	// list.
 	Presence lease.Presence
@@ -110,7 +112,7 @@ type Options struct {
 	// leasemem.NonceStore, suits one instance only).
 	Nonces lease.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
-	Streams StreamOptions
+	Streams stream.Options
 
 	// CORSOrigins are the origins, besides the server's own, whose pages may call /v1 (cors.go):
 	// each written as a browser sends it in the Origin header (scheme://host[:port], lower case,
@@ -141,9 +143,8 @@ type Server struct {
 	admin    lease.Admin   // nil: no admin lease routes
 	maxBlock time.Duration // bound on the blockMs of a revoke
 
-	streams  *streamHub     // nil: no event stream routes
-	presence lease.Presence // nil: no GET …/tabs
-	tickets  *ticketBook
+	streams  *stream.Handler // nil: no event stream routes
+	presence lease.Presence  // nil: no GET …/tabs
 
 	cors *corsPolicy // nil: same origin only
 }
@@ -260,7 +261,7 @@ func New(opts Options) (*Server, error) {
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
 	}
-	if err := s.initStreams(opts, now); err != nil {
+	if s.streams, err = s.newStreams(opts, now); err != nil {
 		return nil, err
 	}
 	s.echo = s.newEcho()
@@ -278,7 +279,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // not close the engine, which the caller owns. It may be called more than once.
 func (s *Server) Close() {
 	if s.streams != nil {
-		s.streams.close() // every stream gets its final event and ends
+		s.streams.Close(context.Background()) // every stream gets its final event and ends
 	}
 	s.catalogs.close()
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"log/slog"
 
-	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/config"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
@@ -12,7 +12,7 @@ import (
 // streamsOf wires the event stream: the engine's Feed, Presence and Nonces (found by type
 // assertion), a nonce store of this process beside the memory engine, and
 // the stream settings of cfg. What the engine lacks is logged: the routes that need it answer 404.
-func streamsOf(engine lease.Engine, cfg config.Config, log *slog.Logger) (lease.Feed, lease.Presence, lease.Nonces, api.StreamOptions) {
+func streamsOf(engine lease.Engine, cfg config.Config, log *slog.Logger) (lease.Feed, lease.Presence, lease.Nonces, stream.Options) {
 	feed, _ := engine.(lease.Feed)
 	presence, _ := engine.(lease.Presence)
 	nonces, _ := engine.(lease.Nonces)
@@ -30,7 +30,7 @@ func streamsOf(engine lease.Engine, cfg config.Config, log *slog.Logger) (lease.
 			"event tickets are signed with a key of this process, so a ticket works only on the instance that issued it; " +
 			"set the same TABLEASE_TICKET_SECRET on every instance")
 	}
-	return feed, presence, nonces, api.StreamOptions{
+	return feed, presence, nonces, stream.Options{
 		PerUser:      cfg.StreamsPerUser,
 		PerInstance:  cfg.StreamsPerInstance,
 		Keepalive:    cfg.StreamKeepalive,

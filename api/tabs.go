@@ -7,10 +7,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
 )
 
-// # Presence
+// # Tabs: the presence routes
 //
 // GET /v1/sessions/{sid}/tabs lists the tabs present on the session (through any instance). A tab
 // is present through either of two kinds of entries of the engine's lease.Presence, and is listed
@@ -69,7 +70,8 @@ func (s *Server) tabs(c echo.Context) error {
 
 // tabConnID is the presence connection id of the entry of tabID that PUT …/tabs/{tabId} keeps: the
 // same for every PUT of the tab, an identifier of 36 characters whatever the tab id's length, and
-// never the id of a stream's entry (newConnID's alphabet has no dot or lower-case letter).
+// never the id of a stream's entry (package stream names those with rand.Text, whose alphabet has
+// no dot and no lower-case letter).
 func tabConnID(tabID string) string {
 	sum := sha256.Sum256([]byte(tabID))
 	return "tab." + hex.EncodeToString(sum[:16])
@@ -121,7 +123,7 @@ func (s *Server) putTab(c echo.Context) error {
 		s.storeError("join", err)
 		return err
 	}
-	return c.JSON(http.StatusOK, tabPresenceJSON{TabID: tabID, TTLMs: ttl.Milliseconds(), RefreshAfterMs: refreshAfter(ttl).Milliseconds()})
+	return c.JSON(http.StatusOK, tabPresenceJSON{TabID: tabID, TTLMs: ttl.Milliseconds(), RefreshAfterMs: stream.RefreshAfter(ttl).Milliseconds()})
 }
 
 // deleteTab serves DELETE /v1/sessions/{sid}/tabs/{tabId}: the entry PUT keeps is removed (the tab

@@ -1,0 +1,118 @@
+package stream
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+)
+
+// Taking an HTTP/1.1 stream over from net/http.
+//
+// Once its headers and snapshot are sent, the connection of an HTTP/1.1 stream is hijacked from
+// net/http, whose handler returns, and the stream is served by one goroutine that writes each
+// event as a chunk of the body straight to the connection, beside one that reads the connection to
+// learn at once that the client went away. An idle stream then holds neither net/http's buffers
+// (4 KiB to read, 4 + 2 KiB to write) nor its goroutine and the handler's frames on its stack, nor
+// the request: it costs about a third of what it costs served by its handler
+// (BenchmarkIdleStreams in package api measures both). Everything else about the stream is the
+// same either way: the default path (writer.go, the handler's goroutine) serves HTTP/2, which
+// cannot be hijacked, and HTTP/1.0, whose response net/http does not chunk.
+//
+// http.Server.Shutdown does not know the connections taken over: Handler.Close ends them.
+
+// chunkHead is the room kept at the start of buf, once taken over, for the size line of the
+// chunk: at most 16 hex digits and CRLF.
+const chunkHead = 18
+
+// lastChunk ends a chunked body.
+var lastChunk = []byte("0\r\n\r\n")
+
+// maxStrayBytes bounds what a client may send on the connection of its stream after its request;
+// beyond, the stream ends.
+const maxStrayBytes = 4 << 10
+
+// handOver takes the connection of a stream that has begun over from net/http, and serves the
+// stream from a goroutine of its own; it answers false, and does nothing, when the stream stays
+// with net/http.
+//
+// Only HTTP/1.1 is taken over: HTTP/2 cannot be, and net/http does not chunk an HTTP/1.0
+// response, whereas the headers already sent announce a chunked body on HTTP/1.1.
+func (sc *streamConn) handOver(r *http.Request) bool {
+	if sc.w == nil || r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor < 1 {
+		return false
+	}
+	// Hijack flushes what net/http buffered. Its reader and writer are dropped: a client sends
+	// nothing after its request, and chunks go to the connection unbuffered.
+	conn, _, err := sc.sse.rc.Hijack()
+	if err != nil {
+		return false // http.ErrNotSupported
+	}
+	// From now on watchClient tells when the client goes away; unlink would keep the request's
+	// context, which net/http ends when the handler returns.
+	sc.unlink()
+	sc.unlink = nil
+	sc.sse.res, sc.sse.rc, sc.sse.conn = nil, nil, conn
+	sc.h.mu.Lock()
+	sc.st.closer = conn
+	sc.h.mu.Unlock()
+	go watchClient(conn, sc.st)
+	go sc.serve()
+	return true
+}
+
+// serve runs a stream that was taken over, and closes it. A panic ends the stream, not the
+// process, as net/http does for a handler.
+func (sc *streamConn) serve() {
+	defer sc.close()
+	defer sc.recovered()
+	sc.run()
+}
+
+func (sc *streamConn) recovered() {
+	if r := recover(); r != nil {
+		sc.h.log.Error("panic serving an event stream", slog.String("request_id", sc.reqID),
+			slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
+	}
+}
+
+// watchClient reads conn, the connection of the stream st that was taken over, until the client
+// closes it (or the stream does), and then tells st that its client went away: at once after a
+// clean disconnect. What a client sends after its request is dropped.
+func watchClient(conn net.Conn, st *stream) {
+	defer st.tell(newsGone)
+	buf := make([]byte, 16)
+	for n := 0; n < maxStrayBytes; {
+		k, err := conn.Read(buf)
+		if err != nil {
+			return
+		}
+		n += k
+	}
+}
+
+// writeChunk writes buf, after its chunkHead, as one chunk of the body, in one write.
+func (w *sseWriter) writeChunk() error {
+	var head [chunkHead]byte
+	h := strconv.AppendUint(head[:0], uint64(len(w.buf)-chunkHead), 16)
+	h = append(h, '\r', '\n')
+	from := chunkHead - len(h)
+	copy(w.buf[from:], h)
+	w.buf = append(w.buf, '\r', '\n')
+	_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	_, err := w.conn.Write(w.buf[from:])
+	return err
+}
+
+// endChunked ends the body of a stream taken over with its last chunk, unless a write failed,
+// and closes its connection.
+func (w *sseWriter) endChunked() {
+	if !w.broken {
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+		_, _ = w.conn.Write(lastChunk)
+	}
+	_ = w.conn.Close()
+}
