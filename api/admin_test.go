@@ -58,7 +58,7 @@ func (f *fakeAdmin) calls() int {
 func newAdminHarness(t *testing.T, mods ...func(*Options)) (*harness, *fakeAdmin) {
 	t.Helper()
 	fa := &fakeAdmin{}
-	h := newHarness(t, append([]func(*Options){func(o *Options) { o.Admin = fa }}, mods...)...)
+	h := newHarness(t, append([]func(*Options){func(o *Options) { o.Engine = withAdmin(o.Engine, fa) }}, mods...)...)
 	return h, fa
 }
 
@@ -99,15 +99,6 @@ func TestAdminRoutesNeedTheAdminScope(t *testing.T) {
 	if n := fa.calls(); n != 0 {
 		t.Fatalf("the engine was called %d times for refused requests", n)
 	}
-}
-
-func TestAdminRoutesAreAbsentWithoutAnAdminEngine(t *testing.T) {
-	h := newHarness(t)
-	tok := h.adminToken("root")
-	for _, p := range []string{"/v1/admin/leases", "/v1/admin/audit", "/v1/admin/users/alice/sessions/doc-1/lease"} {
-		wantError(t, h.get(p, tok), http.StatusNotFound, CodeNotFound)
-	}
-	wantError(t, h.post(revokePath, tok, `{"reason":"x"}`), http.StatusNotFound, CodeNotFound)
 }
 
 type adminLeaseAnswer struct {
@@ -425,7 +416,7 @@ func TestNewChecksMaxBlock(t *testing.T) {
 }
 
 func TestLeaseAnswersShowTheBlockInForce(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Admin = o.Engine.(lease.Admin); o.MaxBlock = time.Hour })
+	h := newHarness(t, func(o *Options) { o.MaxBlock = time.Hour })
 	alice, root := h.token("alice"), h.adminToken("root")
 	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
 	adminPath := "/v1/admin/users/alice/sessions/doc-1/lease"

@@ -1,13 +1,14 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
@@ -31,40 +32,22 @@ import (
 // keyTicketTab is the Echo context key of the tab an event ticket was issued for.
 const keyTicketTab = "tablease.ticketTab"
 
-// newStreams builds the event streams, their presence and tickets from opts.
-func (s *Server) newStreams(opts Options, now func() time.Time) (*stream.Handler, error) {
-	feed, presence, nonces := opts.Feed, opts.Presence, opts.Nonces
-	if feed == nil {
-		feed, _ = opts.Engine.(lease.Feed)
-	}
-	if presence == nil {
-		presence, _ = opts.Engine.(lease.Presence)
-	}
-	s.presence = presence
-	if feed == nil {
-		return nil, nil
-	}
-	if nonces == nil {
-		n, ok := opts.Engine.(lease.Nonces)
-		if !ok {
-			return nil, errors.New("api: Options.Nonces is required when there is a Feed and the Engine is not a lease.Nonces")
-		}
-		nonces = n
-	}
-	if presence == nil {
-		presence = unlisted{}
+// newStreams builds the event streams, with the presence of their tabs and their tickets.
+func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeError func(string, error), catalogs *catalogSource) (*stream.Handler, error) {
+	if opts.Nonces == nil {
+		return nil, errors.New("api: Options.Nonces is required")
 	}
 	h, err := stream.New(stream.Config{
-		Feed:        feed,
-		Presence:    presence,
-		Nonces:      nonces,
+		Feed:        opts.Engine,
+		Presence:    opts.Engine,
+		Nonces:      opts.Nonces,
 		Views:       streamViews{},
-		Catalog:     s.catalogs.watch,
+		Catalog:     catalogs.watch,
 		HS256Secret: opts.Auth.HS256Secret,
 		Now:         now,
-		Logger:      s.log,
-		Registerer:  s.registry,
-		StoreError:  s.storeError,
+		Logger:      log,
+		Registerer:  reg,
+		StoreError:  storeError,
 		Options:     opts.Streams,
 	})
 	if err != nil {
@@ -73,27 +56,14 @@ func (s *Server) newStreams(opts Options, now func() time.Time) (*stream.Handler
 	return h, nil
 }
 
-// unlisted is the presence of an engine without one: streams join no list.
-type unlisted struct{}
-
-func (unlisted) Join(context.Context, lease.Key, string, lease.Tab) (time.Duration, error) {
-	return time.Hour, nil
-}
-func (unlisted) Leave(context.Context, lease.Key, string, string) error { return nil }
-func (unlisted) Tabs(context.Context, lease.Key) ([]lease.Tab, error)   { return nil, nil }
-
-// registerStreams adds the event-stream routes when there is a Feed, and the presence routes (GET
-// …/tabs, PUT and DELETE …/tabs/{tabId}) when there is a Presence.
+// registerStreams adds the event-stream and ticket routes, and the tab routes (GET …/tabs, PUT and
+// DELETE …/tabs/{tabId}).
 func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
-	if s.streams != nil {
-		v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit)
-		v1.POST("/sessions/:sid/events/ticket", s.issueTicket, authed...)
-	}
-	if s.presence != nil {
-		v1.GET("/sessions/:sid/tabs", s.tabs, authed...)
-		v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)
-		v1.DELETE("/sessions/:sid/tabs/:tabId", s.deleteTab, authed...)
-	}
+	v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit)
+	v1.POST("/sessions/:sid/events/ticket", s.issueTicket, authed...)
+	v1.GET("/sessions/:sid/tabs", s.tabs, authed...)
+	v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)
+	v1.DELETE("/sessions/:sid/tabs/:tabId", s.deleteTab, authed...)
 }
 
 // events serves GET /v1/sessions/{sid}/events.
@@ -139,7 +109,7 @@ func (s *Server) streamRequest(c echo.Context) (stream.Request, error) {
 	}
 	switch v := c.QueryParam("presence"); v {
 	case "", "true":
-		q.Listed = s.presence != nil
+		q.Listed = true
 	case "false":
 	default:
 		return q, fieldError("presence", `must be "true" or "false"`)

@@ -368,7 +368,7 @@ func TestTheStreamOpensWithRetryThenASnapshotOfTheLeaseAsGetAnswersIt(t *testing
 }
 
 func TestAStreamOfASessionWithoutEventsOpensWithASnapshotWithoutID(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Presence = noPresence{} })
+	h := newHarness(t, func(o *Options) { o.Engine = storeParts{o.Engine, o.Engine, noPresence{}, o.Engine} })
 	ts := h.serve()
 	c := mustStream(t, ts, eventsPath("doc-new", "tabId=tab-a"), h.token("alice"), nil)
 	var snap snapshotAnswer
@@ -782,14 +782,6 @@ func TestAConnectedTabIsListedAndLeavesWithinASecondOfItsDisconnect(t *testing.T
 	}
 }
 
-func TestWithoutAFeedThereIsNoStreamAndWithoutPresenceNoTabs(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Engine = bareEngine{o.Engine} })
-	alice := h.token("alice")
-	wantError(t, h.get(eventsPath("doc-1", "tabId=t"), alice), 404, CodeNotFound)
-	wantError(t, h.post("/v1/sessions/doc-1/events/ticket", alice, `{"tabId":"t"}`), 404, CodeNotFound)
-	wantError(t, h.get("/v1/sessions/doc-1/tabs", alice), 404, CodeNotFound)
-}
-
 func TestEveryStreamIsToldWhenTheCatalogVersionChanges(t *testing.T) {
 	h := catalogHarness(t)
 	ts := h.serve()
@@ -989,8 +981,8 @@ func (f *resyncFeed) resync() {
 func TestAResyncWatchesAgainFromTheLastIDWithAFreshSnapshotThenTheReplay(t *testing.T) {
 	var feed *resyncFeed
 	h := newHarness(t, func(o *Options) {
-		feed = &resyncFeed{inner: o.Engine.(lease.Feed)}
-		o.Feed = feed
+		feed = &resyncFeed{inner: o.Engine}
+		o.Engine = storeParts{o.Engine, feed, o.Engine, o.Engine}
 	})
 	ts := h.serve()
 	alice := h.token("alice")
@@ -1026,8 +1018,16 @@ func TestAResyncWatchesAgainFromTheLastIDWithAFreshSnapshotThenTheReplay(t *test
 	}
 }
 
-// bareEngine hides everything of an engine but lease.Engine.
-type bareEngine struct{ lease.Engine }
+// storeParts is a lease.Store made of parts, for tests that replace one.
+type storeParts struct {
+	lease.Engine
+	lease.Feed
+	lease.Presence
+	lease.Admin
+}
+
+// withAdmin is s with the admin operations of a.
+func withAdmin(s lease.Store, a lease.Admin) lease.Store { return storeParts{s, s, s, a} }
 
 // noPresence is a Presence that lists nobody, for tests that want a stream without tabs.
 type noPresence struct{}

@@ -49,8 +49,10 @@ const readyTimeout = 2 * time.Second
 
 // Options configure a Server. New checks them and names the field that is wrong.
 type Options struct {
-	// Engine stores the leases. Required.
-	Engine lease.Engine
+	// Engine stores the leases, serves their events and the tabs present (GET …/events, GET
+	// …/tabs) and the admin lease routes (list, read, revoke, audit under /v1/admin, scope
+	// lease:admin). Required.
+	Engine lease.Store
 	// Limits are the TTL bounds the engine was built with; zero means lease.DefaultLimits. The
 	// engine clamps TTLs itself: New only refuses bounds that are not ordered.
 	Limits lease.Limits
@@ -73,9 +75,8 @@ type Options struct {
 	// The stored catalog wins over it once the store holds one (see SeedCatalog).
 	Catalog *catalog.Catalog
 	// Documents stores the catalog that admins PUT, so that every instance on the same store
-	// serves the same version. Nil: the Engine, which must then be a lease.DocumentStore (New
-	// refuses otherwise; a store of one process, such as leasemem.DocumentStore, suits one
-	// instance only).
+	// serves the same version. Required: the Redis engine is one; a store of one process, such as
+	// leasemem.DocumentStore, suits one instance only.
 	Documents lease.DocumentStore
 	// CatalogMaxAge is how long the catalog read from the store is served before it is read again
 	// (a version check); it bounds how long an instance serves a version another instance
@@ -91,26 +92,14 @@ type Options struct {
 	// ages the cached catalog; default time.Now. (Leases themselves use the engine's clock.)
 	Now func() time.Time
 
-	// Admin serves the admin lease routes (list, read, revoke, audit under /v1/admin, scope
-	// lease:admin); nil leaves those routes out (404).
-	Admin lease.Admin
 	// MaxBlock bounds the blockMs of a revoke (TABLEASE_ADMIN_MAX_BLOCK); zero means
 	// DefaultMaxBlock (1h).
 	MaxBlock time.Duration
 
-	// Feed serves the event stream, GET /v1/sessions/{sid}/events, and its tickets (package
-	// stream; events.go, tickets.go). Nil: the Engine when it is a lease.Feed; otherwise those
-	// routes are not registered (404), which clients read as "no event stream here".
-	Feed lease.Feed
-	// Presence lists the tabs present on a session, GET /v1/sessions/{sid}/tabs, and keeps the
-	// entries of PUT and DELETE /v1/sessions/{sid}/tabs/{tabId} (tabs.go). Nil: the Engine when
-	// it is a lease.Presence; otherwise those routes are not registered (404) and streams join no
-	// list.
-	Presence lease.Presence
-	// Nonces makes event tickets single use. Nil: the Engine, which must then be a lease.Nonces
-	// when there is a Feed (New refuses otherwise; a store of one process, such as
-	// leasemem.NonceStore, suits one instance only).
-	Nonces lease.Nonces
+	// Nonces makes the tickets of event streams single use (package stream; events.go,
+	// tickets.go). Required: the Redis engine is one; a store of one process, such as
+	// leasemem.NonceStore, suits one instance only.
+	Nonces stream.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams stream.Options
 
@@ -123,7 +112,7 @@ type Options struct {
 
 // Server is the HTTP server of tablease. Make it with New.
 type Server struct {
-	engine   lease.Engine
+	engine   lease.Store
 	auth     *authenticator
 	authCfg  AuthConfig
 	log      *slog.Logger
@@ -140,11 +129,10 @@ type Server struct {
 	signer    *leasetoken.Signer
 	verifier  *leasetoken.Verifier
 
-	admin    lease.Admin   // nil: no admin lease routes
+	admin    lease.Admin   // the Engine's admin operations
 	maxBlock time.Duration // bound on the blockMs of a revoke
 
-	streams  *stream.Handler // nil: no event stream routes
-	presence lease.Presence  // nil: no GET …/tabs
+	streams *stream.Handler
 
 	cors *corsPolicy // nil: same origin only
 }
@@ -208,11 +196,7 @@ func New(opts Options) (*Server, error) {
 	}
 	docs := opts.Documents
 	if docs == nil {
-		ds, ok := opts.Engine.(lease.DocumentStore)
-		if !ok {
-			return nil, errors.New("api: Options.Documents is required when the Engine is not a lease.DocumentStore")
-		}
-		docs = ds
+		return nil, errors.New("api: Options.Documents is required")
 	}
 	maxAge := opts.CatalogMaxAge
 	switch {
@@ -253,7 +237,7 @@ func New(opts Options) (*Server, error) {
 		signer:    signer,
 		verifier:  verifier,
 
-		admin:    opts.Admin,
+		admin:    opts.Engine,
 		maxBlock: maxBlock,
 
 		cors: cors,
@@ -261,7 +245,7 @@ func New(opts Options) (*Server, error) {
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
 	}
-	if s.streams, err = s.newStreams(opts, now); err != nil {
+	if s.streams, err = newStreams(opts, now, logger, reg, s.storeError, catalogs); err != nil {
 		return nil, err
 	}
 	s.echo = s.newEcho()
@@ -278,9 +262,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // streams took over from net/http: Close ends those (closing any that outlive its wait). It does
 // not close the engine, which the caller owns. It may be called more than once.
 func (s *Server) Close() {
-	if s.streams != nil {
-		s.streams.Close(context.Background()) // every stream gets its final event and ends
-	}
+	s.streams.Close(context.Background()) // every stream gets its final event and ends
 	s.catalogs.close()
 }
 
@@ -317,9 +299,7 @@ func (s *Server) newEcho() *echo.Echo {
 	admin := append(authed[:len(authed):len(authed)], RequireScope(ScopeAdmin))
 	v1.GET("/admin/catalog", s.adminCatalog, admin...)
 	v1.PUT("/admin/catalog", s.putCatalog, admin...)
-	if s.admin != nil {
-		s.registerAdmin(v1, admin)
-	}
+	s.registerAdmin(v1, admin)
 	s.registerStatic(e)
 
 	for _, r := range e.Routes() {

@@ -66,7 +66,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		errors.New("dial tcp 10.0.0.1:6379: connection refused"),
 	} {
 		t.Run("readyz is STORE_UNAVAILABLE when the ping fails with "+pingErr.Error(), func(t *testing.T) {
-			h := newHarness(t, func(o *Options) { o.Engine = failingPing{Engine: o.Engine, err: pingErr} })
+			h := newHarness(t, func(o *Options) { o.Engine = failingPing{Store: o.Engine, err: pingErr} })
 			rec := h.get("/readyz", "")
 			e := wantError(t, rec, http.StatusServiceUnavailable, CodeStoreUnavailable)
 			if !*e.Error.Retryable || rec.Header().Get("Retry-After") == "" {
@@ -81,14 +81,14 @@ func TestHealthAndReadiness(t *testing.T) {
 
 // failingPing is an engine whose store never answers a ping.
 type failingPing struct {
-	lease.Engine
+	lease.Store
 	err error
 }
 
 func (f failingPing) Ping(context.Context) error { return f.err }
 
 // panicking is an engine that panics on Get.
-type panicking struct{ lease.Engine }
+type panicking struct{ lease.Store }
 
 func (panicking) Get(context.Context, lease.Key) (lease.Lease, error) {
 	panic("secret internal state")
@@ -130,7 +130,7 @@ func TestStoreTroubleIsNeverLoss(t *testing.T) {
 }
 
 func TestPanicIsAJSONInternalError(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Engine = panicking{Engine: o.Engine} })
+	h := newHarness(t, func(o *Options) { o.Engine = panicking{Store: o.Engine} })
 	rec := h.do(request{method: http.MethodGet, path: leasePath("doc-1"), token: h.token("alice"), headers: map[string]string{"X-Request-ID": "req-panic-1"}})
 	e := wantError(t, rec, http.StatusInternalServerError, CodeInternal)
 	if strings.Contains(e.Error.Message, "secret internal state") || strings.Contains(rec.Body.String(), "goroutine") {
@@ -352,8 +352,8 @@ func TestNewChecksItsOptions(t *testing.T) {
 		{"two public keys with one kid are refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: pub}, {KID: "k", Key: pub}} }, "KID"},
 		{"an unsupported key type is refused", func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "k", Key: "not a key"}} }, "Key"},
 		{"a negative rate limit is refused", func(o *Options) { o.RateLimit = -1 }, "RateLimit"},
-		{"no document store, from the options or the engine, is refused", func(o *Options) { o.Documents = nil }, "Options.Documents"},
-		{"an event feed without a nonce store is refused", func(o *Options) { o.Nonces = nil }, "Options.Nonces"},
+		{"no document store is refused", func(o *Options) { o.Documents = nil }, "Options.Documents"},
+		{"no nonce store is refused", func(o *Options) { o.Nonces = nil }, "Options.Nonces"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -369,7 +369,7 @@ func TestNewChecksItsOptions(t *testing.T) {
 }
 
 func TestLogsNeverCarryTokensOrTheSecret(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Engine = panicking{Engine: o.Engine} })
+	h := newHarness(t, func(o *Options) { o.Engine = panicking{Store: o.Engine} })
 	alice := h.token("alice")
 	expired, err := issueToken(h.auth, TokenSpec{Sub: "alice", TTL: time.Minute}, time.Now().Add(-time.Hour))
 	if err != nil {

@@ -60,7 +60,7 @@ func (s *Server) tabs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tabs, err := s.presence.Tabs(c.Request().Context(), key)
+	tabs, err := s.engine.Tabs(c.Request().Context(), key)
 	if err != nil {
 		s.storeError("tabs", err)
 		return err
@@ -118,7 +118,7 @@ func (s *Server) putTab(c echo.Context) error {
 	if err := lease.ValidateLabel(b.Label); err != nil {
 		return err
 	}
-	ttl, err := s.presence.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden})
+	ttl, err := s.engine.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden})
 	if err != nil {
 		s.storeError("join", err)
 		return err
@@ -133,7 +133,7 @@ func (s *Server) deleteTab(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.presence.Leave(c.Request().Context(), key, tabConnID(tabID), tabID); err != nil {
+	if err := s.engine.Leave(c.Request().Context(), key, tabConnID(tabID), tabID); err != nil {
 		s.storeError("leave", err)
 		return err
 	}

@@ -307,13 +307,6 @@ func TestTabBodiesAndIdsAreValidatedStrictly(t *testing.T) {
 	}
 }
 
-func TestWithoutPresenceTheTabRoutesAreNotServed(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Engine = bareEngine{o.Engine} })
-	alice := h.token("alice")
-	wantError(t, h.do(request{method: http.MethodPut, path: tabPath("doc-1", "t1"), token: alice}), 404, CodeNotFound)
-	wantError(t, h.deleteTab(alice, "doc-1", "t1"), 404, CodeNotFound)
-}
-
 func TestATabsPresenceIDIsAShortIdentifierNoStreamUses(t *testing.T) {
 	seen := map[string]string{}
 	for _, tab := range []string{"t", "tab-a", "tab-b", strings.Repeat("x", 128), strings.Repeat("x", 127) + "y"} {

@@ -35,8 +35,7 @@ type Watch struct {
 	// Snapshot is the lease at Position, read in the step that started the watch. It is always
 	// set; a caller that is not Resumed must start from it.
 	Snapshot Lease
-	// Tabs are the tabs present at Position (see Presence.Tabs); nil when there are none, or the
-	// engine has no presence.
+	// Tabs are the tabs present at Position (see Presence.Tabs); nil when there are none.
 	Tabs []Tab
 	// Position is the id of the last event in the session's log when the watch started, or empty
 	// when the log was empty. Snapshot and Tabs include every event up to it; Events delivers the

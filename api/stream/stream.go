@@ -141,7 +141,7 @@ type WatchCatalog func(changed func(version string)) (stop func())
 type Config struct {
 	Feed     lease.Feed     // required
 	Presence lease.Presence // required
-	Nonces   lease.Nonces   // required: makes tickets single use
+	Nonces   Nonces         // required: makes tickets single use
 	Views    Views          // required
 	Catalog  WatchCatalog   // required
 	// HS256Secret, when Options.TicketSecret is nil, is what the ticket key is derived from.

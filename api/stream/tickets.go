@@ -25,7 +25,7 @@ import (
 // from Options.TicketSecret, or from Config.HS256Secret, or generated per process. Derived keys
 // are HMAC-SHA256(secret, "tablease event ticket key v1"), so a ticket is never a valid access
 // token nor the reverse. A ticket is valid for TicketTTL, for its user, session and tab only, and
-// once: the stream that redeems it records its nonce as used in lease.Nonces (the store shared by
+// once: the stream that redeems it records its nonce as used in Nonces (the store shared by
 // every instance), until well after the ticket expires. A reused, expired, forged, or foreign
 // (other session, other tab) ticket is a *TicketError; store trouble while recording the nonce is
 // the store's error.
@@ -64,16 +64,29 @@ var (
 	ErrTicketTab = &TicketError{Reason: "the event ticket was issued for another tab"}
 )
 
+// Nonces remembers single-use values for a while, so that a ticket is redeemed once across every
+// instance that shares the store. The Redis engine is one; leasemem.NonceStore is one for a single
+// instance; leasetest.RunNonces checks them.
+type Nonces interface {
+	// UseNonce records nonce as used for ttl, in one atomic step of the store, and reports whether
+	// it was fresh: true for the first use, false while an earlier use is remembered. Of many
+	// concurrent uses of one nonce, exactly one is fresh. After ttl (by the store's clock) the
+	// nonce is forgotten. Errors: *lease.InvalidError for a nonce that is not an identifier or a
+	// ttl not in [1ms, lease.MaxNonceTTL]; *lease.UnavailableError for store trouble, which never
+	// answers fresh.
+	UseNonce(ctx context.Context, nonce string, ttl time.Duration) (fresh bool, err error)
+}
+
 // ticketBook issues and redeems event tickets. It is immutable after newTicketBook.
 type ticketBook struct {
 	key    []byte
-	nonces lease.Nonces
+	nonces Nonces
 	now    func() time.Time
 }
 
 // newTicketBook derives the ticket key: from secret when given, else from hs256 when given, else
 // from a random key (tickets then work on this instance only).
-func newTicketBook(secret, hs256 []byte, nonces lease.Nonces, now func() time.Time) *ticketBook {
+func newTicketBook(secret, hs256 []byte, nonces Nonces, now func() time.Time) *ticketBook {
 	base := secret
 	if len(base) == 0 {
 		base = hs256

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -614,14 +613,4 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 		}
 		return nil
 	})
-}
-
-// adminOf is the admin side of the engine, or nil (no admin lease routes) when the engine does
-// not offer one.
-func adminOf(engine lease.Engine, log *slog.Logger) lease.Admin {
-	if a, ok := engine.(lease.Admin); ok {
-		return a
-	}
-	log.Warn("the lease engine does not offer the admin operations yet: /v1/admin/leases, /v1/admin/users/…/lease[/revoke] and /v1/admin/audit answer 404")
-	return nil
 }

@@ -67,10 +67,16 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	t.Cleanup(func() { _ = eng.Close() })
 	ra := &recordingAdmin{}
+	// The memory engine, whose admin operations are ra's.
+	engine := struct {
+		lease.Engine
+		lease.Feed
+		lease.Presence
+		lease.Admin
+	}{eng, eng, eng, ra}
 	srv, err := api.New(api.Options{
-		Engine:    eng,
+		Engine:    engine,
 		Auth:      cliAuth,
-		Admin:     ra,
 		Documents: leasemem.NewDocumentStore(nil),
 		Nonces:    leasemem.NewNonceStore(nil),
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/config"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
@@ -61,11 +62,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		cfg.SecretGenerated = true
 	}
 
-	engine, closeEngine, docs, engineName, err := openEngine(ctx, cfg, log)
+	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeEngine()
+	defer store.close()
 
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {
@@ -83,11 +84,10 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		}
 	}
 
-	feed, presence, nonces, streams := streamsOf(engine, cfg, log)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(api.Options{
-		Engine:    engine,
+		Engine:    store.engine,
 		Limits:    cfg.Limits,
 		Auth:      auth,
 		Logger:    log,
@@ -97,17 +97,14 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		Version:   Version(),
 
 		Catalog:     cfg.Catalog,
-		Documents:   docs,
+		Documents:   store.documents,
 		LeaseKeys:   leaseKeys,
 		LeaseIssuer: cfg.LeaseIssuer,
 
-		Admin:    adminOf(engine, log),
 		MaxBlock: cfg.AdminMaxBlock,
 
-		Feed:     feed,
-		Presence: presence,
-		Nonces:   nonces,
-		Streams:  streams,
+		Nonces:  store.nonces,
+		Streams: streamOptions(cfg, log),
 
 		CORSOrigins: cfg.CORSOrigins,
 	})
@@ -133,13 +130,13 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(ln) }()
 
-	log.Info("tablease listening", "addr", addr, "engine", engineName, "version", Version(), "dev", cfg.Dev)
+	log.Info("tablease listening", "addr", addr, "engine", store.name, "version", Version(), "dev", cfg.Dev)
 	if cfg.Dev {
 		fmt.Fprintf(p.Stderr, "\ntablease dev mode on http://%[1]s (%[2]s engine)\n"+
 			"  the demo:  http://%[1]s/demo   (open it in two tabs)\n"+
 			"  admin:     http://%[1]s/admin\n"+
 			"  a token:   curl 'http://%[1]s/dev/token?sub=alice'\n"+
-			"  the API:   http://%[1]s/openapi.yaml\n\n", addr, engineName)
+			"  the API:   http://%[1]s/openapi.yaml\n\n", addr, store.name)
 	}
 	if p.OnListen != nil {
 		p.OnListen(addr)
@@ -162,26 +159,34 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	return nil
 }
 
-// openEngine opens the lease engine and the document store that keeps the catalog next to the
-// leases: the Redis engine itself, or a memory store beside the memory engine. The engine is
-// returned as it is, so that the optional interfaces it implements (lease.Admin, lease.Feed, …)
-// stay visible; closeEngine closes it and then the Redis client, which the engine does not own.
-func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (engine lease.Engine, closeEngine func() error, docs lease.DocumentStore, name string, err error) {
+// store is what the server keeps its state in: the lease engine, and the document store (the
+// catalog) and nonce store (event tickets) beside it.
+type store struct {
+	engine    lease.Store
+	documents lease.DocumentStore
+	nonces    stream.Nonces
+	name      string       // "memory" or "redis"
+	close     func() error // closes the engine, then the Redis client, which the engine does not own
+}
+
+// openStore opens the lease engine and the stores beside it: the Redis engine is all three; the
+// memory engine has memory stores of this process beside it (one instance).
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, error) {
 	if cfg.RedisURL == "" {
 		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
 		if err != nil {
-			return nil, nil, nil, "", err
+			return store{}, err
 		}
-		return e, e.Close, leasemem.NewDocumentStore(nil), "memory", nil
+		return store{engine: e, documents: leasemem.NewDocumentStore(nil), nonces: leasemem.NewNonceStore(nil), name: "memory", close: e.Close}, nil
 	}
 	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
-		return nil, nil, nil, "", fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
 	if err != nil {
 		client.Close()
-		return nil, nil, nil, "", err
+		return store{}, err
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	defer cancel()
@@ -191,7 +196,7 @@ func openEngine(ctx context.Context, cfg config.Config, log *slog.Logger) (engin
 	case policy != "noeviction":
 		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
 	}
-	return e, func() error { return errors.Join(e.Close(), client.Close()) }, e, "redis", nil
+	return store{engine: e, documents: e, nonces: e, name: "redis", close: func() error { return errors.Join(e.Close(), client.Close()) }}, nil
 }
 
 // leaseKeySet is the key set of lease tokens: the configured signing key, or one generated for

@@ -7,10 +7,8 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-var (
-	_ lease.Feed     = (*Engine)(nil)
-	_ lease.Presence = (*Engine)(nil)
-)
+// The engine is a lease.Store: its Feed and Presence are here, its Admin in admin.go.
+var _ lease.Store = (*Engine)(nil)
 
 // eventLog is a ring of the most recent events of a session, oldest first.
 type eventLog struct {

@@ -27,7 +27,7 @@ func TestConformance(t *testing.T) {
 		return leasetest.Target{
 			Engine: eng,
 			// Memory loses its data when the process restarts: a new engine on the same clock.
-			LoseData: func(t *testing.T) lease.Engine {
+			LoseData: func(t *testing.T) lease.Store {
 				fresh, err := New(opts)
 				if err != nil {
 					t.Fatalf("New: %v", err)

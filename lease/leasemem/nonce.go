@@ -10,7 +10,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// NonceStore is the in-memory lease.Nonces, for one tablease instance (a store of its own beside
+// NonceStore is the in-memory nonce store (leasetest.NonceStore), for one tablease instance (a store of its own beside
 // the Engine, like DocumentStore: nonces used through one process are known to that process
 // only). Each call is one critical section under mu that reads the injected clock, forgets the
 // nonces that expired, and records the new one, so of concurrent uses of a nonce exactly one is
@@ -25,8 +25,6 @@ type NonceStore struct {
 	maxSize int                  // the largest len(used) since the map was allocated
 }
 
-var _ lease.Nonces = (*NonceStore)(nil)
-
 // NewNonceStore returns an empty store whose clock is now (default time.Now).
 func NewNonceStore(now func() time.Time) *NonceStore {
 	if now == nil {
@@ -35,7 +33,8 @@ func NewNonceStore(now func() time.Time) *NonceStore {
 	return &NonceStore{now: now, used: make(map[string]time.Time)}
 }
 
-// UseNonce implements lease.Nonces.
+// UseNonce records nonce as used for ttl, and reports whether it was fresh (see
+// leasetest.NonceStore).
 func (s *NonceStore) UseNonce(ctx context.Context, nonce string, ttl time.Duration) (bool, error) {
 	if err := lease.ValidateNonce(nonce, ttl); err != nil {
 		return false, err

@@ -5,12 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasetest"
 )
 
 func TestNonces(t *testing.T) {
-	leasetest.RunNonces(t, func(t *testing.T) lease.Nonces { return NewNonceStore(nil) })
+	leasetest.RunNonces(t, func(t *testing.T) leasetest.NonceStore { return NewNonceStore(nil) })
 }
 
 func TestNonceStoreForgetsOnItsOwnClockAndKeepsMemoryBounded(t *testing.T) {

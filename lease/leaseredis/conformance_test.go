@@ -19,9 +19,8 @@ const conformanceOpTimeout = 300 * time.Millisecond
 // subtests one after the other, so each Target may FLUSHALL it (LoseData) and pause it with SIGSTOP
 // (Outage: the store hangs rather than refuses, the harder case, and keeps its data). Each Target
 // also gets a key prefix of its own, so that no subtest could see another's keys or events (the
-// users index and the audit logs included). The engine is its own Feed, Presence and Admin; its
-// Peer is a second engine, with a client of its own, on the same server and prefix, as a second
-// tablease instance would be, whose own Admin the suite uses too.
+// users index and the audit logs included). Its Peer is a second engine, with a client of its own,
+// on the same server and prefix, as a second tablease instance would be.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	n := 0
@@ -50,7 +49,7 @@ func TestConformance(t *testing.T) {
 		eng := newEngine(t)
 		return leasetest.Target{
 			Engine: eng,
-			LoseData: func(t *testing.T) lease.Engine {
+			LoseData: func(t *testing.T) lease.Store {
 				srv.Flush(t)
 				return eng
 			},
@@ -59,10 +58,7 @@ func TestConformance(t *testing.T) {
 				return func() { srv.Resume(t) }
 			},
 			OpTimeout:      conformanceOpTimeout,
-			Feed:           eng,
-			Presence:       eng,
-			Admin:          eng,
-			Peer:           func(t *testing.T) lease.Engine { return newEngine(t) },
+			Peer:           func(t *testing.T) lease.Store { return newEngine(t) },
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

@@ -13,10 +13,8 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-var (
-	_ lease.Feed     = (*Engine)(nil)
-	_ lease.Presence = (*Engine)(nil)
-)
+// The engine is a lease.Store: its Feed and Presence are here, its Admin in admin.go.
+var _ lease.Store = (*Engine)(nil)
 
 // subscriptionBuffer is the size of go-redis's buffer between the subscription's connection and
 // the engine's reader. The reader never blocks for long (it hands events to watches without

@@ -12,7 +12,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// Nonces (lease.Nonces). Each nonce used is one string key that expires:
+// Nonces (the contract of leasetest.NonceStore). Each nonce used is one string key that expires:
 //
 //	<prefix>:nonce:<nonce>    a random mark of the call that used it, with the nonce's TTL
 //
@@ -27,12 +27,11 @@ import (
 // only; under maxmemory-policy noeviction it is never evicted early, which is what keeps a used
 // ticket used.
 
-var _ lease.Nonces = (*Engine)(nil)
-
 // nonceKey is the key of nonce, which must be valid.
 func (e *Engine) nonceKey(nonce string) string { return e.prefix + ":nonce:" + nonce }
 
-// UseNonce implements lease.Nonces.
+// UseNonce records nonce as used for ttl, and reports whether it was fresh (see
+// leasetest.NonceStore).
 func (e *Engine) UseNonce(ctx context.Context, nonce string, ttl time.Duration) (bool, error) {
 	const op = "use nonce"
 	if err := lease.ValidateNonce(nonce, ttl); err != nil {

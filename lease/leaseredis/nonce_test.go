@@ -15,7 +15,7 @@ import (
 
 // TestNonces runs the nonce suite on a namespace of the shared Redis per subtest.
 func TestNonces(t *testing.T) {
-	leasetest.RunNonces(t, func(t *testing.T) lease.Nonces {
+	leasetest.RunNonces(t, func(t *testing.T) leasetest.NonceStore {
 		e, _, _ := newEngine(t)
 		return e
 	})

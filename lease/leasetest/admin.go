@@ -14,7 +14,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// adminTests are the admin part of the suite (lease.Admin): they skip for an engine without it.
+// adminTests are the admin part of the suite (lease.Admin).
 var adminTests = []struct {
 	name string
 	run  func(t *testing.T, newTarget Factory)
@@ -43,27 +43,8 @@ var adminLimits = lease.Limits{Min: 20 * time.Millisecond, Default: 300 * time.M
 // minute is a TTL that outlasts every admin test (adminLimits.Max).
 const minute = time.Minute
 
-// admin answers the Admin of the target, and skips the test when there is none.
-func (f *fixture) admin() lease.Admin {
-	f.t.Helper()
-	if f.target.Admin != nil {
-		return f.target.Admin
-	}
-	if a, ok := f.target.Engine.(lease.Admin); ok {
-		return a
-	}
-	f.t.Skip("the engine has no admin operations (it does not implement lease.Admin)")
-	return nil
-}
-
-// feedIfAny answers the target's Feed, if it has one.
-func (f *fixture) feedIfAny() (lease.Feed, bool) {
-	if f.target.Feed != nil {
-		return f.target.Feed, true
-	}
-	feed, ok := f.target.Engine.(lease.Feed)
-	return feed, ok
-}
+// admin answers the Admin of the target.
+func (f *fixture) admin() lease.Admin { return f.target.Engine }
 
 // revokeReq is a revoke by the admin "root" with reason.
 func revokeReq(key lease.Key, reason string) lease.RevokeRequest {
@@ -1194,9 +1175,7 @@ func testList(t *testing.T, newTarget Factory) {
 	req := revokeReq(blocked, "blocked, never held")
 	req.Block = time.Hour
 	f.revoke(adm, req)
-	if feed, ok := f.feedIfAny(); ok {
-		f.watch(feed, lease.Key{User: "erin", Session: "watched"}, "")
-	}
+	f.watch(f.feed(), lease.Key{User: "erin", Session: "watched"}, "")
 	f.get(lease.Key{User: "frank", Session: "read"})
 	// Wait for the short lease to expire at the store's clock, but not through a call on it: the
 	// list must leave out a lease whose end was never announced.
@@ -1487,10 +1466,7 @@ func testAdminPeer(t *testing.T, newTarget Factory) {
 		t.Fatal("Peer returned no engine")
 	}
 	f.closeAtCleanup(peer)
-	peerAdm, ok := peer.(lease.Admin)
-	if !ok {
-		t.Skip("the peer engine has no admin operations (it does not implement lease.Admin)")
-	}
+	var peerAdm lease.Admin = peer
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	a := f.acquire(key, "tab-a", minute, lease.ModeTry)
 	b, err := peer.Acquire(f.ctx(), lease.AcquireRequest{Key: lease.Key{User: "bob", Session: "doc-1"}, Holder: holder("tab-b"), TTL: minute})

@@ -13,8 +13,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// eventTests are the events part of the suite: they skip for an engine without lease.Feed (or
-// lease.Presence, for the presence tests).
+// eventTests are the events part of the suite (lease.Feed and lease.Presence).
 var eventTests = []struct {
 	name string
 	run  func(t *testing.T, newTarget Factory)
@@ -348,23 +347,12 @@ func testWatchSeparate(t *testing.T, newTarget Factory) {
 		o := f.acquire(other, "tab-a", long, lease.ModeTry)
 		f.renew(other, "tab-a", o.Epoch, long, true)
 		f.acquire(other, "tab-b", long, lease.ModeTakeover)
-		if p, ok := f.presenceIfAny(); ok {
-			if _, err := p.Join(f.ctx(), other, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
-				t.Fatalf("Join(%+v): %v", other, err)
-			}
+		if _, err := f.presence().Join(f.ctx(), other, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+			t.Fatalf("Join(%+v): %v", other, err)
 		}
 	}
 	a := f.acquire(key, "tab-a", long, lease.ModeTry)
 	wantEvents(t, "the first event of alice's doc-1", []lease.Event{w.next()}, granted(a.Epoch, holder("tab-a")))
-}
-
-// presenceIfAny answers the target's Presence, if it has one.
-func (f *fixture) presenceIfAny() (lease.Presence, bool) {
-	if f.target.Presence != nil {
-		return f.target.Presence, true
-	}
-	p, ok := f.target.Engine.(lease.Presence)
-	return p, ok
 }
 
 func testSlowWatcher(t *testing.T, newTarget Factory) {
@@ -642,10 +630,7 @@ func testEventsInvalid(t *testing.T, newTarget Factory) {
 		wantInvalid(t, "Watch with "+tc.name, err)
 	}
 
-	p, ok := f.presenceIfAny()
-	if !ok {
-		return
-	}
+	p := f.presence()
 	tab := lease.Tab{TabID: "tab-a", Label: "A"}
 	for _, tc := range []struct {
 		name string
@@ -826,7 +811,8 @@ func testPresenceExpiry(t *testing.T, newTarget Factory) {
 func testPeerEvents(t *testing.T, newTarget Factory) {
 	f := start(t, newTarget, limits)
 	feed := f.feed()
-	peer, peerFeed := f.peer()
+	peer := f.peer()
+	var peerFeed lease.Feed = peer
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	here, there := f.watch(feed, key, ""), f.watch(peerFeed, key, "")
 
@@ -836,16 +822,12 @@ func testPeerEvents(t *testing.T, newTarget Factory) {
 		t.Fatalf("Acquire on the peer: %v", err)
 	}
 	wanted := []want{granted(a.Epoch, holder("tab-a")), takenOver(b.Epoch, holder("tab-b"), "tab-a", a.Epoch)}
-	if p, ok := f.presenceIfAny(); ok {
-		if pp, ok := peer.(lease.Presence); ok {
-			if _, err := pp.Join(f.ctx(), key, "conn-1", lease.Tab{TabID: "tab-c"}); err != nil {
-				t.Fatalf("Join on the peer: %v", err)
-			}
-			wanted = append(wanted, tabJoined("tab-c"))
-			if got, err := p.Tabs(f.ctx(), key); err != nil || len(got) != 1 || got[0].TabID != "tab-c" {
-				t.Errorf("Tabs of a tab joined on the peer = %+v, %v; want tab-c", got, err)
-			}
-		}
+	if _, err := peer.Join(f.ctx(), key, "conn-1", lease.Tab{TabID: "tab-c"}); err != nil {
+		t.Fatalf("Join on the peer: %v", err)
+	}
+	wanted = append(wanted, tabJoined("tab-c"))
+	if got, err := f.presence().Tabs(f.ctx(), key); err != nil || len(got) != 1 || got[0].TabID != "tab-c" {
+		t.Errorf("Tabs of a tab joined on the peer = %+v, %v; want tab-c", got, err)
 	}
 	h, th := here.nextN(len(wanted)), there.nextN(len(wanted))
 	wantEvents(t, "the events on this instance", h, wanted...)
@@ -860,7 +842,8 @@ func testPeerEvents(t *testing.T, newTarget Factory) {
 func testPeerExpiry(t *testing.T, newTarget Factory) {
 	f := start(t, newTarget, limits)
 	feed := f.feed()
-	peer, peerFeed := f.peer()
+	peer := f.peer()
+	var peerFeed lease.Feed = peer
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	ws := []*watcher{f.watch(feed, key, ""), f.watch(peerFeed, key, ""), f.watch(feed, key, ""), f.watch(peerFeed, key, "")}
 

@@ -11,11 +11,9 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// handoffTests are the handoff part of the suite (lease.ModeHandoff). Each first probes the
-// engine with an acquire in ModeHandoff, and skips, naming the engine, when the engine refuses the
-// mode as invalid. They run with adminLimits, so that a lease stays held for as long as a test
-// needs, and check events where the target has a lease.Feed and audit records where it has a
-// lease.Admin.
+// handoffTests are the handoff part of the suite (lease.ModeHandoff). They run with adminLimits,
+// so that a lease stays held for as long as a test needs, and check the events and audit records
+// of every step.
 var handoffTests = []struct {
 	name string
 	run  func(t *testing.T, newTarget Factory)
@@ -31,83 +29,42 @@ var handoffTests = []struct {
 	{"racing requesters notify the holder once, and only the requester claims the reservation", testHandoffRace},
 }
 
-// handoffFixture is a fixture whose engine implements ModeHandoff.
+// handoffFixture is a fixture that knows the engine's handoff timeout and reserve window.
 type handoffFixture struct {
 	*fixture
 	timeout, reserve time.Duration // the engine's handoff timeout and reserve window
-	feed             lease.Feed    // nil when the target has no events
-	adm              lease.Admin   // nil when the target has no admin operations
+	adm              lease.Admin
 }
 
-// startHandoff starts a fixture with adminLimits, and skips the test when the engine does not
-// implement ModeHandoff.
+// startHandoff starts a fixture with adminLimits.
 func startHandoff(t *testing.T, newTarget Factory) *handoffFixture {
 	t.Helper()
 	f := start(t, newTarget, adminLimits)
-
-	// The probe: an acquire in ModeHandoff of a session that never had a lease is an ordinary grant
-	// in an engine with the mode, and an *InvalidError in one without.
-	probe := lease.Key{User: "handoff-probe", Session: "probe"}
-	l, err := f.eng.Acquire(f.ctx(), lease.AcquireRequest{Key: probe, Holder: holder("tab-probe"), Mode: lease.ModeHandoff})
-	if errors.Is(err, lease.ErrInvalid) {
-		t.Skipf("the engine %T does not implement mode handoff: Acquire in mode handoff answered %v", f.eng, err)
-	}
-	if err != nil {
-		t.Fatalf("Acquire of a free session in mode handoff: %v, want a grant", err)
-	}
-	if !l.HeldBy("tab-probe", l.Epoch) || l.Handoff != nil {
-		t.Errorf("Acquire of a free session in mode handoff answered %+v, want a grant without a handoff", l)
-	}
-	f.wantReleased(probe, "tab-probe", l.Epoch, true)
-
 	timeout, reserve := f.target.HandoffTimeout, f.target.HandoffReserve
 	if timeout <= 0 || reserve <= 0 || timeout > MaxHandoffWait || reserve > MaxHandoffWait {
-		t.Fatalf("the engine %T implements mode handoff, so its Target must set HandoffTimeout and HandoffReserve to the engine's, each in (0, %v] (ShortHandoffTimeout, ShortHandoffReserve); they are %v and %v",
+		t.Fatalf("the Target of %T must set HandoffTimeout and HandoffReserve to the engine's, each in (0, %v] (ShortHandoffTimeout, ShortHandoffReserve); they are %v and %v",
 			f.eng, MaxHandoffWait, timeout, reserve)
 	}
-	h := &handoffFixture{fixture: f, timeout: timeout, reserve: reserve}
-	h.feed, _ = f.feedIfAny()
-	h.adm = f.adminIfAny()
-	return h
+	return &handoffFixture{fixture: f, timeout: timeout, reserve: reserve, adm: f.admin()}
 }
 
-// adminIfAny answers the target's Admin, or nil.
-func (f *fixture) adminIfAny() lease.Admin {
-	if f.target.Admin != nil {
-		return f.target.Admin
-	}
-	adm, _ := f.target.Engine.(lease.Admin)
-	return adm
-}
-
-// watch watches key from a snapshot; nil when the target has no events.
+// watch watches key from a snapshot.
 func (h *handoffFixture) watch(key lease.Key) *watcher {
 	h.t.Helper()
-	if h.feed == nil {
-		return nil
-	}
-	return h.fixture.watch(h.feed, key, "")
+	return h.fixture.watch(h.feed(), key, "")
 }
 
-// events fails unless the next events of w are exactly those wanted; it does nothing without a
-// watcher.
+// events fails unless the next events of w are exactly those wanted.
 func (h *handoffFixture) events(w *watcher, what string, wanted ...want) []lease.Event {
 	h.t.Helper()
-	if w == nil {
-		return nil
-	}
 	got := w.nextN(len(wanted))
 	wantEvents(h.t, what, got, wanted...)
 	return got
 }
 
-// records fails unless the audit log of key holds exactly the records wanted (oldest first); it
-// does nothing without an Admin.
+// records fails unless the audit log of key holds exactly the records wanted (oldest first).
 func (h *handoffFixture) records(key lease.Key, what string, wanted ...rec) {
 	h.t.Helper()
-	if h.adm == nil {
-		return
-	}
 	got := h.auditPages(h.adm, lease.AuditQuery{User: key.User, Session: key.Session})
 	wantRecords(h.t, what, got, reversed(wanted)...)
 }
@@ -259,12 +216,10 @@ func testHandoffRequest(t *testing.T, newTarget Factory) {
 		t.Errorf("Get during the request = %+v, want held by tab-a at epoch %d, 1 transition", g, a.Epoch)
 	}
 	h.wantHandoff("Get during the request", g, "tab-b", false, until)
-	if h.adm != nil {
-		if ls := h.listPages(h.adm, lease.ListQuery{User: "alice"}); len(ls) != 1 {
-			t.Errorf("ListLeases during the request listed %d leases, want 1", len(ls))
-		} else {
-			h.wantHandoff("ListLeases during the request", ls[0], "tab-b", false, until)
-		}
+	if ls := h.listPages(h.adm, lease.ListQuery{User: "alice"}); len(ls) != 1 {
+		t.Errorf("ListLeases during the request listed %d leases, want 1", len(ls))
+	} else {
+		h.wantHandoff("ListLeases during the request", ls[0], "tab-b", false, until)
 	}
 	h.inTime(key, until, "the handoff request")
 

@@ -1,17 +1,12 @@
-// Package leasetest is the conformance suite every lease.Engine must pass. Engines run it from
+// Package leasetest is the conformance suite every lease.Store must pass. Engines run it from
 // their own tests:
 //
 //	func TestConformance(t *testing.T) {
 //		leasetest.Run(t, func(t *testing.T, limits lease.Limits) leasetest.Target { … })
 //	}
 //
-// Behaviour that only one engine has is a bug this suite should catch.
-//
-// The events part of the suite (DESIGN §3: lease.Feed and lease.Presence) and its admin part
-// (lease.Admin: list, revoke and block, audit) run for engines that implement those interfaces,
-// and skip for the others, so an engine passes the lease part before its events or admin
-// operations land. Likewise its handoff part (lease.ModeHandoff) runs for engines that accept
-// the mode, and skips, naming the engine, for those that refuse it as invalid.
+// Behaviour that only one engine has is a bug this suite should catch: every part of it (leases,
+// events and presence, admin operations, handoffs) runs against every engine.
 package leasetest
 
 import (
@@ -23,11 +18,11 @@ import (
 
 // Target is one engine under test, on a store of its own that starts empty.
 type Target struct {
-	Engine lease.Engine
+	Engine lease.Store
 	// LoseData makes the store lose every lease and counter, as a Redis restart without
 	// persistence or a restarted memory engine would, and returns the engine to use afterwards
 	// (the same one for Redis after FLUSHALL, a fresh one for memory).
-	LoseData func(t *testing.T) lease.Engine
+	LoseData func(t *testing.T) lease.Store
 	// Outage makes the store unreachable until the returned restore func is called; nil for an
 	// engine whose store cannot be unreachable (memory).
 	Outage func(t *testing.T) (restore func())
@@ -35,29 +30,19 @@ type Target struct {
 	// unreachable, every call must fail with lease.ErrUnavailable within about this long.
 	OpTimeout time.Duration
 
-	// Feed and Presence are the engine's events (nil means Engine's own, when it implements
-	// lease.Feed and lease.Presence). They must observe the changes made through Engine, and end
-	// their watches when Engine is closed. The events part of the suite skips without a Feed, the
-	// presence part without a Presence.
-	Feed     lease.Feed
-	Presence lease.Presence
-	// Admin is the engine's admin side (nil means Engine's own, when it implements lease.Admin).
-	// It must act on the store of Engine. The admin part of the suite skips without it.
-	Admin lease.Admin
 	// Peer returns another engine on the same store, as a second tablease instance on the same
 	// Redis would have, with the same limits and options (the same key prefix, and a client and
-	// expiry timer of its own); nil for a store that cannot be shared
-	// (memory). Its Feed and Presence, if any, are the engine's own. The suite closes it. The
-	// tests of events across instances skip without it.
-	Peer func(t *testing.T) lease.Engine
+	// expiry timer of its own); nil for a store that cannot be shared (memory). The suite closes
+	// it. The tests across instances skip without it.
+	Peer func(t *testing.T) lease.Store
 	// PresenceTTL is the time to live the engine gives presence entries. The test of presence
 	// expiry needs it short (at most MaxPresenceTTL; ShortPresenceTTL is a good choice) and skips
 	// otherwise.
 	PresenceTTL time.Duration
 	// HandoffTimeout and HandoffReserve are the handoff timeout and reserve window the engine was
-	// configured with (see lease.ModeHandoff). For an engine that implements the mode, the
-	// handoff part of the suite needs both, at most MaxHandoffWait (ShortHandoffTimeout and
-	// ShortHandoffReserve are good choices), and fails without them.
+	// configured with (see lease.ModeHandoff). The handoff part of the suite needs both, at most
+	// MaxHandoffWait (ShortHandoffTimeout and ShortHandoffReserve are good choices), and fails
+	// without them.
 	HandoffTimeout time.Duration
 	HandoffReserve time.Duration
 }

@@ -35,7 +35,7 @@ const (
 type fixture struct {
 	t      *testing.T
 	target Target
-	eng    lease.Engine
+	eng    lease.Store
 	limits lease.Limits
 }
 
@@ -72,7 +72,7 @@ func (f *fixture) loseData() {
 	f.eng = eng
 }
 
-func sameEngine(a, b lease.Engine) bool {
+func sameEngine(a, b lease.Store) bool {
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
 	return ta == tb && ta.Comparable() && a == b
 }

@@ -15,12 +15,13 @@ import (
 // errDown is what the store of an unreachableEngine says while it is down.
 var errDown = errors.New("store unreachable")
 
-// unreachableEngine puts a store that can be unplugged in front of a lease.Engine: while down,
-// every call waits for opTimeout (or its context) and fails with a *lease.UnavailableError, as a
-// network engine with an operation timeout would. It lets the suite's outage test run without Redis.
+// unreachableEngine puts a store that can be unplugged in front of the lease and admin calls of a
+// lease.Store: while down, every such call waits for opTimeout (or its context) and fails with a
+// *lease.UnavailableError, as a network engine with an operation timeout would. Its events and
+// presence are the store's, which the plug does not cut. It lets the suite's outage test run
+// without Redis.
 type unreachableEngine struct {
-	lease.Engine
-	admin     lease.Admin // the admin side of Engine, behind the same store
+	lease.Store
 	opTimeout time.Duration
 	down      atomic.Bool
 }
@@ -43,63 +44,63 @@ func (u *unreachableEngine) Acquire(ctx context.Context, req lease.AcquireReques
 	if err := u.wait(ctx, "acquire"); err != nil {
 		return lease.Lease{}, err
 	}
-	return u.Engine.Acquire(ctx, req)
+	return u.Store.Acquire(ctx, req)
 }
 
 func (u *unreachableEngine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease, error) {
 	if err := u.wait(ctx, "renew"); err != nil {
 		return lease.Lease{}, err
 	}
-	return u.Engine.Renew(ctx, req)
+	return u.Store.Renew(ctx, req)
 }
 
 func (u *unreachableEngine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.ReleaseResult, error) {
 	if err := u.wait(ctx, "release"); err != nil {
 		return lease.ReleaseResult{}, err
 	}
-	return u.Engine.Release(ctx, req)
+	return u.Store.Release(ctx, req)
 }
 
 func (u *unreachableEngine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 	if err := u.wait(ctx, "get"); err != nil {
 		return lease.Lease{}, err
 	}
-	return u.Engine.Get(ctx, key)
+	return u.Store.Get(ctx, key)
 }
 
 func (u *unreachableEngine) Check(ctx context.Context, key lease.Key, tabID string, epoch int64) (lease.Lease, error) {
 	if err := u.wait(ctx, "check"); err != nil {
 		return lease.Lease{}, err
 	}
-	return u.Engine.Check(ctx, key, tabID, epoch)
+	return u.Store.Check(ctx, key, tabID, epoch)
 }
 
 func (u *unreachableEngine) Ping(ctx context.Context) error {
 	if err := u.wait(ctx, "ping"); err != nil {
 		return err
 	}
-	return u.Engine.Ping(ctx)
+	return u.Store.Ping(ctx)
 }
 
 func (u *unreachableEngine) ListLeases(ctx context.Context, q lease.ListQuery) (lease.LeasePage, error) {
 	if err := u.wait(ctx, "list leases"); err != nil {
 		return lease.LeasePage{}, err
 	}
-	return u.admin.ListLeases(ctx, q)
+	return u.Store.ListLeases(ctx, q)
 }
 
 func (u *unreachableEngine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.RevokeResult, error) {
 	if err := u.wait(ctx, "revoke"); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	return u.admin.Revoke(ctx, req)
+	return u.Store.Revoke(ctx, req)
 }
 
 func (u *unreachableEngine) Audit(ctx context.Context, q lease.AuditQuery) (lease.AuditPage, error) {
 	if err := u.wait(ctx, "audit"); err != nil {
 		return lease.AuditPage{}, err
 	}
-	return u.admin.Audit(ctx, q)
+	return u.Store.Audit(ctx, q)
 }
 
 // TestSuiteWithAnUnreachableStore runs the suite, its outage test included, against the memory
@@ -117,25 +118,21 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("leasemem.New: %v", err)
 		}
-		u := &unreachableEngine{Engine: mem, admin: mem, opTimeout: opTimeout}
+		u := &unreachableEngine{Store: mem, opTimeout: opTimeout}
 		return leasetest.Target{
 			Engine: u,
-			LoseData: func(t *testing.T) lease.Engine {
+			LoseData: func(t *testing.T) lease.Store {
 				fresh, err := leasemem.New(opts)
 				if err != nil {
 					t.Fatalf("leasemem.New: %v", err)
 				}
-				return &unreachableEngine{Engine: fresh, admin: fresh, opTimeout: opTimeout}
+				return &unreachableEngine{Store: fresh, opTimeout: opTimeout}
 			},
 			Outage: func(t *testing.T) func() {
 				u.down.Store(true)
 				return func() { u.down.Store(false) }
 			},
-			OpTimeout: opTimeout,
-			// The events of the engine behind the unpluggable store, which does not unplug them.
-			Feed:           mem,
-			Presence:       mem,
-			Admin:          u, // the admin operations behind the unpluggable store
+			OpTimeout:      opTimeout,
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
@@ -166,7 +163,7 @@ func TestSuiteWithAPeer(t *testing.T) {
 		}
 		return leasetest.Target{
 			Engine:         mem,
-			Peer:           func(t *testing.T) lease.Engine { return peerView{mem} },
+			Peer:           func(t *testing.T) lease.Store { return peerView{mem} },
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -11,14 +12,29 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// NonceFactory makes a lease.Nonces on a store of its own that starts empty. Closing whatever it
-// opened is the factory's job (t.Cleanup).
-type NonceFactory func(t *testing.T) lease.Nonces
+// NonceStore remembers single-use values for a while, so that a credential carrying a nonce (the
+// event ticket of an EventSource, api/stream) is accepted once across every instance that shares
+// the store. The Redis engine is one; leasemem.NonceStore is one for a single instance.
+type NonceStore interface {
+	// UseNonce records nonce as used for ttl, in one atomic step of the store, and reports whether
+	// it was fresh: true for the first use, false while an earlier use is remembered. Of many
+	// concurrent uses of one nonce, exactly one is fresh. After ttl (by the store's clock) the
+	// nonce is forgotten.
+	//
+	// Errors: *lease.InvalidError when nonce is not an identifier (see lease.ValidateID) or ttl is
+	// not in [1ms, lease.MaxNonceTTL]; *lease.UnavailableError for store trouble, which never
+	// answers fresh.
+	UseNonce(ctx context.Context, nonce string, ttl time.Duration) (fresh bool, err error)
+}
 
-// RunNonces is the conformance suite of lease.Nonces. Engines run it from their tests:
+// NonceFactory makes a NonceStore on a store of its own that starts empty. Closing whatever it
+// opened is the factory's job (t.Cleanup).
+type NonceFactory func(t *testing.T) NonceStore
+
+// RunNonces is the conformance suite of NonceStore. Engines run it from their tests:
 //
 //	func TestNonces(t *testing.T) {
-//		leasetest.RunNonces(t, func(t *testing.T) lease.Nonces { … })
+//		leasetest.RunNonces(t, func(t *testing.T) leasetest.NonceStore { … })
 //	}
 //
 // It runs in real time: the forgetting test waits, polling with a deadline, for a TTL of 50 ms.
@@ -30,7 +46,7 @@ func RunNonces(t *testing.T, newStore NonceFactory) {
 
 var nonceTests = []struct {
 	name string
-	run  func(t *testing.T, s lease.Nonces)
+	run  func(t *testing.T, s NonceStore)
 }{
 	{"a nonce is fresh once and used afterwards", testNonceOnce},
 	{"nonces are independent of each other", testNonceIndependent},
@@ -39,7 +55,7 @@ var nonceTests = []struct {
 	{"bad nonces and ttls are refused and record nothing", testNonceInvalid},
 }
 
-func useNonce(t *testing.T, s lease.Nonces, nonce string, ttl time.Duration) bool {
+func useNonce(t *testing.T, s NonceStore, nonce string, ttl time.Duration) bool {
 	t.Helper()
 	fresh, err := s.UseNonce(t.Context(), nonce, ttl)
 	if err != nil {
@@ -48,7 +64,7 @@ func useNonce(t *testing.T, s lease.Nonces, nonce string, ttl time.Duration) boo
 	return fresh
 }
 
-func testNonceOnce(t *testing.T, s lease.Nonces) {
+func testNonceOnce(t *testing.T, s NonceStore) {
 	if !useNonce(t, s, "n-1", time.Minute) {
 		t.Fatal("the first use of a nonce is not fresh")
 	}
@@ -59,7 +75,7 @@ func testNonceOnce(t *testing.T, s lease.Nonces) {
 	}
 }
 
-func testNonceIndependent(t *testing.T, s lease.Nonces) {
+func testNonceIndependent(t *testing.T, s NonceStore) {
 	for _, n := range []string{"a", "b", "A", "a.b", "a:b|c@d_e-f"} {
 		if !useNonce(t, s, n, time.Minute) {
 			t.Fatalf("nonce %q is not fresh though only other nonces were used", n)
@@ -67,7 +83,7 @@ func testNonceIndependent(t *testing.T, s lease.Nonces) {
 	}
 }
 
-func testNonceRace(t *testing.T, s lease.Nonces) {
+func testNonceRace(t *testing.T, s NonceStore) {
 	var fresh atomic.Int32
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -90,7 +106,7 @@ func testNonceRace(t *testing.T, s lease.Nonces) {
 	}
 }
 
-func testNonceForgotten(t *testing.T, s lease.Nonces) {
+func testNonceForgotten(t *testing.T, s NonceStore) {
 	const ttl = 50 * time.Millisecond
 	if !useNonce(t, s, "short", ttl) || !useNonce(t, s, "long", time.Minute) {
 		t.Fatal("first uses are not fresh")
@@ -110,7 +126,7 @@ func testNonceForgotten(t *testing.T, s lease.Nonces) {
 	}
 }
 
-func testNonceInvalid(t *testing.T, s lease.Nonces) {
+func testNonceInvalid(t *testing.T, s NonceStore) {
 	cases := []struct {
 		nonce string
 		ttl   time.Duration

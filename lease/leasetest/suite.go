@@ -22,16 +22,10 @@ import (
 // to the millisecond, and asks every answer (LostError.Current and ReleaseResult.Lease included)
 // to carry the Key it is about.
 //
-// The events part (eventTests) runs for targets with a lease.Feed, and its presence tests for
-// targets with a lease.Presence; it skips otherwise. Its latency bound is DESIGN's: an expiry is
-// announced within a second of it, which the suite allows another second of slack.
-//
-// The admin part (adminTests) runs for targets with a lease.Admin, and skips otherwise; its event
-// tests need a lease.Feed too.
-//
-// The handoff part (handoffTests) runs for engines that implement lease.ModeHandoff, and skips
-// for engines that refuse it as invalid; it checks events where the target has a lease.Feed, and
-// audit records and revokes where it has a lease.Admin.
+// The events part (eventTests: lease.Feed and lease.Presence) holds to DESIGN's latency bound: an
+// expiry is announced within a second of it, which the suite allows another second of slack. The
+// admin part (adminTests: lease.Admin) and the handoff part (handoffTests: lease.ModeHandoff) check
+// the events and audit records of what they do.
 func Run(t *testing.T, newTarget Factory) {
 	for _, group := range [][]struct {
 		name string

@@ -18,35 +18,14 @@ const (
 	eventSlack  = time.Second
 )
 
-// feed answers the Feed of the target, and skips the test when there is none.
-func (f *fixture) feed() lease.Feed {
-	f.t.Helper()
-	if f.target.Feed != nil {
-		return f.target.Feed
-	}
-	if feed, ok := f.target.Engine.(lease.Feed); ok {
-		return feed
-	}
-	f.t.Skip("the engine has no events (it does not implement lease.Feed)")
-	return nil
-}
+// feed answers the Feed of the target.
+func (f *fixture) feed() lease.Feed { return f.target.Engine }
 
-// presence answers the Presence of the target, and skips the test when there is none.
-func (f *fixture) presence() lease.Presence {
-	f.t.Helper()
-	if f.target.Presence != nil {
-		return f.target.Presence
-	}
-	if p, ok := f.target.Engine.(lease.Presence); ok {
-		return p
-	}
-	f.t.Skip("the engine has no presence (it does not implement lease.Presence)")
-	return nil
-}
+// presence answers the Presence of the target.
+func (f *fixture) presence() lease.Presence { return f.target.Engine }
 
-// peer answers another engine on the same store and its Feed, and skips the test when the target
-// has none.
-func (f *fixture) peer() (lease.Engine, lease.Feed) {
+// peer answers another engine on the same store, and skips the test when the target has none.
+func (f *fixture) peer() lease.Store {
 	f.t.Helper()
 	if f.target.Peer == nil {
 		f.t.Skip("the store cannot be shared by two engines (Peer is nil)")
@@ -56,11 +35,7 @@ func (f *fixture) peer() (lease.Engine, lease.Feed) {
 		f.t.Fatal("Peer returned no engine")
 	}
 	f.closeAtCleanup(eng)
-	feed, ok := eng.(lease.Feed)
-	if !ok {
-		f.t.Skip("the peer engine has no events (it does not implement lease.Feed)")
-	}
-	return eng, feed
+	return eng
 }
 
 // watcher is a watch under test: it checks every event it receives against the key watched and
