@@ -12,7 +12,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// Admin routes (DESIGN §3), served when Options.Admin is set, under authentication and scope
+// Admin routes (DESIGN §3), under authentication and scope
 // lease:admin:
 //
 //	GET  /v1/admin/leases?sub=&cursor=&limit=                 → {leases: [adminLease], nextCursor}

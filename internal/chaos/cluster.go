@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +41,8 @@ func Binary(t testing.TB) string {
 		}
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			buildErr = fmt.Errorf("no go command on PATH to build ./cmd/tablease: %v", err)
+			return
 		}
 		buildBin = filepath.Join(buildDir, "tablease")
 		out, err := exec.Command(goBin, "build", "-o", buildBin, "github.com/tablease/tablease/cmd/tablease").CombinedOutput()
@@ -199,7 +199,7 @@ func (i *Instance) Start() error {
 	cmd := exec.Command(i.bin, "serve")
 	cmd.Env = i.env
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := start(cmd); err != nil {
+	if err := redistest.StartChild(cmd); err != nil {
 		_ = log.Close()
 		return fmt.Errorf("starting %s: %w", i.Name, err)
 	}

@@ -56,10 +56,6 @@ type Round struct {
 	unknown atomic.Int64 // of which with an unknown outcome
 }
 
-// Calls is the number of calls answered so far in the round, and of those whose outcome is
-// unknown.
-func (r *Round) Calls() (all, unknown int64) { return r.calls.Load(), r.unknown.Load() }
-
 // AwaitCalls waits until n more calls were answered (unknown ones only, when unknownOnly), or max
 // passed, polling. It answers whether they were.
 func (r *Round) AwaitCalls(n int64, unknownOnly bool, max time.Duration) bool {

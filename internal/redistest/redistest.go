@@ -248,8 +248,7 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 	)
 	log := &tailBuffer{max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = procAttr()
-	if err := startProcess(cmd); err != nil {
+	if err := StartChild(cmd); err != nil {
 		return nil, fmt.Errorf("starting redis-server: %w", err)
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{}), log: log}
@@ -396,4 +395,12 @@ func (w *tailBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return string(w.b)
+}
+
+// StartChild starts cmd as redistest starts redis-server: in a process group of its own and, on
+// Linux, killed when the test binary ends (a parent-death signal), so that no child of a test
+// outlives it. Other test helpers that start servers use it too.
+func StartChild(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = procAttr()
+	return startProcess(cmd)
 }

@@ -179,13 +179,13 @@ export class TabLease extends EventTarget {
   /** The state, evaluated now (see the top of this file).
    *  @returns {import("./tablease.js").LeaseState} */
   get state() {
-    return this._stateNow();
+    return this._computeState();
   }
 
   /** "owner" or "viewer", evaluated now (fail closed).
    *  @returns {"owner" | "viewer"} */
   get role() {
-    return this._stateNow() === "owner" ? "owner" : "viewer";
+    return this._computeState() === "owner" ? "owner" : "viewer";
   }
 
   /** The epoch this tab holds as owner, or null. */
@@ -489,7 +489,7 @@ export class TabLease extends EventTarget {
     return this._stream ? this._stream.hub.missedSince(this._clock.now()) : -Infinity;
   }
 
-  /** The state the facts give now. */
+  /** The state the facts give now, without acting on a change (a getter never emits). */
   _computeState() {
     const s = this._state;
     if (s === "stopped" || s === "away") return s;
@@ -497,11 +497,6 @@ export class TabLease extends EventTarget {
     if (this._handoffAsk) return "releasing";
     const confirmed = this._confirmedAt >= Math.max(this._requireConfirmAfter, this._missedSince());
     return confirmed && this._clock.now() < this._deadline ? "owner" : "unconfirmed";
-  }
-
-  /** The state now, without acting on a change (a getter never emits). */
-  _stateNow() {
-    return this._computeState();
   }
 
   /** Moves to state `next` (one of TRANSITIONS[current]); emits rolechange when the role changes. */
