@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -41,12 +42,12 @@ func (s *Server) sessionCatalog(c echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
-	st, err := s.catalogs.current(ctx)
+	st, err := s.catalogs.Current(ctx)
 	if err != nil {
 		s.storeError("catalog", err)
 		return err
 	}
-	view := catalogViewJSON{Role: owner.RoleViewer, Version: st.cat.Version}
+	view := catalogViewJSON{Role: owner.RoleViewer, Version: st.Catalog.Version}
 	if tabID != "" {
 		l, err := s.engine.Get(ctx, key)
 		s.metrics.observeOp("get", err)
@@ -59,7 +60,7 @@ func (s *Server) sessionCatalog(c echo.Context) error {
 			view.Epoch = &epoch
 		}
 	}
-	view.Tools = st.cat.For(view.Role, route)
+	view.Tools = st.Catalog.For(view.Role, route)
 	body, err := json.Marshal(view)
 	if err != nil {
 		return err
@@ -102,23 +103,23 @@ func noneMatch(header, etag string) bool {
 // adminCatalog answers GET /v1/admin/catalog: the catalog served, whole (disabled tools
 // included), in the form PUT takes back, with its version as ETag.
 func (s *Server) adminCatalog(c echo.Context) error {
-	st, err := s.catalogs.fresh(c.Request().Context())
+	st, err := s.catalogs.Fresh(c.Request().Context())
 	if err != nil {
 		s.storeError("catalog", err)
 		return err
 	}
-	body, err := json.Marshal(st.cat)
+	body, err := json.Marshal(st.Catalog)
 	if err != nil {
 		return err
 	}
 	setCatalogSource(c, st)
-	return sendCached(c, st.cat.ETag(), body)
+	return sendCached(c, st.Catalog.ETag(), body)
 }
 
-func setCatalogSource(c echo.Context, st catalogState) {
+func setCatalogSource(c echo.Context, st catalog.State) {
 	h := c.Response().Header()
-	if st.docVersion != "" {
-		h.Set("Last-Modified", st.updatedAt.UTC().Format(http.TimeFormat))
+	if st.DocVersion != "" {
+		h.Set("Last-Modified", st.UpdatedAt.UTC().Format(http.TimeFormat))
 	}
 }
 
@@ -141,16 +142,16 @@ func (s *Server) putCatalog(c echo.Context) error {
 		return catalogInvalid(err)
 	}
 	ctx := req.Context()
-	base, err := s.catalogs.fresh(ctx)
+	base, err := s.catalogs.Fresh(ctx)
 	if err != nil {
 		s.storeError("catalog", err)
 		return err
 	}
-	if !base.cat.MatchETag(ifMatch) {
-		c.Response().Header().Set("ETag", base.cat.ETag())
-		return preconditionFailed(base.cat.Version)
+	if !base.Catalog.MatchETag(ifMatch) {
+		c.Response().Header().Set("ETag", base.Catalog.ETag())
+		return preconditionFailed(base.Catalog.Version)
 	}
-	st, err := s.catalogs.put(ctx, next, base)
+	st, err := s.catalogs.Put(ctx, next, base)
 	if err != nil {
 		var vm *lease.VersionMismatchError
 		if errors.As(err, &vm) { // another PUT won between the read and the write
@@ -169,16 +170,16 @@ func (s *Server) putCatalog(c echo.Context) error {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "catalog replaced",
 		slog.String("request_id", requestID(c)),
 		slog.String("sub", p.Sub),
-		slog.String("previous_version", base.cat.Version),
+		slog.String("previous_version", base.Catalog.Version),
 		slog.String("version", next.Version),
 		slog.Int("tools", len(next.Tools)),
 		slog.Int("disabled", disabled))
-	body, err := json.Marshal(st.cat)
+	body, err := json.Marshal(st.Catalog)
 	if err != nil {
 		return err
 	}
 	setCatalogSource(c, st)
-	c.Response().Header().Set("ETag", st.cat.ETag())
+	c.Response().Header().Set("ETag", st.Catalog.ETag())
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
 }
 
@@ -230,4 +231,10 @@ func catalogInvalid(err error) *Error {
 		e.Err = err
 	}
 	return e
+}
+
+// SeedCatalog stores Options.Catalog as the catalog when the store holds none yet, and answers
+// which catalog the server serves (catalog.Source.Seed). Call it at start.
+func (s *Server) SeedCatalog(ctx context.Context) (catalog.Status, error) {
+	return s.catalogs.Seed(ctx)
 }

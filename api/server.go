@@ -1,23 +1,8 @@
-// Package api is the HTTP face of tablease: an Echo v4 server that exposes the lease lifecycle of
-// DESIGN §3 under /v1, verifies access tokens, maps domain errors to one JSON error shape, and
-// serves /healthz, /readyz, /metrics and /openapi.yaml. It also serves the tool catalog by role
-// and route and its replacement by admins (catalog.go, catalogsource.go), and signs the lease
-// tokens of holders, publishes their keys at /.well-known/jwks.json and checks them for guards
-// (leasetokens.go).
-//
-// Every /v1 call acts for the user named by the `sub` of a verified access token: the lease of
-// session {sid} is lease.Key{User: sub, Session: sid}. Every error answer (4xx and 5xx) is
-//
-//	{"error": {"code": "…", "message": "…", "retryable": false, "details": {…}}}
-//
-// and never HTML; a 304 Not Modified has no body. The codes and their statuses are listed in
-// Codes; lease errors are mapped by one table (leaseErrors in errors.go).
-//
-// Requests with a body must say Content-Type: application/json; anything else is
-// 400 INVALID_ARGUMENT (not 415, so that clients handle one code for every malformed request).
-// Bodies are at most 16 KiB (413 PAYLOAD_TOO_LARGE; a catalog PUT at most 1 MiB) and are decoded
-// strictly: unknown fields, wrong types, fractional numbers, trailing data and empty bodies are
-// 400 INVALID_ARGUMENT.
+// Package api is the HTTP face of tablease: the Echo v4 routes under /v1 (lease.go, tabs.go,
+// catalog.go, admin.go, leasetokens.go; event streams through package stream), access-token auth
+// (auth.go), strict JSON decoding (decode.go), the one table from domain errors to the JSON error
+// shape (errors.go), the JSON views (views.go), and /healthz, /readyz, /metrics, /openapi.yaml.
+// docs/DESIGN.md is the normative HTTP contract; api/openapi.yaml is checked against the routes.
 package api
 
 import (
@@ -77,10 +62,10 @@ type Options struct {
 	// Documents stores the catalog that admins PUT, so that every instance on the same store
 	// serves the same version. Required: the Redis engine is one; a store of one process, such as
 	// leasemem.DocumentStore, suits one instance only.
-	Documents lease.DocumentStore
+	Documents catalog.Documents
 	// CatalogMaxAge is how long the catalog read from the store is served before it is read again
 	// (a version check); it bounds how long an instance serves a version another instance
-	// replaced. Default DefaultCatalogMaxAge.
+	// replaced. Default catalog.DefaultMaxAge.
 	CatalogMaxAge time.Duration
 	// LeaseKeys sign the lease tokens given to holders and are published at
 	// /.well-known/jwks.json. Nil: a key generated for this process, which other instances
@@ -124,7 +109,7 @@ type Server struct {
 	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
 	registry *prometheus.Registry
 
-	catalogs  *catalogSource
+	catalogs  *catalog.Source
 	leaseKeys *leasetoken.KeySet
 	signer    *leasetoken.Signer
 	verifier  *leasetoken.Verifier
@@ -201,7 +186,7 @@ func New(opts Options) (*Server, error) {
 	maxAge := opts.CatalogMaxAge
 	switch {
 	case maxAge == 0:
-		maxAge = DefaultCatalogMaxAge
+		maxAge = catalog.DefaultMaxAge
 	case maxAge < 0:
 		return nil, errors.New("api: Options.CatalogMaxAge must not be negative")
 	}
@@ -216,7 +201,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	catalogs, err := newCatalogSource(docs, opts.Catalog, maxAge, now, logger)
+	catalogs, err := catalog.NewSource(docs, opts.Catalog, maxAge, now, logger)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
@@ -263,7 +248,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // not close the engine, which the caller owns. It may be called more than once.
 func (s *Server) Close() {
 	s.streams.Close(context.Background()) // every stream gets its final event and ends
-	s.catalogs.close()
+	s.catalogs.Close()
 }
 
 func (s *Server) newEcho() *echo.Echo {
@@ -296,7 +281,7 @@ func (s *Server) newEcho() *echo.Echo {
 	v1.GET("/sessions/:sid/catalog", s.sessionCatalog, authed...)
 	s.registerStreams(v1, authed)
 
-	admin := append(authed[:len(authed):len(authed)], RequireScope(ScopeAdmin))
+	admin := append(authed[:len(authed):len(authed)], requireAdmin)
 	v1.GET("/admin/catalog", s.adminCatalog, admin...)
 	v1.PUT("/admin/catalog", s.putCatalog, admin...)
 	s.registerAdmin(v1, admin)

@@ -1,23 +1,20 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 )
 
-// # Documents
-//
-// A document is a small named blob that every tablease instance sharing a store reads the same:
-// the tool catalog an admin replaced at run time is one. Engines store documents next to the
-// leases (a hash per document in Redis, a map in memory); writes are compare-and-set on the
-// version, atomic in the store, so that two admins replacing a document at once cannot both win.
+// Documents are small named blobs that every tablease instance sharing a store reads the same
+// (the stored tool catalog is one). Engines keep them next to the leases; a write is a
+// compare-and-set on the version, atomic in the store. leasetest.DocumentStore states the
+// contract.
 
 // MaxDocumentSize bounds the data of a document (1 MiB).
 const MaxDocumentSize = 1 << 20
 
-// Values of the ifVersion argument of DocumentStore.PutDocument besides a version. A version is an
+// Values of the ifVersion argument of a document store's PutDocument (leasetest.DocumentStore) besides a version. A version is an
 // identifier (ValidateID), so it can be neither of them.
 const (
 	// IfAbsent writes only when the document does not exist yet.
@@ -63,30 +60,10 @@ func (e *VersionMismatchError) Error() string {
 // Is makes errors.Is(err, ErrVersionMismatch) true.
 func (e *VersionMismatchError) Is(target error) bool { return target == ErrVersionMismatch }
 
-// DocumentStore keeps named, versioned documents in the lease store, so that every instance that
-// shares the store reads the same version. Implementations must pass leasetest.RunDocuments. All
-// methods are safe for concurrent use.
-//
-// Errors: a bad name, version, ifVersion or an oversized document is an *InvalidError
-// (ErrInvalid); store trouble is an *UnavailableError (ErrUnavailable).
-type DocumentStore interface {
-	// GetDocument reads the current version of the document name, or fails with ErrNoDocument.
-	GetDocument(ctx context.Context, name string) (Document, error)
-	// StatDocument reads the version and UpdatedAt of the document name without its data (a
-	// cheap way to learn whether it changed), or fails with ErrNoDocument.
-	StatDocument(ctx context.Context, name string) (Document, error)
-	// PutDocument stores doc.Data as version doc.Version of the document name, if the current
-	// version is ifVersion: a version, IfAbsent (write only when the document does not exist) or
-	// AnyVersion. The comparison and the write are one atomic step in the store. Otherwise it fails
-	// with *VersionMismatchError (ErrVersionMismatch) and changes nothing. It answers the document
-	// as stored, with UpdatedAt from the store's clock. doc.UpdatedAt is ignored.
-	PutDocument(ctx context.Context, name string, doc Document, ifVersion string) (Document, error)
-}
-
 // ValidateDocumentName checks the name of a document: an identifier (see ValidateID).
 func ValidateDocumentName(name string) error { return ValidateID("document name", name) }
 
-// ValidatePut checks the arguments of DocumentStore.PutDocument, as every store does before it
+// ValidatePut checks the arguments of a document store's PutDocument, as every store does before it
 // touches anything.
 func ValidatePut(name string, doc Document, ifVersion string) error {
 	if err := ValidateDocumentName(name); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
 	"github.com/tablease/tablease/lease/leaseredis"
+	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
 
@@ -163,7 +164,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 // catalog) and nonce store (event tickets) beside it.
 type store struct {
 	engine    lease.Store
-	documents lease.DocumentStore
+	documents catalog.Documents
 	nonces    stream.Nonces
 	name      string       // "memory" or "redis"
 	close     func() error // closes the engine, then the Redis client, which the engine does not own
@@ -239,7 +240,7 @@ func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *s
 	switch {
 	case err != nil:
 		log.Warn("could not read the stored catalog; serving the file's catalog until the store answers", "err", err)
-	case st.Source == api.CatalogNone:
+	case st.Source == catalog.FromNone:
 		log.Info("no tool catalog: serving an empty one (set TABLEASE_CATALOG_FILE or PUT /v1/admin/catalog)")
 	case st.Seeded:
 		log.Info("tool catalog: stored the file's catalog, which every instance now serves", "version", st.Version, "file", cfg.CatalogFile)

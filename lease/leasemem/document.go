@@ -9,7 +9,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// DocumentStore is the in-memory lease.DocumentStore, for one tablease instance (a store of its
+// DocumentStore is the in-memory document store (leasetest.DocumentStore), for one tablease instance (a store of its
 // own beside the Engine: documents of one process are read by that process only). Each call is
 // one critical section under mu, which reads the injected clock, compares and writes, so a
 // compare-and-set cannot be split. Data is copied in and out: callers never share a buffer with
@@ -21,8 +21,6 @@ type DocumentStore struct {
 	docs map[string]lease.Document // by name
 }
 
-var _ lease.DocumentStore = (*DocumentStore)(nil)
-
 // NewDocumentStore returns an empty store whose clock is now (default time.Now). Times are
 // truncated to whole microseconds, in UTC, like those of the Engine.
 func NewDocumentStore(now func() time.Time) *DocumentStore {
@@ -32,12 +30,12 @@ func NewDocumentStore(now func() time.Time) *DocumentStore {
 	return &DocumentStore{now: now, docs: make(map[string]lease.Document)}
 }
 
-// GetDocument implements lease.DocumentStore.
+// GetDocument implements leasetest.DocumentStore.
 func (s *DocumentStore) GetDocument(ctx context.Context, name string) (lease.Document, error) {
 	return s.read(ctx, "get document", name, true)
 }
 
-// StatDocument implements lease.DocumentStore.
+// StatDocument implements leasetest.DocumentStore.
 func (s *DocumentStore) StatDocument(ctx context.Context, name string) (lease.Document, error) {
 	return s.read(ctx, "stat document", name, false)
 }
@@ -66,7 +64,7 @@ func (s *DocumentStore) read(ctx context.Context, op, name string, withData bool
 	return d, nil
 }
 
-// PutDocument implements lease.DocumentStore.
+// PutDocument implements leasetest.DocumentStore.
 func (s *DocumentStore) PutDocument(ctx context.Context, name string, doc lease.Document, ifVersion string) (lease.Document, error) {
 	if err := lease.ValidatePut(name, doc, ifVersion); err != nil {
 		return lease.Document{}, err

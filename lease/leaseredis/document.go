@@ -11,7 +11,7 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// Documents (lease.DocumentStore). Each document is one hash that never expires:
+// Documents (leasetest.DocumentStore). Each document is one hash that never expires:
 //
 //	<prefix>:doc:<name>    fields version, data, updated_us (store clock, µs)
 //
@@ -26,8 +26,6 @@ var (
 	documentScript = redis.NewScript(documentLua)
 )
 
-var _ lease.DocumentStore = (*Engine)(nil)
-
 // Statuses of document.lua.
 const (
 	docStatusOK       = "OK"
@@ -37,12 +35,12 @@ const (
 // documentKey is the key of the document name, which must be valid.
 func (e *Engine) documentKey(name string) string { return e.prefix + ":doc:" + name }
 
-// GetDocument implements lease.DocumentStore.
+// GetDocument implements leasetest.DocumentStore.
 func (e *Engine) GetDocument(ctx context.Context, name string) (lease.Document, error) {
 	return e.readDocument(ctx, "get document", name, true)
 }
 
-// StatDocument implements lease.DocumentStore. It does not transfer the data.
+// StatDocument implements leasetest.DocumentStore. It does not transfer the data.
 func (e *Engine) StatDocument(ctx context.Context, name string) (lease.Document, error) {
 	return e.readDocument(ctx, "stat document", name, false)
 }
@@ -84,7 +82,7 @@ func (e *Engine) readDocument(ctx context.Context, op, name string, withData boo
 	return doc, nil
 }
 
-// PutDocument implements lease.DocumentStore with document.lua.
+// PutDocument implements leasetest.DocumentStore with document.lua.
 func (e *Engine) PutDocument(ctx context.Context, name string, doc lease.Document, ifVersion string) (lease.Document, error) {
 	const op = "put document"
 	if err := lease.ValidatePut(name, doc, ifVersion); err != nil {

@@ -12,7 +12,7 @@ import (
 
 // TestDocuments runs the document suite on a namespace of the shared Redis per subtest.
 func TestDocuments(t *testing.T) {
-	leasetest.RunDocuments(t, func(t *testing.T) lease.DocumentStore {
+	leasetest.RunDocuments(t, func(t *testing.T) leasetest.DocumentStore {
 		e, _ := documentEngine(t)
 		return e
 	})

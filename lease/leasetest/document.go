@@ -13,14 +13,36 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// DocumentFactory makes a lease.DocumentStore on a store of its own that starts empty. Closing
-// whatever it opened is the factory's job (t.Cleanup).
-type DocumentFactory func(t *testing.T) lease.DocumentStore
+// DocumentStore keeps named, versioned documents in the lease store, so that every instance that
+// shares the store reads the same version (the stored tool catalog, catalog.Source, is one).
+// Implementations must pass RunDocuments. All methods are safe for concurrent use.
+//
+// Errors: a bad name, version, ifVersion or an oversized document is a *lease.InvalidError
+// (lease.ErrInvalid); store trouble is a *lease.UnavailableError (lease.ErrUnavailable).
+type DocumentStore interface {
+	// GetDocument reads the current version of the document name, or fails with
+	// lease.ErrNoDocument.
+	GetDocument(ctx context.Context, name string) (lease.Document, error)
+	// StatDocument reads the version and UpdatedAt of the document name without its data (a
+	// cheap way to learn whether it changed), or fails with lease.ErrNoDocument.
+	StatDocument(ctx context.Context, name string) (lease.Document, error)
+	// PutDocument stores doc.Data as version doc.Version of the document name, if the current
+	// version is ifVersion: a version, lease.IfAbsent (write only when the document does not
+	// exist) or lease.AnyVersion. The comparison and the write are one atomic step in the store.
+	// Otherwise it fails with *lease.VersionMismatchError (lease.ErrVersionMismatch) and changes
+	// nothing. It answers the document as stored, with UpdatedAt from the store's clock.
+	// doc.UpdatedAt is ignored.
+	PutDocument(ctx context.Context, name string, doc lease.Document, ifVersion string) (lease.Document, error)
+}
 
-// RunDocuments is the conformance suite of lease.DocumentStore. Engines run it from their tests:
+// DocumentFactory makes a DocumentStore on a store of its own that starts empty. Closing
+// whatever it opened is the factory's job (t.Cleanup).
+type DocumentFactory func(t *testing.T) DocumentStore
+
+// RunDocuments is the conformance suite of DocumentStore. Engines run it from their tests:
 //
 //	func TestDocuments(t *testing.T) {
-//		leasetest.RunDocuments(t, func(t *testing.T) lease.DocumentStore { … })
+//		leasetest.RunDocuments(t, func(t *testing.T) leasetest.DocumentStore { … })
 //	}
 func RunDocuments(t *testing.T, newStore DocumentFactory) {
 	for _, tc := range documentTests {
@@ -30,7 +52,7 @@ func RunDocuments(t *testing.T, newStore DocumentFactory) {
 
 var documentTests = []struct {
 	name string
-	run  func(t *testing.T, s lease.DocumentStore)
+	run  func(t *testing.T, s DocumentStore)
 }{
 	{"a document that was never written is not found", testDocNotFound},
 	{"a document is created only when absent and read back as written", testDocCreate},
@@ -44,7 +66,7 @@ var documentTests = []struct {
 	{"the largest document is stored whole, binary data included", testDocLargest},
 }
 
-func testDocNotFound(t *testing.T, s lease.DocumentStore) {
+func testDocNotFound(t *testing.T, s DocumentStore) {
 	ctx := t.Context()
 	if _, err := s.GetDocument(ctx, "catalog"); !errors.Is(err, lease.ErrNoDocument) {
 		t.Fatalf("GetDocument of a new store: %v, want ErrNoDocument", err)
@@ -54,7 +76,7 @@ func testDocNotFound(t *testing.T, s lease.DocumentStore) {
 	}
 }
 
-func mustPut(t *testing.T, s lease.DocumentStore, name, version, data, ifVersion string) lease.Document {
+func mustPut(t *testing.T, s DocumentStore, name, version, data, ifVersion string) lease.Document {
 	t.Helper()
 	d, err := s.PutDocument(t.Context(), name, lease.Document{Version: version, Data: []byte(data)}, ifVersion)
 	if err != nil {
@@ -66,7 +88,7 @@ func mustPut(t *testing.T, s lease.DocumentStore, name, version, data, ifVersion
 	return d
 }
 
-func mustGet(t *testing.T, s lease.DocumentStore, name, version, data string) lease.Document {
+func mustGet(t *testing.T, s DocumentStore, name, version, data string) lease.Document {
 	t.Helper()
 	d, err := s.GetDocument(t.Context(), name)
 	if err != nil {
@@ -97,7 +119,7 @@ func wantMismatch(t *testing.T, err error, current string) {
 	}
 }
 
-func testDocCreate(t *testing.T, s lease.DocumentStore) {
+func testDocCreate(t *testing.T, s DocumentStore) {
 	before := time.Now()
 	d := mustPut(t, s, "catalog", "v1", `{"tools":[]}`, lease.IfAbsent)
 	// The store's clock, not the caller's; it must still be a sane, recent time in UTC.
@@ -113,7 +135,7 @@ func testDocCreate(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", "v1", `{"tools":[]}`)
 }
 
-func testDocReplace(t *testing.T, s lease.DocumentStore) {
+func testDocReplace(t *testing.T, s DocumentStore) {
 	first := mustPut(t, s, "catalog", "v1", "one", lease.IfAbsent)
 	second := mustPut(t, s, "catalog", "v2", "two", "v1")
 	if second.UpdatedAt.Before(first.UpdatedAt) {
@@ -125,7 +147,7 @@ func testDocReplace(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", "v2", "two")
 }
 
-func testDocStale(t *testing.T, s lease.DocumentStore) {
+func testDocStale(t *testing.T, s DocumentStore) {
 	mustPut(t, s, "catalog", "v1", "one", lease.IfAbsent)
 	mustPut(t, s, "catalog", "v2", "two", "v1")
 	_, err := s.PutDocument(t.Context(), "catalog", lease.Document{Version: "v3", Data: []byte("three")}, "v1")
@@ -139,13 +161,13 @@ func testDocStale(t *testing.T, s lease.DocumentStore) {
 	}
 }
 
-func testDocAnyVersion(t *testing.T, s lease.DocumentStore) {
+func testDocAnyVersion(t *testing.T, s DocumentStore) {
 	mustPut(t, s, "catalog", "v1", "one", lease.AnyVersion)
 	mustPut(t, s, "catalog", "v2", "two", lease.AnyVersion)
 	mustGet(t, s, "catalog", "v2", "two")
 }
 
-func testDocRace(t *testing.T, s lease.DocumentStore) {
+func testDocRace(t *testing.T, s DocumentStore) {
 	mustPut(t, s, "catalog", "v0", "zero", lease.IfAbsent)
 	const writers = 16
 	var (
@@ -183,7 +205,7 @@ func testDocRace(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", wins[0], wins[0])
 }
 
-func testDocIndependent(t *testing.T, s lease.DocumentStore) {
+func testDocIndependent(t *testing.T, s DocumentStore) {
 	mustPut(t, s, "catalog", "v1", "catalog one", lease.IfAbsent)
 	mustPut(t, s, "catalog.next", "v1", "next one", lease.IfAbsent)
 	mustPut(t, s, "catalog", "v2", "catalog two", "v1")
@@ -191,7 +213,7 @@ func testDocIndependent(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", "v2", "catalog two")
 }
 
-func testDocCopies(t *testing.T, s lease.DocumentStore) {
+func testDocCopies(t *testing.T, s DocumentStore) {
 	in := []byte("original")
 	out, err := s.PutDocument(t.Context(), "catalog", lease.Document{Version: "v1", Data: in}, lease.IfAbsent)
 	if err != nil {
@@ -204,7 +226,7 @@ func testDocCopies(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", "v1", "original")
 }
 
-func testDocInvalid(t *testing.T, s lease.DocumentStore) {
+func testDocInvalid(t *testing.T, s DocumentStore) {
 	ctx := t.Context()
 	mustPut(t, s, "catalog", "v1", "one", lease.IfAbsent)
 	doc := lease.Document{Version: "v2", Data: []byte("two")}
@@ -240,7 +262,7 @@ func testDocInvalid(t *testing.T, s lease.DocumentStore) {
 	mustGet(t, s, "catalog", "v1", "one")
 }
 
-func testDocLargest(t *testing.T, s lease.DocumentStore) {
+func testDocLargest(t *testing.T, s DocumentStore) {
 	data := make([]byte, lease.MaxDocumentSize)
 	for i := range data {
 		data[i] = byte(i * 7)
