@@ -10,6 +10,10 @@
 //     redis-server started on first use, or the Redis named by TABLEASE_TEST_REDIS_URL. The test
 //     must not stop or reconfigure it, and should touch only keys under its prefix (or its DB).
 //
+//   - StartCluster and StartSentinel start a whole topology for one test (topology.go): a Redis
+//     Cluster of three primaries with a replica each, or a primary, a replica and three
+//     sentinels. The test may stop nodes to make the topology fail over.
+//
 // Private servers run with --save "" --appendonly no --bind 127.0.0.1 --maxmemory-policy
 // noeviction in a temporary directory: they persist nothing, so a restart loses every key.
 //
@@ -61,6 +65,9 @@ type Server struct {
 	dir  string // its working directory (empty: a directory that is removed once it is up)
 	port int    // fixed after the first start, so that Restart keeps the address
 	dbs  int    // number of databases
+	// role, when set, makes the server a node of a topology (topology.go): it names the config
+	// file read first and the arguments that follow the common ones.
+	role *role
 
 	// mu protects the fields below.
 	mu     sync.Mutex
@@ -207,6 +214,14 @@ func (s *Server) start() error {
 			}
 			port = p
 		}
+		if !fixed && s.role != nil && s.role.cluster {
+			// The cluster bus needs a port of its own, picked again with the client port.
+			bus, err := freePort()
+			if err != nil {
+				return err
+			}
+			s.role.busPort = bus
+		}
 		p, err := s.run(port, deadline)
 		if err == nil {
 			s.proc, s.port, s.paused = p, port, false
@@ -235,7 +250,11 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	cmd := exec.Command(s.bin,
+	var args []string
+	if s.role != nil && s.role.conf != "" {
+		args = append(args, s.role.conf) // a config file must come first
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -246,6 +265,10 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 		"--daemonize", "no",
 		"--logfile", "",
 	)
+	if s.role != nil {
+		args = append(args, s.role.args()...)
+	}
+	cmd := exec.Command(s.bin, args...)
 	log := &tailBuffer{max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := StartChild(cmd); err != nil {
