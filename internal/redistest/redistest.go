@@ -5,6 +5,7 @@
 //   - Start starts a private redis-server for one test, on a free loopback port, and stops it in
 //     t.Cleanup. The test may stop, restart, pause (SIGSTOP) and resume it: use it for outage
 //     tests. It always runs a redis-server found in PATH, even when TABLEASE_TEST_REDIS_URL is set.
+//
 //   - Shared gives a test its own namespace (a DB number of its own where possible, and always a
 //     key prefix of its own) on a Redis shared by the tests of one test binary: a private
 //     redis-server started on first use, or the Redis named by TABLEASE_TEST_REDIS_URL. The test
