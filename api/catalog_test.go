@@ -88,6 +88,7 @@ type tool struct {
 		DestructiveHint *bool  `json:"destructiveHint"`
 		IdempotentHint  *bool  `json:"idempotentHint"`
 		OpenWorldHint   *bool  `json:"openWorldHint"`
+		Untrusted       *bool  `json:"untrustedContentHint"`
 	} `json:"annotations"`
 	Routes   []string `json:"routes"`
 	Disabled bool     `json:"disabled"`

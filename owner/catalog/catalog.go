@@ -20,12 +20,17 @@
 //	   "annotations": {"destructiveHint": false, "idempotentHint": true}}
 //	]}
 //
-// Fields of a tool: name (required; 1–128 of [A-Za-z0-9_.-]), title (optional, at most 200
-// characters), description (required), inputSchema (optional; a JSON Schema object whose "type"
-// is "object"; when left out it is {"type":"object"}), annotations (optional), routes (optional;
-// see "Route patterns" below; left out means every route), disabled (optional). Unknown fields
-// anywhere outside inputSchema are errors. A top-level "version" is accepted and ignored, so that
-// what GET returns can be PUT back: the version is always derived from the content.
+// Fields of a tool (those of MCP and WebMCP, and the tool fields the browser client reads): name
+// (required; 1–128 of [A-Za-z0-9_.-]), title (optional, at most 200 characters), description
+// (required), inputSchema (optional; a JSON Schema object whose "type" is "object"; when left out
+// it is {"type":"object"}), outputSchema (optional; a JSON Schema object whose "type" is
+// "object", as MCP asks of structured results), annotations (optional), timeoutMs (optional; how
+// long the agent's runtime waits for a result, a whole number of milliseconds from 1000 to
+// 3600000; left out means the client's default, 60 s), routes (optional; see "Route patterns"
+// below; left out means every route), disabled (optional). Unknown fields anywhere outside the
+// schemas are errors, and the message lists the fields there are. A top-level "version" is
+// accepted and ignored, so that what GET returns can be PUT back: the version is always derived
+// from the content.
 //
 // # Annotations
 //
@@ -36,6 +41,7 @@
 //	destructiveHint  true    (false for a read-only tool)
 //	idempotentHint   false   (true for a read-only tool)
 //	openWorldHint    true
+//	untrustedContentHint false  (WebMCP: the result holds content the site does not vouch for)
 //
 // MCP says destructiveHint and idempotentHint are meaningful only when readOnlyHint is false; the
 // catalog writes out the values that are in effect, so a read-only tool reads as non-destructive
@@ -119,7 +125,12 @@ type Tool struct {
 	Title       string          `json:"title,omitempty"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
-	Annotations Annotations     `json:"annotations"`
+	// OutputSchema describes structured results (MCP); nil when the tool gives none.
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	Annotations  Annotations     `json:"annotations"`
+	// TimeoutMs is how long the agent's runtime waits for a result; nil means the client's
+	// default (60 s). The browser client settles a call a margin before it.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
 	// Routes are the route patterns this profile exists on; empty means every route.
 	Routes []string `json:"routes,omitempty"`
 	// Disabled tools are in the catalog but given to nobody.
@@ -136,6 +147,8 @@ type Annotations struct {
 	DestructiveHint *bool  `json:"destructiveHint"`
 	IdempotentHint  *bool  `json:"idempotentHint"`
 	OpenWorldHint   *bool  `json:"openWorldHint"`
+	// UntrustedContentHint (WebMCP) says the result holds content the site does not vouch for.
+	UntrustedContentHint *bool `json:"untrustedContentHint"`
 }
 
 // ReadOnly is the effective readOnlyHint (default false).
@@ -149,6 +162,9 @@ func (a Annotations) Idempotent() bool { return deref(a.IdempotentHint, a.ReadOn
 
 // OpenWorld is the effective openWorldHint (default true).
 func (a Annotations) OpenWorld() bool { return deref(a.OpenWorldHint, true) }
+
+// UntrustedContent is the effective untrustedContentHint (default false).
+func (a Annotations) UntrustedContent() bool { return deref(a.UntrustedContentHint, false) }
 
 func deref(p *bool, def bool) bool {
 	if p == nil {
@@ -172,6 +188,18 @@ const (
 	MaxTitleLen = 200
 )
 
+// Bounds of a tool's timeoutMs.
+const (
+	MinTimeoutMs = 1000
+	MaxTimeoutMs = 3600000
+)
+
+// toolFields and annotationFields are what an unknown field's message lists.
+const (
+	toolFields       = "name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled"
+	annotationFields = "title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint"
+)
+
 // DefaultInputSchema is the inputSchema of a tool that gives none.
 var DefaultInputSchema = json.RawMessage(`{"type":"object"}`)
 
@@ -183,7 +211,7 @@ func Parse(data []byte) (*Catalog, error) {
 		Tools   []json.RawMessage `json:"tools"`
 	}
 	if err := decodeStrict(data, &doc); err != nil {
-		return nil, &Error{Index: -1, Reason: err.Error()}
+		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
 	}
 	if len(doc.Version) > 0 {
 		var v *string
@@ -199,11 +227,34 @@ func Parse(data []byte) (*Catalog, error) {
 				Name string `json:"name"`
 			}
 			_ = json.Unmarshal(raw, &named)
-			return nil, &Error{Index: i, Name: named.Name, Reason: err.Error()}
+			return nil, &Error{Index: i, Name: named.Name, Reason: withFields(err, raw)}
 		}
 		tools = append(tools, t)
 	}
 	return New(tools)
+}
+
+// withFields adds to an unknown-field error the fields there are where it was found: in the
+// catalog (raw is then nil) or in a tool (raw) or its annotations.
+func withFields(err error, raw json.RawMessage) string {
+	msg := err.Error()
+	quoted, ok := strings.CutPrefix(msg, "unknown field ")
+	if !ok {
+		return msg
+	}
+	if raw == nil {
+		return msg + " (a catalog has: version, tools)"
+	}
+	var name string
+	var tool struct {
+		Annotations map[string]json.RawMessage `json:"annotations"`
+	}
+	if json.Unmarshal([]byte(quoted), &name) == nil && json.Unmarshal(raw, &tool) == nil {
+		if _, inAnnotations := tool.Annotations[name]; inAnnotations {
+			return "annotations: " + msg + " (annotations have: " + annotationFields + ")"
+		}
+	}
+	return msg + " (a tool has: " + toolFields + ")"
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown fields and trailing data,
@@ -245,6 +296,8 @@ func jsonKind(goKind string) string {
 		return "a string"
 	case "bool", "ptr":
 		return "a boolean"
+	case "int64":
+		return "a whole number"
 	case "slice":
 		return "an array"
 	case "struct", "map":
@@ -295,27 +348,42 @@ func normalize(t Tool) (Tool, *Error) {
 	if !utf8.ValidString(t.Description) {
 		return Tool{}, &Error{Field: "description", Reason: "must be valid UTF-8"}
 	}
-	schema, err := checkSchema(t.InputSchema)
+	schema, err := checkSchema("inputSchema", t.InputSchema)
 	if err != nil {
 		return Tool{}, err
+	}
+	var output json.RawMessage
+	if len(t.OutputSchema) > 0 {
+		if output, err = checkSchema("outputSchema", t.OutputSchema); err != nil {
+			return Tool{}, err
+		}
+	}
+	if t.TimeoutMs != nil && (*t.TimeoutMs < MinTimeoutMs || *t.TimeoutMs > MaxTimeoutMs) {
+		return Tool{}, &Error{Field: "timeoutMs", Reason: fmt.Sprintf("must be from %d to %d milliseconds (leave it out for the client's default, 60000)", MinTimeoutMs, MaxTimeoutMs)}
 	}
 	a := t.Annotations
 	if a.ReadOnly() && a.DestructiveHint != nil && *a.DestructiveHint {
 		return Tool{}, &Error{Field: "annotations.destructiveHint", Reason: "must not be true for a tool with readOnlyHint true"}
 	}
 	n := Tool{
-		Name:        t.Name,
-		Title:       t.Title,
-		Description: t.Description,
-		InputSchema: schema,
+		Name:         t.Name,
+		Title:        t.Title,
+		Description:  t.Description,
+		InputSchema:  schema,
+		OutputSchema: output,
 		Annotations: Annotations{
-			Title:           a.Title,
-			ReadOnlyHint:    ptr(a.ReadOnly()),
-			DestructiveHint: ptr(a.Destructive()),
-			IdempotentHint:  ptr(a.Idempotent()),
-			OpenWorldHint:   ptr(a.OpenWorld()),
+			Title:                a.Title,
+			ReadOnlyHint:         ptr(a.ReadOnly()),
+			DestructiveHint:      ptr(a.Destructive()),
+			IdempotentHint:       ptr(a.Idempotent()),
+			OpenWorldHint:        ptr(a.OpenWorld()),
+			UntrustedContentHint: ptr(a.UntrustedContent()),
 		},
 		Disabled: t.Disabled,
+	}
+	if t.TimeoutMs != nil {
+		n.TimeoutMs = new(int64)
+		*n.TimeoutMs = *t.TimeoutMs
 	}
 	if t.Routes != nil {
 		if len(t.Routes) == 0 {
@@ -370,44 +438,51 @@ func checkText(s string, maxLen int) error {
 	return nil
 }
 
-// checkSchema checks the structure an MCP/WebMCP inputSchema needs — a JSON object with "type":
+// checkSchema checks the structure an MCP/WebMCP inputSchema (or outputSchema, named by field) needs — a JSON object with "type":
 // "object", "properties" (if any) an object of schemas, "required" (if any) an array of strings —
 // and returns it compacted. It does not validate the rest of JSON Schema: browsers and models read
 // it, tablease does not evaluate it.
-func checkSchema(raw json.RawMessage) (json.RawMessage, *Error) {
+func checkSchema(field string, raw json.RawMessage) (json.RawMessage, *Error) {
 	if len(raw) == 0 {
 		return slices.Clone(DefaultInputSchema), nil
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return nil, &Error{Field: "inputSchema", Reason: `must be a JSON object schema (leave it out for {"type":"object"})`}
+		return nil, &Error{Field: field, Reason: `must be a JSON object schema` + leaveOut(field)}
 	}
 	var typ string
 	if err := json.Unmarshal(obj["type"], &typ); err != nil || typ != "object" {
-		return nil, &Error{Field: "inputSchema.type", Reason: `must be "object"`}
+		return nil, &Error{Field: field + ".type", Reason: `must be "object"`}
 	}
 	if p, ok := obj["properties"]; ok {
 		var props map[string]json.RawMessage
 		if err := json.Unmarshal(p, &props); err != nil || props == nil {
-			return nil, &Error{Field: "inputSchema.properties", Reason: "must be an object"}
+			return nil, &Error{Field: field + ".properties", Reason: "must be an object"}
 		}
 		for k, v := range props {
 			if v := bytes.TrimSpace(v); len(v) == 0 || (v[0] != '{' && !bytes.Equal(v, []byte("true")) && !bytes.Equal(v, []byte("false"))) {
-				return nil, &Error{Field: "inputSchema.properties." + k, Reason: "must be a schema (an object or a boolean)"}
+				return nil, &Error{Field: field + ".properties." + k, Reason: "must be a schema (an object or a boolean)"}
 			}
 		}
 	}
 	if r, ok := obj["required"]; ok {
 		var req []string
 		if err := json.Unmarshal(r, &req); err != nil || req == nil {
-			return nil, &Error{Field: "inputSchema.required", Reason: "must be an array of strings"}
+			return nil, &Error{Field: field + ".required", Reason: "must be an array of strings"}
 		}
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return nil, &Error{Field: "inputSchema", Reason: "must be valid JSON"}
+		return nil, &Error{Field: field, Reason: "must be valid JSON"}
 	}
 	return buf.Bytes(), nil
+}
+
+func leaveOut(field string) string {
+	if field == "inputSchema" {
+		return ` (leave it out for {"type":"object"})`
+	}
+	return " (or leave it out)"
 }
 
 // checkProfiles refuses two entries of one name that can match the same concrete route.
@@ -531,9 +606,14 @@ func (c *Catalog) For(role owner.Role, route string) []Tool {
 // clone copies t deeply, so that callers cannot change the catalog through it.
 func (t Tool) clone() Tool {
 	t.InputSchema = slices.Clone(t.InputSchema)
+	t.OutputSchema = slices.Clone(t.OutputSchema)
 	t.Routes = slices.Clone(t.Routes)
+	if t.TimeoutMs != nil {
+		ms := *t.TimeoutMs
+		t.TimeoutMs = &ms
+	}
 	a := &t.Annotations
-	for _, p := range []**bool{&a.ReadOnlyHint, &a.DestructiveHint, &a.IdempotentHint, &a.OpenWorldHint} {
+	for _, p := range []**bool{&a.ReadOnlyHint, &a.DestructiveHint, &a.IdempotentHint, &a.OpenWorldHint, &a.UntrustedContentHint} {
 		if *p != nil {
 			*p = ptr(**p)
 		}

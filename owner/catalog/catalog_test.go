@@ -103,7 +103,8 @@ func TestAnnotationDefaultsAreExplicit(t *testing.T) {
 	c := mustParse(t, `{"tools":[
 		{"name":"mutate","description":"d"},
 		{"name":"read","description":"d","annotations":{"readOnlyHint":true}},
-		{"name":"gentle","description":"d","annotations":{"destructiveHint":false,"idempotentHint":true,"openWorldHint":false,"title":"Gentle"}}
+		{"name":"gentle","description":"d","annotations":{"destructiveHint":false,"idempotentHint":true,"openWorldHint":false,"title":"Gentle"}},
+		{"name":"fetch","description":"d","annotations":{"readOnlyHint":true,"untrustedContentHint":true}}
 	]}`)
 	out, err := json.Marshal(c.Tools)
 	if err != nil {
@@ -118,9 +119,10 @@ func TestAnnotationDefaultsAreExplicit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]map[string]any{
-		"mutate": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true},
-		"read":   {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true},
-		"gentle": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false, "title": "Gentle"},
+		"mutate": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true, "untrustedContentHint": false},
+		"read":   {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true, "untrustedContentHint": false},
+		"gentle": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false, "untrustedContentHint": false, "title": "Gentle"},
+		"fetch":  {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": true, "untrustedContentHint": true},
 	}
 	for _, g := range got {
 		if !equalMaps(g.Annotations, want[g.Name]) {
@@ -144,6 +146,59 @@ func equalMaps(a, b map[string]any) bool {
 	return true
 }
 
+func TestTheToolFieldsOfMCPAndWebMCPAreKept(t *testing.T) {
+	c := mustParse(t, `{"tools":[
+		{"name":"ask_user","title":"Ask the user","description":"Ask a question and wait for the answer.",
+		 "inputSchema":{"type":"object","properties":{"question":{"type":"string","minLength":1}},"required":["question"]},
+		 "outputSchema":{"type":"object","properties":{"answer":{"type":["string","null"]}}},
+		 "timeoutMs":120000, "annotations":{"readOnlyHint":false,"destructiveHint":false}},
+		{"name":"plain","description":"d"}
+	]}`)
+	out, err := json.Marshal(c.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]json.RawMessage
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	ask, plain := got[0], got[1]
+	for field, want := range map[string]string{
+		"title":        `"Ask the user"`,
+		"timeoutMs":    `120000`,
+		"outputSchema": `{"type":"object","properties":{"answer":{"type":["string","null"]}}}`,
+	} {
+		if string(ask[field]) != want {
+			t.Errorf("ask_user %s = %s, want %s", field, ask[field], want)
+		}
+	}
+	for _, field := range []string{"timeoutMs", "outputSchema", "title"} {
+		if _, ok := plain[field]; ok {
+			t.Errorf("a tool without %s answers one: %s", field, plain[field])
+		}
+	}
+	// What For hands out is a copy: changing its timeout changes nothing in the catalog.
+	tools := c.For(owner.RoleOwner, "/")
+	*tools[0].TimeoutMs = 1
+	if *c.For(owner.RoleOwner, "/")[0].TimeoutMs != 120000 {
+		t.Error("the timeout of a tool For returned is shared with the catalog")
+	}
+	// The fields count in the version.
+	other := mustParse(t, strings.Replace(string(mustJSON(t, c)), `120000`, `90000`, 1))
+	if other.Version == c.Version {
+		t.Error("a different timeoutMs gives the same version")
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestParseErrorsNameTheToolAndField(t *testing.T) {
 	tests := []struct {
 		name string
@@ -152,9 +207,18 @@ func TestParseErrorsNameTheToolAndField(t *testing.T) {
 	}{
 		{"bad JSON", `{"tools":[`, "catalog: invalid JSON: unexpected end of input"},
 		{"trailing data", `{"tools":[]} {}`, "catalog: unexpected data after the JSON value"},
-		{"an unknown top-level field", `{"tool":[]}`, `catalog: unknown field "tool"`},
-		{"an unknown tool field", `{"tools":[{"name":"x","description":"d","route":["/"]}]}`, `catalog: tools[0] "x": unknown field "route"`},
-		{"an unknown annotation", `{"tools":[{"name":"x","description":"d","annotations":{"readonly":true}}]}`, `catalog: tools[0] "x": unknown field "readonly"`},
+		{"an unknown top-level field", `{"tool":[]}`, `catalog: unknown field "tool" (a catalog has: version, tools)`},
+		{"an unknown tool field", `{"tools":[{"name":"x","description":"d","route":["/"]}]}`,
+			`catalog: tools[0] "x": unknown field "route" (a tool has: name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled)`},
+		{"an unknown annotation", `{"tools":[{"name":"x","description":"d","annotations":{"readonly":true}}]}`,
+			`catalog: tools[0] "x": annotations: unknown field "readonly" (annotations have: title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint)`},
+		{"a timeout below a second", `{"tools":[{"name":"x","description":"d","timeoutMs":999}]}`, `catalog: tools[0] "x": timeoutMs: must be from 1000 to 3600000 milliseconds`},
+		{"a timeout above an hour", `{"tools":[{"name":"x","description":"d","timeoutMs":3600001}]}`, `timeoutMs: must be from 1000 to 3600000 milliseconds`},
+		{"a timeout that is not whole", `{"tools":[{"name":"x","description":"d","timeoutMs":1500.5}]}`, `catalog: tools[0] "x": timeoutMs: must be a whole number, not number`},
+		{"a timeout as a string", `{"tools":[{"name":"x","description":"d","timeoutMs":"60s"}]}`, `timeoutMs: must be a whole number, not string`},
+		{"an output schema that is not an object schema", `{"tools":[{"name":"x","description":"d","outputSchema":{"type":"array"}}]}`, `catalog: tools[0] "x": outputSchema.type: must be "object"`},
+		{"a null output schema", `{"tools":[{"name":"x","description":"d","outputSchema":null}]}`, `outputSchema: must be a JSON object schema (or leave it out)`},
+		{"a hint that is not a boolean", `{"tools":[{"name":"x","description":"d","annotations":{"untrustedContentHint":1}}]}`, `annotations.untrustedContentHint: must be a boolean, not number`},
 		{"a hint of the wrong type", `{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":"yes"}}]}`, `catalog: tools[0] "x": annotations.readOnlyHint: must be a boolean, not string`},
 		{"a missing name", `{"tools":[{"description":"d"}]}`, `catalog: tools[0]: name: is required`},
 		{"a name with a space", `{"tools":[{"name":"save event","description":"d"}]}`, `catalog: tools[0] "save event": name: may contain only A-Z a-z 0-9 _ . -`},

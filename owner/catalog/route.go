@@ -12,8 +12,10 @@ import (
 //
 //	events      a literal: 1 or more of A-Z a-z 0-9 and - . _ ~ ! $ & ' ( ) + , ; = @ % :
 //	            (not starting with ":"); compared byte for byte, case-sensitively
-//	:id         a parameter: matches exactly one non-empty segment (the name, [A-Za-z_][A-Za-z0-9_]*,
-//	            is documentation only)
+//	:id         a parameter: matches exactly one non-empty segment; its name ([A-Za-z_][A-Za-z0-9_]*)
+//	            is how the browser client hands the segment to handlers (params.id) and which
+//	            input property it binds (docs/browser-client.md, "Route-bound tools"); the server
+//	            matches by position only
 //	*           a wildcard, only as the last segment: matches one or more segments
 //
 // So "/events" matches only /events, "/events/:id" matches /events/evt-1 but not /events or
