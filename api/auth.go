@@ -71,8 +71,54 @@ func principalOf(c echo.Context) *Principal {
 // accessClaims are the claims read from an access token.
 type accessClaims struct {
 	jwt.RegisteredClaims
-	Scope string   `json:"scope,omitempty"`
-	SID   sidClaim `json:"sid"`
+	Scope scopeClaim `json:"scope"`
+	SID   sidClaim   `json:"sid"`
+}
+
+// UnmarshalJSON reads the claims, refusing an exp, nbf or iat that is not a JSON number: the jwt
+// package would read "9999999999" as a date.
+func (c *accessClaims) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for _, name := range []string{"exp", "nbf", "iat"} {
+		v, ok := raw[name]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var n json.Number
+		if v[0] == '"' || json.Unmarshal(v, &n) != nil {
+			return fmt.Errorf("%s must be a number", name)
+		}
+	}
+	type plain accessClaims // without this method
+	return json.Unmarshal(b, (*plain)(c))
+}
+
+// scopeClaim is the scope claim: a string of space-separated scopes (RFC 8693), or a list of
+// strings as some identity providers send it.
+type scopeClaim []string
+
+func (s *scopeClaim) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*s = nil
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = strings.Fields(one)
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("scope must be a string or a list of strings")
+	}
+	*s = nil
+	for _, v := range many {
+		*s = append(*s, strings.Fields(v)...)
+	}
+	return nil
 }
 
 // sidClaim is the sid claim: a string or a list of strings. Unlike jwt.ClaimStrings it tells an
@@ -205,7 +251,7 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 	if claims.SID.present {
 		p.Sessions = append([]string{}, claims.SID.values...) // non-nil: restricted
 	}
-	for _, s := range strings.Fields(claims.Scope) {
+	for _, s := range claims.Scope {
 		p.Scopes[s] = true
 	}
 	return p, nil
@@ -270,6 +316,9 @@ func bearer(header string) (string, bool) {
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
+		if len(req.Header.Values(echo.HeaderAuthorization)) > 1 {
+			return unauthenticated("send one Authorization header, not several")
+		}
 		header := req.Header.Get(echo.HeaderAuthorization)
 		if header == "" {
 			q := req.URL.Query()
@@ -312,6 +361,18 @@ func RequireScope(scope string) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// requireAdmin guards the admin routes: the token must grant ScopeAdmin and must not be limited to
+// sessions by a sid claim (an admin route names other users' sessions, which such a token was
+// never meant to reach). It runs after authentication.
+func requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return RequireScope(ScopeAdmin)(func(c echo.Context) error {
+		if principalOf(c).Sessions != nil {
+			return forbidden("a token limited to sessions by a sid claim cannot use admin routes")
+		}
+		return next(c)
+	})
 }
 
 // TokenSpec describes a token for IssueToken.
