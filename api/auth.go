@@ -147,9 +147,10 @@ func (s *sidClaim) UnmarshalJSON(b []byte) error {
 
 // authenticator verifies access tokens. It is immutable after newAuthenticator.
 type authenticator struct {
-	secret []byte
-	keys   map[string]verifyKey // by kid
-	parser *jwt.Parser
+	secret  []byte
+	keys    map[string]verifyKey // by kid
+	issuers []string             // the iss values accepted
+	parser  *jwt.Parser
 }
 
 type verifyKey struct {
@@ -157,7 +158,10 @@ type verifyKey struct {
 	key any
 }
 
-func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
+// newAuthenticator checks cfg and makes its authenticator. In dev mode tokens of DevIssuer (from
+// /dev/token) are accepted besides those of cfg.Issuer; outside it, cfg.Issuer must not be
+// DevIssuer.
+func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 	if len(cfg.HS256Secret) == 0 && len(cfg.PublicKeys) == 0 {
 		return nil, errors.New("api: Auth.HS256Secret or Auth.PublicKeys is required")
 	}
@@ -167,13 +171,19 @@ func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
 	if strings.TrimSpace(cfg.Issuer) == "" {
 		return nil, errors.New("api: Auth.Issuer is required")
 	}
+	if cfg.Issuer == DevIssuer && !dev {
+		return nil, fmt.Errorf("api: Auth.Issuer %q is the issuer of dev-mode tokens, accepted in dev mode only", DevIssuer)
+	}
 	if strings.TrimSpace(cfg.Audience) == "" {
 		return nil, errors.New("api: Auth.Audience is required")
 	}
 	if cfg.Leeway < 0 || cfg.Leeway > MaxLeeway {
 		return nil, fmt.Errorf("api: Auth.Leeway must be between 0 and %s", MaxLeeway)
 	}
-	a := &authenticator{keys: make(map[string]verifyKey)}
+	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}}
+	if dev && cfg.Issuer != DevIssuer {
+		a.issuers = append(a.issuers, DevIssuer)
+	}
 	var methods []string
 	if len(cfg.HS256Secret) > 0 {
 		a.secret = slices.Clone(cfg.HS256Secret)
@@ -198,7 +208,6 @@ func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
 	a.parser = jwt.NewParser(
 		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
-		jwt.WithIssuer(cfg.Issuer),
 		jwt.WithAudience(cfg.Audience),
 		jwt.WithLeeway(cfg.Leeway),
 		jwt.WithIssuedAt(),
@@ -238,6 +247,9 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 	var claims accessClaims
 	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
 		return nil, unauthenticated(tokenProblem(err))
+	}
+	if !slices.Contains(a.issuers, claims.Issuer) {
+		return nil, unauthenticated(tokenProblem(jwt.ErrTokenInvalidIssuer))
 	}
 	if err := lease.ValidateID("sub", claims.Subject); err != nil {
 		return nil, unauthenticated("the token's sub claim is missing or is not a valid identifier")

@@ -14,14 +14,29 @@ import (
 // maxDevTokenTTL bounds the ttl= of /dev/token.
 const maxDevTokenTTL = 24 * time.Hour
 
-// devToken answers GET /dev/token?sub=&scope=&sid=&ttl= with an HS256 access token, in dev mode
-// and to loopback clients only (anyone else gets 404, as if the route did not exist). scope= and
-// sid= may repeat or hold several values (scopes separated by spaces, sessions by commas); ttl= is
-// a Go duration, at most 24h (default 1h). A request from a page of another origin is refused
-// (devSameOrigin), and no CORS header is ever sent.
+// DevIssuer is the iss of every token /dev/token mints. A server accepts it only in dev mode (New
+// refuses it as Auth.Issuer otherwise), so that a dev instance never mints a token that a
+// deployment accepts, even one that shares its HS256 secret.
+const DevIssuer = "tablease-dev"
+
+// devToken answers GET /dev/token?sub=&scope=&sid=&ttl= with an HS256 access token whose iss is
+// DevIssuer, in dev mode and to loopback clients only (anyone else gets 404, as if the route did
+// not exist). scope= and sid= may repeat or hold several values (scopes separated by spaces,
+// sessions by commas); ttl= is a Go duration, at most 24h (default 1h). A request whose Host is not
+// a loopback name is refused (a page of a domain that resolves to 127.0.0.1, DNS rebinding), and so
+// is one from a page of another origin (devSameOrigin); no CORS header is ever sent, and the answer
+// is Cache-Control: no-store.
 func (s *Server) devToken(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
 	if !loopback(c.Request().RemoteAddr) {
 		return &Error{Code: CodeNotFound, Message: "no such route"}
+	}
+	if !loopbackHost(c.Request().Host) {
+		return &Error{
+			Code:    CodeForbidden,
+			Message: "/dev/token answers requests to a loopback name only (localhost, 127.0.0.1, [::1])",
+			Details: map[string]any{"reason": "host_not_loopback"},
+		}
 	}
 	if err := devSameOrigin(c.Request()); err != nil {
 		return err
@@ -54,7 +69,9 @@ func (s *Server) devToken(c echo.Context) error {
 		}
 	}
 	now := time.Now()
-	tok, err := issueToken(s.authCfg, spec, now)
+	cfg := s.authCfg
+	cfg.Issuer = DevIssuer
+	tok, err := issueToken(cfg, spec, now)
 	if err != nil {
 		return err
 	}
@@ -76,6 +93,22 @@ func loopback(remoteAddr string) bool {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHost reports whether the Host header names this machine: localhost, a name under
+// .localhost (RFC 6761), or a loopback address, with any port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()

@@ -104,3 +104,72 @@ func TestTokensLimitedToSessionsCannotUseAdminRoutes(t *testing.T) {
 		}
 	})
 }
+
+func TestDevModeNeverMintsTokensADeploymentAccepts(t *testing.T) {
+	dev := newHarness(t, func(o *Options) { o.Dev = true })
+	mint := func(host string) *httptest.ResponseRecorder {
+		return dev.do(request{method: http.MethodGet, path: "/dev/token?sub=root&scope=lease:admin", remote: "127.0.0.1:5555", host: host})
+	}
+	rec := mint("localhost:8080")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/dev/token: %d %s", rec.Code, rec.Body)
+	}
+	var answer struct {
+		Token string `json:"token"`
+	}
+	decodeStrict(t, rec, &struct {
+		Token     *string `json:"token"`
+		TokenType string  `json:"tokenType"`
+		Sub       string  `json:"sub"`
+		ExpiresAt string  `json:"expiresAt"`
+	}{Token: &answer.Token})
+
+	t.Run("the token's issuer is the dev issuer", func(t *testing.T) {
+		claims := jwt.MapClaims{}
+		if _, _, err := jwt.NewParser().ParseUnverified(answer.Token, claims); err != nil {
+			t.Fatal(err)
+		}
+		if claims["iss"] != DevIssuer {
+			t.Fatalf("iss = %v, want %s", claims["iss"], DevIssuer)
+		}
+	})
+	t.Run("the dev server accepts its own tokens and those of the configured issuer", func(t *testing.T) {
+		readLease(t, dev.get(leasePath("doc-1"), answer.Token))
+		readLease(t, dev.get(leasePath("doc-1"), dev.token("alice")))
+	})
+	t.Run("a deployment with the same secret refuses the dev token", func(t *testing.T) {
+		prod := newHarness(t)
+		e := wantError(t, prod.get(leasePath("doc-1"), answer.Token), http.StatusUnauthorized, CodeUnauthenticated)
+		if !strings.Contains(e.Error.Message, "issuer") {
+			t.Errorf("message %q does not name the issuer", e.Error.Message)
+		}
+	})
+	t.Run("a deployment cannot be configured with the dev issuer", func(t *testing.T) {
+		auth := testAuthConfig()
+		auth.Issuer = DevIssuer
+		opts := Options{Engine: dev.engine, Auth: auth}
+		memoryStores(&opts)
+		if _, err := New(opts); err == nil || !strings.Contains(err.Error(), DevIssuer) {
+			t.Fatalf("New = %v, want an error naming %s", err, DevIssuer)
+		}
+	})
+	for _, host := range []string{"127.0.0.1:8080", "localhost", "LOCALHOST:80", "app.localhost:8080", "[::1]:8080", "127.1.2.3"} {
+		t.Run("a request to the loopback name "+host+" gets a token", func(t *testing.T) {
+			if rec := mint(host); rec.Code != http.StatusOK {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+		})
+	}
+	for _, host := range []string{"evil.example:8080", "evil.example", "localhost.evil.example", "10.0.0.1:8080", "[::2]:80"} {
+		t.Run("a request to the name "+host+" is refused (DNS rebinding)", func(t *testing.T) {
+			rec := mint(host)
+			e := wantError(t, rec, http.StatusForbidden, CodeForbidden)
+			if e.Error.Details["reason"] != "host_not_loopback" {
+				t.Errorf("details %v", e.Error.Details)
+			}
+			if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control = %q, want no-store", cc)
+			}
+		})
+	}
+}

@@ -126,6 +126,7 @@ type request struct {
 	body    string // sent with Content-Type: application/json when not empty
 	headers map[string]string
 	remote  string
+	host    string // the Host header; default example.com
 }
 
 func (h *harness) do(r request) *httptest.ResponseRecorder {
@@ -146,6 +147,9 @@ func (h *harness) do(r request) *httptest.ResponseRecorder {
 	}
 	if r.remote != "" {
 		req.RemoteAddr = r.remote
+	}
+	if r.host != "" {
+		req.Host = r.host
 	}
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)

@@ -130,7 +130,7 @@ func New(opts Options) (*Server, error) {
 	if _, err := opts.Limits.OrDefault(); err != nil {
 		return nil, fmt.Errorf("api: Options.Limits: %w", err)
 	}
-	auth, err := newAuthenticator(opts.Auth)
+	auth, err := newAuthenticator(opts.Auth, opts.Dev)
 	if err != nil {
 		return nil, err
 	}

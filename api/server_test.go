@@ -298,8 +298,11 @@ func TestDevToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := h.do(request{method: http.MethodGet, path: "/dev/token?" + tt.query, remote: tt.remote,
+			rec := h.do(request{method: http.MethodGet, path: "/dev/token?" + tt.query, remote: tt.remote, host: "127.0.0.1:8080",
 				headers: map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Real-IP": "127.0.0.1"}})
+			if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control = %q, want no-store", cc)
+			}
 			if tt.status != 200 {
 				wantError(t, rec, tt.status, tt.code)
 				return

@@ -385,7 +385,7 @@ func (c *Config) finish() error {
 			return &Error{Var: "TABLEASE_ADDR", Reason: fmt.Sprintf("dev mode listens on a loopback address only (%q)", c.Addr)}
 		}
 		if c.Issuer == "" {
-			c.Issuer = "tablease-dev"
+			c.Issuer = devIssuer
 		}
 		if c.Audience == "" {
 			c.Audience = "tablease"
@@ -398,11 +398,17 @@ func (c *Config) finish() error {
 	if c.Issuer == "" {
 		return &Error{Var: "TABLEASE_JWT_ISSUER", Reason: "required unless --dev"}
 	}
+	if c.Issuer == devIssuer {
+		return &Error{Var: "TABLEASE_JWT_ISSUER", Reason: fmt.Sprintf("%q is the issuer of dev-mode tokens (/dev/token, tablease token), accepted in dev mode only; use your identity provider's", devIssuer)}
+	}
 	if c.Audience == "" {
 		return &Error{Var: "TABLEASE_JWT_AUDIENCE", Reason: "required unless --dev"}
 	}
 	return nil
 }
+
+// devIssuer is api.DevIssuer: the iss of the tokens dev mode mints, which only dev mode accepts.
+const devIssuer = "tablease-dev"
 
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)

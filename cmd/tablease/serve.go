@@ -68,6 +68,9 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		return err
 	}
 	defer store.close()
+	if cfg.Dev && cfg.RedisURL != "" {
+		log.Warn("dev mode on Redis: /dev/token mints tokens for any user, so whoever reaches this instance can act on every lease of this store; never point dev mode at a Redis that a deployment uses")
+	}
 
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {

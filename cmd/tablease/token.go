@@ -40,7 +40,7 @@ func (p Program) token(args []string) int {
 	}
 	cfg := api.AuthConfig{HS256Secret: []byte(secret), Issuer: p.Getenv("TABLEASE_JWT_ISSUER"), Audience: p.Getenv("TABLEASE_JWT_AUDIENCE")}
 	if cfg.Issuer == "" {
-		cfg.Issuer = "tablease-dev"
+		cfg.Issuer = api.DevIssuer
 	}
 	if cfg.Audience == "" {
 		cfg.Audience = "tablease"
