@@ -150,8 +150,10 @@ func (b *ticketBook) redeem(ctx context.Context, ticket, sid, tabID string) (Tic
 	if !ok1 || !ok2 || version != ticketVersion {
 		return claims, ErrTicketInvalid
 	}
+	// Only the one spelling of the MAC that IssueTicket writes: the decoder skips CR and LF and
+	// ignores the unused bits of the last character, so other strings decode to the same bytes.
 	mac, err := b64.DecodeString(macB64)
-	if err != nil || !hmac.Equal(mac, b.sign(ticket[:len(version)+1+len(payloadB64)])) {
+	if err != nil || b64.EncodeToString(mac) != macB64 || !hmac.Equal(mac, b.sign(ticket[:len(version)+1+len(payloadB64)])) {
 		return claims, ErrTicketInvalid
 	}
 	payload, err := b64.DecodeString(payloadB64)
