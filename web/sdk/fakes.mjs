@@ -2,6 +2,8 @@
 // fake tablease server that follows DESIGN §3 closely enough to drive the client, and a fake
 // document and window for the page lifecycle.
 
+import { profilesFor } from "./route.js";
+
 /** A clock whose time moves only when the test says so. */
 export class FakeClock {
   constructor(start = 1000) {
@@ -86,6 +88,35 @@ export class FakeWindow extends EventTarget {
   }
 }
 
+/** A window with location and history, for the route tests: pushState and replaceState change
+ *  location.pathname without an event (as browsers do); back() fires popstate. */
+export class FakeBrowserWindow extends FakeWindow {
+  constructor(path = "/") {
+    super();
+    this.location = { pathname: path, origin: "http://app.test" };
+    const entries = [path];
+    let index = 0;
+    const win = this;
+    this.history = {
+      pushState(state, title, url) {
+        entries.splice(index + 1, Infinity, new URL(url, "http://app.test").pathname);
+        index++;
+        win.location.pathname = entries[index];
+      },
+      replaceState(state, title, url) {
+        entries[index] = new URL(url, "http://app.test").pathname;
+        win.location.pathname = entries[index];
+      },
+      back() {
+        if (index === 0) return;
+        index--;
+        win.location.pathname = entries[index];
+        win.fire("popstate");
+      },
+    };
+  }
+}
+
 const json = (status, body, headers = {}) => ({ status, body, headers });
 
 function errorBody(code, message, details = {}, retryable = false) {
@@ -108,7 +139,8 @@ export class FakeServer {
     this.expiresAt = 0;
     this.ttlMs = ttlMs;
     this.transitions = 0;
-    this.handoff = null; // {requester, label}
+    this.handoff = null; // {requester, at}
+    this.handoffTimeoutMs = 15000; // TABLEASE_HANDOFF_TIMEOUT
     this.reserved = null; // {tabId, until}
     this.calls = [];
     this.failures = []; // [{match: "POST /lease/renew", status, code, retryAfter, times}]
@@ -146,8 +178,17 @@ export class FakeServer {
       transitions: this.transitions,
     };
     if (tabId) out.role = valid && this.holder.tabId === tabId ? "owner" : "viewer";
-    if (valid && this.handoff) out.handoff = { state: "requested", requester: { tabId: this.handoff.requester, label: "" } };
+    this.lapseHandoff();
+    if (valid && this.handoff) {
+      const remainingMs = Math.max(0, this.handoff.at + this.handoffTimeoutMs - this.clock.now());
+      out.handoff = { state: "requested", requester: { tabId: this.handoff.requester, label: "" }, remainingMs };
+    }
     return out;
+  }
+
+  /** A handoff request the holder did not answer within the handoff timeout lapses. */
+  lapseHandoff() {
+    if (this.handoff && this.clock.now() - this.handoff.at >= this.handoffTimeoutMs) this.handoff = null;
   }
 
   holderAnswer(tabId) {
@@ -231,6 +272,7 @@ export class FakeServer {
     const auth = headers.Authorization ?? "";
     if (this.rejectToken && auth === `Bearer ${this.rejectToken}`) return json(401, errorBody("UNAUTHENTICATED", "expired token"));
     const now = this.clock.now();
+    this.lapseHandoff();
     if (method === "POST" && path === "/lease") {
       const ttl = this.clampTtl(body);
       const mode = body.mode ?? "try";
@@ -262,7 +304,7 @@ export class FakeServer {
           this.leaseEvent("handoff_requested", { requester: { tabId: body.tabId, label: body.label ?? "" } });
         }
         // As the server does: the time until the request lapses (its handoff timeout).
-        return json(409, errorBody("HANDOFF_PENDING", "asked the holder", { retryAfterMs: Math.max(1, 15000 - (now - this.handoff.at)) }));
+        return json(409, errorBody("HANDOFF_PENDING", "asked the holder", { retryAfterMs: Math.max(1, this.handoffTimeoutMs - (now - this.handoff.at)) }));
       }
       return json(409, errorBody("LEASE_HELD", "held", { holder: { ...this.holder }, remainingMs: Math.floor(this.expiresAt - now), epoch: this.epoch }));
     }
@@ -310,8 +352,11 @@ export class FakeServer {
     if (method === "POST" && path === "/events/ticket") return json(200, { ticket: `tk-${++this.tokenSeq}`, expiresInMs: 30000 });
     if (method === "GET" && path === "/catalog") {
       const role = this.valid() && this.holder.tabId === query.tabId ? "owner" : "viewer";
-      const tools = this.tools.filter((t) => role === "owner" || t.annotations?.readOnlyHint === true);
-      const etag = `"${this.catalogVersion}-${role}-${this.epoch}"`;
+      let tools = this.tools.filter((t) => role === "owner" || t.annotations?.readOnlyHint === true);
+      // As the server does (owner/catalog): on a route, the most specific profile per name.
+      if (query.route) tools = profilesFor(tools, query.route).map((p) => p.tool);
+      else tools = tools.filter((t) => !t.routes?.length);
+      const etag = `"${this.catalogVersion}-${role}-${this.epoch}-${query.route ?? ""}"`;
       if (headers["If-None-Match"] === etag) return json(304, null, { ETag: etag });
       return json(200, { role, epoch: role === "owner" ? this.epoch : undefined, version: this.catalogVersion, tools }, { ETag: etag });
     }

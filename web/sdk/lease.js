@@ -509,7 +509,7 @@ export class TabLease extends EventTarget {
     const isOwner = next === "owner";
     // A period of ownership lasts while the tab is owner, and through releasing (its handlers are
     // what the handoff waits for); any other state ends it.
-    if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, ended: false };
+    if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, interactions: 0, ended: false };
     else if (next !== "releasing") this._endPeriod();
     this._emit("state", { state: next, previous: prev, reason });
     if (isOwner !== wasOwner) {
@@ -521,6 +521,21 @@ export class TabLease extends EventTarget {
     return true;
   }
 
+  /** Counts an interaction with the user that a guarded handler of the current period has open
+   *  (a handoff waits for it to end, or for the request to lapse); returns the function that ends
+   *  it. */
+  _beginInteraction() {
+    const p = this._period;
+    if (!p) return () => {};
+    p.interactions++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      if (!p.ended) p.interactions--;
+    };
+  }
+
   /** Ends the current period of ownership: its signal aborts and its handlers stop counting. */
   _endPeriod() {
     const p = this._period;
@@ -528,6 +543,7 @@ export class TabLease extends EventTarget {
     this._period = null;
     p.ended = true;
     p.inFlight = 0;
+    p.interactions = 0;
     p.ac.abort(new TabLeaseError({ code: NOT_LEASE_OWNER, message: "tablease: this tab's control of the session ended" }));
   }
 
@@ -624,6 +640,9 @@ export class TabLease extends EventTarget {
     // Lease answers show a handoff in progress; an answer to a request sent after this holder was
     // asked that shows none means the request lapsed or was answered: stop refusing.
     if (this._handoffAsk && sentAt > this._handoffAsk.at && lease.handoff?.state !== "requested") this._endHandoffAsk();
+    if (this._handoffAsk && lease.handoff?.state === "requested" && typeof lease.handoff.remainingMs === "number") {
+      this._handoffAsk.lapseAt = sentAt + lease.handoff.remainingMs;
+    }
     if (sentAt >= this._confirmedAt) {
       const ttl = typeof lease.ttlMs === "number" && lease.ttlMs > 0 ? lease.ttlMs : lease.remainingMs;
       const margin = Math.min(this._marginMs, Math.floor(ttl / 4));
@@ -908,15 +927,25 @@ export class TabLease extends EventTarget {
     this._emit("handoff", { phase: "requested", requester: data.requester ?? null });
     if (this._handoffMode !== "auto" || this._handoffAsk) return; // manual: the app calls release()
     // Running mutations get handoffGraceMs to finish. Then, if a renew shows the request still
-    // stands, they are aborted and the lease goes; if it lapsed, the tab is owner again.
-    const ask = { requester: data.requester ?? null, at: this._clock.now(), graceTimer: null };
-    ask.graceTimer = this._clock.setTimeout(async () => {
+    // stands, they are aborted and the lease goes; if it lapsed, the tab is owner again. While a
+    // guarded handler has an interaction with the user open, the tab keeps its lease (renews go
+    // on) and waits for the interaction's end (its safe point) or for the request to lapse (the
+    // requester is then told "timeout"), whichever comes first.
+    const ask = { requester: data.requester ?? null, at: this._clock.now(), graceTimer: null, lapseAt: null };
+    const onGrace = async () => {
       if (this._handoffAsk !== ask) return;
       await this._renewNow({ fresh: true });
       if (this._handoffAsk !== ask) return;
+      if ((this._period?.interactions ?? 0) > 0) {
+        const now = this._clock.now();
+        const next = ask.lapseAt != null && ask.lapseAt > now ? ask.lapseAt - now + 250 : this._handoffGraceMs;
+        ask.graceTimer = this._clock.setTimeout(onGrace, Math.min(next, this._handoffGraceMs));
+        return;
+      }
       this._endPeriod();
       this._releaseForHandoff();
-    }, this._handoffGraceMs);
+    };
+    ask.graceTimer = this._clock.setTimeout(onGrace, this._handoffGraceMs);
     this._handoffAsk = ask;
     this._update("handoff");
     if (this.inFlight === 0) this._releaseForHandoff();

@@ -246,8 +246,12 @@ export interface CatalogTool {
     destructiveHint?: boolean;
     idempotentHint?: boolean;
     openWorldHint?: boolean;
+    untrustedContentHint?: boolean;
     title?: string;
   };
+  outputSchema?: object;
+  /** How long the agent's runtime waits for a result (default 60000). */
+  timeoutMs?: number;
   routes?: string[];
   disabled?: boolean;
 }
@@ -330,33 +334,126 @@ export declare class TabLeaseError extends Error {
   retryAfterMs: number | null;
 }
 
-/** A tool handler: (args, lease context or read context, the caller's context). */
-export type ToolHandler = (args: any, lease: LeaseContext | ReadContext, ctx?: unknown) => unknown;
+/** A tool error answer (every path of a call resolves; only a handler's own failure throws). */
+export interface ToolErrorAnswer {
+  error: { code: string; message: string; retryable: boolean; details?: Record<string, any> };
+}
+
+/** What the handler of a tool run by an adapter receives as its second argument. */
+export interface ToolCallContext {
+  /** The epoch this tab holds (null for a read-only tool in a viewer). */
+  epoch: number | null;
+  /** The lease token (mutation tools only; null for read-only ones). */
+  token: string | null;
+  tabId: string;
+  sessionId: string;
+  /** `{"Tablease-Lease": token}` for mutation tools, `{}` otherwise. */
+  headers: Record<string, string>;
+  /** Aborts when the call must end: the agent's cancel, the deadline, ownership lost (mutations),
+   *  the route leaving the tool's instance, pagehide, stop() or the adapter's close(). */
+  signal: AbortSignal;
+  tool: string;
+  /** The route the call belongs to ("/events/evt-1"). */
+  route: string;
+  /** The route's parameters by name ({event_id: "evt-1"} on "/events/:event_id"). */
+  params: Record<string, string>;
+  /** The generation the call started in: +1 on every route change, ownership change and documentChanged(). */
+  generation: number;
+  /** When the call settles at the latest (the tool's timeoutMs minus a margin), on the client's clock. */
+  deadline: number;
+  timeLeftMs(): number;
+  /** Whether the page and the ownership are still those the call started with; check after each await. */
+  isCurrent(): boolean;
+  /** The answer for a call that is no longer current (ROUTE_CHANGED, DOCUMENT_CHANGED, NOT_LEASE_OWNER, or the end of its signal). */
+  stale(): ToolErrorAnswer;
+  /** Opens an interaction with the user: open(ui) shows it and may return a function that closes
+   *  it; resolves what ui.submit(value) gives, {cancelled: true, reason: "user_cancelled"} for
+   *  ui.cancel(), or the call's end (TIMEOUT, UI_CONTEXT_CLOSED, NOT_LEASE_OWNER, CANCELLED);
+   *  INTERACTION_ALREADY_OPEN when another is open and the adapter has interactions: "one". */
+  interact<T = unknown>(open: (ui: InteractionUI<T>) => void | (() => void)): Promise<T | { cancelled: true; reason: string } | ToolErrorAnswer>;
+}
+
+export interface InteractionUI<T = unknown> {
+  signal: AbortSignal;
+  deadline: number;
+  timeLeftMs(): number;
+  submit(value: T): void;
+  cancel(reason?: string): void;
+}
+
+/** A tool handler: (args, the call's context, the caller's context). */
+export type ToolHandler = (args: any, ctx: ToolCallContext, caller?: any) => unknown;
 
 export interface ToolDefinition {
   name: string;
   title?: string;
   description: string;
   inputSchema: object;
+  outputSchema?: object;
   annotations: CatalogTool["annotations"] & { readOnlyHint: boolean };
+  timeoutMs?: number;
   readOnly: boolean;
+  /** The route the instance is bound to, or null for a tool on every route. */
+  route: string | null;
+  params: Record<string, string>;
+  /** Aborts when the instance is retired (its route left, the catalog or the role changed). */
+  signal: AbortSignal;
   execute(args: object, ctx?: unknown): Promise<object>;
 }
 
 export interface ToolOptions {
   /** Handlers by tool name; tools without one are not exposed. */
   handlers?: Record<string, ToolHandler>;
-  /** The route for the catalog ("/events/evt-1"), or a function giving it. */
-  route?: string | (() => string);
-  /** Used when the catalog is empty or cannot be read (filtered by role the same way). */
+  /** The route: a RouteTracker (shared by adapters), a function giving it (followed through
+   *  navigation), or a fixed string. Default: a RouteTracker on location.pathname. */
+  route?: string | (() => string) | RouteTracker;
+  /** The path prefix the app is mounted under ("/demo"), for the default tracker. */
+  base?: string;
+  /** Used when the catalog is empty or cannot be read (filtered by role and route the same way). */
   tools?: CatalogTool[] | null;
   onError?: (error: unknown) => void;
+  /** A tool's timeout when the catalog gives none (60000). */
+  timeoutMs?: number;
+  /** The call settles this long before the timeout (1000; at most a tenth of it). */
+  timeoutMarginMs?: number;
+  /** The largest result, as JSON bytes (262144); larger ones answer RESULT_TOO_LARGE. */
+  maxResultBytes?: number;
+  /** "one": one interaction with the user at a time in this tab (INTERACTION_ALREADY_OPEN). */
+  interactions?: "one" | "any";
 }
+
+/** What every adapter tells about the route it follows. */
+export interface RouteBound {
+  readonly route: string;
+  readonly generation: number;
+  readonly routeTracker: RouteTracker | null;
+  /** The app replaced the document its tools work on: +1 generation (DOCUMENT_CHANGED), sync. */
+  documentChanged(): Promise<void>;
+}
+
+/** The page's route, followed through pushState/replaceState, popstate, hashchange and the Navigation API. */
+export declare class RouteTracker extends EventTarget {
+  constructor(opts?: { window?: any; base?: string; route?: () => string });
+  readonly route: string;
+  readonly generation: number;
+  /** The app's router says the route changed (or, without an argument, to read it again). */
+  navigated(route?: string): boolean;
+  on(type: "change", fn: (detail: { route: string; previous: string; generation: number }) => void): () => void;
+  close(): void;
+}
+
+/** Matches a concrete route against a catalog route pattern: its parameters, or null. */
+export declare function matchRoute(pattern: string, route: string): Record<string, string> | null;
+
+export declare const CALL_DEFAULTS: Readonly<{ timeoutMs: number; timeoutMarginMs: number; maxResultBytes: number }>;
+
+/** {error: {code, message, retryable, details?}}. */
+export declare function toolError(code: string, message: string, details?: Record<string, any>, retryable?: boolean): ToolErrorAnswer;
 
 /** The definitions this tab may expose now, executes wired (mutations through guard). */
 export declare function toolDefinitions(lease: TabLease, opts: ToolOptions): Promise<ToolDefinition[]>;
 
-export interface WebMCPBridge {
+export interface WebMCPBridge extends RouteBound {
   /** Whether a WebMCP modelContext was found. */
   readonly available: boolean;
   /** Names registered now. */
@@ -389,13 +486,13 @@ export declare function syncToolRegistry(
   lease: TabLease,
   registry: { sync(defs: ToolDefinition[]): unknown },
   opts: ToolOptions,
-): { sync(): Promise<void>; close(): void };
+): RouteBound & { sync(): Promise<void>; close(): void };
 
 /** Registers handlers on an onTool(name, handler) registry; mutations go through guard. */
 export declare function bindOnTool(
   lease: TabLease,
   session: { onTool(name: string, handler: (args: any, ctx?: any) => unknown): unknown },
-  opts: { handlers: Record<string, ToolHandler>; tools?: CatalogTool[]; readOnly?: string[] },
+  opts: ToolOptions & { handlers: Record<string, ToolHandler>; tools?: CatalogTool[]; readOnly?: string[] },
 ): () => void;
 
 // Building blocks, exported for tests and for apps that need them.

@@ -12,10 +12,15 @@
 //   sse.js     the text/event-stream parser
 //   stream.js  the event stream, shared by the tabs of a browser through a carrier tab
 //   lease.js   TabLease: the lease of one tab, as a small state machine
+//   route.js   the page's route: catalog route patterns, and SPA navigation followed
+//   call.js    one tool call: bound route parameters, input checks, its signal and deadline,
+//              interactions with the user, stale and oversized results
 //   tools.js   the catalog's tools on WebMCP or an app's registry, guarded
 
 export { DEFAULTS, TabLeaseError, backoffDelay, browserClock, parseRetryAfter } from "./http.js";
 export { SSEParser } from "./sse.js";
 export { StreamHub, StreamRunner } from "./stream.js";
 export { NOT_LEASE_OWNER, TabLease, newTabId, tokenSubject } from "./lease.js";
+export { RouteTracker, matchRoute } from "./route.js";
+export { CALL_DEFAULTS, toolError } from "./call.js";
 export { bindOnTool, isReadOnlyTool, registerWebMCPTools, syncToolRegistry, toolDefinitions } from "./tools.js";

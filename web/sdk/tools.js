@@ -1,10 +1,247 @@
 // tools.js — from the catalog to a tool registry: WebMCP (document.modelContext or the older
 // navigator.modelContext), an app's own registry.sync(definitions), or session.onTool(name, fn).
-// Read-only tools always run; every other tool goes through lease.guard.
+// Read-only tools always run; every other tool goes through lease.guard. Each bridge follows the
+// page's route (route.js) and runs every call through call.js: route-bound instances, one
+// AbortSignal per call, deadlines, interactions, stale results.
+
+import { CALL_DEFAULTS, endReason, runToolCall, toolError } from "./call.js";
+import { RouteTracker, normalizeRoute, profileMatch, profilesFor } from "./route.js";
 
 /** Whether a catalog tool is read-only (MCP default: not read-only, so a mutation). */
 export function isReadOnlyTool(tool) {
   return tool?.annotations?.readOnlyHint === true;
+}
+
+function fingerprint(tool) {
+  return JSON.stringify([tool.name, tool.title ?? "", tool.description ?? "", tool.inputSchema ?? null, tool.outputSchema ?? null, tool.annotations ?? {}, tool.timeoutMs ?? null]);
+}
+
+const STALE = {
+  route: ["ROUTE_CHANGED", "The page the user sees changed while the tool ran, so its result was not given: read the current page and call again if it still applies."],
+  document: ["DOCUMENT_CHANGED", "The document the tool worked on was replaced while it ran, so its result was not given: read the current document and call again if it still applies."],
+};
+
+/**
+ * The world of one bridge's calls: the route (a RouteTracker, a function, or a fixed string),
+ * the generation (every route change, ownership change and documentChanged() adds one), the tool
+ * instances registered now (one per profile and bound route parameters), and the signal that ends
+ * every call on pagehide, stop() or close().
+ */
+class ToolScope {
+  constructor(lease, options, { track }) {
+    this.lease = lease;
+    this.options = {
+      timeoutMs: options.timeoutMs ?? CALL_DEFAULTS.timeoutMs,
+      timeoutMarginMs: options.timeoutMarginMs ?? CALL_DEFAULTS.timeoutMarginMs,
+      maxResultBytes: options.maxResultBytes ?? CALL_DEFAULTS.maxResultBytes,
+      interactions: options.interactions ?? "any",
+    };
+    const win = lease._window;
+    const r = options.route;
+    this.tracker = null;
+    this._ownTracker = false;
+    this._fixed = "";
+    if (r instanceof RouteTracker) this.tracker = r;
+    else if (track && win && (r === undefined || typeof r === "function")) {
+      this.tracker = new RouteTracker({ window: win, route: typeof r === "function" ? r : undefined, base: options.base });
+      this._ownTracker = true;
+    } else if (typeof r === "function") this._fixed = r;
+    else this._fixed = typeof r === "string" ? r : "";
+    this._changes = []; // the reason of each change of generation
+    this.instances = new Map(); // key → instance
+    this._life = new AbortController();
+    this._offs = [];
+    this._routeListeners = [];
+    this._period = lease._period;
+    if (this.tracker) this._offs.push(this.tracker.on("change", () => this._onRoute()));
+    this._offs.push(
+      lease.on("state", ({ state }) => {
+        if (lease._period !== this._period) {
+          this._period = lease._period;
+          this.bump("owner");
+        }
+        if (state === "stopped") this._endLife("The agent session ended in this tab before the call completed.", "session_ended");
+      }),
+    );
+    if (win?.addEventListener) {
+      const hide = () => this._endLife("The page was hidden or closed before the call completed.", "page_hidden");
+      win.addEventListener("pagehide", hide);
+      this._offs.push(() => win.removeEventListener("pagehide", hide));
+    }
+  }
+
+  /** The route now ("/events/evt-1"). */
+  route() {
+    if (this.tracker) return this.tracker.route;
+    const r = typeof this._fixed === "function" ? this._fixed() : this._fixed;
+    return r ? normalizeRoute(r) : "";
+  }
+
+  get generation() {
+    return this._changes.length;
+  }
+
+  /** The signal every call of this scope includes: it aborts on pagehide, stop() and close(). */
+  get signal() {
+    return this._life.signal;
+  }
+
+  bump(reason) {
+    this._changes.push(reason);
+  }
+
+  /** The answer of a mutation that finished after generation gen ended. */
+  staleAnswer(gen) {
+    const reason = this._changes[gen] ?? "route";
+    if (reason === "owner") return this.lease._notOwner();
+    const [code, message] = STALE[reason] ?? STALE.route;
+    return toolError(code, message, { generation: gen, currentGeneration: this.generation, route: this.route() });
+  }
+
+  onRouteChange(fn) {
+    this._routeListeners.push(fn);
+  }
+
+  _endLife(message, reason) {
+    const life = this._life;
+    this._life = new AbortController();
+    life.abort(endReason(toolError("UI_CONTEXT_CLOSED", message, { reason })));
+  }
+
+  _onRoute() {
+    this.bump("route");
+    const route = this.route();
+    for (const inst of [...this.instances.values()]) {
+      if (inst.pattern === null) continue;
+      const m = profileMatch(inst.tool, route);
+      if (!m || m.pattern !== inst.pattern || JSON.stringify(m.params) !== JSON.stringify(inst.params)) this.retire(inst, "route");
+    }
+    for (const fn of this._routeListeners) fn(route);
+  }
+
+  /** The instance of tool's profile for match ({pattern, params}), made once per key. */
+  instanceFor(tool, match, handler) {
+    const route = this.route();
+    const key = fingerprint(tool) + "|" + (match.pattern ?? "") + "|" + JSON.stringify(match.params);
+    let inst = this.instances.get(key);
+    if (inst && inst.handler === handler) return inst;
+    if (inst) this.retire(inst, "catalog");
+    const ac = new AbortController();
+    inst = { key, tool, handler, route, pattern: match.pattern, params: match.params, ac, signal: ac.signal, refusal: null, def: null };
+    this.instances.set(key, inst);
+    return inst;
+  }
+
+  /** Unregisters an instance: its signal aborts (running calls end with UI_CONTEXT_CLOSED) and
+   *  later calls that reach it are refused. */
+  retire(inst, why) {
+    if (inst.refusal) return;
+    if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
+    const mutation = !isReadOnlyTool(inst.tool);
+    if (why === "route") {
+      inst.refusal = toolError("ROUTE_CHANGED", `${inst.tool.name} belonged to the page ${inst.route}, which the user has left (now ${this.route()}): read the tools of the current page and call one of them.`, {
+        tool: inst.tool.name,
+        route: inst.route,
+        currentRoute: this.route(),
+      });
+    } else if (why === "owner" || (mutation && this.lease.role !== "owner")) {
+      inst.refusal = null; // the guard answers NOT_LEASE_OWNER with the lease's details
+      inst.ownerRetired = true;
+    } else {
+      inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
+    }
+    const closed = toolError("UI_CONTEXT_CLOSED", why === "route" ? "The page changed before the call completed." : "The tool was withdrawn before the call completed.", {
+      reason: why,
+      route: inst.route,
+      currentRoute: this.route(),
+    });
+    inst.ac.abort(endReason(why === "owner" || inst.ownerRetired ? this.lease._notOwner() : closed));
+  }
+
+  /** Runs a call of inst. */
+  call(inst, args, callerCtx) {
+    if (inst.refusal) return Promise.resolve(inst.refusal);
+    if (inst.pattern !== null && this.route() && inst.route !== this.route()) {
+      this.retire(inst, "route");
+      return Promise.resolve(inst.refusal);
+    }
+    const lease = this.lease;
+    const readOnly = isReadOnlyTool(inst.tool);
+    return runToolCall(
+      inst.handler,
+      {
+        lease,
+        scope: this,
+        instance: inst,
+        tool: inst.tool.name,
+        schema: inst.tool.inputSchema ?? { type: "object" },
+        mutation: !readOnly,
+        timeoutMs: inst.tool.timeoutMs,
+        readContext: () => ({ tabId: lease.tabId, sessionId: lease.sessionId, epoch: lease.epoch, token: null, signal: null, headers: {} }),
+      },
+      args,
+      callerCtx,
+    );
+  }
+
+  /** The definitions this tab may expose now (see toolDefinitions). Instances of the previous
+   *  definitions that are not among them are retired. */
+  async definitions({ handlers = {}, tools: fallback = null, onError = undefined }) {
+    const route = this.route();
+    let tools = null;
+    try {
+      const cat = await this.lease.catalog(route);
+      tools = cat.tools;
+      if (tools.length === 0 && fallback) tools = null;
+    } catch (e) {
+      onError?.(e);
+    }
+    if (!tools) {
+      const role = this.lease.role;
+      const mine = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
+      tools = route ? profilesFor(mine, route).map((p) => p.tool) : mine;
+    }
+    const keep = new Set();
+    const defs = [];
+    for (const t of tools) {
+      const fn = handlers[t.name];
+      if (typeof fn !== "function") continue;
+      const match = (route && profileMatch(t, route)) || { pattern: null, params: {} };
+      const inst = this.instanceFor(t, match, fn);
+      keep.add(inst);
+      inst.def ??= this._define(inst);
+      defs.push(inst.def);
+    }
+    for (const inst of [...this.instances.values()]) if (!keep.has(inst)) this.retire(inst, "catalog");
+    return defs;
+  }
+
+  _define(inst) {
+    const t = inst.tool;
+    const readOnly = isReadOnlyTool(t);
+    const def = {
+      name: t.name,
+      description: t.description ?? "",
+      inputSchema: t.inputSchema ?? { type: "object" },
+      annotations: { ...(t.annotations ?? {}), readOnlyHint: readOnly },
+      readOnly,
+      route: inst.pattern === null ? null : inst.route,
+      params: { ...inst.params },
+      signal: inst.signal,
+      execute: (args, ctx) => this.call(inst, args, ctx),
+    };
+    if (t.title) def.title = t.title;
+    if (t.outputSchema) def.outputSchema = t.outputSchema;
+    if (typeof t.timeoutMs === "number") def.timeoutMs = t.timeoutMs;
+    return def;
+  }
+
+  close() {
+    for (const off of this._offs.splice(0)) off();
+    if (this._ownTracker) this.tracker.close();
+    this._endLife("The page's tools were closed before the call completed.", "closed");
+    for (const inst of [...this.instances.values()]) this.retire(inst, "catalog");
+  }
 }
 
 /**
@@ -17,68 +254,8 @@ export function isReadOnlyTool(tool) {
  * @param {import("./tablease.js").ToolOptions} [options]
  * @returns {Promise<import("./tablease.js").ToolDefinition[]>}
  */
-export async function toolDefinitions(lease, { handlers = {}, route = "", tools: fallback = null, onError = undefined } = {}) {
-  const r = typeof route === "function" ? route() : route;
-  let tools = null;
-  try {
-    const cat = await lease.catalog(r);
-    tools = cat.tools;
-    if (tools.length === 0 && fallback) tools = null;
-  } catch (e) {
-    onError?.(e);
-  }
-  if (!tools) {
-    const role = lease.role;
-    tools = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
-  }
-  return definitionsFor(lease, tools, handlers);
-}
-
-function definitionsFor(lease, tools, handlers) {
-  const defs = [];
-  for (const t of tools) {
-    const fn = handlers[t.name];
-    if (typeof fn !== "function") continue;
-    const readOnly = isReadOnlyTool(t);
-    const guarded = readOnly ? null : lease.guard(fn);
-    const def = {
-      name: t.name,
-      description: t.description ?? "",
-      inputSchema: t.inputSchema ?? { type: "object" },
-      annotations: { ...(t.annotations ?? {}), readOnlyHint: readOnly },
-      readOnly,
-      execute: readOnly
-        ? async (args, ctx) => toObject(await fn(args ?? {}, { tabId: lease.tabId, sessionId: lease.sessionId, epoch: lease.epoch, token: null, signal: null, headers: {} }, ctx))
-        : async (args, ctx) => toObject(await guarded(args ?? {}, ctx)),
-    };
-    if (t.title) def.title = t.title;
-    defs.push(def);
-  }
-  return defs;
-}
-
-// WebMCP serializes a tool's result and needs an object.
-function toObject(v) {
-  if (v === undefined || v === null) return {};
-  return typeof v === "object" ? v : { result: v };
-}
-
-function fingerprint(def) {
-  return JSON.stringify([def.name, def.title ?? "", def.description, def.inputSchema, def.annotations]);
-}
-
-/** An AbortSignal that aborts when any of the given ones does. */
-function anySignal(signals) {
-  if (typeof AbortSignal.any === "function") return AbortSignal.any(signals);
-  const ac = new AbortController();
-  for (const s of signals) {
-    if (s.aborted) {
-      ac.abort(s.reason);
-      break;
-    }
-    s.addEventListener("abort", () => ac.abort(s.reason), { once: true });
-  }
-  return ac.signal;
+export async function toolDefinitions(lease, options = {}) {
+  return new ToolScope(lease, { ...options, route: options.route ?? "" }, { track: false }).definitions(options);
 }
 
 /** Runs fn one at a time; a call made while one runs makes it run once more afterwards. */
@@ -105,12 +282,35 @@ function serialized(fn) {
   return run;
 }
 
+function anySignal(signals) {
+  if (typeof AbortSignal.any === "function") return AbortSignal.any(signals);
+  const ac = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) {
+      ac.abort(s.reason);
+      break;
+    }
+    s.addEventListener("abort", () => ac.abort(s.reason), { once: true });
+  }
+  return ac.signal;
+}
+
+/** Adds to a bridge what it answers about its route and generation. */
+function withScope(bridge, scope) {
+  return Object.defineProperties(bridge, {
+    route: { get: () => scope.route(), enumerable: true },
+    generation: { get: () => scope.generation, enumerable: true },
+    routeTracker: { get: () => scope.tracker, enumerable: true },
+  });
+}
+
 /**
  * Registers the catalog's tools on WebMCP: `document.modelContext.registerTool(tool, {signal})`,
  * or the older `navigator.modelContext.registerTool(tool)` + `unregisterTool(name)`. Read-only
  * tools are always registered; mutation tools only while this tab is the owner, under an
  * AbortSignal that aborts when ownership ends (and every call goes through lease.guard anyway).
- * Re-registers on rolechange and catalog events; call sync() after a route change.
+ * Follows the route (route-bound instances are unregistered at once when the route leaves them)
+ * and re-registers on rolechange and catalog events.
  */
 /**
  * @param {import("./tablease.js").TabLease} lease
@@ -118,7 +318,7 @@ function serialized(fn) {
  * @returns {import("./tablease.js").WebMCPBridge}
  */
 export function registerWebMCPTools(lease, options = {}) {
-  const { handlers = {}, route = () => globalThis.location?.pathname ?? "", tools = null, onError = undefined, onChange = undefined } = options;
+  const { handlers = {}, tools = null, onError = undefined, onChange = undefined } = options;
   let mc = options.modelContext;
   let legacy = options.legacy ?? false;
   if (!mc) {
@@ -130,7 +330,8 @@ export function registerWebMCPTools(lease, options = {}) {
       legacy = true;
     }
   }
-  const registered = new Map(); // name → {fp, ac, readOnly}
+  const scope = new ToolScope(lease, options, { track: true });
+  const registered = new Map(); // name → {def, ac, signal}
   let closed = false;
   let lastTools = null;
 
@@ -143,16 +344,19 @@ export function registerWebMCPTools(lease, options = {}) {
 
   const register = async (def) => {
     const ac = new AbortController();
-    const signal = def.readOnly ? ac.signal : anySignal([ac.signal, lease.signal ?? AbortSignal.abort()]);
+    const signal = anySignal(def.readOnly ? [ac.signal, def.signal] : [ac.signal, def.signal, lease.signal ?? AbortSignal.abort()]);
     if (signal.aborted) return;
-    const entry = { fp: fingerprint(def), ac, signal, readOnly: def.readOnly };
+    const entry = { def, ac, signal };
     registered.set(def.name, entry);
-    // Ownership ended (or we unregistered it): the browser drops it, so do we.
+    // Ownership ended, the route left the instance, or we unregistered it: the browser drops it,
+    // so do we.
     signal.addEventListener("abort", () => {
       if (registered.get(def.name) === entry) registered.delete(def.name);
+      onChange?.([...registered.keys()]);
     }, { once: true });
     const tool = { name: def.name, description: def.description, inputSchema: def.inputSchema, annotations: def.annotations, execute: def.execute };
     if (def.title) tool.title = def.title;
+    if (def.outputSchema) tool.outputSchema = def.outputSchema;
     try {
       const ret = mc.registerTool(tool, { signal });
       if (legacy) {
@@ -175,10 +379,10 @@ export function registerWebMCPTools(lease, options = {}) {
     const want = new Map(defs.map((d) => [d.name, d]));
     for (const [name, r] of [...registered]) {
       const d = want.get(name);
-      if (!d || fingerprint(d) !== r.fp || r.signal.aborted) unregister(name);
+      if (!d || d !== r.def || r.signal.aborted) unregister(name);
     }
     for (const [name, d] of want) {
-      if (registered.has(name)) continue;
+      if (registered.has(name) || d.signal.aborted) continue;
       await register(d);
     }
     onChange?.([...registered.keys()]);
@@ -186,7 +390,7 @@ export function registerWebMCPTools(lease, options = {}) {
 
   const sync = serialized(async () => {
     if (closed) return;
-    const defs = await toolDefinitions(lease, { handlers, route, tools, onError });
+    const defs = await scope.definitions({ handlers, tools, onError });
     lastTools = defs;
     await apply(defs);
   });
@@ -199,8 +403,9 @@ export function registerWebMCPTools(lease, options = {}) {
   const offCatalog = lease.on("catalog", (d) => {
     if (d?.reason === "version") sync();
   });
+  scope.onRouteChange(() => sync());
 
-  return {
+  return withScope({
     get available() {
       return Boolean(mc);
     },
@@ -208,70 +413,105 @@ export function registerWebMCPTools(lease, options = {}) {
       return [...registered.keys()];
     },
     sync,
+    documentChanged() {
+      scope.bump("document");
+      return sync();
+    },
     close() {
       closed = true;
       offRole();
       offCatalog();
       for (const name of [...registered.keys()]) unregister(name);
+      scope.close();
     },
-  };
+  }, scope);
 }
 
 /**
  * For apps with their own registry (the seeds' `registry.sync(definitions)` pattern): calls
- * registry.sync(defs) with the definitions this tab may expose, on start, on rolechange and
- * catalog events, and whenever sync() is called (after a route change). Each definition has
- * {name, title?, description, inputSchema, annotations, readOnly, execute(args, ctx)}; mutation
- * executes go through lease.guard.
+ * registry.sync(defs) with the definitions this tab may expose, on start, on rolechange, catalog
+ * and route changes, and whenever sync() is called. Each definition has {name, title?,
+ * description, inputSchema, outputSchema?, annotations, timeoutMs?, readOnly, route, params,
+ * signal, execute(args, ctx)}; the same instance keeps the same object, so a registry can compare
+ * them; mutation executes go through lease.guard.
  */
 /**
  * @param {import("./tablease.js").TabLease} lease
  * @param {{sync(defs: import("./tablease.js").ToolDefinition[]): unknown}} registry
  * @param {import("./tablease.js").ToolOptions} [options]
  */
-export function syncToolRegistry(lease, registry, { handlers = {}, route = "", tools = null, onError = undefined } = {}) {
+export function syncToolRegistry(lease, registry, options = {}) {
+  const { handlers = {}, tools = null, onError = undefined } = options;
+  const scope = new ToolScope(lease, options, { track: true });
   let closed = false;
   let last = null;
   const sync = serialized(async () => {
     if (closed) return;
-    last = await toolDefinitions(lease, { handlers, route, tools, onError });
+    last = await scope.definitions({ handlers, tools, onError });
     if (!closed) await registry.sync(last);
   });
   const offRole = lease.on("rolechange", () => {
-    if (last && lease.role !== "owner") registry.sync(last.filter((d) => d.readOnly));
+    if (last && lease.role !== "owner") registry.sync((last = last.filter((d) => d.readOnly)));
     sync();
   });
   const offCatalog = lease.on("catalog", (d) => {
     if (d?.reason === "version") sync();
   });
-  return {
+  scope.onRouteChange(() => {
+    // The instances the route left are retired already: the registry drops them at once.
+    if (last && !closed) registry.sync((last = last.filter((d) => !d.signal.aborted)));
+    sync();
+  });
+  return withScope({
     sync,
+    documentChanged() {
+      scope.bump("document");
+      return sync();
+    },
     close() {
       closed = true;
       offRole();
       offCatalog();
+      scope.close();
     },
-  };
+  }, scope);
 }
 
 /**
  * For an `onTool(name, handler)` registry (the seeds' session.onTool): registers every handler
  * once; the ones not marked read-only (by `tools`' annotations, or listed in `readOnly`) go
- * through lease.guard, so a viewer tab answers NOT_LEASE_OWNER without running them. Returns a
- * function that unregisters them all.
+ * through lease.guard, so a viewer tab answers NOT_LEASE_OWNER without running them. A call runs
+ * the profile in `tools` for the current route (its schema, timeout and bound parameters); a
+ * name whose profiles all belong to other routes answers TOOL_UNAVAILABLE. Returns a function
+ * that unregisters them all.
  */
-export function bindOnTool(lease, session, { handlers = {}, tools = [], readOnly = [] } = {}) {
+export function bindOnTool(lease, session, options = {}) {
+  const { handlers = {}, tools = [], readOnly = [] } = options;
+  const scope = new ToolScope(lease, options, { track: true });
   const ro = new Set(readOnly);
-  for (const t of tools) if (isReadOnlyTool(t)) ro.add(t.name);
   const offs = [];
   for (const [name, fn] of Object.entries(handlers)) {
-    const run = ro.has(name)
-      ? (args, ctx) => fn(args, { tabId: lease.tabId, sessionId: lease.sessionId, epoch: lease.epoch, token: null, signal: null, headers: {} }, ctx)
-      : lease.guard(fn);
+    const profiles = tools.filter((t) => t.name === name);
+    const run = (args, ctx) => {
+      const route = scope.route();
+      let tool = { name, annotations: { readOnlyHint: ro.has(name) } };
+      let match = { pattern: null, params: {} };
+      if (profiles.length > 0) {
+        const found = route ? profilesFor(profiles, route)[0] : profiles.find((p) => !p.routes?.length) ?? profiles[0];
+        if (!found && route) {
+          return Promise.resolve(toolError("TOOL_UNAVAILABLE", `${name} is not offered on this page (${route}).`, { tool: name, route }));
+        }
+        tool = found?.tool ?? found;
+        if (found?.pattern !== undefined) match = { pattern: found.pattern, params: found.params };
+        if (ro.has(name)) tool = { ...tool, annotations: { ...(tool.annotations ?? {}), readOnlyHint: true } };
+      }
+      return scope.call(scope.instanceFor(tool, match, fn), args, ctx);
+    };
     const off = session.onTool(name, run);
     offs.push(typeof off === "function" ? off : () => off?.unsubscribe?.());
   }
   return () => {
     for (const off of offs.splice(0)) off();
+    scope.close();
   };
 }

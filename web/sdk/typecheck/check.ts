@@ -9,6 +9,8 @@ import * as sse from "../sse.js";
 import * as stream from "../stream.js";
 import * as lease from "../lease.js";
 import * as tools from "../tools.js";
+import * as route from "../route.js";
+import * as call from "../call.js";
 
 export const checked = {
   DEFAULTS: http.DEFAULTS satisfies typeof decl.DEFAULTS,
@@ -23,6 +25,10 @@ export const checked = {
   TabLease: lease.TabLease satisfies typeof decl.TabLease,
   newTabId: lease.newTabId satisfies typeof decl.newTabId,
   tokenSubject: lease.tokenSubject satisfies typeof decl.tokenSubject,
+  RouteTracker: route.RouteTracker satisfies typeof decl.RouteTracker,
+  matchRoute: route.matchRoute satisfies typeof decl.matchRoute,
+  CALL_DEFAULTS: call.CALL_DEFAULTS satisfies typeof decl.CALL_DEFAULTS,
+  toolError: call.toolError satisfies typeof decl.toolError,
   isReadOnlyTool: tools.isReadOnlyTool satisfies typeof decl.isReadOnlyTool,
   toolDefinitions: tools.toolDefinitions satisfies typeof decl.toolDefinitions,
   registerWebMCPTools: tools.registerWebMCPTools satisfies typeof decl.registerWebMCPTools,

@@ -1,0 +1,333 @@
+// call.js — one tool call from start to answer: the route-bound entity rule, input validation
+// against inputSchema, one AbortSignal for every reason the call must end, the deadline, user
+// interactions, stale results and the size of the result. tools.js builds the handlers' world
+// (routes, generations, instances) and calls runToolCall.
+
+/** The defaults of tool calls. */
+export const CALL_DEFAULTS = Object.freeze({
+  timeoutMs: 60000, // what an agent's runtime waits when a tool gives no timeoutMs
+  timeoutMarginMs: 1000, // the call settles this much before (at most a tenth of the timeout)
+  maxResultBytes: 256 * 1024,
+});
+
+/** A tool error answer: {error: {code, message, retryable, details?}}. */
+export function toolError(code, message, details = undefined, retryable = false) {
+  const error = { code, message, retryable };
+  if (details !== undefined) error.details = details;
+  return { error };
+}
+
+/** An AbortSignal that aborts when any of the given ones does, with its reason. */
+export function anySignal(signals) {
+  const list = signals.filter(Boolean);
+  if (typeof AbortSignal.any === "function") return AbortSignal.any(list);
+  const ac = new AbortController();
+  for (const s of list) {
+    if (s.aborted) {
+      ac.abort(s.reason);
+      break;
+    }
+    s.addEventListener("abort", () => ac.abort(s.reason), { once: true });
+  }
+  return ac.signal;
+}
+
+/** The reason of an abort, as the answer the call gives: {error} (see the codes in
+ *  docs/browser-client.md). Reasons made by this client are {answer}. */
+export function abortAnswer(signal) {
+  const r = signal?.reason;
+  if (r && typeof r === "object" && r.answer) return r.answer;
+  if (r && typeof r === "object" && typeof r.code === "string") return toolError(r.code, r.message ?? "The call was ended.", r.details);
+  return toolError("CANCELLED", "The agent cancelled the call.");
+}
+
+/** An abort reason that carries the answer the call gives. */
+export function endReason(answer) {
+  return { answer, code: answer.error?.code };
+}
+
+// --- the seed-003 rule of route-bound tools ------------------------------------------------------
+
+/**
+ * Applies the route's parameters to a call's input. For each parameter the route binds
+ * (`/events/:event_id` on `/events/evt-1` binds event_id = "evt-1"): left out (or null), it means
+ * the current entity; the same value is the current entity; another value is ENTITY_MISMATCH. The
+ * input property is then set to the current value when the schema declares it, and removed when it
+ * does not (so a profile whose schema takes only {} accepts the same id too). Returns {args} or
+ * {answer} (the error).
+ */
+export function bindRouteParams(args, params, schema) {
+  const out = { ...args };
+  const props = schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema.properties : {};
+  for (const [name, current] of Object.entries(params ?? {})) {
+    if (name === "*") continue;
+    const given = out[name];
+    if (given !== undefined && given !== null && given !== current) {
+      return {
+        answer: toolError(
+          "ENTITY_MISMATCH",
+          `This tool acts on the ${name} of the page the user sees (${JSON.stringify(current)}), not ${JSON.stringify(given)}: leave ${name} out for the current one, or open the page of the other one first.`,
+          { param: name, current, given },
+        ),
+      };
+    }
+    if (Object.hasOwn(props, name)) out[name] = current;
+    else delete out[name];
+  }
+  return { args: out };
+}
+
+// --- input validation ----------------------------------------------------------------------------
+
+function typeOf(v) {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  if (typeof v === "number") return Number.isInteger(v) ? "integer" : "number";
+  return typeof v;
+}
+
+function typeMatches(want, v) {
+  const t = typeOf(v);
+  return want === t || (want === "number" && t === "integer");
+}
+
+/**
+ * Checks value against the JSON Schema keywords a tool's inputSchema uses: type (one or a list),
+ * enum, const, properties, required, additionalProperties (false or a schema), items, minItems,
+ * maxItems, minLength, maxLength, pattern, minimum, maximum. Other keywords are not checked.
+ * Returns null, or {path, reason} for the first problem.
+ */
+export function validateInput(schema, value, path = "") {
+  if (schema === true || schema == null || typeof schema !== "object") return null;
+  if (schema === false) return { path: path || "(input)", reason: "is not allowed" };
+  const at = path || "(input)";
+  if (schema.type !== undefined) {
+    const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+    if (!types.some((t) => typeMatches(t, value))) return { path: at, reason: `must be ${types.join(" or ")}, not ${typeOf(value)}` };
+  }
+  if (Array.isArray(schema.enum) && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
+    return { path: at, reason: `must be one of ${schema.enum.map((e) => JSON.stringify(e)).join(", ")}` };
+  }
+  if (schema.const !== undefined && JSON.stringify(schema.const) !== JSON.stringify(value)) return { path: at, reason: `must be ${JSON.stringify(schema.const)}` };
+  if (typeof value === "string") {
+    const n = [...value].length;
+    if (typeof schema.minLength === "number" && n < schema.minLength) return { path: at, reason: `must have at least ${schema.minLength} characters` };
+    if (typeof schema.maxLength === "number" && n > schema.maxLength) return { path: at, reason: `must have at most ${schema.maxLength} characters` };
+    if (typeof schema.pattern === "string") {
+      let re = null;
+      try {
+        re = new RegExp(schema.pattern, "u");
+      } catch {}
+      if (re && !re.test(value)) return { path: at, reason: `must match ${schema.pattern}` };
+    }
+  }
+  if (typeof value === "number") {
+    if (typeof schema.minimum === "number" && value < schema.minimum) return { path: at, reason: `must be at least ${schema.minimum}` };
+    if (typeof schema.maximum === "number" && value > schema.maximum) return { path: at, reason: `must be at most ${schema.maximum}` };
+  }
+  if (Array.isArray(value)) {
+    if (typeof schema.minItems === "number" && value.length < schema.minItems) return { path: at, reason: `must have at least ${schema.minItems} items` };
+    if (typeof schema.maxItems === "number" && value.length > schema.maxItems) return { path: at, reason: `must have at most ${schema.maxItems} items` };
+    if (schema.items && typeof schema.items === "object") {
+      for (let i = 0; i < value.length; i++) {
+        const p = validateInput(schema.items, value[i], `${path}[${i}]`);
+        if (p) return p;
+      }
+    }
+  }
+  if (typeOf(value) === "object") {
+    const props = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
+    for (const name of Array.isArray(schema.required) ? schema.required : []) {
+      if (value[name] === undefined) return { path: join(path, name), reason: "is required" };
+    }
+    for (const [name, v] of Object.entries(value)) {
+      if (v === undefined) continue;
+      if (Object.hasOwn(props, name)) {
+        const p = validateInput(props[name], v, join(path, name));
+        if (p) return p;
+      } else if (schema.additionalProperties === false) {
+        const known = Object.keys(props);
+        return { path: join(path, name), reason: `is not a parameter of this tool${known.length ? ` (it takes: ${known.join(", ")})` : " (it takes {})"}` };
+      } else if (schema.additionalProperties && typeof schema.additionalProperties === "object") {
+        const p = validateInput(schema.additionalProperties, v, join(path, name));
+        if (p) return p;
+      }
+    }
+  }
+  return null;
+}
+
+function join(path, name) {
+  return path ? `${path}.${name}` : name;
+}
+
+// --- the result ----------------------------------------------------------------------------------
+
+// WebMCP serializes a tool's result and needs an object.
+function toObject(v) {
+  if (v === undefined || v === null) return {};
+  return typeof v === "object" ? v : { result: v };
+}
+
+/** The result as the agent gets it, or RESULT_TOO_LARGE when its JSON is over maxBytes. */
+export function checkResult(value, maxBytes) {
+  const obj = toObject(value);
+  let bytes;
+  try {
+    bytes = new TextEncoder().encode(JSON.stringify(obj)).length;
+  } catch (e) {
+    return toolError("INVALID_RESULT", `The tool's result cannot be sent as JSON (${e?.message ?? e}).`);
+  }
+  if (bytes > maxBytes) {
+    return toolError(
+      "RESULT_TOO_LARGE",
+      `The result is ${bytes} bytes, more than the ${maxBytes} a tool of this page may return: the page should keep large data and return an id or a URL to it instead.`,
+      { bytes, maxBytes },
+    );
+  }
+  return obj;
+}
+
+// --- interactions --------------------------------------------------------------------------------
+
+const openInteractions = new WeakMap(); // per tab (its TabLease): the interaction open now
+
+/**
+ * Opens an interaction with the user for a call: open(ui) shows it (a modal) and may return a
+ * function that closes it; ui.submit(value) and ui.cancel() settle it. It settles with the
+ * call's end answer (TIMEOUT, UI_CONTEXT_CLOSED, NOT_LEASE_OWNER, CANCELLED) when the call's
+ * signal aborts first, and the close function runs on every path.
+ */
+function interact(call, open, { exclusive }) {
+  const { signal, lease, tool } = call;
+  if (typeof open !== "function") throw new TypeError("interact: open must be a function that shows the interaction");
+  if (signal.aborted) return Promise.resolve(abortAnswer(signal));
+  const current = openInteractions.get(lease);
+  if (exclusive && current) {
+    return Promise.resolve(
+      toolError("INTERACTION_ALREADY_OPEN", `Another interaction with the user is open (${current.tool}); answer or cancel it first.`, { tool: current.tool }, true),
+    );
+  }
+  return new Promise((resolve) => {
+    const mine = { tool };
+    let done = false;
+    let close = null;
+    const endCount = call.mutation ? lease._beginInteraction() : () => {};
+    const finish = (value) => {
+      if (done) return;
+      done = true;
+      signal.removeEventListener("abort", onAbort);
+      if (openInteractions.get(lease) === mine) openInteractions.delete(lease);
+      endCount();
+      try {
+        close?.();
+      } catch (e) {
+        globalThis.reportError?.(e);
+      }
+      resolve(value);
+    };
+    const onAbort = () => finish(abortAnswer(signal));
+    signal.addEventListener("abort", onAbort, { once: true });
+    if (!current) openInteractions.set(lease, mine);
+    const ui = {
+      signal,
+      deadline: call.deadline,
+      timeLeftMs: call.timeLeftMs,
+      submit: (value) => finish(value),
+      cancel: (reason = "user_cancelled") => finish({ cancelled: true, reason }),
+    };
+    try {
+      const c = open(ui);
+      if (typeof c === "function") {
+        if (done) c();
+        else close = c;
+      }
+    } catch (e) {
+      finish(toolError("INTERACTION_FAILED", `The page could not show the interaction: ${e?.message ?? e}`));
+    }
+  });
+}
+
+// --- one call ------------------------------------------------------------------------------------
+
+/**
+ * Runs one call of a tool instance. `call` holds what tools.js knows:
+ *   lease, tool (name), schema, params, route, mutation, readonly lease context (for read-only
+ *   tools), instance (its signal, retired answer), scope (generation, staleAnswer(gen), signal,
+ *   options), callerCtx (the agent's: its signal is the agent's cancel).
+ * Mutations run inside lease.guard, which gives the lease context and counts the call.
+ */
+export async function runToolCall(handler, call, args, callerCtx) {
+  const { lease, scope, instance } = call;
+  if (instance.signal.aborted) return abortAnswer(instance.signal);
+  let input = args && typeof args === "object" && !Array.isArray(args) ? args : args == null ? {} : args;
+  if (typeof input !== "object" || Array.isArray(input)) return toolError("INVALID_ARGUMENT", "The input must be a JSON object.", { path: "(input)" });
+  const bound = bindRouteParams(input, instance.params, call.schema);
+  if (bound.answer) return bound.answer;
+  input = bound.args;
+  const bad = validateInput(call.schema, input);
+  if (bad) return toolError("INVALID_ARGUMENT", `${bad.path} ${bad.reason}.`, bad);
+
+  const run = async (leaseCtx) => {
+    const clock = lease._clock;
+    const opts = scope.options;
+    const timeoutMs = typeof call.timeoutMs === "number" && call.timeoutMs > 0 ? call.timeoutMs : opts.timeoutMs;
+    const margin = Math.min(opts.timeoutMarginMs, Math.floor(timeoutMs / 10));
+    const start = clock.now();
+    const deadline = start + timeoutMs - margin;
+    const ac = new AbortController();
+    const timer = clock.setTimeout(() => {
+      ac.abort(endReason(toolError("TIMEOUT", `The tool did not finish within ${timeoutMs} ms (its timeoutMs); it was ended so that the agent gets an answer.`, { timeoutMs })));
+    }, deadline - start);
+    const agent = callerCtx && typeof callerCtx === "object" && callerCtx.signal && typeof callerCtx.signal.addEventListener === "function" ? callerCtx.signal : null;
+    const agentSignal = agent ? anySignal([agent]) : null;
+    const agentEnd = agentSignal ? mapAbort(agentSignal, () => toolError("CANCELLED", "The agent cancelled the call.")) : null;
+    const ownerEnd = leaseCtx.signal ? mapAbort(leaseCtx.signal, () => lease._notOwner()) : null;
+    const signal = anySignal([ac.signal, agentEnd, ownerEnd, instance.signal, scope.signal]);
+    const generation = scope.generation;
+    const ctx = {
+      ...leaseCtx,
+      signal,
+      tool: call.tool,
+      route: instance.pattern === null ? scope.route() : instance.route,
+      params: { ...instance.params },
+      generation,
+      deadline,
+      timeLeftMs: () => Math.max(0, Math.floor(deadline - clock.now())),
+      isCurrent: () => !signal.aborted && scope.generation === generation,
+      stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation)),
+      interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
+    };
+    const ctxFor = { signal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
+    try {
+      if (signal.aborted) return abortAnswer(signal);
+      let onAbort;
+      const ended = new Promise((resolve) => {
+        onAbort = () => resolve({ ended: true });
+        signal.addEventListener("abort", onAbort, { once: true });
+      });
+      const out = await Promise.race([Promise.resolve().then(() => handler(input, ctx, callerCtx)).then((value) => ({ value })), ended]);
+      signal.removeEventListener("abort", onAbort);
+      if (out.ended) return abortAnswer(signal);
+      if (call.mutation && scope.generation !== generation && !isError(out.value)) return scope.staleAnswer(generation);
+      return checkResult(out.value, opts.maxResultBytes);
+    } finally {
+      clock.clearTimeout(timer);
+    }
+  };
+  if (call.mutation) return lease.guard((a, leaseCtx) => run(leaseCtx))(input, callerCtx);
+  return run(call.readContext());
+}
+
+function isError(v) {
+  return Boolean(v && typeof v === "object" && v.error && typeof v.error === "object");
+}
+
+/** A signal that aborts when source does, with the answer answerFn gives at that moment. */
+function mapAbort(source, answerFn) {
+  const ac = new AbortController();
+  const fire = () => ac.abort(endReason(answerFn()));
+  if (source.aborted) fire();
+  else source.addEventListener("abort", fire, { once: true });
+  return ac.signal;
+}
