@@ -30,6 +30,8 @@ commands:
               tablease admin lease --sub S --sid D
               tablease admin revoke --sub S --sid D --reason R [--block 5m]
               tablease admin audit [--sub S] [--sid D] [--limit N] [--cursor C]
+  bench     measure a running tablease (tablease bench --help; scripts/bench runs it on a private Redis):
+              tablease bench --url U [--work renew,acquire,streams,memory] [--pid tablease=PID] [--redis URL]
   version   print the version
 `
 
@@ -49,6 +51,8 @@ func (p Program) Main(ctx context.Context, args []string) int {
 		return p.keygen(args[1:])
 	case "admin":
 		return p.admin(ctx, args[1:])
+	case "bench":
+		return p.bench(ctx, args[1:])
 	case "version", "--version", "-v":
 		fmt.Fprintln(p.Stdout, "tablease", Version())
 		return 0

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+// TestBenchDrivesARunningServer runs `tablease bench` briefly against a server on Redis, with this
+// process as the one whose CPU and RSS it reads, and checks every work reports figures and no
+// errors.
+func TestBenchDrivesARunningServer(t *testing.T) {
+	rds := redistest.Start(t)
+	env := map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "bench-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_RATE_LIMIT":        "0",
+	}
+	base, logs := startServer(t, env)
+	var out, errOut bytes.Buffer
+	p := Program{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
+	code := p.Main(t.Context(), []string{"bench", "--url", base, "--redis", rds.URL(), "--json",
+		"--duration", "300ms", "--concurrency", "2", "--streams", "20", "--takeovers", "5", "--sessions", "20",
+		"--pid", "tablease=" + strconv.Itoa(os.Getpid())})
+	if code != 0 {
+		t.Fatalf("bench exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
+	}
+	var results []benchResult
+	if err := json.Unmarshal(out.Bytes(), &results); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out.String(), err)
+	}
+	byWork := map[string][]benchResult{}
+	for _, r := range results {
+		if r.Errors != 0 {
+			t.Errorf("%s: %d errors", r.Work, r.Errors)
+		}
+		byWork[r.Work] = append(byWork[r.Work], r)
+	}
+	for _, w := range []string{"renew", "acquire+release"} {
+		r := byWork[w]
+		if len(r) != 1 || r[0].Ops == 0 || r[0].PerSecond <= 0 || r[0].P50Ms <= 0 || r[0].P99Ms < r[0].P50Ms {
+			t.Errorf("%s: %+v, want operations with their rate and latencies", w, r)
+		} else if _, ok := r[0].CPUMicros["tablease"]; !ok {
+			t.Errorf("%s: no CPU per operation of the tablease process: %+v", w, r[0])
+		}
+	}
+	if r := byWork["takeover→event"]; len(r) != 1 || r[0].Ops != 5 || r[0].P50Ms <= 0 {
+		t.Errorf("takeover→event: %+v, want 5 timed takeovers", r)
+	}
+	if r := byWork["idle streams"]; len(r) != 1 || r[0].Ops != 20 {
+		t.Errorf("idle streams: %+v, want 20 streams and the RSS per stream", r)
+	}
+	if r := byWork["redis memory"]; len(r) != 2 || r[0].Bytes <= 0 || !strings.Contains(r[0].Note, "held lease") {
+		t.Errorf("redis memory: %+v, want bytes per held lease and per free session", r)
+	}
+}
+
+func TestBenchRefusesBadFlagsWithUsage(t *testing.T) {
+	env := map[string]string{"TABLEASE_JWT_HS256_SECRET": testSecret, "TABLEASE_JWT_ISSUER": "i", "TABLEASE_JWT_AUDIENCE": "a"}
+	for _, args := range [][]string{
+		{"bench", "--work", "nothing"},
+		{"bench", "--work", "memory"}, // needs --redis
+		{"bench", "--pid", "tablease"},
+		{"bench", "--concurrency", "0"},
+	} {
+		var errOut bytes.Buffer
+		p := Program{Stdout: &bytes.Buffer{}, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
+		if code := p.Main(t.Context(), args); code != 2 || errOut.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a message", args, code, errOut.String())
+		}
+	}
+	var errOut bytes.Buffer
+	p := Program{Stdout: &bytes.Buffer{}, Stderr: &errOut, Getenv: func(string) string { return "" }}
+	if code := p.Main(t.Context(), []string{"bench"}); code != 2 || !strings.Contains(errOut.String(), "TABLEASE_JWT_HS256_SECRET") {
+		t.Errorf("without the server's secret: exit %d, %q", code, errOut.String())
+	}
+}
