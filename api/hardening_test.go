@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -171,5 +172,131 @@ func TestDevModeNeverMintsTokensADeploymentAccepts(t *testing.T) {
 				t.Errorf("Cache-Control = %q, want no-store", cc)
 			}
 		})
+	}
+}
+
+func TestAnswersThatCarryALeaseTokenAreNotStored(t *testing.T) {
+	h := newHarness(t)
+	tok := h.token("alice")
+	noStore := func(t *testing.T, rec *httptest.ResponseRecorder) leaseAnswer {
+		t.Helper()
+		l := readLease(t, rec)
+		if l.Token == nil {
+			t.Fatalf("no lease token in %s", rec.Body)
+		}
+		if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+			t.Fatalf("Cache-Control = %q, want no-store", cc)
+		}
+		return l
+	}
+	var l leaseAnswer
+	t.Run("an acquire answer is Cache-Control: no-store", func(t *testing.T) {
+		l = noStore(t, h.post(leasePath("doc-1"), tok, `{"tabId":"t-1"}`))
+	})
+	t.Run("a renew answer is Cache-Control: no-store", func(t *testing.T) {
+		noStore(t, h.post(leasePath("doc-1")+"/renew", tok, `{"tabId":"t-1","epoch":`+itoa(l.Epoch)+`}`))
+	})
+}
+
+func TestEveryAnswerIsNosniff(t *testing.T) {
+	h := newHarness(t)
+	for _, tt := range []struct {
+		name string
+		rec  *httptest.ResponseRecorder
+	}{
+		{"a lease", h.get(leasePath("doc-1"), h.token("alice"))},
+		{"an error of /v1", h.get(leasePath("doc-1"), "")},
+		{"an unknown route", h.get("/v1/nothing", "")},
+		{"the health check", h.get("/healthz", "")},
+	} {
+		t.Run(tt.name+" is nosniff", func(t *testing.T) {
+			if v := tt.rec.Header().Get("X-Content-Type-Options"); v != "nosniff" {
+				t.Fatalf("X-Content-Type-Options = %q (status %d)", v, tt.rec.Code)
+			}
+		})
+	}
+}
+
+func TestLoggedPathsAreTruncated(t *testing.T) {
+	h := newHarness(t)
+	long := "/v1/" + strings.Repeat("a", 250<<10)
+	wantError(t, h.get(long, ""), http.StatusNotFound, CodeNotFound)
+	logs := h.logs.String()
+	if len(logs) > 4<<10 {
+		t.Fatalf("a request with a 250 KiB path wrote %d bytes of log", len(logs))
+	}
+	if !strings.Contains(logs, "bytes)") {
+		t.Fatalf("the log does not say the path was cut: %s", logs)
+	}
+	t.Run("a path cut inside a character stays valid UTF-8", func(t *testing.T) {
+		s := truncated(strings.Repeat("é", maxLoggedLen))
+		if !utf8.ValidString(s) || len(s) > maxLoggedLen+32 {
+			t.Fatalf("truncated = %q", s)
+		}
+	})
+}
+
+func TestFailedAndUnauthenticatedRequestsAreLimitedPerAddress(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.IPRateLimit = 1 }) // burst 2
+	from := func(remote string, r request) *httptest.ResponseRecorder {
+		r.remote = remote
+		if r.method == "" {
+			r.method = http.MethodGet
+		}
+		return h.do(r)
+	}
+	const attacker = "192.0.2.7:4000"
+	for range 2 {
+		wantError(t, from(attacker, request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+	}
+	rec := from(attacker, request{path: leasePath("doc-1"), token: "not-a-jwt"})
+	e := wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited)
+	if ra := rec.Header().Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After = %q, want 1", ra)
+	}
+	if e.Error.Details["limit"] != "ip" || e.Error.Details["retryAfterMs"] == nil || !*e.Error.Retryable {
+		t.Errorf("429 answer %s", rec.Body)
+	}
+
+	t.Run("unknown routes from the same address are refused too", func(t *testing.T) {
+		wantError(t, from(attacker, request{path: "/v1/" + strings.Repeat("x", 1000)}), http.StatusTooManyRequests, CodeRateLimited)
+		wantError(t, from(attacker, request{path: "/nothing"}), http.StatusTooManyRequests, CodeRateLimited)
+	})
+	t.Run("refused requests are not logged at info level", func(t *testing.T) {
+		if n := strings.Count(h.logs.String(), `"level":"INFO","msg":"request"`); n != 2 {
+			t.Errorf("%d request lines at info level, want the 2 of the burst:\n%s", n, h.logs)
+		}
+	})
+	t.Run("a valid token from the same address still passes", func(t *testing.T) {
+		readLease(t, from(attacker, request{path: leasePath("doc-1"), token: h.token("alice")}))
+	})
+	t.Run("another address has a bucket of its own", func(t *testing.T) {
+		wantError(t, from("198.51.100.1:4000", request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+	})
+	t.Run("the addresses of one IPv6 /64 share a bucket", func(t *testing.T) {
+		for range 2 {
+			wantError(t, from("[2001:db8:1:2::1]:4000", request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+		}
+		wantError(t, from("[2001:db8:1:2:ffff::9]:4000", request{path: leasePath("doc-1")}), http.StatusTooManyRequests, CodeRateLimited)
+		wantError(t, from("[2001:db8:1:3::1]:4000", request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+	})
+	t.Run("public routes are not limited", func(t *testing.T) {
+		if rec := from(attacker, request{path: "/healthz"}); rec.Code != http.StatusOK {
+			t.Fatalf("/healthz: %d", rec.Code)
+		}
+	})
+}
+
+func TestClientKey(t *testing.T) {
+	for _, tt := range []struct{ remote, want string }{
+		{"192.0.2.7:4000", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:4000", "192.0.2.7"},
+		{"[2001:db8:1:2:3:4:5:6]:4000", "2001:db8:1:2::/64"},
+		{"[fe80::1%eth0]:4000", "fe80::/64"},
+		{"not an address", "not an address"},
+	} {
+		if got := clientKey(tt.remote); got != tt.want {
+			t.Errorf("clientKey(%q) = %q, want %q", tt.remote, got, tt.want)
+		}
 	}
 }

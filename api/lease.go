@@ -116,7 +116,7 @@ func (s *Server) acquire(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.holderAnswer(l, b.TabID)
+	out, err := s.holderAnswer(c, l, b.TabID)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (s *Server) renew(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.holderAnswer(l, b.TabID)
+	out, err := s.holderAnswer(c, l, b.TabID)
 	if err != nil {
 		return err
 	}

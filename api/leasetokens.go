@@ -62,8 +62,10 @@ func (s *Server) signLease(l lease.Lease) (string, error) {
 	return tok, nil
 }
 
-// holderAnswer renders l for its holder tabID, with a lease token.
-func (s *Server) holderAnswer(l lease.Lease, tabID string) (*leaseJSON, error) {
+// holderAnswer renders l for its holder tabID, with a lease token; the answer of c, which carries
+// that token, is marked Cache-Control: no-store.
+func (s *Server) holderAnswer(c echo.Context, l lease.Lease, tabID string) (*leaseJSON, error) {
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	out := leaseView(l, tabID)
 	tok, err := s.signLease(l)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
@@ -19,7 +20,24 @@ const (
 	keyRequestID = "tablease.requestID"
 	keyPrincipal = "tablease.principal"
 	keyErrCode   = "tablease.errCode"
+	keyIPLimited = "tablease.ipLimited" // true when the per-address limit refused the request
 )
+
+// maxLoggedLen bounds a value taken from a request (the path) in a log line.
+const maxLoggedLen = 256
+
+// truncated is s cut to at most maxLoggedLen bytes (on a rune boundary) with "…" and the length
+// it had, so that a client cannot make one log line as large as its request.
+func truncated(s string) string {
+	if len(s) <= maxLoggedLen {
+		return s
+	}
+	cut := maxLoggedLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
 
 const maxRequestIDLen = 128
 
@@ -88,10 +106,12 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			id = newRequestID()
 		}
 		c.Set(keyRequestID, id)
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		h := c.Response().Header()
+		h.Set(echo.HeaderXRequestID, id)
+		h.Set(echo.HeaderXContentTypeOptions, "nosniff")
 
 		if err := callRecovering(next, c); err != nil {
-			c.Error(err) // s.handleError writes the answer
+			c.Error(s.limitFailure(c, err)) // s.handleError writes the answer
 		}
 		s.logRequest(c, id, start)
 		return nil
@@ -114,7 +134,7 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		slog.String("request_id", id),
 		slog.String("method", method),
 		slog.String("route", route),
-		slog.String("path", req.URL.Path),
+		slog.String("path", truncated(req.URL.Path)),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 	}
@@ -125,8 +145,11 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		attrs = append(attrs, slog.String("code", code))
 	}
 	level := slog.LevelInfo
-	if status >= 500 {
+	switch {
+	case status >= 500:
 		level = slog.LevelWarn
+	case c.Get(keyIPLimited) != nil:
+		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
 	}
 	s.log.LogAttrs(req.Context(), level, "request", attrs...)
 }
@@ -162,6 +185,35 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		return next(c)
+	}
+}
+
+// limitFailure charges the per-address limit (Options.IPRateLimit) for a request that failed
+// authentication (401) or, without a verified token, matched no route (404, 405), and answers
+// 429 RATE_LIMITED instead of err once the address has no token left. Requests that authenticate
+// never use the address's bucket, so users behind one address are not refused for the failures
+// of others.
+func (s *Server) limitFailure(c echo.Context, err error) error {
+	if s.ipLimit == nil {
+		return err
+	}
+	switch code := errorFor(err).Code; {
+	case code == CodeUnauthenticated:
+	case (code == CodeNotFound || code == CodeMethodNotAllowed) && principalOf(c) == nil:
+	default:
+		return err
+	}
+	ok, wait := s.ipLimit.allow(clientKey(c.Request().RemoteAddr))
+	if ok {
+		return err
+	}
+	c.Set(keyIPLimited, true)
+	return &Error{
+		Code:       CodeRateLimited,
+		Message:    "too many failed or unauthenticated requests from this address; retry after the Retry-After delay",
+		Retryable:  true,
+		Details:    map[string]any{"retryAfterMs": wait.Milliseconds(), "limit": "ip"},
+		RetryAfter: wait,
 	}
 }
 

@@ -3,6 +3,8 @@ package api
 import (
 	"container/list"
 	"math"
+	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -11,6 +13,29 @@ import (
 
 // defaultLimiterCap bounds the number of users whose limiters are kept at once.
 const defaultLimiterCap = 100_000
+
+// ipLimiterCap bounds the number of client addresses whose limiters are kept at once (about
+// 200 bytes each).
+const ipLimiterCap = 50_000
+
+// clientKey is the key of the per-address limit for the connection's peer (never a forwarding
+// header): the IPv4 address, or the /64 prefix of an IPv6 address, since one host is commonly
+// given a whole /64.
+func clientKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is6() {
+		return netip.PrefixFrom(addr, 64).Masked().String()
+	}
+	return addr.String()
+}
 
 // userLimiter keeps one token bucket per user, in least-recently-used order. A bucket idle long
 // enough to have refilled is dropped (that loses nothing); beyond cap users the least recently

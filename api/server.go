@@ -29,6 +29,11 @@ import (
 // MaxBodyBytes bounds a request body (16 KiB).
 const MaxBodyBytes = 16 << 10
 
+// MaxHeaderBytes is the http.Server.MaxHeaderBytes to serve the api with (16 KiB): larger headers
+// are refused by net/http itself, with a plain-text 431, before the api sees them. An
+// Authorization header is refused with a JSON 401 from 8 KiB (maxAuthHeaderLen), well below.
+const MaxHeaderBytes = 16 << 10
+
 // readyTimeout bounds the store ping of /readyz.
 const readyTimeout = 2 * time.Second
 
@@ -51,6 +56,10 @@ type Options struct {
 	// RateLimit is the number of requests per second allowed per user (the token's sub), with a
 	// burst of twice that; 0 turns the limit off.
 	RateLimit float64
+	// IPRateLimit is the number of requests per second allowed per client address (the peer of
+	// the connection; an IPv6 /64) that fail authentication or match no route without a token,
+	// with a burst of twice that (limitFailure in middleware.go); 0 turns the limit off.
+	IPRateLimit float64
 	// Dev enables GET /dev/token, answered only to loopback addresses. It needs Auth.HS256Secret.
 	Dev bool
 	// Version is the build version, served in /openapi.yaml as info.x-build-version.
@@ -103,6 +112,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	limiter  *userLimiter // nil when rate limiting is off
+	ipLimit  *userLimiter // failed and unauthenticated requests per client address; nil when off
 	dev      bool
 	spec     []byte // the OpenAPI document served
 	echo     *echo.Echo
@@ -136,6 +146,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if math.IsNaN(opts.RateLimit) || math.IsInf(opts.RateLimit, 0) || opts.RateLimit < 0 {
 		return nil, errors.New("api: Options.RateLimit must be a finite number >= 0")
+	}
+	if math.IsNaN(opts.IPRateLimit) || math.IsInf(opts.IPRateLimit, 0) || opts.IPRateLimit < 0 {
+		return nil, errors.New("api: Options.IPRateLimit must be a finite number >= 0")
 	}
 	if opts.Dev && len(opts.Auth.HS256Secret) == 0 {
 		return nil, errors.New("api: Options.Dev needs Auth.HS256Secret to sign /dev/token tokens")
@@ -229,6 +242,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
+	}
+	if opts.IPRateLimit > 0 {
+		s.ipLimit = newUserLimiter(opts.IPRateLimit, ipLimiterCap, time.Now)
 	}
 	if s.streams, err = newStreams(opts, now, logger, reg, s.storeError, catalogs); err != nil {
 		return nil, err

@@ -41,6 +41,9 @@ type Config struct {
 
 	Limits    lease.Limits
 	RateLimit float64 // requests per second per user; 0 = off
+	// IPRateLimit is the requests per second per client address that fail authentication or
+	// match no route (TABLEASE_IP_RATE_LIMIT); 0 = off.
+	IPRateLimit float64
 
 	RedisTimeout    time.Duration // bound on one store operation
 	ShutdownTimeout time.Duration // bound on graceful shutdown
@@ -181,6 +184,14 @@ var variables = []variable{
 			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
 		}
 		c.RateLimit = f
+		return nil
+	}},
+	{"TABLEASE_IP_RATE_LIMIT", "10", "requests per second per client address (burst twice that) that fail authentication or match no route; 0 = off", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 1e6 {
+			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
+		}
+		c.IPRateLimit = f
 		return nil
 	}},
 	{"TABLEASE_REDIS_TIMEOUT", "2s", "bound on one Redis operation", func(c *Config, v string) (err error) {

@@ -91,14 +91,15 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(api.Options{
-		Engine:    store.engine,
-		Limits:    cfg.Limits,
-		Auth:      auth,
-		Logger:    log,
-		Registry:  registry,
-		RateLimit: cfg.RateLimit,
-		Dev:       cfg.Dev,
-		Version:   Version(),
+		Engine:      store.engine,
+		Limits:      cfg.Limits,
+		Auth:        auth,
+		Logger:      log,
+		Registry:    registry,
+		RateLimit:   cfg.RateLimit,
+		IPRateLimit: cfg.IPRateLimit,
+		Dev:         cfg.Dev,
+		Version:     Version(),
 
 		Catalog:     cfg.Catalog,
 		Documents:   store.documents,
@@ -128,7 +129,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    256 << 10, // Authorization headers up to this size get a JSON 401 from the api, not a plain 431
+		MaxHeaderBytes:    api.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
