@@ -252,14 +252,13 @@ function interact(call, open, { exclusive }) {
 
 /**
  * Runs one call of a tool instance. `call` holds what tools.js knows:
- *   lease, tool (name), schema, params, route, mutation, readonly lease context (for read-only
- *   tools), instance (its signal, retired answer), scope (generation, staleAnswer(gen), signal,
- *   options), callerCtx (the agent's: its signal is the agent's cancel).
+ *   lease, tool (name), schema, mutation, timeoutMs, readContext (the lease context of read-only
+ *   tools), instance (route, pattern, params, callSignal), scope (route(), generation,
+ *   staleAnswer(gen), signal, options). callerCtx is the agent's: its signal is the agent's cancel.
  * Mutations run inside lease.guard, which gives the lease context and counts the call.
  */
 export async function runToolCall(handler, call, args, callerCtx) {
   const { lease, scope, instance } = call;
-  if (instance.signal.aborted) return abortAnswer(instance.signal);
   let input = args && typeof args === "object" && !Array.isArray(args) ? args : args == null ? {} : args;
   if (typeof input !== "object" || Array.isArray(input)) return toolError("INVALID_ARGUMENT", "The input must be a JSON object.", { path: "(input)" });
   const bound = bindRouteParams(input, instance.params, call.schema);
@@ -283,7 +282,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
     const agentSignal = agent ? anySignal([agent]) : null;
     const agentEnd = agentSignal ? mapAbort(agentSignal, () => toolError("CANCELLED", "The agent cancelled the call.")) : null;
     const ownerEnd = leaseCtx.signal ? mapAbort(leaseCtx.signal, () => lease._notOwner()) : null;
-    const signal = anySignal([ac.signal, agentEnd, ownerEnd, instance.signal, scope.signal]);
+    const signal = anySignal([ac.signal, agentEnd, ownerEnd, instance.callSignal, scope.signal]);
     const generation = scope.generation;
     const ctx = {
       ...leaseCtx,

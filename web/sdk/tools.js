@@ -4,7 +4,7 @@
 // page's route (route.js) and runs every call through call.js: route-bound instances, one
 // AbortSignal per call, deadlines, interactions, stale results.
 
-import { CALL_DEFAULTS, endReason, runToolCall, toolError } from "./call.js";
+import { CALL_DEFAULTS, abortAnswer, endReason, runToolCall, toolError } from "./call.js";
 import { RouteTracker, normalizeRoute, profileMatch, profilesFor } from "./route.js";
 
 /** Whether a catalog tool is read-only (MCP default: not read-only, so a mutation). */
@@ -126,14 +126,16 @@ class ToolScope {
     let inst = this.instances.get(key);
     if (inst && inst.handler === handler) return inst;
     if (inst) this.retire(inst, "catalog");
-    const ac = new AbortController();
-    inst = { key, tool, handler, route, pattern: match.pattern, params: match.params, ac, signal: ac.signal, refusal: null, def: null };
+    const ac = new AbortController(); // registered: aborts when retired
+    const calls = new AbortController(); // its running calls: aborts when the route leaves it
+    inst = { key, tool, handler, route, pattern: match.pattern, params: match.params, ac, signal: ac.signal, calls, callSignal: calls.signal, refusal: null, def: null };
     this.instances.set(key, inst);
     return inst;
   }
 
-  /** Unregisters an instance: its signal aborts (running calls end with UI_CONTEXT_CLOSED) and
-   *  later calls that reach it are refused. */
+  /** Unregisters an instance: its signal aborts and later calls that reach it are refused. When
+   *  the route left it, its running calls end too (UI_CONTEXT_CLOSED); when the role or the
+   *  catalog changed they go on (ownership ends them through the lease's signal). */
   retire(inst, why) {
     if (inst.refusal) return;
     if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
@@ -146,21 +148,20 @@ class ToolScope {
       });
     } else if (why === "owner" || (mutation && this.lease.role !== "owner")) {
       inst.refusal = null; // the guard answers NOT_LEASE_OWNER with the lease's details
-      inst.ownerRetired = true;
     } else {
       inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
     }
-    const closed = toolError("UI_CONTEXT_CLOSED", why === "route" ? "The page changed before the call completed." : "The tool was withdrawn before the call completed.", {
-      reason: why,
-      route: inst.route,
-      currentRoute: this.route(),
-    });
-    inst.ac.abort(endReason(why === "owner" || inst.ownerRetired ? this.lease._notOwner() : closed));
+    inst.ac.abort(endReason(inst.refusal ?? this.lease._notOwner()));
+    if (why === "route" || why === "closed") {
+      const message = why === "route" ? "The page changed before the call completed." : "The page's tools were closed before the call completed.";
+      inst.calls.abort(endReason(toolError("UI_CONTEXT_CLOSED", message, { reason: why, route: inst.route, currentRoute: this.route() })));
+    }
   }
 
   /** Runs a call of inst. */
   call(inst, args, callerCtx) {
     if (inst.refusal) return Promise.resolve(inst.refusal);
+    if (inst.callSignal.aborted) return Promise.resolve(abortAnswer(inst.callSignal));
     if (inst.pattern !== null && this.route() && inst.route !== this.route()) {
       this.retire(inst, "route");
       return Promise.resolve(inst.refusal);
@@ -240,7 +241,7 @@ class ToolScope {
     for (const off of this._offs.splice(0)) off();
     if (this._ownTracker) this.tracker.close();
     this._endLife("The page's tools were closed before the call completed.", "closed");
-    for (const inst of [...this.instances.values()]) this.retire(inst, "catalog");
+    for (const inst of [...this.instances.values()]) this.retire(inst, "closed");
   }
 }
 

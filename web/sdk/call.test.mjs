@@ -1,0 +1,248 @@
+// One tool call: the signal that combines every reason a call ends, the deadline, interactions
+// with the user (and a handoff that waits for them), stale mutations and oversized results:
+// `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { TabLease, syncToolRegistry } from "./tablease.js";
+import { anySignal, bindRouteParams, validateInput } from "./call.js";
+import { FakeBrowserWindow, FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+
+const TOOLS = [
+  { name: "ask_user", description: "Ask the user.", inputSchema: { type: "object", properties: { question: { type: "string", minLength: 1 } }, required: ["question"] }, annotations: { readOnlyHint: false, destructiveHint: false }, timeoutMs: 10000 },
+  { name: "peek", description: "Read something.", annotations: { readOnlyHint: true } },
+  { name: "edit", description: "Change this event.", routes: ["/events/:event_id"] },
+  { name: "export", description: "A large export.", annotations: { readOnlyHint: true } },
+  { name: "confirm", description: "Ask the user to confirm.", annotations: { destructiveHint: false }, timeoutMs: 120000 },
+];
+
+async function setup({ path = "/events/evt-1", options = {}, handlers = {}, lease: leaseOpts = {} } = {}) {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: TOOLS });
+  const window = new FakeBrowserWindow(path);
+  const lease = new TabLease(fakeOptions(server, clock, { window, ...leaseOpts }));
+  await lease.start();
+  let defs = [];
+  const reg = syncToolRegistry(lease, { sync: (d) => (defs = d) }, { handlers, ...options });
+  await reg.sync();
+  const tool = (name) => defs.find((d) => d.name === name);
+  return { clock, server, window, lease, reg, tool };
+}
+
+/** A handler that opens an interaction and records what the page did with it. */
+function asking(seen) {
+  return (args, ctx) =>
+    ctx.interact((ui) => {
+      seen.ui = ui;
+      seen.opened = (seen.opened ?? 0) + 1;
+      return () => (seen.closed = (seen.closed ?? 0) + 1);
+    });
+}
+
+test("anySignal aborts with the reason of the first source, and the route parameters bind as seed 003 says", () => {
+  const a = new AbortController();
+  const b = new AbortController();
+  const s = anySignal([a.signal, b.signal]);
+  b.abort("b first");
+  a.abort("a later");
+  assert.equal(s.reason, "b first");
+  assert.equal(anySignal([AbortSignal.abort("done")]).aborted, true);
+  assert.deepEqual(bindRouteParams({}, { id: "e1" }, { properties: { id: {} } }), { args: { id: "e1" } });
+  assert.deepEqual(bindRouteParams({ id: "e1" }, { id: "e1" }, {}), { args: {} });
+  assert.equal(bindRouteParams({ id: "e2" }, { id: "e1" }, {}).answer.error.code, "ENTITY_MISMATCH");
+  assert.deepEqual(validateInput({ type: "object", properties: { n: { type: "integer", minimum: 1 } } }, { n: 0 }), { path: "n", reason: "must be at least 1" });
+  assert.deepEqual(validateInput({ type: "object", properties: { tags: { type: "array", items: { enum: ["a", "b"] } } } }, { tags: ["a", "c"] }), { path: "tags[1]", reason: 'must be one of "a", "b"' });
+  assert.equal(validateInput({ type: "object", properties: { n: { type: "number" } } }, { n: 2 }), null, "an integer is a number");
+});
+
+test("an interaction resolves what the user submits, or {cancelled, reason: user_cancelled}, and closes its UI", async () => {
+  const seen = {};
+  const { lease, reg, tool } = await setup({ handlers: { ask_user: asking(seen) } });
+  const p = tool("ask_user").execute({ question: "Which seat?" }, {});
+  await flush();
+  assert.equal(seen.opened, 1);
+  seen.ui.submit({ answer: "12A" });
+  assert.deepEqual(await p, { answer: "12A" });
+  const q = tool("ask_user").execute({ question: "Which seat?" }, {});
+  await flush();
+  seen.ui.cancel();
+  assert.deepEqual(await q, { cancelled: true, reason: "user_cancelled" });
+  assert.equal(seen.closed, 2);
+  assert.equal((await tool("ask_user").execute({ question: "" }, {})).error.code, "INVALID_ARGUMENT", "validated before the handler runs");
+  assert.equal(seen.opened, 2);
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("every way a call ends resolves it with its code: agent cancel, deadline, route change, ownership loss, pagehide", async () => {
+  const seen = {};
+  const never = () => new Promise(() => {});
+  const { clock, server, window, lease, reg, tool } = await setup({ handlers: { ask_user: asking(seen), peek: never, edit: never } });
+
+  // The agent's per-call signal (WebMCP's execute(input, {signal})).
+  const agent = new AbortController();
+  const cancelled = tool("peek").execute({}, { signal: agent.signal });
+  agent.abort();
+  assert.equal((await cancelled).error.code, "CANCELLED");
+
+  // The tool's timeoutMs (10 s) minus the margin (1 s): the modal is closed and the call settled.
+  const timed = tool("ask_user").execute({ question: "Still there?" }, {});
+  await flush();
+  await clock.advance(8999);
+  assert.equal(seen.closed ?? 0, 0, "still open a moment before the deadline");
+  await clock.advance(1);
+  const t = await timed;
+  assert.equal(t.error.code, "TIMEOUT");
+  assert.equal(t.error.details.timeoutMs, 10000);
+  assert.equal(seen.closed, 1);
+  // A handler that never settles is settled for it at the default deadline (60 s − 1 s).
+  const stuck = tool("peek").execute({}, {});
+  await clock.advance(59000);
+  assert.equal((await stuck).error.code, "TIMEOUT");
+
+  // The route leaves a route-bound instance: its running call ends with UI_CONTEXT_CLOSED.
+  const editing = tool("edit").execute({}, {});
+  const oldEdit = tool("edit");
+  await flush();
+  window.history.pushState(null, "", "/events/evt-2");
+  const closed = await editing;
+  assert.equal(closed.error.code, "UI_CONTEXT_CLOSED");
+  assert.equal(closed.error.details.currentRoute, "/events/evt-2");
+  assert.equal((await oldEdit.execute({}, {})).error.code, "ROUTE_CHANGED");
+  await reg.sync();
+
+  // Ownership lost (taken over in another tab): the interaction ends with NOT_LEASE_OWNER.
+  const asked = tool("ask_user").execute({ question: "Sure?" }, {});
+  await flush();
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  const lost = await asked;
+  assert.equal(lost.error.code, "NOT_LEASE_OWNER");
+  assert.equal(lost.error.details.reason, "lost");
+  assert.equal(seen.closed, 2);
+
+  // pagehide (the page closes or goes into the back/forward cache).
+  const peeking = tool("peek").execute({}, {});
+  window.fire("pagehide", { persisted: true });
+  const hidden = await peeking;
+  assert.equal(hidden.error.code, "UI_CONTEXT_CLOSED");
+  assert.equal(hidden.error.details.reason, "page_hidden");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("with interactions: \"one\" a second interaction answers INTERACTION_ALREADY_OPEN", async () => {
+  const seen = {};
+  const { lease, reg, tool } = await setup({ handlers: { ask_user: asking(seen) }, options: { interactions: "one" } });
+  const first = tool("ask_user").execute({ question: "One?" }, {});
+  await flush();
+  const second = await tool("ask_user").execute({ question: "Two?" }, {});
+  assert.equal(second.error.code, "INTERACTION_ALREADY_OPEN");
+  assert.equal(seen.opened, 1);
+  seen.ui.submit({ ok: true });
+  assert.deepEqual(await first, { ok: true });
+  const third = tool("ask_user").execute({ question: "Three?" }, {});
+  await flush();
+  assert.equal(seen.opened, 2, "free again once the first settled");
+  seen.ui.cancel();
+  await third;
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a mutation that finishes after its generation ended answers ROUTE_CHANGED or DOCUMENT_CHANGED", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const ctxs = [];
+  const handlers = {
+    ask_user: async (args, ctx) => {
+      ctxs.push(ctx);
+      await gate();
+      return { applied: ctx.isCurrent() };
+    },
+  };
+  const { window, lease, reg, tool } = await setup({ handlers });
+  const p = tool("ask_user").execute({ question: "q" }, {});
+  await flush();
+  assert.equal(ctxs[0].isCurrent(), true);
+  window.history.pushState(null, "", "/events/evt-3");
+  assert.equal(ctxs[0].isCurrent(), false);
+  assert.equal(ctxs[0].stale().error.code, "ROUTE_CHANGED");
+  release();
+  assert.equal((await p).error.code, "ROUTE_CHANGED");
+  await reg.sync();
+  const q = tool("ask_user").execute({ question: "q" }, {});
+  await flush();
+  const doc = reg.documentChanged();
+  release();
+  assert.equal((await q).error.code, "DOCUMENT_CHANGED");
+  await doc;
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a result over the cap answers RESULT_TOO_LARGE and says to return an id or a URL", async () => {
+  const { lease, reg, tool } = await setup({ handlers: { export: () => ({ data: "x".repeat(300 * 1024) }), peek: () => ({ data: "x".repeat(1000) }) }, options: { maxResultBytes: 256 * 1024 } });
+  const big = await tool("export").execute({}, {});
+  assert.equal(big.error.code, "RESULT_TOO_LARGE");
+  assert.match(big.error.message, /an id or a URL/);
+  assert.equal(big.error.details.maxBytes, 262144);
+  assert.equal((await tool("peek").execute({}, {})).data.length, 1000);
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a handoff waits for an open interaction: released at its end, the requester granted", async () => {
+  const seen = {};
+  const { clock, server, lease, reg, tool } = await setup({ handlers: { confirm: asking(seen) }, lease: { handoffGraceMs: 5000 } });
+  const asked = tool("confirm").execute({}, {});
+  await flush();
+  server.handoff = { requester: "t-b", at: clock.now() };
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: lease.epoch, holder: { tabId: lease.tabId }, requester: { tabId: "t-b" } } });
+  assert.equal(lease.state, "releasing");
+  await clock.advance(9000); // past the grace: an interaction is not aborted
+  assert.equal(server.valid(), true, "the holder keeps its lease");
+  assert.equal(seen.ui.signal.aborted, false);
+  const renews = server.callsTo("POST", "/lease/renew").length;
+  assert.ok(renews >= 1, "renews went on");
+  seen.ui.submit({ answer: "yes" }); // the safe point
+  assert.deepEqual(await asked, { answer: "yes" });
+  await flush();
+  assert.equal(server.valid(), false, "released at the interaction's end");
+  assert.equal(server.reserved?.tabId, "t-b", "reserved for the requester");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a handoff request that lapses while an interaction is open leaves the holder owner; the requester is told timeout", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: TOOLS });
+  const window = new FakeBrowserWindow("/events/evt-1");
+  const holder = new TabLease(fakeOptions(server, clock, { window, handoffGraceMs: 5000 }));
+  const asker = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), autoAcquire: false }));
+  await holder.start();
+  await asker.start();
+  const seen = {};
+  let defs = [];
+  const reg = syncToolRegistry(holder, { sync: (d) => (defs = d) }, { handlers: { confirm: asking(seen) } });
+  await reg.sync();
+  const asked = defs.find((d) => d.name === "confirm").execute({}, {});
+  await flush();
+  const wait = asker.requestHandoff();
+  await flush();
+  // The fake server has no stream here: tell the holder as its stream would.
+  holder._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: holder.epoch, holder: { tabId: holder.tabId }, requester: { tabId: asker.tabId } } });
+  assert.equal(holder.state, "releasing");
+  await clock.advance(16000);
+  const result = await wait;
+  assert.equal(result.status, "timeout", "the requester is told the holder did not let go in time");
+  await clock.advance(2000);
+  assert.equal(holder.state, "owner", "the request lapsed: owner again");
+  assert.equal(seen.ui.signal.aborted, false, "the interaction goes on");
+  seen.ui.submit({ answer: "kept" });
+  assert.deepEqual(await asked, { answer: "kept" });
+  assert.equal(server.holder.tabId, holder.tabId);
+  reg.close();
+  await asker.stop({ release: false });
+  await holder.stop({ release: false });
+});
