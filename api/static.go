@@ -17,15 +17,18 @@ import (
 // The browser files embedded in the binary (package web), served without authentication:
 //
 //	GET /admin, /admin/…   the admin console (it asks for an admin token itself)
-//	GET /demo, /demo/…     the two-tab demo
+//	GET /demo, /demo/…     the two-tab demo, in dev mode or with Options.Demo only
 //	GET /sdk/…             the browser client, e.g. /sdk/tablease.js
 //
 // A directory answers its index.html. /admin and /demo answer their index.html without a
-// redirect, so their pages must name their files by absolute paths (/admin/admin.js).
+// redirect, so their pages must name their files by absolute paths (/admin/admin.js). The demo is
+// a single-page app: a path under /demo whose last segment has no extension (/demo/events/evt-1,
+// one of its routes) answers its index.html too, so that its pages can be reloaded.
 
-// adminCSP is the Content-Security-Policy of the admin console: its own files only, no inline
-// script or style, no framing, requests to this origin only.
-const adminCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// pageCSP is the Content-Security-Policy of the admin console and the demo: their own files only,
+// no inline script or style, no framing, requests to this origin only (so that no link can point
+// the demo's requests, and the tokens they carry, at another server).
+const pageCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // staticFile is one embedded file, read once.
@@ -39,6 +42,7 @@ type staticFile struct {
 type staticTree struct {
 	files   map[string]staticFile
 	headers map[string]string // set on every answer of the tree
+	spa     bool              // an extensionless path that is no file answers index.html
 }
 
 // staticContentTypes are the types of the files the web tree holds. Anything else is
@@ -97,6 +101,9 @@ func (t *staticTree) serve(c echo.Context) error {
 		name += "index.html"
 	}
 	f, ok := t.files[name]
+	if !ok && t.spa && fs.ValidPath(name) && path.Ext(name) == "" {
+		f, ok = t.files["index.html"]
+	}
 	if !ok || !fs.ValidPath(name) {
 		return &Error{Code: CodeNotFound, Message: "no such file"}
 	}
@@ -118,19 +125,22 @@ func (s *Server) registerStatic(e *echo.Echo) {
 	trees := []struct {
 		dir     string
 		index   bool // the bare /dir answers its index.html
+		spa     bool // so does every extensionless path under it that is no file
 		headers map[string]string
 	}{
-		{"admin", true, map[string]string{
+		{"admin", true, false, map[string]string{
 			"Cache-Control":           "private, no-cache",
-			"Content-Security-Policy": adminCSP,
+			"Content-Security-Policy": pageCSP,
 			"X-Frame-Options":         "DENY",
 			"Referrer-Policy":         "no-referrer",
 		}},
-		{"demo", true, map[string]string{
-			"Cache-Control":   "public, max-age=60",
-			"Referrer-Policy": "no-referrer",
+		{"demo", true, true, map[string]string{
+			"Cache-Control":           "public, max-age=60",
+			"Content-Security-Policy": pageCSP,
+			"X-Frame-Options":         "DENY",
+			"Referrer-Policy":         "no-referrer",
 		}},
-		{"sdk", false, map[string]string{
+		{"sdk", false, false, map[string]string{
 			"Cache-Control": "public, max-age=60",
 			// Apps on other origins import the client as a module, which needs CORS. The files
 			// are public and no credentials are involved.
@@ -139,10 +149,14 @@ func (s *Server) registerStatic(e *echo.Echo) {
 		}},
 	}
 	for _, tr := range trees {
+		if tr.dir == "demo" && !s.dev && !s.demo {
+			continue // a demo is for trying tablease out, not for a deployment's users
+		}
 		tree, err := loadStaticTree(web.FS(), tr.dir, tr.headers)
 		if err != nil {
 			panic("api: reading the embedded " + tr.dir + " files: " + err.Error())
 		}
+		tree.spa = tr.spa
 		paths := []string{"/" + tr.dir + "/*"}
 		if tr.index {
 			paths = append(paths, "/"+tr.dir)

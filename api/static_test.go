@@ -28,9 +28,14 @@ func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
 		{"/sdk/stream.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/lease.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/tools.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/route.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/call.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/tablease.d.ts", "text/plain; charset=utf-8", false},
 		{"/demo", "text/html; charset=utf-8", false},
 		{"/demo/", "text/html; charset=utf-8", false},
+		// The demo's routes answer its page, so that they can be reloaded.
+		{"/demo/events", "text/html; charset=utf-8", false},
+		{"/demo/events/evt-webmcp-intro", "text/html; charset=utf-8", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -78,7 +83,9 @@ func TestUnknownBrowserFilesAreJSON404s(t *testing.T) {
 		"/sdk/",
 		"/sdk",
 		"/demo/../../go.mod",
+		"/demo/nope.js",
 		"/admin//admin.js",
+		"/admin/events",
 	} {
 		rec := h.get(p, "")
 		if rec.Code != http.StatusNotFound {
