@@ -1,6 +1,7 @@
 package leaseredis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -31,6 +32,11 @@ import (
 // dial, read, write and pool timeouts are at most opTimeout. Unless the URL sets them, it retries a
 // failed command twice with a backoff of 8 to 100 ms, and a failed dial twice after 50 ms; all of
 // it within the context deadline that the engine sets for each operation.
+//
+// A Cluster client finds a failover by itself: it reloads the slot map whenever a command gets no
+// answer (a dead or unreachable node), and at least every clusterReloadInterval while it is used.
+// go-redis alone reloads it only on MOVED, READONLY or after a minute, and keeps sending the slots
+// of a dead primary to it until then, long after its replica was promoted.
 //
 // Errors never contain the URL's password.
 func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, error) {
@@ -86,7 +92,12 @@ func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, e
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
-		return redis.NewClusterClient(o), nil
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = clusterReloadInterval
+		}
+		c := redis.NewClusterClient(o)
+		c.AddHook(reloadOnLoss{c})
+		return c, nil
 	case sentinel:
 		o, err := redis.ParseFailoverURL(u.String())
 		if err != nil {
@@ -140,5 +151,40 @@ func bound(op time.Duration, k knobs) {
 	}
 	if *k.dialRetryBackoff == 0 {
 		*k.dialRetryBackoff = 50 * time.Millisecond
+	}
+}
+
+// clusterReloadInterval bounds the age of a Cluster client's slot map while it is used, so that
+// even a client whose commands all succeed (its subscription's node died) finds a failover.
+const clusterReloadInterval = time.Second
+
+// reloadOnLoss is a hook of a Cluster client that reloads the slot map (lazily: at most one reload
+// runs, and another follows 200 ms later while failures continue) after every command or
+// pipeline that got no answer from Redis: the node it went to may be dead and its slots served by
+// a promoted replica. Redis's own error replies (MOVED and the like) are go-redis's business.
+type reloadOnLoss struct{ c *redis.ClusterClient }
+
+func (h reloadOnLoss) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnLoss) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnLoss) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(ctx, err)
+		return err
+	}
+}
+
+func (h reloadOnLoss) check(ctx context.Context, err error) {
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		h.c.ReloadState(ctx)
 	}
 }
