@@ -1,0 +1,150 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+// FuzzDecodeJSON decodes the input into each request body type of the API and compares the
+// verdict with an oracle written apart from checkKeys: a body is accepted exactly when it is one
+// JSON object (and nothing but whitespace after it) whose keys are field names of the type, spelled
+// exactly, each at most once, and whose values encoding/json can store in the fields. A refusal is
+// a 400 INVALID_ARGUMENT *Error; an accepted body encodes and decodes back to the same value, and
+// every integer field reads as a JSON integer literal or is refused with its name.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"tabId":"t-1","label":"x","ttlMs":1000,"hidden":true,"mode":"try"}`,
+		`{"tabId":"t-1","epoch":1764680400123456}`, `{"token":"a.b.c"}`, `{"reason":"r","blockMs":60000}`,
+		`{}`, ` {} `, `[]`, `"x"`, `{"tabId":"t-1"} {}`, `{"tabId":"t-1"}x`, `{"TABID":"t-1"}`,
+		`{"tabId":"a","tabId":"b"}`, `{"epoch":1.5}`, `{"epoch":1e3}`, `{"epoch":-0}`, `{"epoch":99999999999999999999}`,
+		`{"epoch":"1"}`, `{"hidden":"true"}`, `{"label":"\ud800"}`, `{"tabId":null}`, `{"epoch":null}`, "{\"tabId\":\"t\xff\"}",
+		`{"tabId":"t-1",}`, `{`, ``, `{"mode":1}`, `{"reason":null}`, `{"tabId":{"a":1}}`,
+	} {
+		for kind := range byte(len(bodyKinds)) {
+			f.Add(kind, []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, kind byte, data []byte) {
+		newBody := bodyKinds[int(kind)%len(bodyKinds)]
+		dst := newBody()
+		err := decodeJSON(data, dst)
+		want, why := oracleAccepts(data, newBody)
+		if (err == nil) != want {
+			t.Fatalf("decodeJSON(%q) into %T = %v; the oracle says accepted=%v (%s)", data, dst, err, want, why)
+		}
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Message == "" {
+				t.Fatalf("decodeJSON(%q) refused with %#v, not a 400 INVALID_ARGUMENT", data, err)
+			}
+			return
+		}
+		enc, merr := json.Marshal(dst)
+		if merr != nil {
+			t.Fatalf("the decoded %T does not encode: %v", dst, merr)
+		}
+		again := newBody()
+		if err := decodeJSON(enc, again); err != nil {
+			t.Fatalf("%q, decoded from %q, is refused: %v", enc, data, err)
+		}
+		if enc2, _ := json.Marshal(again); !bytes.Equal(enc, enc2) {
+			t.Fatalf("%q decodes to %s, which decodes to %s", data, enc, enc2)
+		}
+		checkIntFields(t, dst)
+	})
+}
+
+// bodyKinds make the request bodies the handlers decode.
+var bodyKinds = []func() any{
+	func() any { return new(acquireBody) },
+	func() any { return new(renewBody) },
+	func() any { return new(releaseBody) },
+	func() any { return new(checkBody) },
+	func() any { return new(revokeBody) },
+	func() any { return new(tabPresenceBody) },
+	func() any { return new(ticketBody) },
+}
+
+// oracleAccepts is the contract of decodeJSON, read with encoding/json's token stream.
+func oracleAccepts(data []byte, newBody func() any) (bool, string) {
+	if !json.Valid(data) {
+		return false, "not JSON"
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
+		return false, "not an object"
+	}
+	names := map[string]bool{}
+	typ := reflect.TypeOf(newBody()).Elem()
+	for i := range typ.NumField() {
+		name, _, _ := cutComma(typ.Field(i).Tag.Get("json"))
+		names[name] = true
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, _ := dec.Token()
+		key := tok.(string)
+		if !names[key] {
+			return false, "unknown key " + strconv.Quote(key)
+		}
+		if seen[key] {
+			return false, "key given twice " + strconv.Quote(key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		_ = dec.Decode(&skip)
+	}
+	if err := json.Unmarshal(data, newBody()); err != nil {
+		return false, "encoding/json: " + err.Error()
+	}
+	return true, "a known object"
+}
+
+func cutComma(tag string) (string, string, bool) {
+	if i := bytes.IndexByte([]byte(tag), ','); i >= 0 {
+		return tag[:i], tag[i+1:], true
+	}
+	return tag, "", false
+}
+
+// checkIntFields reads every json.RawMessage field of an accepted body as intField does, and
+// compares with encoding/json: an integer literal is read as its value, anything else is refused
+// with the field's name.
+func checkIntFields(t *testing.T, body any) {
+	v := reflect.ValueOf(body).Elem()
+	for i := range v.NumField() {
+		raw, ok := v.Field(i).Interface().(json.RawMessage)
+		if !ok {
+			continue
+		}
+		name, _, _ := cutComma(v.Type().Field(i).Tag.Get("json"))
+		got, present, err := intField(name, raw)
+		trimmed := bytes.TrimSpace(raw)
+		if len(trimmed) == 0 || string(trimmed) == "null" {
+			if present || err != nil {
+				t.Fatalf("intField(%s, %q) = present %v, %v for a field left out", name, raw, present, err)
+			}
+			continue
+		}
+		var want int64
+		isInt := json.Unmarshal(trimmed, &want) == nil && !bytes.ContainsAny(trimmed, ".eE")
+		switch {
+		case !present:
+			t.Fatalf("intField(%s, %q): not present", name, raw)
+		case isInt && (err != nil || got != want):
+			t.Fatalf("intField(%s, %q) = %d, %v; want %d", name, raw, got, err, want)
+		case !isInt && err == nil:
+			t.Fatalf("intField(%s, %q) = %d, accepted what is not an integer literal", name, raw, got)
+		case !isInt:
+			var e *Error
+			if !errors.As(err, &e) || e.Details["field"] != name {
+				t.Fatalf("intField(%s, %q) refused with %#v, not naming the field", name, raw, err)
+			}
+		}
+	}
+}
+
