@@ -83,6 +83,10 @@ func decodeJSON(data []byte, dst any) error {
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err)
 	}
+	// encoding/json stores a null as nothing at all, where the body must be an object.
+	if bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("null")) {
+		return errInvalid("request body must be a JSON object")
+	}
 	// Exactly one value: anything but whitespace after it is an error.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errInvalid("request body must hold exactly one JSON object; found data after it")
