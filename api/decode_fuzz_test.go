@@ -147,4 +147,3 @@ func checkIntFields(t *testing.T, body any) {
 		}
 	}
 }
-
