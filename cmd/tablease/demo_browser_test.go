@@ -40,12 +40,12 @@ func TestDemoInARealBrowser(t *testing.T) {
 		srv.mustHold(owner.session, owner.id)
 
 		// What the server hands each tab (GET …/catalog?tabId=&route=), as the client asks.
-		if tools, role := srv.catalog(owner.session, viewer.id); role != "viewer" || !slices.Equal(tools, []string{"get_event:ro", "search_events:ro"}) {
-			t.Errorf("the server's catalog for the viewer: role %q, tools %v; want viewer with only get_event and search_events, read-only", role, tools)
+		if tools, role := srv.catalog(owner.session, viewer.id); role != "viewer" || !slices.Equal(tools, []string{"get_event_details:ro", "search_events:ro"}) {
+			t.Errorf("the server's catalog for the viewer: role %q, tools %v; want viewer with only get_event_details and search_events, read-only", role, tools)
 		}
 		if tools, role := srv.catalog(owner.session, owner.id); role != "owner" ||
-			!slices.Equal(tools, []string{"get_event:ro", "rename_event:rw", "save_event:rw", "search_events:ro"}) {
-			t.Errorf("the server's catalog for the owner: role %q, tools %v; want owner with all four tools", role, tools)
+			!slices.Equal(tools, []string{"ask_user:rw", "get_event_details:ro", "save_event:rw", "search_events:ro"}) {
+			t.Errorf("the server's catalog for the owner: role %q, tools %v; want owner with the list page's four tools", role, tools)
 		}
 		// The same through the page: the client's catalog() and the tools the demo exposes.
 		const pageCatalog = `tablease.catalog('/events').then((c) => ({role: c.role, serverRole: c.serverRole,
@@ -55,15 +55,15 @@ func TestDemoInARealBrowser(t *testing.T) {
 			Tools            []string
 		}
 		got := browsertest.Eval[catalogAnswer](viewer, pageCatalog)
-		if got.Role != "viewer" || got.ServerRole != "viewer" || !slices.Equal(got.Tools, []string{"get_event:ro", "search_events:ro"}) {
+		if got.Role != "viewer" || got.ServerRole != "viewer" || !slices.Equal(got.Tools, []string{"get_event_details:ro", "search_events:ro"}) {
 			t.Errorf("tablease.catalog() in the viewer tab: %+v; want only the read-only tools", got)
 		}
 		got = browsertest.Eval[catalogAnswer](owner, pageCatalog)
 		if got.Role != "owner" || got.ServerRole != "owner" || len(got.Tools) != 4 {
-			t.Errorf("tablease.catalog() in the owner tab: %+v; want all four tools", got)
+			t.Errorf("tablease.catalog() in the owner tab: %+v; want the list page's four tools", got)
 		}
-		viewer.WaitFor("the viewer to expose only the read-only tools", exposedJS("get_event, search_events"), 5*time.Second)
-		owner.WaitFor("the owner to expose every tool", exposedJS("get_event, rename_event, save_event, search_events"), 5*time.Second)
+		viewer.WaitFor("the viewer to expose only the read-only tools", exposedJS("get_event_details, search_events"), 5*time.Second)
+		owner.WaitFor("the owner to expose every tool of the list page", exposedJS("ask_user, get_event_details, save_event, search_events"), 5*time.Second)
 
 		// A mutation tool called in the viewer is refused without running.
 		if code, out := callTool(viewer, "save_event", `{"event_id":"evt-webmcp-intro"}`); code != "NOT_LEASE_OWNER" {

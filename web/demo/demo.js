@@ -3,7 +3,12 @@
 // control with "Use here". The events "backend" lives in localStorage so both tabs see one store,
 // and it fences writes with the lease epoch (docs/fencing.md): a write under an older epoch than
 // one that already wrote is refused.
-import { NOT_LEASE_OWNER, TabLease, bindOnTool, registerWebMCPTools, syncToolRegistry } from "/sdk/tablease.js";
+//
+// It is a single-page app with two pages, /demo/events (the list) and /demo/events/{id} (one
+// event), reached with history.pushState. Its tools are route profiles (web/demo/catalog.json):
+// on the list get_event_details asks for an id, on an event's page it takes {} and means that
+// event. ask_user asks the user in a modal, with a Cancel button and its deadline shown.
+import { NOT_LEASE_OWNER, RouteTracker, TabLease, bindOnTool, registerWebMCPTools, syncToolRegistry } from "/sdk/tablease.js";
 
 const params = new URLSearchParams(location.search);
 const sessionId = params.get("session") || "demo";
@@ -14,35 +19,6 @@ const streamMode = params.get("stream") === "ticket" ? "ticket" : "fetch"; // ?s
 const $ = (sel) => document.querySelector(sel);
 const field = (name) => document.querySelector(`[data-field="${name}"]`);
 const action = (name) => document.querySelector(`[data-action="${name}"]`);
-
-// --- the tools: the same definitions as web/demo/catalog.json -----------------------------------
-
-export const DEMO_TOOLS = [
-  {
-    name: "search_events",
-    description: "Search the public events by words in their name, place or tags. Returns ids to use with get_event.",
-    inputSchema: { type: "object", properties: { q: { type: "string", description: "Words to look for; empty lists everything." } }, additionalProperties: false },
-    annotations: { readOnlyHint: true, title: "Search events" },
-  },
-  {
-    name: "get_event",
-    description: "Details of one event: name, date, place, seats left, and whether it is in the user's list.",
-    inputSchema: { type: "object", properties: { event_id: { type: "string", description: "An id from search_events." } }, required: ["event_id"], additionalProperties: false },
-    annotations: { readOnlyHint: true, title: "Event details" },
-  },
-  {
-    name: "save_event",
-    description: "Save an event to the user's list.",
-    inputSchema: { type: "object", properties: { event_id: { type: "string" } }, required: ["event_id"], additionalProperties: false },
-    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, title: "Save event" },
-  },
-  {
-    name: "rename_event",
-    description: "Rename an event in the user's list.",
-    inputSchema: { type: "object", properties: { event_id: { type: "string" }, name: { type: "string", minLength: 1, maxLength: 120 } }, required: ["event_id", "name"], additionalProperties: false },
-    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, title: "Rename event" },
-  },
-];
 
 // --- the "backend": one store per user and session, shared by the tabs through localStorage ----
 
@@ -98,40 +74,90 @@ const backend = {
   },
 };
 
-// The tool handlers. Mutation handlers get the lease context {epoch, token} from lease.guard and
-// hand the epoch to the backend, as a real app would send it (with the token as Tablease-Lease).
+// The tool handlers. They get the call's context from the client: the route's params (on an
+// event's page, params.event_id is that event), and for mutations the lease context {epoch, token}
+// from lease.guard, whose epoch they hand to the backend, as a real app would send it (with the
+// token as Tablease-Lease). A mutation checks isCurrent() right before it writes: the page or the
+// ownership may have changed while it waited.
+const eventOf = (args, ctx) => args.event_id ?? ctx.params.event_id;
+const notFound = (id) => ({ error: { code: "NOT_FOUND", message: `No event ${id}; use an id from search_events.`, retryable: false } });
+
 const handlers = {
   search_events: async ({ q = "" } = {}) => ({ events: backend.search(q) }),
-  get_event: async ({ event_id } = {}) => {
-    const e = backend.get(event_id);
-    return e ?? { error: { code: "NOT_FOUND", message: `No event ${event_id}; use an id from search_events.`, retryable: false } };
-  },
-  save_event: async ({ event_id } = {}, lease) => {
-    const err = backend.write(event_id, lease.epoch, (s) => {
-      if (!s.saved.includes(event_id)) s.saved.push(event_id);
+  get_event_details: async (args, ctx) => backend.get(eventOf(args, ctx)) ?? notFound(eventOf(args, ctx)),
+  save_event: async (args, ctx) => {
+    const id = eventOf(args, ctx);
+    if (!ctx.isCurrent()) return ctx.stale();
+    const err = backend.write(id, ctx.epoch, (s) => {
+      if (!s.saved.includes(id)) s.saved.push(id);
     });
-    return err ?? { saved: true, event_id, epoch: lease.epoch };
+    return err ?? { saved: true, event_id: id, epoch: ctx.epoch };
   },
-  rename_event: async ({ event_id, name } = {}, lease) => {
-    const n = String(name ?? "").trim();
-    if (!n || n.length > 120) return { error: { code: "INVALID_ARGUMENT", message: "name must be 1–120 characters.", retryable: false } };
-    const err = backend.write(event_id, lease.epoch, (s, e) => {
+  rename_event: async (args, ctx) => {
+    const id = eventOf(args, ctx);
+    const n = String(args.name ?? "").trim();
+    if (!n) return { error: { code: "INVALID_ARGUMENT", message: "name must not be blank.", retryable: false } };
+    if (!ctx.isCurrent()) return ctx.stale();
+    const err = backend.write(id, ctx.epoch, (s, e) => {
       e.name = n;
     });
-    return err ?? { renamed: true, event_id, name: n, epoch: lease.epoch };
+    return err ?? { renamed: true, event_id: id, name: n, epoch: ctx.epoch };
   },
+  ask_user: (args, ctx) => ctx.interact((ui) => openQuestion(args.question, ui)),
 };
 
-// --- routing (in the hash, so /demo serves every route) ----------------------------------------
+// --- ask_user's modal -------------------------------------------------------------------------
+
+/** Shows the question; the answer, Cancel (or Escape) settle the call. Returns what closes it,
+ *  which the client runs on every path: answer, cancel, deadline, page change, lost control. */
+function openQuestion(question, ui) {
+  const dialog = $("#ask-modal");
+  const form = $("#ask-form");
+  field("ask-question").textContent = question;
+  field("ask-answer").value = "";
+  const tick = () => (field("ask-deadline").textContent = fmtMs(ui.timeLeftMs()));
+  tick();
+  const timer = setInterval(tick, 250);
+  const submit = (e) => {
+    e.preventDefault();
+    ui.submit({ answer: field("ask-answer").value });
+  };
+  const cancel = () => ui.cancel();
+  const escape = (e) => {
+    e.preventDefault();
+    ui.cancel();
+  };
+  form.addEventListener("submit", submit);
+  action("ask-cancel").addEventListener("click", cancel);
+  dialog.addEventListener("cancel", escape);
+  dialog.showModal();
+  log(`ask_user: asking “${question}”`);
+  return () => {
+    clearInterval(timer);
+    form.removeEventListener("submit", submit);
+    action("ask-cancel").removeEventListener("click", cancel);
+    dialog.removeEventListener("cancel", escape);
+    dialog.close();
+    log("ask_user: closed");
+  };
+}
+
+// --- routing: /demo/events and /demo/events/{id}, with history.pushState ---------------------
+
+const BASE = "/demo";
+const tracker = new RouteTracker({ base: BASE }); // the tools follow it too
 
 function route() {
-  const r = location.hash.replace(/^#/, "");
-  return /^\/events(\/[A-Za-z0-9._-]+)?$/.test(r) ? r : "/events";
+  return tracker.route;
 }
 
 function currentEventId() {
-  const m = route().match(/^\/events\/(.+)$/);
-  return m ? m[1] : null;
+  const m = /^\/events\/([^/]+)$/.exec(route());
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function navigate(to) {
+  history.pushState(null, "", BASE + to + location.search);
 }
 
 // --- the token ------------------------------------------------------------------------------
@@ -252,7 +278,7 @@ function renderResults() {
     open.textContent = "Details";
     open.dataset.action = "open-event";
     open.dataset.eventId = e.event_id;
-    open.addEventListener("click", () => (location.hash = `#/events/${e.event_id}`));
+    open.addEventListener("click", () => navigate(`/events/${encodeURIComponent(e.event_id)}`));
     li.append(left, open);
     ul.append(li);
   }
@@ -265,19 +291,21 @@ async function runSearch(q) {
   renderResults();
 }
 
-async function renderDetail() {
+/** Shows the page of the route: the list, or one event. */
+async function renderPage() {
   const id = currentEventId();
-  const box = $("#detail");
-  $("#rename-form").hidden = !id;
-  action("back").hidden = !id;
+  document.body.dataset.page = id ? "detail" : "list";
+  field("route").textContent = route();
+  show(field("detail-result"), "");
   if (!id) {
-    box.innerHTML = '<p class="muted">Pick an event.</p>';
     renderStatus();
     return;
   }
-  const e = await handlers.get_event({ event_id: id });
-  if (e.error) {
-    box.textContent = e.error.message;
+  const box = $("#detail");
+  const e = backend.get(id);
+  if (!e) {
+    box.textContent = notFound(id).error.message;
+    renderStatus();
     return;
   }
   const dl = document.createElement("dl");
@@ -295,11 +323,12 @@ async function renderDetail() {
 
 function refreshViews() {
   runSearch($("#search-form").q.value);
-  renderDetail();
+  renderPage();
 }
 
-// Calls a tool as the agent would: through the onTool registry (bindOnTool), where mutation
-// handlers are guarded.
+// Calls a tool as the agent would: through the onTool registry (bindOnTool), where every tool is
+// registered once, runs the profile of the current page, and mutation handlers are guarded. The
+// agent's cancel is the signal it passes ("Cancel the call").
 const registry = new Map();
 const session = {
   onTool(name, fn) {
@@ -307,13 +336,24 @@ const session = {
     return () => registry.delete(name);
   },
 };
+let pendingCall = null; // the AbortController of the agent panel's call in flight
 
 async function callTool(name, args) {
   const fn = registry.get(name);
   if (!fn) return { error: { code: "UNKNOWN_TOOL", message: `No tool ${name}.`, retryable: false } };
-  const res = await fn(args, { toolRequestId: "manual-" + Date.now(), tool: name, sessionId });
-  if (!res?.error) refreshViews();
-  return res;
+  const ac = new AbortController();
+  pendingCall = ac;
+  action("cancel-call").disabled = false;
+  try {
+    const res = await fn(args, { toolRequestId: "manual-" + Date.now(), tool: name, sessionId, signal: ac.signal });
+    if (!res?.error) refreshViews();
+    return res;
+  } finally {
+    if (pendingCall === ac) {
+      pendingCall = null;
+      action("cancel-call").disabled = true;
+    }
+  }
 }
 
 function describeError(res) {
@@ -326,6 +366,11 @@ function describeError(res) {
 async function main() {
   setRole("viewer");
   field("session").textContent = sessionId;
+  if (!currentEventId() && route() !== "/events") history.replaceState(null, "", BASE + "/events" + location.search);
+  // The tools are the catalog file's: the server hands out the same (TABLEASE_CATALOG_FILE), and
+  // the client falls back to these when the server's catalog is empty.
+  const catalogFile = await fetch("/demo/catalog.json", { cache: "no-store" }).then((r) => r.json());
+  const tools = catalogFile.tools;
   token = await firstToken();
 
   lease = new TabLease({
@@ -382,19 +427,31 @@ async function main() {
   });
   lease.on("error", ({ error }) => log(`error: ${error.code} ${error.message}`));
 
-  bindOnTool(lease, session, { handlers, tools: DEMO_TOOLS });
+  // Three ways to hand the tools out, all following the one route tracker and allowing one
+  // interaction with the user at a time in this tab.
+  const toolOptions = { handlers, tools, route: tracker, interactions: "one" };
+  bindOnTool(lease, session, toolOptions);
 
   // What an agent sees now, through the registry.sync pattern and WebMCP when the browser has it.
-  const exposed = { sync: (defs) => (field("exposed").textContent = defs.map((d) => d.name).join(", ") || "—") };
-  const reg = syncToolRegistry(lease, exposed, { handlers, tools: DEMO_TOOLS, route });
+  const exposed = new Map(); // name → the definition exposed now (its execute is the agent's call)
+  const reg = syncToolRegistry(
+    lease,
+    {
+      sync: (defs) => {
+        exposed.clear();
+        for (const d of defs) exposed.set(d.name, d);
+        field("exposed").textContent = defs.map((d) => d.name).join(", ") || "—";
+      },
+    },
+    toolOptions,
+  );
   const webmcp = registerWebMCPTools(lease, {
-    handlers,
-    tools: DEMO_TOOLS,
-    route,
+    ...toolOptions,
     onChange: (names) => (field("webmcp").textContent = `WebMCP: registered ${names.join(", ") || "nothing"}`),
     onError: (e) => log(`tools: ${e?.message ?? e}`),
   });
   if (!webmcp.available) field("webmcp").textContent = "WebMCP: not available in this browser; the agent panel calls the same tools.";
+  window.demo = { exposed, navigate, tracker }; // for the console and end-to-end tests
 
   action("use-here").addEventListener("click", async () => {
     try {
@@ -411,25 +468,35 @@ async function main() {
     e.preventDefault();
     runSearch(e.target.q.value);
   });
-  action("back").addEventListener("click", () => (location.hash = "#/events"));
+  action("back").addEventListener("click", () => navigate("/events"));
+  action("cancel-call").addEventListener("click", () => pendingCall?.abort());
   action("save-event").addEventListener("click", async () => {
-    const res = await callTool("save_event", { event_id: currentEventId() });
+    const res = await callTool("save_event", {});
     show(field("detail-result"), describeError(res) ?? "Saved to your list.", Boolean(res?.error));
   });
   $("#rename-form").addEventListener("submit", async (e) => {
     e.preventDefault();
-    const res = await callTool("rename_event", { event_id: currentEventId(), name: e.target.name.value });
+    const res = await callTool("rename_event", { name: e.target.name.value });
     show(field("detail-result"), describeError(res) ?? `Renamed to “${res.name}”.`, Boolean(res?.error));
     if (!res?.error) e.target.name.value = "";
   });
 
-  const examples = {
-    search_events: { q: "webmcp" },
-    get_event: { event_id: "evt-webmcp-intro" },
-    save_event: { event_id: "evt-webmcp-intro" },
-    rename_event: { event_id: "evt-webmcp-intro", name: "WebMCP intro workshop (renamed)" },
+  // Example arguments for the page the user is on.
+  const example = (name) => {
+    const id = currentEventId();
+    switch (name) {
+      case "search_events":
+        return { q: "webmcp" };
+      case "get_event_details":
+      case "save_event":
+        return id ? {} : { event_id: "evt-webmcp-intro" };
+      case "rename_event":
+        return { name: "WebMCP intro workshop (renamed)" };
+      default:
+        return { question: "Which seat do you prefer?" };
+    }
   };
-  field("tool").addEventListener("change", (e) => (field("args").value = JSON.stringify(examples[e.target.value])));
+  field("tool").addEventListener("change", (e) => (field("args").value = JSON.stringify(example(e.target.value))));
   $("#agent-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const out = field("agent-result");
@@ -449,18 +516,17 @@ async function main() {
     log(`agent: ${name} → ${res?.error ? res.error.code : "ok"}`);
   });
 
-  window.addEventListener("hashchange", () => {
-    renderDetail();
+  // The adapters follow the route themselves; the page shows it and tells other tabs.
+  tracker.on("change", () => {
+    renderPage();
     lease.setLabel(() => `Events — ${route()}`);
-    reg.sync();
-    webmcp.sync();
   });
   window.addEventListener("storage", (e) => {
     if (e.key === storeKey) refreshViews();
   });
 
   await runSearch("");
-  await renderDetail();
+  await renderPage();
   await lease.start();
   renderStatus();
   reg.sync();
