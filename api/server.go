@@ -60,8 +60,11 @@ type Options struct {
 	// the connection; an IPv6 /64) that fail authentication or match no route without a token,
 	// with a burst of twice that (limitFailure in middleware.go); 0 turns the limit off.
 	IPRateLimit float64
-	// Dev enables GET /dev/token, answered only to loopback addresses. It needs Auth.HS256Secret.
+	// Dev enables GET /dev/token, answered only to loopback addresses, and the demo. It needs
+	// Auth.HS256Secret.
 	Dev bool
+	// Demo serves the two-tab demo at /demo outside dev mode too (TABLEASE_DEMO).
+	Demo bool
 	// Version is the build version, served in /openapi.yaml as info.x-build-version.
 	Version string
 
@@ -114,6 +117,7 @@ type Server struct {
 	limiter  *userLimiter // nil when rate limiting is off
 	ipLimit  *userLimiter // failed and unauthenticated requests per client address; nil when off
 	dev      bool
+	demo     bool   // serve /demo (Options.Demo); dev mode serves it anyway
 	spec     []byte // the OpenAPI document served
 	echo     *echo.Echo
 	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
@@ -226,6 +230,7 @@ func New(opts Options) (*Server, error) {
 		log:      logger,
 		metrics:  m,
 		dev:      opts.Dev,
+		demo:     opts.Demo,
 		spec:     specWithVersion(opts.Version),
 		registry: reg,
 		routeSet: make(map[string]bool),

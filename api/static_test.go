@@ -11,7 +11,7 @@ import (
 )
 
 func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, func(o *Options) { o.Demo = true })
 	tests := []struct {
 		path, contentType string
 		csp               bool
@@ -75,7 +75,7 @@ func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
 }
 
 func TestUnknownBrowserFilesAreJSON404s(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, func(o *Options) { o.Demo = true })
 	for _, p := range []string{
 		"/admin/nope.js",
 		"/admin/../server.go",
@@ -149,5 +149,33 @@ func TestTheAdminConsoleNeverWritesServerDataAsHTML(t *testing.T) {
 	}
 	if strings.Contains(string(js), "localStorage") {
 		t.Error("admin.js uses localStorage: the token belongs in sessionStorage only")
+	}
+}
+
+func TestTheDemoIsServedOnlyInDevModeOrWhenAskedFor(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		mod    func(*Options)
+		served bool
+	}{
+		{"a deployment does not serve the demo", func(*Options) {}, false},
+		{"Options.Demo serves it", func(o *Options) { o.Demo = true }, true},
+		{"dev mode serves it", func(o *Options) { o.Dev = true }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, tt.mod)
+			for _, p := range []string{"/demo", "/demo/", "/demo/demo.js", "/demo/events"} {
+				rec := h.get(p, "")
+				if !tt.served {
+					wantError(t, rec, http.StatusNotFound, CodeNotFound)
+					continue
+				}
+				csp := rec.Header().Get("Content-Security-Policy")
+				if rec.Code != http.StatusOK || !strings.Contains(csp, "connect-src 'self'") || strings.Contains(csp, "unsafe-inline") ||
+					rec.Header().Get("X-Frame-Options") != "DENY" {
+					t.Fatalf("%s: status %d, CSP %q", p, rec.Code, csp)
+				}
+			}
+		})
 	}
 }

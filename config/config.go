@@ -52,6 +52,8 @@ type Config struct {
 	LogLevel  string // "debug", "info", "warn", "error"
 
 	Dev bool // dev mode: memory engine unless RedisURL, generated secret, /dev/token
+	// Demo serves the two-tab demo at /demo outside dev mode too (TABLEASE_DEMO).
+	Demo bool
 	// SecretGenerated is true when dev mode made up HS256Secret.
 	SecretGenerated bool
 
@@ -306,6 +308,14 @@ var variables = []variable{
 	{"TABLEASE_CORS_ORIGINS", "", "comma-separated origins (scheme://host[:port]) allowed to call /v1 from a browser; * = every origin, dev mode only; empty = same origin only", func(c *Config, v string) (err error) {
 		c.CORSOrigins, err = corsOrigins(v)
 		return err
+	}},
+	{"TABLEASE_DEMO", "false", "serve the two-tab demo at /demo (dev mode always does)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("must be true or false (%q)", v)
+		}
+		c.Demo = b
+		return nil
 	}},
 	{"TABLEASE_DEV", "false", "dev mode: memory engine unless a Redis URL is set, generated secret, /dev/token", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)

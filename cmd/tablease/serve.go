@@ -99,6 +99,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		RateLimit:   cfg.RateLimit,
 		IPRateLimit: cfg.IPRateLimit,
 		Dev:         cfg.Dev,
+		Demo:        cfg.Demo,
 		Version:     Version(),
 
 		Catalog:     cfg.Catalog,

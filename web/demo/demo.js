@@ -13,8 +13,19 @@ import { NOT_LEASE_OWNER, RouteTracker, TabLease, bindOnTool, registerWebMCPTool
 const params = new URLSearchParams(location.search);
 const sessionId = params.get("session") || "demo";
 const sub = params.get("sub") || "demo";
-const baseUrl = params.get("base") || "";
+const baseUrl = sameOriginBase(params.get("base")); // ?base= may name only this page's origin (a path on it)
 const streamMode = params.get("stream") === "ticket" ? "ticket" : "fetch"; // ?stream=ticket tries EventSource
+
+// A link must not point the demo's requests, and the tokens they carry, at another server: a base
+// of another origin is ignored.
+function sameOriginBase(base) {
+  try {
+    const u = new URL(base || "", location.href);
+    return base && u.origin === location.origin ? u.origin + u.pathname.replace(/\/+$/, "") : "";
+  } catch {
+    return "";
+  }
+}
 
 const $ = (sel) => document.querySelector(sel);
 const field = (name) => document.querySelector(`[data-field="${name}"]`);
