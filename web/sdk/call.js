@@ -196,10 +196,12 @@ const openInteractions = new WeakMap(); // per tab (its TabLease): the interacti
  * Opens an interaction with the user for a call: open(ui) shows it (a modal) and may return a
  * function that closes it; ui.submit(value) and ui.cancel() settle it. It settles with the
  * call's end answer (TIMEOUT, UI_CONTEXT_CLOSED, NOT_LEASE_OWNER, CANCELLED) when the call's
- * signal aborts first, and the close function runs on every path.
+ * signal aborts first, or with UI_CONTEXT_CLOSED when the route changes (its UI belongs to the
+ * page), and the close function runs on every path.
  */
 function interact(call, open, { exclusive }) {
-  const { signal, lease, tool } = call;
+  const { lease, tool } = call;
+  const signal = anySignal([call.signal, call.pageSignal]);
   if (typeof open !== "function") throw new TypeError("interact: open must be a function that shows the interaction");
   if (signal.aborted) return Promise.resolve(abortAnswer(signal));
   const current = openInteractions.get(lease);
@@ -297,7 +299,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
       stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation)),
       interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
     };
-    const ctxFor = { signal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
+    const ctxFor = { signal, pageSignal: scope.pageSignal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
     try {
       if (signal.aborted) return abortAnswer(signal);
       let onAbort;

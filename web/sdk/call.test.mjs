@@ -111,6 +111,16 @@ test("every way a call ends resolves it with its code: agent cancel, deadline, r
   assert.equal((await oldEdit.execute({}, {})).error.code, "ROUTE_CHANGED");
   await reg.sync();
 
+  // An interaction's UI belongs to the page: a route change closes it, whatever the tool.
+  const pending = tool("ask_user").execute({ question: "Which seat?" }, {});
+  await flush();
+  window.history.pushState(null, "", "/events");
+  const gone = await pending;
+  assert.equal(gone.error.code, "UI_CONTEXT_CLOSED");
+  assert.equal(gone.error.details.currentRoute, "/events");
+  window.history.pushState(null, "", "/events/evt-2");
+  await reg.sync();
+
   // Ownership lost (taken over in another tab): the interaction ends with NOT_LEASE_OWNER.
   const asked = tool("ask_user").execute({ question: "Sure?" }, {});
   await flush();
@@ -119,7 +129,7 @@ test("every way a call ends resolves it with its code: agent cancel, deadline, r
   const lost = await asked;
   assert.equal(lost.error.code, "NOT_LEASE_OWNER");
   assert.equal(lost.error.details.reason, "lost");
-  assert.equal(seen.closed, 2);
+  assert.equal(seen.closed, 3);
 
   // pagehide (the page closes or goes into the back/forward cache).
   const peeking = tool("peek").execute({}, {});

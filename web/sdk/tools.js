@@ -50,6 +50,7 @@ class ToolScope {
     this._changes = []; // the reason of each change of generation
     this.instances = new Map(); // key → instance
     this._life = new AbortController();
+    this._page = new AbortController(); // the page on screen: aborts when the route changes
     this._offs = [];
     this._routeListeners = [];
     this._period = lease._period;
@@ -86,6 +87,12 @@ class ToolScope {
     return this._life.signal;
   }
 
+  /** The signal of the page on screen: it aborts when the route changes. Interactions with the
+   *  user include it, whatever tool opened them: their UI belongs to the page. */
+  get pageSignal() {
+    return this._page.signal;
+  }
+
   bump(reason) {
     this._changes.push(reason);
   }
@@ -111,6 +118,9 @@ class ToolScope {
   _onRoute() {
     this.bump("route");
     const route = this.route();
+    const page = this._page;
+    this._page = new AbortController();
+    page.abort(endReason(toolError("UI_CONTEXT_CLOSED", "The page changed before the user answered.", { reason: "route", currentRoute: route })));
     for (const inst of [...this.instances.values()]) {
       if (inst.pattern === null) continue;
       const m = profileMatch(inst.tool, route);
