@@ -261,16 +261,21 @@ func New(opts Options) (*Server, error) {
 // Handler is the Echo instance, ready to be served by an http.Server.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Close ends every event stream (each gets a final `event: shutdown` and leaves the presence
-// list; Close waits for that, at most a write deadline and a few seconds), refuses new ones, and
-// stops the server's background work (the catalog poller). Call it before http.Server.Shutdown,
-// which never ends a stream by itself, and does not even know the HTTP/1.1 connections that
-// streams took over from net/http: Close ends those (closing any that outlive its wait). It does
-// not close the engine, which the caller owns. It may be called more than once.
-func (s *Server) Close() {
-	s.streams.Close(context.Background()) // every stream gets its final event and ends
+// Shutdown ends every event stream (each gets a final `event: shutdown` and leaves the presence
+// list; Shutdown waits for that, at most a write deadline and a few seconds, and never past the
+// end of ctx), refuses new ones, and stops the server's background work (the catalog poller).
+// Call it before http.Server.Shutdown, which never ends a stream by itself, and does not even
+// know the HTTP/1.1 connections that streams took over from net/http: Shutdown ends those
+// (closing any that outlive its wait). A stream still served by net/http when ctx ends (its
+// client stopped reading) ends when the caller closes the http.Server. It does not close the
+// engine, which the caller owns. It may be called more than once.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.streams.Close(ctx) // every stream gets its final event and ends
 	s.catalogs.Close()
 }
+
+// Close is Shutdown with no deadline but the streams' own.
+func (s *Server) Close() { s.Shutdown(context.Background()) }
 
 func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()

@@ -114,11 +114,41 @@ func (sc *streamConn) join(ctx context.Context) error {
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
 	if err != nil {
 		sc.h.storeError("join", err)
+		if !errors.Is(err, lease.ErrInvalid) {
+			// A Join that timed out may still be applied when the store comes back (Redis runs
+			// the commands it had queued while paused): the tab would be listed, by a stream
+			// refused with 503, until its entry expires. Take it off once the store answers.
+			sc.h.leaveLater(sc.key, sc.conn, sc.tab.TabID)
+		}
 		sc.conn = ""
 		return err
 	}
 	sc.ttl = ttl
 	return nil
+}
+
+// leaveLater removes the presence entry of conn, which a failed Join may have left or may still
+// leave, trying again until the store answers, for at most leaveLaterFor (past which the entry has
+// expired by itself). It does not hold up Close: the entry would expire anyway.
+func (h *Handler) leaveLater(key lease.Key, conn, tabID string) {
+	go func() {
+		delay := presenceRetry / 4
+		deadline := time.Now().Add(leaveLaterFor)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
+			err := h.presence.Leave(ctx, key, conn, tabID)
+			cancel()
+			if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
+				if err != nil {
+					h.log.Info("a tab whose stream was refused may stay listed until its entry expires",
+						slog.String("tab_id", tabID), slog.String("error", err.Error()))
+				}
+				return
+			}
+			time.Sleep(delay) // a retry's backoff, not a synchronisation
+			delay = min(2*delay, 4*presenceRetry)
+		}
+	}()
 }
 
 // refresh joins again, and answers when to refresh next: a third of the TTL, or sooner after a

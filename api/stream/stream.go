@@ -66,6 +66,9 @@ const (
 	presenceCallTimeout = 5 * time.Second
 	// presenceRetry is how soon a failed refresh of the tab's presence is tried again.
 	presenceRetry = time.Second
+	// leaveLaterFor bounds the attempts to remove the entry of a stream whose Join failed; it is
+	// longer than lease.DefaultPresenceTTL, after which the entry has expired anyway.
+	leaveLaterFor = 2 * time.Minute
 	// rewatchFor bounds the attempts to watch again after lease.ErrResync; past it the stream ends
 	// and the client reconnects.
 	rewatchFor = 5 * time.Second

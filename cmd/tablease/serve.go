@@ -117,11 +117,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
 	seedCatalog(ctx, srv, cfg, log)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
+		srv.Close()
 		return fmt.Errorf("TABLEASE_ADDR: %w", err)
 	}
 	addr := ln.Addr().String()
@@ -150,13 +150,16 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 	select {
 	case err := <-served:
+		srv.Close()
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("tablease shutting down", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	srv.Close() // streams end first: Shutdown never ends a connection that never goes idle
+	// Streams end first (Shutdown never ends a connection that never goes idle), within the same
+	// bound: a stream whose client stopped reading is cut by httpServer.Close below.
+	srv.Shutdown(shutdownCtx)
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Warn("shutdown did not finish in time; closing connections", "err", err)
 		httpServer.Close()
