@@ -21,9 +21,11 @@ const jwksMaxAge = "300"
 // # Lease tokens
 //
 // Every answer to the holder — acquire and renew — carries `token`, a lease token (see package
-// leasetoken) for the lease as the store granted it: sub, sid, tab, epoch, iat = the store time
-// of the answer, exp = the lease's expiry, signed with the active key of Options.LeaseKeys. The
-// public keys are published at /.well-known/jwks.json.
+// leasetoken): sub, sid, tab, epoch, iat = the store time it was signed, exp = the lease's expiry
+// then, signed with the active key of Options.LeaseKeys. A renew answers the token answered
+// before to the same holder and epoch while that token is in the first half of its life and does
+// not outlive the renewed lease (leasetoken.Reuse); otherwise a new one. The public keys are
+// published at /.well-known/jwks.json.
 //
 // POST /v1/sessions/{sid}/lease/check with {token} checks a token for guards (strict mode):
 //
@@ -53,9 +55,10 @@ func (s *Server) jwks(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/jwk-set+json", s.leaseKeys.JWKS())
 }
 
-// signLease is the lease token of l for its holder.
+// signLease is the lease token of l for its holder: the one answered before while it has half
+// its life left (leasetoken.Reuse), else a new one.
 func (s *Server) signLease(l lease.Lease) (string, error) {
-	tok, err := s.signer.Sign(leasetoken.ClaimsFor(l))
+	tok, err := s.tokens.Token(l, s.signer.Sign)
 	if err != nil {
 		return "", &Error{Code: CodeInternal, Message: "internal error", Err: err}
 	}

@@ -92,12 +92,22 @@ func TestHoldersGetALeaseTokenForTheirLease(t *testing.T) {
 		t.Fatalf("token header %v", hdr)
 	}
 
-	// A renew answers a new token with the new expiry.
-	h.clock.Advance(10 * time.Second)
-	r := readLease(t, h.post(leasePath("doc-1")+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d,"ttlMs":30000}`, a.Epoch)))
-	if r.Token == nil {
-		t.Fatal("the renew answer has no token")
+	// A renew in the first half of the token's life answers the same token; one past it, a new
+	// token with the new expiry.
+	renew := func() leaseAnswer {
+		t.Helper()
+		r := readLease(t, h.post(leasePath("doc-1")+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d,"ttlMs":30000}`, a.Epoch)))
+		if r.Token == nil {
+			t.Fatal("the renew answer has no token")
+		}
+		return r
 	}
+	h.clock.Advance(10 * time.Second)
+	if r := renew(); *r.Token != *a.Token {
+		t.Fatal("a renew 10 s into a 30 s token answered a new token, want the same one")
+	}
+	h.clock.Advance(6 * time.Second)
+	r := renew()
 	rc, err := h.verifyOffline(*r.Token)
 	if err != nil || !rc.ExpiresAt.After(c.ExpiresAt) || rc.Epoch != a.Epoch {
 		t.Fatalf("renewed token %+v, %v; want the same epoch and a later exp than %v", rc, err, c.ExpiresAt)

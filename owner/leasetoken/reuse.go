@@ -1,0 +1,73 @@
+package leasetoken
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// Reuse answers a holder that renews with the token it was given before, while that token has
+// at least half its life left, so that a token is signed about once per half-life per holder
+// instead of on every renew (signing is the largest cost of a renew). A token is reused only for
+// the same user, session, tab and epoch, and only when it expires no later than the lease it is
+// answered with: a reused token never proves more than a new one would. Otherwise Token signs a
+// new one (exp = the lease's expiry) and remembers it.
+//
+// It remembers at most max tokens (one per session of a holder that renewed through this
+// instance); past that an arbitrary one is forgotten, which costs a signature, nothing else. Its
+// methods are safe for concurrent use.
+type Reuse struct {
+	max int
+
+	mu     sync.Mutex
+	tokens map[lease.Key]reusable
+}
+
+type reusable struct {
+	tab           string
+	epoch         int64
+	iat, exp, mid time.Time // mid: iat + half the token's life
+	token         string
+}
+
+// DefaultReuseMax bounds the tokens a Reuse remembers by default (some 25 MB at most).
+const DefaultReuseMax = 50_000
+
+// NewReuse makes a Reuse that remembers at most max tokens (DefaultReuseMax when max < 1).
+func NewReuse(max int) *Reuse {
+	if max < 1 {
+		max = DefaultReuseMax
+	}
+	return &Reuse{max: max, tokens: make(map[lease.Key]reusable)}
+}
+
+// Token is the lease token for the holder of l at the store time l.Now: the one remembered for
+// that holder and epoch while l.Now is before its half-life and it does not outlive l, else a new
+// one from sign(ClaimsFor(l)).
+func (r *Reuse) Token(l lease.Lease, sign func(Claims) (string, error)) (string, error) {
+	r.mu.Lock()
+	old, ok := r.tokens[l.Key]
+	r.mu.Unlock()
+	if ok && old.tab == l.Holder.TabID && old.epoch == l.Epoch &&
+		!l.Now.Before(old.iat) && l.Now.Before(old.mid) && !old.exp.After(l.ExpiresAt) {
+		return old.token, nil
+	}
+	c := ClaimsFor(l)
+	tok, err := sign(c)
+	if err != nil {
+		return "", err
+	}
+	next := reusable{tab: c.Tab, epoch: c.Epoch, iat: c.IssuedAt, exp: c.ExpiresAt,
+		mid: c.IssuedAt.Add(c.ExpiresAt.Sub(c.IssuedAt) / 2), token: tok}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tokens[l.Key]; !ok && len(r.tokens) >= r.max {
+		for k := range r.tokens { // an arbitrary one
+			delete(r.tokens, k)
+			break
+		}
+	}
+	r.tokens[l.Key] = next
+	return tok, nil
+}
