@@ -126,6 +126,7 @@ type Server struct {
 	catalogs  *catalog.Source
 	leaseKeys *leasetoken.KeySet
 	signer    *leasetoken.Signer
+	tokens    *leasetoken.Reuse // the holders' tokens, signed once per half-life
 	verifier  *leasetoken.Verifier
 
 	admin    lease.Admin   // the Engine's admin operations
@@ -238,6 +239,7 @@ func New(opts Options) (*Server, error) {
 		catalogs:  catalogs,
 		leaseKeys: keys,
 		signer:    signer,
+		tokens:    leasetoken.NewReuse(0),
 		verifier:  verifier,
 
 		admin:    opts.Engine,

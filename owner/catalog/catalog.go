@@ -1,71 +1,7 @@
 // Package catalog is the tool catalog of tablease: the MCP-style tool definitions a tab may
-// register on WebMCP, and the view of them each tab gets for its role and its current route.
-//
-// # Format
-//
-// A catalog is JSON:
-//
-//	{"tools": [
-//	  {"name": "search_events", "description": "Search public events.",
-//	   "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
-//	   "annotations": {"readOnlyHint": true}, "routes": ["/events"]},
-//	  {"name": "get_event_details", "description": "Details of an event by id.",
-//	   "inputSchema": {"type": "object", "properties": {"event_id": {"type": "string"}}, "required": ["event_id"]},
-//	   "annotations": {"readOnlyHint": true}, "routes": ["/events"]},
-//	  {"name": "get_event_details", "description": "Details of the event on this page.",
-//	   "inputSchema": {"type": "object", "additionalProperties": false},
-//	   "annotations": {"readOnlyHint": true}, "routes": ["/events/:id"]},
-//	  {"name": "save_event", "description": "Save an event to the user's list.",
-//	   "inputSchema": {"type": "object", "properties": {"event_id": {"type": "string"}}},
-//	   "annotations": {"destructiveHint": false, "idempotentHint": true}}
-//	]}
-//
-// Fields of a tool (those of MCP and WebMCP, and the tool fields the browser client reads): name
-// (required; 1–128 of [A-Za-z0-9_.-]), title (optional, at most 200 characters), description
-// (required), inputSchema (optional; a JSON Schema object whose "type" is "object"; when left out
-// it is {"type":"object"}), outputSchema (optional; a JSON Schema object whose "type" is
-// "object", as MCP asks of structured results), annotations (optional), timeoutMs (optional; how
-// long the agent's runtime waits for a result, a whole number of milliseconds from 1000 to
-// 3600000; left out means the client's default, 60 s), routes (optional; see "Route patterns"
-// below; left out means every route), disabled (optional). Unknown fields anywhere outside the
-// schemas are errors, and the message lists the fields there are. A top-level "version" is
-// accepted and ignored, so that what GET returns can be PUT back: the version is always derived
-// from the content.
-//
-// # Annotations
-//
-// Annotations follow MCP and are hints about the tool's behaviour. After parsing, every hint is
-// explicit (never null), with these defaults:
-//
-//	readOnlyHint     false   a tool not marked read-only is a mutation tool
-//	destructiveHint  true    (false for a read-only tool)
-//	idempotentHint   false   (true for a read-only tool)
-//	openWorldHint    true
-//	untrustedContentHint false  (WebMCP: the result holds content the site does not vouch for)
-//
-// MCP says destructiveHint and idempotentHint are meaningful only when readOnlyHint is false; the
-// catalog writes out the values that are in effect, so a read-only tool reads as non-destructive
-// and idempotent. A read-only tool marked destructive is an error.
-//
-// # Route profiles
-//
-// The same name may appear more than once with different routes: each entry is a profile of the
-// tool for its routes, with its own description and inputSchema (the list page asks for an id, the
-// detail page, whose route names the event, accepts only {}). Two entries of the same name that
-// can match one concrete route are an error — including an entry without routes, which matches
-// every route, next to any other entry of that name. So a tab sees at most one profile per name.
-//
-// # Roles
-//
-// [Catalog.For] gives an owner every enabled tool that exists on its route and a viewer only the
-// enabled read-only ones.
-//
-// # Versions
-//
-// The version is "sha256:" and the first 16 hex digits of the SHA-256 of the catalog's canonical
-// JSON: the tools in order, annotations with their defaults applied, input schemas compacted (key
-// order kept). Whitespace does not change the version; anything else does. [Catalog.ETag] quotes it
-// for HTTP.
+// register on WebMCP (Parse), the part of them each tab gets for its role and its current route
+// (Catalog.For), and the catalog an instance serves, shared through the lease store (Source).
+// docs/catalog.md is the format and its rules.
 package catalog
 
 import (

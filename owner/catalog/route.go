@@ -5,26 +5,7 @@ import (
 	"strings"
 )
 
-// Route patterns
-//
-// A tool's routes say on which pages (browser paths) the tool exists. A pattern is "/" (the root
-// page only) or a sequence of "/"-separated segments, each one of:
-//
-//	events      a literal: 1 or more of A-Z a-z 0-9 and - . _ ~ ! $ & ' ( ) + , ; = @ % :
-//	            (not starting with ":"); compared byte for byte, case-sensitively
-//	:id         a parameter: matches exactly one non-empty segment; its name ([A-Za-z_][A-Za-z0-9_]*)
-//	            is how the browser client hands the segment to handlers (params.id) and which
-//	            input property it binds (docs/browser-client.md, "Route-bound tools"); the server
-//	            matches by position only
-//	*           a wildcard, only as the last segment: matches one or more segments
-//
-// So "/events" matches only /events, "/events/:id" matches /events/evt-1 but not /events or
-// /events/evt-1/edit, and "/events/*" matches /events/evt-1 and /events/evt-1/edit but not /events.
-// Patterns have no trailing "/" and no empty segments; at most 512 bytes.
-//
-// A concrete route (what a tab reports: location.pathname) is matched after normalization: the
-// query and fragment are dropped, empty segments are ignored (so "/events/" is "/events"), and
-// percent-encoding is left as it is. A tool with no routes exists on every route.
+// Route patterns and how a concrete route matches them: docs/catalog.md, "Route patterns".
 
 const maxPatternLen = 512
 

@@ -1,5 +1,5 @@
 // route.js — the page's route as tools see it: catalog route patterns matched in the browser (the
-// same rules as the server's, owner/catalog/route.go), and RouteTracker, which follows SPA
+// same rules as the server's, docs/catalog.md "Route patterns"), and RouteTracker, which follows SPA
 // navigation (history.pushState/replaceState, popstate, the Navigation API) and counts route
 // changes.
 
