@@ -130,6 +130,16 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 	s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	s.metrics.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
 
+	level := slog.LevelInfo
+	switch {
+	case status >= 500:
+		level = slog.LevelWarn
+	case c.Get(keyIPLimited) != nil:
+		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
+	}
+	if !s.log.Enabled(req.Context(), level) {
+		return // no attribute is built for a line that would be dropped
+	}
 	attrs := []slog.Attr{
 		slog.String("request_id", id),
 		slog.String("method", method),
@@ -143,13 +153,6 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 	}
 	if code, ok := c.Get(keyErrCode).(string); ok {
 		attrs = append(attrs, slog.String("code", code))
-	}
-	level := slog.LevelInfo
-	switch {
-	case status >= 500:
-		level = slog.LevelWarn
-	case c.Get(keyIPLimited) != nil:
-		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
 	}
 	s.log.LogAttrs(req.Context(), level, "request", attrs...)
 }
