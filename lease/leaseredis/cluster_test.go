@@ -1,7 +1,9 @@
 package leaseredis_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +89,131 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 func TestConformanceOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes))
+	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
+}
+
+// testShardedEvents makes events for users spread over the shards, watched through another
+// engine, and counts the Pub/Sub messages the nodes pass each other over the cluster bus (CLUSTER
+// INFO): none for plain Pub/Sub, and for sharded Pub/Sub at most one per event (the primary of the
+// user's shard to its replica). As a reference, the same number of plain PUBLISHes costs one
+// message received by every other node each.
+func testShardedEvents(t *testing.T, c *redistest.Cluster) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	newEngine := func() *leaseredis.Engine {
+		client, err := leaseredis.NewClient(clusterURL(c), topologyOpTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "sharded", OpTimeout: topologyOpTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = eng.Close() })
+		return eng
+	}
+	watcher, writer := newEngine(), newEngine()
+	const users, rounds = 12, 5
+	var watches []*lease.Watch
+	for i := range users {
+		w, err := watcher.Watch(ctx, lease.Key{User: fmt.Sprintf("user-%d", i), Session: "doc"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		watches = append(watches, w)
+	}
+
+	before := busMessages(t, c)
+	for r := range rounds {
+		for i := range users {
+			_, err := writer.Acquire(ctx, lease.AcquireRequest{Key: lease.Key{User: fmt.Sprintf("user-%d", i), Session: "doc"},
+				Holder: lease.Holder{TabID: fmt.Sprintf("tab-%d", r)}, Mode: lease.ModeTakeover})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, w := range watches {
+		for r := range rounds {
+			select {
+			case ev := <-w.Events():
+				if ev.Holder == nil || ev.Holder.TabID != fmt.Sprintf("tab-%d", r) {
+					t.Fatalf("user-%d: event %+v, want the grant to tab-%d", i, ev, r)
+				}
+			case <-ctx.Done():
+				t.Fatalf("user-%d: event %d did not arrive (watch: %v)", i, r, w.Err())
+			}
+		}
+	}
+	sharded := busMessages(t, c).minus(before)
+
+	before = busMessages(t, c)
+	client := c.Nodes[0].Client(t)
+	for range users * rounds {
+		if err := client.Publish(ctx, "sharded:reference", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain := busMessages(t, c).minus(before)
+
+	events := users * rounds
+	t.Logf("%d events: sharded Pub/Sub passed %d messages over the cluster bus (by node: %v); as many plain PUBLISHes passed %d",
+		events, sharded.total(), sharded, plain.total())
+	if sharded.publish != 0 {
+		t.Errorf("the events caused %d plain Pub/Sub messages over the cluster bus, want none", sharded.publish)
+	}
+	for addr, n := range sharded.perNode {
+		if n > events {
+			t.Errorf("node %s received %d sharded messages for %d events: events are not confined to their shard", addr, n, events)
+		}
+	}
+}
+
+// bus counts the Pub/Sub messages received over the cluster bus, per node.
+type bus struct {
+	publish int            // plain Pub/Sub, on every node
+	perNode map[string]int // sharded Pub/Sub, by node
+}
+
+func (b bus) minus(o bus) bus {
+	d := bus{publish: b.publish - o.publish, perNode: make(map[string]int)}
+	for k, v := range b.perNode {
+		d.perNode[k] = v - o.perNode[k]
+	}
+	return d
+}
+
+func (b bus) total() int {
+	n := b.publish
+	for _, v := range b.perNode {
+		n += v
+	}
+	return n
+}
+
+func (b bus) String() string { return fmt.Sprint(b.perNode) }
+
+// busMessages reads cluster_stats_messages_publish(shard)_received of every node.
+func busMessages(t *testing.T, c *redistest.Cluster) bus {
+	t.Helper()
+	b := bus{perNode: make(map[string]int)}
+	for _, n := range c.Nodes {
+		info, err := n.Client(t).ClusterInfo(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			x, _ := strconv.Atoi(v)
+			switch k {
+			case "cluster_stats_messages_publish_received":
+				b.publish += x
+			case "cluster_stats_messages_publishshard_received":
+				b.perNode[n.Addr()] += x
+			}
+		}
+	}
+	return b
 }

@@ -22,7 +22,7 @@
 --    "tab": {"id","label","hidden","connected": "<µs>"}}
 -- with the fields of lease.Event that apply (absent otherwise).
 --
--- Each event is also published on CHANNEL (state.lua) as
+-- Each event is also published (see publish) as
 --   {"u": user, "s": session, "id": "<ms>-<seq>", "ev": <event>, "now": "<µs>", "next": "<µs>"}
 -- where next is the session's next deadline after the script (deadline below; "0" for none), which
 -- instances use to time the settle script of the sessions they watch. A script that brings the
@@ -39,6 +39,21 @@ end
 -- deadline_earlier notes that the script brought the session's next deadline earlier.
 local function deadline_earlier()
   moved_earlier = true
+end
+
+-- publish sends msg to the instances: on a Redis Cluster with SPUBLISH on the channel of the
+-- user's hash tag, which only the user's shard carries (a PUBLISH is broadcast to every node),
+-- elsewhere with PUBLISH on CHANNEL. The engine subscribes alike (see feed.go).
+local sharded = nil
+local function publish(msg)
+  if sharded == nil then
+    sharded = type(redis.pcall('CLUSTER', 'MYID')) == 'string'
+  end
+  if sharded then
+    redis.call('SPUBLISH', TAG .. 'events', msg)
+  else
+    redis.call('PUBLISH', CHANNEL, msg)
+  end
 end
 
 -- lease_event is an event of type t about the lease s as it is now: its epoch and holder.
@@ -101,7 +116,7 @@ local function flush(s, now)
   flush_audit(now)
   if #pending == 0 then
     if moved_earlier then
-      redis.call('PUBLISH', CHANNEL, cjson.encode({u = USER, s = SESSION, now = int(now),
+      publish(cjson.encode({u = USER, s = SESSION, now = int(now),
         next = int(deadline(s, now))}))
     end
     return
@@ -125,7 +140,7 @@ local function flush(s, now)
     end
     id = int(ms) .. '-' .. int(seq)
     redis.call('XADD', KEY_EVENTS, 'MAXLEN', '~', int(LOG_LEN), id, 'e', cjson.encode(ev))
-    redis.call('PUBLISH', CHANNEL, cjson.encode({u = USER, s = SESSION, id = id, ev = ev,
+    publish(cjson.encode({u = USER, s = SESSION, id = id, ev = ev,
       now = int(now), next = next}))
   end
   redis.call('PEXPIRE', KEY_EVENTS, int(LOG_TTL_MS))

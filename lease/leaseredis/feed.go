@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,9 @@ type watcher struct {
 	// last is the id of the newest event the watch has: its position, then each event delivered.
 	// Events at or before it are never delivered.
 	last lease.EventID
+	// release lets go of the sharded subscription of the watch's user (see subscribeShard); nil
+	// elsewhere.
+	release func()
 }
 
 type heldEvent struct {
@@ -86,11 +90,12 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
-	if err := e.subscribe(ctx); err != nil {
+	release, err := e.subscribe(ctx, key.User)
+	if err != nil {
 		return nil, err
 	}
 
-	x := &watcher{}
+	x := &watcher{release: release}
 	w, sender := lease.NewWatch(ctx, key, e.watchBuffer, func() { e.forget(key, x) })
 	x.sender = sender
 	if !e.register(key, x) {
@@ -112,9 +117,20 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 	return w, nil
 }
 
-// subscribe makes sure the engine's subscription is confirmed, starting it on first use. It waits
-// at most OpTimeout.
-func (e *Engine) subscribe(ctx context.Context) error {
+// subscribe makes sure the engine receives the events of user: on a Redis Cluster through the
+// sharded subscription of the user's shard (subscribeShard), which the watch holds until it calls
+// release; elsewhere through the engine's one subscription, confirmed on first use (release is
+// nil). It waits at most OpTimeout.
+func (e *Engine) subscribe(ctx context.Context, user string) (release func(), err error) {
+	if cluster, ok := e.client.(*redis.ClusterClient); ok {
+		return e.subscribeShard(ctx, cluster, user)
+	}
+	return nil, e.subscribeAll(ctx)
+}
+
+// subscribeAll makes sure the engine's one subscription, to the prefix's channel, is confirmed,
+// starting it on first use. It waits at most OpTimeout.
+func (e *Engine) subscribeAll(ctx context.Context) error {
 	const op = "watch"
 	e.mu.Lock()
 	if e.shut {
@@ -263,6 +279,9 @@ func (e *Engine) forget(key lease.Key, x *watcher) {
 // drop removes x from s, and forgets s (stopping its timer) when it was its last watcher. e.mu
 // must be held.
 func (e *Engine) drop(key lease.Key, s *watched, x *watcher) {
+	if x.release != nil {
+		x.release()
+	}
 	delete(s.watchers, x)
 	if len(s.watchers) == 0 {
 		s.stopTimer()
@@ -548,4 +567,326 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 		ev.Tab = &lease.Tab{TabID: t.ID, Label: t.Label, Hidden: t.Hidden, ConnectedAt: micros(t.Connected)}
 	}
 	return ev
+}
+
+// Sharded Pub/Sub, on a Redis Cluster. A PUBLISH there is broadcast to every node of the Cluster,
+// so each event would cost every node; the scripts SPUBLISH instead, on the channel of the user's
+// hash tag (userChannel), which only the user's shard carries. An instance keeps one connection
+// per shard it needs (a shardSub, by the address of the shard's primary) and SSUBSCRIBEs on it the
+// channel of each user it has watchers for, while it has them.
+//
+// go-redis would resubscribe a connection it reconnects with one SSUBSCRIBE of every channel,
+// which Redis refuses when they hash to different slots; and the messages sent meanwhile are lost
+// anyway. So a shardSub never reconnects: any error on it (its node died, Redis moved a slot and
+// ended a subscription, a ping unanswered) ends it and every watch of its users with
+// lease.ErrResync; their next Watch subscribes again, on the shard's primary of the moment.
+
+// shardHealth is how long a shard's connection may stay silent before it is pinged; a ping
+// unanswered as long again ends it.
+const shardHealth = 5 * time.Second
+
+// userChannel is the sharded Pub/Sub channel of the events of user's sessions (see events.lua).
+func (e *Engine) userChannel(user string) string { return e.prefix + ":{" + user + "}:events" }
+
+// shardSub is the sharded subscription of one shard. Its fields but ps and stop are protected by
+// Engine.mu; its writer closes ps when it ends.
+type shardSub struct {
+	addr  string        // the shard's primary when it was made
+	ps    *redis.PubSub // never reconnected: see above
+	stop  chan struct{} // closed when it ends
+	ended bool
+	// queue holds the SSUBSCRIBE and SUNSUBSCRIBE to send, in order; wake tells its writer.
+	queue []shardOp
+	wake  chan struct{}
+	// confirming holds, per channel, the subscriptions sent and not confirmed yet, in order;
+	// unsubscribing counts the SUNSUBSCRIBEs sent and not confirmed yet.
+	confirming    map[string][]*userSub
+	unsubscribing map[string]int
+}
+
+type shardOp struct {
+	channel   string
+	u         *userSub // the subscription to confirm; nil for a SUNSUBSCRIBE
+	subscribe bool
+}
+
+// userSub is the subscription to one user's channel. Its fields are protected by Engine.mu, but
+// ready, which is closed once Redis confirmed it or its shardSub ended (err then says why).
+type userSub struct {
+	shard *shardSub
+	refs  int // the watches holding it
+	ready chan struct{}
+	err   error
+}
+
+// subscribeShard subscribes to user's channel on the connection of its shard, or joins the
+// subscription there is, and waits at most OpTimeout until Redis confirmed it. release lets go of
+// it: the last watch to let go unsubscribes.
+func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClient, user string) (release func(), err error) {
+	const op = "watch"
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	channel := e.userChannel(user)
+	e.mu.Lock()
+	u := e.users[user]
+	e.mu.Unlock()
+	if u == nil {
+		// Where the channel's slot is served: read from the slot map, outside e.mu.
+		node, err := cluster.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, &lease.UnavailableError{Op: op, Err: err}
+		}
+		addr := node.Options().Addr
+		e.mu.Lock()
+		if u = e.users[user]; u == nil {
+			if e.shut {
+				e.mu.Unlock()
+				return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+			}
+			sub := e.shards[addr]
+			if sub == nil {
+				sub = e.startShard(cluster, addr, channel)
+			}
+			u = &userSub{shard: sub, ready: make(chan struct{})}
+			e.users[user] = u
+			sub.send(shardOp{channel: channel, u: u, subscribe: true})
+		}
+	} else {
+		e.mu.Lock()
+		if e.users[user] != u { // ended meanwhile: try again
+			e.mu.Unlock()
+			return e.subscribeShard(ctx, cluster, user)
+		}
+	}
+	u.refs++
+	e.mu.Unlock()
+	release = func() { e.releaseShard(user, u) }
+
+	select {
+	case <-u.ready:
+		if u.err != nil {
+			e.locked(release)
+			return nil, &lease.UnavailableError{Op: op, Err: u.err}
+		}
+		return release, nil
+	case <-ctx.Done():
+		e.locked(release)
+		if e.ctx.Err() != nil {
+			return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+		}
+		return nil, &lease.UnavailableError{Op: op, Err: errNotSubscribed}
+	}
+}
+
+// locked runs f under e.mu.
+func (e *Engine) locked(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f()
+}
+
+// releaseShard lets go of one hold of u, the subscription of user; the last one unsubscribes.
+// e.mu must be held.
+func (e *Engine) releaseShard(user string, u *userSub) {
+	if e.users[user] != u {
+		return // its shard ended: nothing to let go of
+	}
+	if u.refs--; u.refs > 0 {
+		return
+	}
+	delete(e.users, user)
+	u.shard.send(shardOp{channel: e.userChannel(user)})
+}
+
+// startShard makes the subscription of the shard whose primary is addr and starts its writer,
+// whose first SSUBSCRIBE makes go-redis open the connection to the node of that channel's slot.
+// Close waits for the writer and the reader it starts. e.mu must be held, and Close not begun
+// (e.shut false).
+func (e *Engine) startShard(cluster *redis.ClusterClient, addr, channel string) *shardSub {
+	sub := &shardSub{
+		addr:          addr,
+		ps:            cluster.SSubscribe(e.ctx), // no I/O until the first SSUBSCRIBE
+		stop:          make(chan struct{}),
+		wake:          make(chan struct{}, 1),
+		confirming:    make(map[string][]*userSub),
+		unsubscribing: make(map[string]int),
+	}
+	if e.shards == nil {
+		e.shards, e.users = make(map[string]*shardSub), make(map[string]*userSub)
+	}
+	e.shards[addr] = sub
+	e.timers.Add(1)
+	go e.writeShard(sub)
+	return sub
+}
+
+// send queues op for the writer of sub. e.mu must be held.
+func (sub *shardSub) send(op shardOp) {
+	if sub.ended {
+		return
+	}
+	sub.queue = append(sub.queue, op)
+	select {
+	case sub.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeShard sends the queued SSUBSCRIBEs and SUNSUBSCRIBEs of sub, one at a time and in order,
+// each noted first as awaiting its confirmation, and starts the reader once the first is sent
+// (a read before it would open the connection to any node). It returns when sub ends or the
+// engine closes, and closes the connection, which ends the reader.
+func (e *Engine) writeShard(sub *shardSub) {
+	defer e.timers.Done()
+	defer sub.ps.Close()
+	reading := false
+	for {
+		select {
+		case <-sub.wake:
+		case <-sub.stop:
+			return
+		case <-e.ctx.Done():
+			return
+		}
+		for {
+			e.mu.Lock()
+			if sub.ended || len(sub.queue) == 0 {
+				e.mu.Unlock()
+				break
+			}
+			op := sub.queue[0]
+			sub.queue = sub.queue[1:]
+			if op.subscribe {
+				sub.confirming[op.channel] = append(sub.confirming[op.channel], op.u)
+			} else {
+				sub.unsubscribing[op.channel]++
+			}
+			e.mu.Unlock()
+
+			ctx, cancel := context.WithTimeout(e.ctx, e.opTimeout)
+			var err error
+			if op.subscribe {
+				err = sub.ps.SSubscribe(ctx, op.channel)
+			} else {
+				err = sub.ps.SUnsubscribe(ctx, op.channel)
+			}
+			cancel()
+			if err != nil {
+				e.endShard(sub, err)
+				return
+			}
+			if !reading {
+				reading = true
+				e.timers.Add(1) // the writer is counted: Close's Wait has not returned
+				go e.readShard(sub)
+			}
+		}
+	}
+}
+
+// readShard receives the messages of sub: it confirms subscriptions, hands events to deliver and
+// pings a silent connection. Anything else ends sub. It returns when sub ends or the engine
+// closes.
+func (e *Engine) readShard(sub *shardSub) {
+	defer e.timers.Done()
+	pinged := false
+	for {
+		m, err := sub.ps.ReceiveTimeout(e.ctx, shardHealth)
+		if e.ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-sub.stop:
+			return
+		default:
+		}
+		var netErr net.Error
+		switch {
+		case err != nil && errors.As(err, &netErr) && netErr.Timeout() && !pinged:
+			pinged = true
+			if err := sub.ps.Ping(e.ctx); err != nil {
+				e.endShard(sub, err)
+				return
+			}
+			continue
+		case err != nil:
+			e.endShard(sub, err)
+			return
+		}
+		pinged = false
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if err := e.confirmShard(sub, m); err != nil {
+				e.endShard(sub, err)
+				return
+			}
+		case *redis.Message:
+			e.deliver(m.Payload)
+		}
+	}
+}
+
+// confirmShard handles a confirmation of sub: a SSUBSCRIBE makes the oldest subscription awaiting
+// it ready, a SUNSUBSCRIBE ends the oldest awaiting one. A SUNSUBSCRIBE nobody sent is Redis
+// ending a subscription (its slot moved), an error.
+func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch m.Kind {
+	case "ssubscribe":
+		if q := sub.confirming[m.Channel]; len(q) > 0 {
+			close(q[0].ready)
+			if len(q) == 1 {
+				delete(sub.confirming, m.Channel)
+			} else {
+				sub.confirming[m.Channel] = q[1:]
+			}
+		}
+	case "sunsubscribe":
+		if sub.unsubscribing[m.Channel] == 0 {
+			return fmt.Errorf("leaseredis: Redis ended the subscription of %s", m.Channel)
+		}
+		if sub.unsubscribing[m.Channel]--; sub.unsubscribing[m.Channel] == 0 {
+			delete(sub.unsubscribing, m.Channel)
+		}
+	}
+	return nil
+}
+
+// endShard ends sub after err: its users' subscriptions fail (with err for those not confirmed
+// yet), and every watch of those users ends with lease.ErrResync, since events may have been
+// lost. Their next Watch subscribes again.
+func (e *Engine) endShard(sub *shardSub, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if sub.ended {
+		return
+	}
+	sub.ended = true
+	close(sub.stop)
+	if e.shards[sub.addr] == sub {
+		delete(e.shards, sub.addr)
+	}
+	for user, u := range e.users {
+		if u.shard != sub {
+			continue
+		}
+		delete(e.users, user)
+		select {
+		case <-u.ready:
+		default:
+			u.err = err
+			close(u.ready)
+		}
+		for key, s := range e.sessions {
+			if key.User != user {
+				continue
+			}
+			for x := range s.watchers {
+				x.release = nil // the subscription is gone already
+				x.sender.End(lease.ErrResync)
+				e.drop(key, s, x)
+			}
+		}
+	}
 }

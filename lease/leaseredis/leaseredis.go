@@ -104,7 +104,7 @@ type Engine struct {
 	cancel context.CancelFunc
 
 	closed atomic.Bool    // set first thing by Close: every later call fails with ErrClosed
-	timers sync.WaitGroup // the settle timers running a script; Close waits for them
+	timers sync.WaitGroup // the settle timers running a script and the sharded subscriptions' goroutines; Close waits for them
 
 	// mu protects the fields below: the local watchers, their settle timers and the subscription.
 	// It is never held during a store call.
@@ -119,6 +119,10 @@ type Engine struct {
 	pubsub     *redis.PubSub
 	subscribed chan struct{}
 	readerDone chan struct{}
+	// shards and users are the sharded subscriptions on a Redis Cluster instead (see feed.go): by
+	// the address of each shard's primary, and by user; nil until the first Watch.
+	shards map[string]*shardSub
+	users  map[string]*userSub
 }
 
 var _ lease.Engine = (*Engine)(nil)
