@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 )
@@ -124,9 +125,21 @@ func checkKeys(data []byte, fields map[string]bool) *Error {
 	return nil
 }
 
+// fieldsByType caches jsonFields by type: request types are few and fixed.
+var fieldsByType sync.Map // reflect.Type → map[string]bool, read-only once stored
+
 // jsonFields lists the JSON names of the fields of the struct dst points to.
 func jsonFields(dst any) map[string]bool {
 	t := reflect.TypeOf(dst)
+	if f, ok := fieldsByType.Load(t); ok {
+		return f.(map[string]bool)
+	}
+	fields := structFields(t)
+	fieldsByType.Store(t, fields)
+	return fields
+}
+
+func structFields(t reflect.Type) map[string]bool {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
