@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { RouteTracker, TabLease, matchRoute, registerWebMCPTools, syncToolRegistry } from "./tablease.js";
+import { RouteTracker, TabLease, bindOnTool, matchRoute, registerWebMCPTools, syncToolRegistry } from "./tablease.js";
 import { profileMatch } from "./route.js";
 import { FakeBrowserWindow, FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
 
@@ -93,6 +93,42 @@ test("RouteTracker follows pushState, replaceState and popstate, counts changes 
   tracker.close();
   window.history.pushState(null, "", "/app/other");
   assert.equal(seen.length, 4, "a closed tracker follows nothing");
+});
+
+test("RouteTracker follows the Navigation API where the browser has it", async () => {
+  const window = new FakeBrowserWindow("/events");
+  window.navigation = new EventTarget();
+  const tracker = new RouteTracker({ window });
+  const seen = [];
+  tracker.on("change", (d) => seen.push(d.route));
+  // A router that intercepts navigate: the URL changes after the event, the entry then changes.
+  window.navigation.dispatchEvent(new Event("navigate"));
+  window.location.pathname = "/events/evt-1";
+  await Promise.resolve();
+  assert.deepEqual(seen, ["/events/evt-1"], "read again after the navigate event");
+  window.location.pathname = "/events/evt-2";
+  window.navigation.dispatchEvent(new Event("currententrychange"));
+  assert.deepEqual(seen, ["/events/evt-1", "/events/evt-2"]);
+  tracker.close();
+});
+
+test("onTool runs the profile of the current page and refuses a tool the page does not offer", async () => {
+  const { window, lease } = setup("/events");
+  await lease.start();
+  const registered = new Map();
+  const off = bindOnTool(lease, { onTool: (n, f) => registered.set(n, f) }, { handlers, tools: TOOLS });
+  const get = registered.get("get_event_details");
+  assert.equal((await get({})).error.code, "INVALID_ARGUMENT", "the list's profile requires event_id");
+  assert.equal((await get({ event_id: "evt-7" })).event_id, "evt-7");
+  const rename = await registered.get("rename_event")({ name: "x" });
+  assert.equal(rename.error.code, "TOOL_UNAVAILABLE");
+  assert.deepEqual(rename.error.details, { tool: "rename_event", route: "/events" });
+  window.history.pushState(null, "", "/events/evt-3");
+  assert.equal((await get({})).event_id, "evt-3", "the same registration runs the event page's profile");
+  assert.equal((await get({ event_id: "evt-4" })).error.code, "ENTITY_MISMATCH");
+  assert.deepEqual(await registered.get("rename_event")({ name: "New" }), { renamed: "evt-3", name: "New", epoch: lease.epoch });
+  off();
+  await lease.stop({ release: false });
 });
 
 test("WebMCP follows SPA navigation: list → detail → another detail → list, and a retired tool's call is refused", async () => {

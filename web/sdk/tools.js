@@ -4,7 +4,7 @@
 // page's route (route.js) and runs every call through call.js: route-bound instances, one
 // AbortSignal per call, deadlines, interactions, stale results.
 
-import { CALL_DEFAULTS, abortAnswer, endReason, runToolCall, toolError } from "./call.js";
+import { CALL_DEFAULTS, abortAnswer, anySignal, endReason, runToolCall, toolError } from "./call.js";
 import { RouteTracker, normalizeRoute, profileMatch, profilesFor } from "./route.js";
 
 /** Whether a catalog tool is read-only (MCP default: not read-only, so a mutation). */
@@ -149,14 +149,13 @@ class ToolScope {
   retire(inst, why) {
     if (inst.refusal) return;
     if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
-    const mutation = !isReadOnlyTool(inst.tool);
     if (why === "route") {
       inst.refusal = toolError("ROUTE_CHANGED", `${inst.tool.name} belonged to the page ${inst.route}, which the user has left (now ${this.route()}): read the tools of the current page and call one of them.`, {
         tool: inst.tool.name,
         route: inst.route,
         currentRoute: this.route(),
       });
-    } else if (why === "owner" || (mutation && this.lease.role !== "owner")) {
+    } else if (!isReadOnlyTool(inst.tool) && this.lease.role !== "owner") {
       inst.refusal = null; // the guard answers NOT_LEASE_OWNER with the lease's details
     } else {
       inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
@@ -291,19 +290,6 @@ function serialized(fn) {
     return running;
   };
   return run;
-}
-
-function anySignal(signals) {
-  if (typeof AbortSignal.any === "function") return AbortSignal.any(signals);
-  const ac = new AbortController();
-  for (const s of signals) {
-    if (s.aborted) {
-      ac.abort(s.reason);
-      break;
-    }
-    s.addEventListener("abort", () => ac.abort(s.reason), { once: true });
-  }
-  return ac.signal;
 }
 
 /** Adds to a bridge what it answers about its route and generation. */
@@ -508,13 +494,11 @@ export function bindOnTool(lease, session, options = {}) {
       let tool = { name, annotations: { readOnlyHint: ro.has(name) } };
       let match = { pattern: null, params: {} };
       if (profiles.length > 0) {
-        const found = route ? profilesFor(profiles, route)[0] : profiles.find((p) => !p.routes?.length) ?? profiles[0];
-        if (!found && route) {
-          return Promise.resolve(toolError("TOOL_UNAVAILABLE", `${name} is not offered on this page (${route}).`, { tool: name, route }));
-        }
-        tool = found?.tool ?? found;
-        if (found?.pattern !== undefined) match = { pattern: found.pattern, params: found.params };
-        if (ro.has(name)) tool = { ...tool, annotations: { ...(tool.annotations ?? {}), readOnlyHint: true } };
+        // The profile of this page; without a route, the one for every route (or the first).
+        const found = route ? profilesFor(profiles, route)[0] : { tool: profiles.find((p) => !p.routes?.length) ?? profiles[0], pattern: null, params: {} };
+        if (!found) return Promise.resolve(toolError("TOOL_UNAVAILABLE", `${name} is not offered on this page (${route}).`, { tool: name, route }));
+        tool = ro.has(name) ? { ...found.tool, annotations: { ...(found.tool.annotations ?? {}), readOnlyHint: true } } : found.tool;
+        match = { pattern: found.pattern, params: found.params };
       }
       return scope.call(scope.instanceFor(tool, match, fn), args, ctx);
     };
