@@ -30,6 +30,7 @@ const (
 	// CodePreconditionRequired (428): a conditional write came without If-Match.
 	CodePreconditionRequired = "PRECONDITION_REQUIRED"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	CodeHeadersTooLarge      = "HEADERS_TOO_LARGE" // 431: headers over MaxHeaderBytes (ProtocolErrors)
 	CodeRateLimited          = "RATE_LIMITED"
 	CodeStoreUnavailable     = "STORE_UNAVAILABLE"
 	CodeInternal             = "INTERNAL"
@@ -49,6 +50,7 @@ var Codes = map[string]int{
 	CodePreconditionFailed:   http.StatusPreconditionFailed,
 	CodePreconditionRequired: http.StatusPreconditionRequired,
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	CodeHeadersTooLarge:      http.StatusRequestHeaderFieldsTooLarge,
 	CodeRateLimited:          http.StatusTooManyRequests,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
 	CodeInternal:             http.StatusInternalServerError,

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -298,5 +300,42 @@ func TestClientKey(t *testing.T) {
 		if got := clientKey(tt.remote); got != tt.want {
 			t.Errorf("clientKey(%q) = %q, want %q", tt.remote, got, tt.want)
 		}
+	}
+}
+
+func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		written string
+		status  string // "" when the write must pass unchanged
+	}{
+		{"net/http's 431", "HTTP/1.1 431 Request Header Fields Too Large" + netHTTPErrorHeaders + "431 Request Header Fields Too Large", "431"},
+		{"net/http's 400", "HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request", "400"},
+		{"net/http's 400 with a reason", "HTTP/1.1 400 Bad Request: missing required Host header" + netHTTPErrorHeaders + "400 Bad Request: missing required Host header", "400"},
+		{"net/http's 501", "HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported transfer encoding", ""},
+		{"a handler's answer", "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\n\r\n{}", ""},
+		{"a handler's text answer", "HTTP/1.1 400 Bad Request\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT" + netHTTPErrorHeaders, ""},
+		{"a chunk of an event stream", "1a\r\nevent: lease\r\ndata: {}\r\n\r\n", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, ok := jsonProtocolError([]byte(tt.written))
+			if tt.status == "" {
+				if ok {
+					t.Fatalf("rewritten to %q", out)
+				}
+				return
+			}
+			if !ok || !strings.HasPrefix(string(out), "HTTP/1.1 "+tt.status+" ") || !strings.Contains(string(out), "Content-Type: application/json\r\n") {
+				t.Fatalf("got %q, %v", out, ok)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(out))), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e errorAnswer
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || Codes[e.Error.Code] != resp.StatusCode {
+				t.Fatalf("body %+v for status %d: %v", e, resp.StatusCode, err)
+			}
+		})
 	}
 }

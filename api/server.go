@@ -30,8 +30,8 @@ import (
 const MaxBodyBytes = 16 << 10
 
 // MaxHeaderBytes is the http.Server.MaxHeaderBytes to serve the api with (16 KiB): larger headers
-// are refused by net/http itself, with a plain-text 431, before the api sees them. An
-// Authorization header is refused with a JSON 401 from 8 KiB (maxAuthHeaderLen), well below.
+// are refused by net/http itself, before the api sees them (431 HEADERS_TOO_LARGE through
+// ProtocolErrors). An Authorization header is refused with a 401 from 8 KiB (maxAuthHeaderLen).
 const MaxHeaderBytes = 16 << 10
 
 // readyTimeout bounds the store ping of /readyz.

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// # Protocol errors
+//
+// net/http answers some requests before any handler sees them: headers over
+// http.Server.MaxHeaderBytes (431) and requests that are not valid HTTP/1.1 (400: a malformed
+// request line, header or Host, a bad Content-Length…). It writes them straight to the connection
+// as text/plain, in one write with no Date header, then closes the connection. ProtocolErrors
+// wraps the listener so that those answers, and only those, become the JSON error shape with the
+// same status: HEADERS_TOO_LARGE (431) and INVALID_ARGUMENT (400, its message naming what was
+// wrong as net/http says it, which holds nothing of the request). Other such answers (501 for an
+// unknown transfer coding) are left as net/http writes them.
+
+// ProtocolErrors wraps ln so that the errors net/http answers by itself are JSON (see above).
+// Serve the api with http.Server.Serve(ProtocolErrors(ln)).
+func ProtocolErrors(ln net.Listener) net.Listener { return protocolListener{ln} }
+
+type protocolListener struct{ net.Listener }
+
+func (l protocolListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &protocolConn{Conn: c}, nil
+}
+
+// protocolConn rewrites net/http's own error answers on their way out; every other write passes.
+type protocolConn struct{ net.Conn }
+
+// netHTTPErrorHeaders are the headers of every answer net/http writes by itself.
+const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+func (c *protocolConn) Write(p []byte) (int, error) {
+	if out, ok := jsonProtocolError(p); ok {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// CloseWrite lets net/http half-close the connection after a 431, as it does without the wrapper.
+func (c *protocolConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// jsonProtocolError answers the JSON rewrite of p when p is a whole error answer of net/http's
+// own: "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then the body.
+func jsonProtocolError(p []byte) ([]byte, bool) {
+	const prefix = "HTTP/1.1 "
+	if len(p) > 1024 || !bytes.HasPrefix(p, []byte(prefix)) {
+		return nil, false
+	}
+	statusLine, _, found := bytes.Cut(p[len(prefix):], []byte(netHTTPErrorHeaders))
+	if !found || bytes.ContainsAny(statusLine, "\r\n") || len(statusLine) < 4 {
+		return nil, false
+	}
+	var e *Error
+	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		e = &Error{Code: CodeHeadersTooLarge, Message: "the request's headers are larger than 16 KiB"}
+	case http.StatusBadRequest:
+		msg := "malformed HTTP request"
+		if _, reason, ok := bytes.Cut(statusLine, []byte(": ")); ok {
+			msg += ": " + string(reason)
+		}
+		e = errInvalid(msg)
+	default:
+		return nil, false
+	}
+	body, err := json.Marshal(errorBody{Error: errorJSON{Code: e.Code, Message: e.Message, Details: map[string]any{}}})
+	if err != nil {
+		return nil, false
+	}
+	var out bytes.Buffer
+	out.WriteString(prefix + strconv.Itoa(e.Status()) + " " + http.StatusText(e.Status()) + "\r\n")
+	out.WriteString("Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n")
+	out.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
+	out.Write(body)
+	return out.Bytes(), true
+}
