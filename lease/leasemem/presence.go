@@ -159,10 +159,12 @@ func (s *entry) listed(tabID string) bool {
 }
 
 // tab is tabID as listed: connected since its earliest entry, with the label and hidden flag of
-// its latest refresh.
+// its latest refresh (of entries refreshed at the same time, the greatest connection id's, as
+// leaseredis picks them: map order must not decide).
 func (s *entry) tab(tabID string) lease.Tab {
 	t := lease.Tab{TabID: tabID}
 	var refreshed time.Time
+	var conn string
 	for pk, p := range s.present {
 		if pk.tabID != tabID {
 			continue
@@ -170,8 +172,8 @@ func (s *entry) tab(tabID string) lease.Tab {
 		if t.ConnectedAt.IsZero() || p.connectedAt.Before(t.ConnectedAt) {
 			t.ConnectedAt = p.connectedAt
 		}
-		if refreshed.IsZero() || !p.refreshedAt.Before(refreshed) {
-			refreshed = p.refreshedAt
+		if refreshed.IsZero() || p.refreshedAt.After(refreshed) || (p.refreshedAt.Equal(refreshed) && pk.conn > conn) {
+			refreshed, conn = p.refreshedAt, pk.conn
 			t.Label, t.Hidden = p.label, p.hidden
 		}
 	}
