@@ -28,7 +28,7 @@ const STALE = {
  * every call on pagehide, stop() or close().
  */
 class ToolScope {
-  constructor(lease, options, { track }) {
+  constructor(lease, options, { track, listen = true }) {
     this.lease = lease;
     this.options = {
       timeoutMs: options.timeoutMs ?? CALL_DEFAULTS.timeoutMs,
@@ -55,6 +55,7 @@ class ToolScope {
     this._routeListeners = [];
     this._period = lease._period;
     if (this.tracker) this._offs.push(this.tracker.on("change", () => this._onRoute()));
+    if (!listen) return; // a one-off list of definitions: nothing to close it, so nothing to remove
     this._offs.push(
       lease.on("state", ({ state }) => {
         if (lease._period !== this._period) {
@@ -258,6 +259,8 @@ class ToolScope {
  * The tool definitions this tab may expose now: the catalog for the route (or `tools` when the
  * catalog has none or cannot be read), filtered by role, each with an execute(args, ctx) that
  * runs its handler — mutation handlers through lease.guard. Tools without a handler are left out.
+ * A one-off list: its calls end on the agent's cancel, their deadline and lost control, but it
+ * follows no navigation and no pagehide; the adapters below do.
  */
 /**
  * @param {import("./tablease.js").TabLease} lease
@@ -265,7 +268,7 @@ class ToolScope {
  * @returns {Promise<import("./tablease.js").ToolDefinition[]>}
  */
 export async function toolDefinitions(lease, options = {}) {
-  return new ToolScope(lease, { ...options, route: options.route ?? "" }, { track: false }).definitions(options);
+  return new ToolScope(lease, { ...options, route: options.route ?? "" }, { track: false, listen: false }).definitions(options);
 }
 
 /** Runs fn one at a time; a call made while one runs makes it run once more afterwards. */
