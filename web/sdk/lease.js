@@ -30,7 +30,9 @@
 // Each period of ownership has its own AbortController and its own count of guarded handlers
 // running. When the period ends its signal aborts and its handlers stop counting, so a handler
 // that never settles cannot hold back a handoff or a later period. A holder asked to hand over
-// waits for its running handlers at most handoffGraceMs, then aborts them and releases.
+// waits for its running handlers at most handoffGraceMs, then aborts them and releases — unless
+// one of them has an interaction with the user open (_beginInteraction, counted by call.js): then
+// it keeps the lease until the interaction ends or the request lapses.
 
 import { DEFAULTS, SessionApi, TabLeaseError, backoffDelay, browserClock, randomId, sleep } from "./http.js";
 import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
