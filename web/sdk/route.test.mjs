@@ -199,6 +199,24 @@ test("on a detail page {} and the same id mean this event, another id is ENTITY_
   await lease.stop({ release: false });
 });
 
+test("a navigation while the catalog is read registers nothing for the page that was left", async () => {
+  const { window, lease } = setup("/events/evt-1");
+  await lease.start();
+  const synced = [];
+  const reg = syncToolRegistry(lease, { sync: (d) => synced.push(d.map((x) => `${x.name}@${x.route}`)) }, { handlers });
+  const first = reg.sync(); // reads the catalog for /events/evt-1 …
+  window.history.pushState(null, "", "/events/evt-2"); // … while the user moves on
+  await first;
+  await flush();
+  assert.ok(synced.length > 0);
+  for (const names of synced) {
+    assert.ok(!names.some((n) => n.endsWith("@/events/evt-1")), `an instance of the page left was exposed: ${names}`);
+  }
+  assert.deepEqual(synced.at(-1).sort(), ["get_event_details@/events/evt-2", "help@null", "rename_event@/events/evt-2"]);
+  reg.close();
+  await lease.stop({ release: false });
+});
+
 test("registry.sync drops the instances a route change retired at once, and sync() brings the new route's", async () => {
   const { window, lease } = setup("/events/evt-1");
   await lease.start();

@@ -131,8 +131,7 @@ class ToolScope {
   }
 
   /** The instance of tool's profile for match ({pattern, params}), made once per key. */
-  instanceFor(tool, match, handler) {
-    const route = this.route();
+  instanceFor(tool, match, handler, route = this.route()) {
     const key = fingerprint(tool) + "|" + (match.pattern ?? "") + "|" + JSON.stringify(match.params);
     let inst = this.instances.get(key);
     if (inst && inst.handler === handler) return inst;
@@ -196,7 +195,8 @@ class ToolScope {
   }
 
   /** The definitions this tab may expose now (see toolDefinitions). Instances of the previous
-   *  definitions that are not among them are retired. */
+   *  definitions that are not among them are retired. Null when the route changed while the
+   *  catalog was read: the sync that change started gives the new route's. */
   async definitions({ handlers = {}, tools: fallback = null, onError = undefined }) {
     const route = this.route();
     let tools = null;
@@ -207,6 +207,7 @@ class ToolScope {
     } catch (e) {
       onError?.(e);
     }
+    if (this.route() !== route) return null;
     if (!tools) {
       const role = this.lease.role;
       const mine = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
@@ -218,7 +219,7 @@ class ToolScope {
       const fn = handlers[t.name];
       if (typeof fn !== "function") continue;
       const match = (route && profileMatch(t, route)) || { pattern: null, params: {} };
-      const inst = this.instanceFor(t, match, fn);
+      const inst = this.instanceFor(t, match, fn, route);
       keep.add(inst);
       inst.def ??= this._define(inst);
       defs.push(inst.def);
@@ -391,6 +392,7 @@ export function registerWebMCPTools(lease, options = {}) {
   const sync = serialized(async () => {
     if (closed) return;
     const defs = await scope.definitions({ handlers, tools, onError });
+    if (!defs) return;
     lastTools = defs;
     await apply(defs);
   });
@@ -447,8 +449,10 @@ export function syncToolRegistry(lease, registry, options = {}) {
   let last = null;
   const sync = serialized(async () => {
     if (closed) return;
-    last = await scope.definitions({ handlers, tools, onError });
-    if (!closed) await registry.sync(last);
+    const defs = await scope.definitions({ handlers, tools, onError });
+    if (!defs || closed) return;
+    last = defs;
+    await registry.sync(last);
   });
   const offRole = lease.on("rolechange", () => {
     if (last && lease.role !== "owner") registry.sync((last = last.filter((d) => d.readOnly)));
