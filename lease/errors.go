@@ -20,7 +20,22 @@ var (
 	ErrInvalid = errors.New("lease: invalid argument")
 	// ErrUnavailable: the store could not be reached or did not answer in time.
 	ErrUnavailable = errors.New("lease: store unavailable")
+	// ErrTooManySessions: the user has state for as many sessions as the engine allows.
+	ErrTooManySessions = errors.New("lease: too many sessions")
 )
+
+// SessionLimitError says that a call would give its user one session more than Limit (see
+// SessionLimit).
+type SessionLimitError struct {
+	Limit int
+}
+
+func (e *SessionLimitError) Error() string {
+	return fmt.Sprintf("lease: the user already has state for %d sessions, the most allowed", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooManySessions) true.
+func (e *SessionLimitError) Is(target error) bool { return target == ErrTooManySessions }
 
 // HeldError says who holds the lease that Acquire could not take.
 type HeldError struct {

@@ -70,6 +70,25 @@ func RenewAfter(ttl time.Duration) time.Duration {
 	return (ttl / 3).Truncate(time.Millisecond)
 }
 
+// DefaultIdleRetention is how long, unless configured otherwise, an engine keeps the state of a
+// session after the last thing in it ended: its lease, an admin's block, a handoff, the retry
+// window of its last revoke (RevokeRetryWindow), its last change. Then the engine forgets the
+// session: Get answers epoch 0 and no transitions, as for a session that never had a lease, a
+// retried release answers Released false, and a watch that resumes starts from a snapshot. A
+// free session keeps no holder (no tab id, label or hidden flag) even before that.
+//
+// Forgetting is safe for fencing because epochs are floored at the store's clock (NextEpoch): an
+// engine forgets a session only once its clock is past the session's last epoch in microseconds,
+// so the next grant's epoch is higher than every epoch the session had, exactly as after the store
+// lost its data. The audit log is kept apart and outlives the sessions it records.
+const DefaultIdleRetention = 10 * time.Minute
+
+// Engines may bound the number of sessions each user has state for (held, or free and not yet
+// forgotten, see DefaultIdleRetention; an admin's revoke is never refused by the bound):
+// an Acquire or Presence.Join that would give the user one more fails with *SessionLimitError
+// (ErrTooManySessions) and changes nothing. A session the user already has state for is never
+// refused by the bound.
+
 // ErrEpochExhausted: the next epoch would reach 2^53. It is a fault of the store's state or clock,
 // not of the caller.
 var ErrEpochExhausted = errors.New("lease: epoch space exhausted")

@@ -13,7 +13,7 @@ import (
 // chunk it forwards by up to MaxDelay and resets connections at random: about one request chunk
 // in ResetOneIn is dropped and its connection reset, so the command never reaches Redis. With
 // ResetReplies(true), replies are dropped the same way, after Redis ran the command: the client's
-// driver then runs the command again, which is a second effect when another call came in between.
+// driver then sends the command again, which must not be a second effect.
 // MaxDelay and ResetOneIn must be set before the proxy is used.
 type Proxy struct {
 	Target     string

@@ -71,12 +71,23 @@ func (s *entry) event(t lease.EventType, now time.Time) lease.Event {
 	return lease.Event{Type: t, Epoch: s.epoch, Holder: &h, At: now}
 }
 
-// create adds an empty entry for key. e.mu must be held.
+// create adds an empty entry for key, which has none. e.mu must be held.
 func (e *Engine) create(key lease.Key) *entry {
 	s := &entry{}
 	e.sessions[key] = s
+	e.perUserCount[key.User]++
 	e.peak = max(e.peak, len(e.sessions))
 	return s
+}
+
+// admit creates the entry of key, which has none, for a call of its user that counts against
+// Options.SessionsPerUser (Acquire, Join), or fails with a *lease.SessionLimitError when the user
+// has as many entries as it allows. e.mu must be held.
+func (e *Engine) admit(key lease.Key) (*entry, error) {
+	if e.perUser > 0 && e.perUserCount[key.User] >= e.perUser {
+		return nil, &lease.SessionLimitError{Limit: e.perUser}
+	}
+	return e.create(key), nil
 }
 
 // emit appends ev to the log of s with the next id, and hands it to the watchers of s, forgetting
@@ -128,6 +139,7 @@ func (e *Engine) settle(key lease.Key, s *entry, now time.Time) {
 			Epoch:    s.epoch,
 			Previous: &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch},
 		})
+		s.holder = lease.Holder{} // the end is announced: a free lease keeps no holder
 	}
 	if len(s.present) > 0 {
 		e.expirePresence(key, s, now)

@@ -17,8 +17,9 @@ import (
 )
 
 const (
-	// IdleRetention is how long the entry of a session whose lease is free is kept.
-	IdleRetention = 10 * time.Minute
+	// IdleRetention is how long the entry of a session whose lease is free is kept (see
+	// lease.DefaultIdleRetention).
+	IdleRetention = lease.DefaultIdleRetention
 	// SweepInterval is the least engine time between two sweeps of idle entries.
 	SweepInterval = time.Minute
 )
@@ -64,6 +65,9 @@ type Options struct {
 	// must be zero or at least a millisecond; they are truncated to whole milliseconds.
 	HandoffTimeout time.Duration
 	HandoffReserve time.Duration
+	// SessionsPerUser bounds the sessions each user has an entry for (see
+	// lease.ErrTooManySessions); zero means no bound. It must not be negative.
+	SessionsPerUser int
 }
 
 // DefaultExpiryCheckInterval is the default of Options.ExpiryCheckInterval.
@@ -87,12 +91,14 @@ type Engine struct {
 	// handoffTimeout and handoffReserve time handoffs (see handoff.go).
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
+	perUser        int // Options.SessionsPerUser
 
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
 	// sessions maps a key to its state. An entry exists from the first Acquire of the key until the
-	// sweep deletes it (see sweep).
-	sessions map[lease.Key]*entry
+	// sweep deletes it (see sweep). perUserCount counts the entries of each user.
+	sessions     map[lease.Key]*entry
+	perUserCount map[string]int
 	// peak is the largest len(sessions) since the map was last allocated; the sweep reallocates the
 	// map when it has shrunk well below it, since Go maps never give back their buckets.
 	peak int
@@ -180,6 +186,7 @@ func New(opts Options) (*Engine, error) {
 		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
 		{"HandoffTimeout", "must be zero (the default) or at least a millisecond", opts.HandoffTimeout < 0 || (opts.HandoffTimeout > 0 && opts.HandoffTimeout < time.Millisecond)},
 		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
+		{"SessionsPerUser", "must not be negative", opts.SessionsPerUser < 0},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -195,6 +202,8 @@ func New(opts Options) (*Engine, error) {
 		wake:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
 		sessions:      make(map[lease.Key]*entry),
+		perUserCount:  make(map[string]int),
+		perUser:       opts.SessionsPerUser,
 		live:          make(map[lease.Key]*entry),
 
 		auditRetention: cmp.Or(opts.AuditRetention, lease.DefaultAuditRetention),
@@ -266,7 +275,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, err
 	}
 	if s == nil {
-		s = e.create(req.Key)
+		if s, err = e.admit(req.Key); err != nil {
+			return lease.Lease{}, err
+		}
 	}
 	s.holder = req.Holder
 	s.epoch = epoch
@@ -358,6 +369,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 		s.expiresAt = now
 		s.releasedTab, s.releasedEpoch = req.TabID, req.Epoch
 		s.ended = s.epoch
+		s.holder = lease.Holder{} // a free lease keeps no holder
 		e.emit(req.Key, s, now, ev)
 		e.record(now, lease.AuditRecord{
 			Key:      req.Key,
@@ -498,6 +510,9 @@ func (e *Engine) sweep(now time.Time) {
 			(s.handoff == nil || !s.handoff.until.After(now)) {
 			e.settle(key, s, now) // an expiry nobody announced yet still gets its audit record
 			delete(e.sessions, key)
+			if e.perUserCount[key.User]--; e.perUserCount[key.User] == 0 {
+				delete(e.perUserCount, key.User)
+			}
 		}
 	}
 	e.sweepAudit(now)

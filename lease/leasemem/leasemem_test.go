@@ -34,6 +34,15 @@ func TestConformance(t *testing.T) {
 				}
 				return fresh
 			},
+			Limited: func(t *testing.T, perUser int) lease.Store {
+				o := opts
+				o.SessionsPerUser = perUser
+				limited, err := New(o)
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return limited
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

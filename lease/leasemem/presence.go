@@ -33,7 +33,9 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	defer unlock()
 	s := e.sessions[key]
 	if s == nil {
-		s = e.create(key)
+		if s, err = e.admit(key); err != nil {
+			return 0, err
+		}
 	}
 	e.settle(key, s, now)
 

@@ -1,26 +1,29 @@
 -- acquire.lua: grant the lease of a session to a tab, or ask its holder to hand it over.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  tab id
--- ARGV[6]  label
--- ARGV[7]  "1" when the tab is hidden, "0" when visible
--- ARGV[8]  TTL in milliseconds, already clamped
--- ARGV[9]  mode: "try", "takeover" or "handoff"
--- ARGV[10] the handoff timeout in milliseconds: how long a handoff request made now is pending
--- ARGV[11] the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  tab id
+-- ARGV[9]  label
+-- ARGV[10] "1" when the tab is hidden, "0" when visible
+-- ARGV[11] TTL in milliseconds, already clamped
+-- ARGV[12] mode: "try", "takeover" or "handoff"
+-- ARGV[13] the handoff timeout in milliseconds: how long a handoff request made now is pending
+-- ARGV[14] the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
 -- Answers "OK" and the lease granted; "HELD" and the lease of another tab when the mode is try;
 -- "PENDING" and the lease, with the end of the handoff as until_us, when a handoff is requested
 -- or the lease is reserved for another tab (lease.ModeHandoff, below); "BLOCKED" and the free
 -- lease, with the end of the block as until_us, while an admin's block lasts (block_until_us, see
--- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53.
+-- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53;
+-- "FULL" and the free lease, changing nothing, when the session has no state and the user is at
+-- the limit of sessions (admit in admin.lua).
 --
--- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch,
--- so a call go-redis resends after losing its answer never mints a second one).
+-- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch;
+-- a call go-redis resends after losing its answer is answered from KEYS[8] and changes nothing).
 --
 -- Handoff: see lease.ModeHandoff. After the holder's own acquire, this script checks, for a lease
 -- another tab holds: in mode handoff, a request pending (pending_handoff) answers "PENDING" and
 -- changes nothing, else a new request (the ho_* fields, see state.lua) is written until now +
--- ARGV[10]; mode try is "HELD", mode takeover takes over. For a free lease that is reserved
+-- ARGV[13]; mode try is "HELD", mode takeover takes over. For a free lease that is reserved
 -- (reservation): its requester's acquire, in any mode, claims it; another tab's in mode try or
 -- handoff is "PENDING". Every grant deletes the handoff fields (clear_handoff), whatever they held.
 --
@@ -31,20 +34,31 @@
 -- grant). The engine adds the user to the prefix's users index before it runs this script.
 
 -- Validate.
-local tab, label = ARGV[5], ARGV[6]
-local hidden = ARGV[7] == '1'
-local ttl_ms = arg_int(8, 1, MAX_EPOCH)
-local mode = ARGV[9]
+local tab, label = ARGV[8], ARGV[9]
+local hidden = ARGV[10] == '1'
+local ttl_ms = arg_int(11, 1, MAX_EPOCH)
+local mode = ARGV[12]
 if mode ~= 'try' and mode ~= 'takeover' and mode ~= 'handoff' then
-  error('tablease: ARGV[9] is not a mode')
+  error('tablease: ARGV[12] is not a mode')
 end
-local handoff_timeout_ms = arg_int(10, 1, MAX_EPOCH)
-local handoff_reserve_ms = arg_int(11, 1, MAX_EPOCH)
+local handoff_timeout_ms = arg_int(13, 1, MAX_EPOCH)
+local handoff_reserve_ms = arg_int(14, 1, MAX_EPOCH)
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
+end
 
 -- Settle expiry.
 local now = now_us()
 local s = load()
 settle(s, now)
+
+-- Refuse a session the user has no state for when the user is at the limit of sessions.
+if not admit(now) then
+  return finish(s, now, reply('FULL', s, now))
+end
 
 -- Refuse while blocked: a blocked session is always free (the revoke that blocked it ended it).
 if s.block_until_us > now then

@@ -94,10 +94,9 @@ func (e *Engine) addUser(ctx context.Context, op, user string) error {
 	})
 }
 
-// Revoke implements lease.Admin with revoke.lua. A revoke without a RequestID that the driver
-// retries (go-redis resends a command whose answer was lost) revokes once and answers the retry
-// as a revoke of the free lease, and a block retried that way starts again from the retry; give a
-// RequestID (the api always does) to have a retry answered as the first call.
+// Revoke implements lease.Admin with revoke.lua. The driver's retries of the script are answered
+// from its reply key like those of every change (see state.lua); a RequestID makes the caller's
+// own retries, which are new calls, answer as the first call did.
 func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.RevokeResult, error) {
 	const op = "revoke"
 	if err := req.Validate(); err != nil {
@@ -106,7 +105,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := e.addUser(ctx, op, req.Key.User); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	v, err := e.eval(ctx, op, revokeScript, req.Key, req.Admin, req.Reason, req.Block.Milliseconds(),
+	v, err := e.change(ctx, op, revokeScript, req.Key, req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds())
 	if err != nil {
 		return lease.RevokeResult{}, err

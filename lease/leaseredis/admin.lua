@@ -1,6 +1,7 @@
 -- admin.lua: the second prelude of every session script (after state.lua, before events.lua and
--- presence.lua). It keeps the two keys of the user that admins read in step with the session: the
--- index of held leases and the audit log. It declares no KEYS or ARGV of its own.
+-- presence.lua). It keeps the keys of the user in step with the session: the index of held leases
+-- and the audit log, which admins read, and the sessions whose state is kept, which bound the
+-- user's sessions (admit, keep). It declares no KEYS or ARGV of its own.
 --
 -- The index, KEYS[5], is a sorted set of session ids, all with score 0, so that ZRANGEBYLEX pages
 -- it in byte order (Admin.ListLeases, see leases.lua). The step that grants a lease adds its
@@ -87,4 +88,38 @@ local function flush_audit(now)
   redis.call('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
   redis.call('PEXPIRE', KEY_AUDIT, int(AUDIT_RETENTION_MS))
   audit_pending = {}
+end
+
+-- admit reports whether the user may have the state of this session kept: it is kept already, or
+-- the user has state for fewer than MAX_SESSIONS sessions (0: no limit).
+local function admit(now)
+  if MAX_SESSIONS == 0 or redis.call('EXISTS', KEY_STATE) == 1 then
+    return true
+  end
+  redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', int(math.floor(now / 1000)))
+  return redis.call('ZCARD', KEY_KNOWN) < MAX_SESSIONS
+end
+
+-- keep sets when the state hash expires (see state.lua): IDLE_MS after the latest of the lease's
+-- end, an admin's block, a handoff's end, keep_us (the retry window of the last revoke) and, when
+-- changed, now. It sets none while the last epoch is not below the clock at that time (epochs run
+-- ahead of the clock only by the grants of one microsecond). The session's score in the known
+-- set, KEYS[7], is the same time.
+local function keep(s, now, changed)
+  local until_us = math.max(s.expires_us, s.block_until_us, s.ho_until_us, s.keep_us)
+  if changed then
+    until_us = math.max(until_us, now)
+  end
+  local at_ms = math.floor(until_us / 1000) + IDLE_MS
+  if s.epoch >= at_ms * 1000 then
+    return
+  end
+  local current = redis.call('PEXPIRETIME', KEY_STATE)
+  if current == -2 or current == at_ms then
+    return -- no state, or kept as long already
+  end
+  redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
+  redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
+  local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES') -- the set goes with its last hash
+  redis.call('PEXPIREAT', KEY_KNOWN, last[2])
 end

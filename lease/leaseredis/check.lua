@@ -1,14 +1,14 @@
 -- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing but what settle
 -- announces.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  tab id
--- ARGV[6]  epoch
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  tab id
+-- ARGV[9]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
 
 -- Validate.
-local tab = ARGV[5]
-local epoch = arg_int(6, 1, MAX_EPOCH)
+local tab = ARGV[8]
+local epoch = arg_int(9, 1, MAX_EPOCH)
 
 -- Settle expiry.
 local now = now_us()

@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
-		newEngine := func(t *testing.T) *leaseredis.Engine {
+		newEngine := func(t *testing.T, opts leaseredis.Options) *leaseredis.Engine {
 			client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
 			if err != nil {
 				t.Fatal(err)
@@ -46,7 +46,7 @@ func TestConformance(t *testing.T) {
 			}
 			return eng
 		}
-		eng := newEngine(t)
+		eng := newEngine(t, opts)
 		return leasetest.Target{
 			Engine: eng,
 			LoseData: func(t *testing.T) lease.Store {
@@ -57,8 +57,14 @@ func TestConformance(t *testing.T) {
 				srv.Pause(t)
 				return func() { srv.Resume(t) }
 			},
-			OpTimeout:      conformanceOpTimeout,
-			Peer:           func(t *testing.T) lease.Store { return newEngine(t) },
+			OpTimeout: conformanceOpTimeout,
+			Peer:      func(t *testing.T) lease.Store { return newEngine(t, opts) },
+			Limited: func(t *testing.T, perUser int) lease.Store {
+				o := opts
+				o.Prefix += "-limited"
+				o.SessionsPerUser = perUser
+				return newEngine(t, o)
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

@@ -31,6 +31,16 @@
 
 local pending = {} -- the events of this script not appended yet, in order
 local moved_earlier = false -- the deadline moved earlier without an event: publish a hint
+local dropped = false -- the script deleted the holder: compact the hash (drop_holder)
+
+-- drop_holder deletes the holder of s and the other fields named, once its lease ended and the end
+-- is announced: a free lease keeps no holder. Redis never shrinks a hash that a long value (a
+-- label) turned into a hashtable, so flush writes it anew then, as the small listpack it now fits.
+local function drop_holder(s, ...)
+  redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+  s.tab, s.label, s.hidden = '', '', false
+  dropped = true
+end
 
 local function emit(ev)
   pending[#pending + 1] = ev
@@ -110,9 +120,23 @@ local function deadline(s, now)
   return next
 end
 
--- flush appends the queued audit records (admin.lua), then the queued events to the log with their
--- ids, and publishes the events (or the hint).
-local function flush(s, now)
+-- HANDOFF_FIELDS are the fields of the state hash that hold a handoff (see state.lua).
+local HANDOFF_FIELDS = {'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
+  'ho_until_us', 'ho_reserved', 'ho_reserve_ms'}
+
+-- clear_handoff deletes the handoff of s, if any: every grant and every revoke end it.
+local function clear_handoff(s)
+  if s.ho_tab == '' then
+    return
+  end
+  redis.call('HDEL', KEY_STATE, unpack(HANDOFF_FIELDS))
+  s.ho_tab, s.ho_label, s.ho_hidden, s.ho_from_tab, s.ho_from_epoch = '', '', false, '', 0
+  s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = 0, false, 0
+end
+
+-- append appends the queued audit records (admin.lua), then the queued events to the log with
+-- their ids, and publishes the events (or the hint).
+local function append(s, now)
   flush_audit(now)
   if #pending == 0 then
     if moved_earlier then
@@ -149,24 +173,32 @@ local function flush(s, now)
   pending = {}
 end
 
--- finish appends and publishes the script's events, and answers r.
-local function finish(s, now, r)
-  flush(s, now)
-  return r
+-- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
+-- (with its requester's label), appends and publishes the queued records and events, compacts the
+-- hash after drop_holder, and sets how long the state hash is kept (keep in admin.lua), counting
+-- now as its last change when the script changes sessions or appended something.
+local function flush(s, now)
+  local changed = KEY_REPLY ~= nil or #pending > 0 or #audit_pending > 0
+  if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
+    clear_handoff(s)
+  end
+  append(s, now)
+  if dropped and redis.call('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
+    local fields = redis.call('HGETALL', KEY_STATE)
+    redis.call('DEL', KEY_STATE)
+    redis.call('HSET', KEY_STATE, unpack(fields))
+  end
+  keep(s, now, changed)
 end
 
--- HANDOFF_FIELDS are the fields of the state hash that hold a handoff (see state.lua).
-local HANDOFF_FIELDS = {'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
-  'ho_until_us', 'ho_reserved', 'ho_reserve_ms'}
-
--- clear_handoff deletes the handoff of s, if any: every grant and every revoke end it.
-local function clear_handoff(s)
-  if s.ho_tab == '' then
-    return
+-- finish flushes, stores the answer r for the retries of a changing call (KEYS[8], see state.lua),
+-- and answers r.
+local function finish(s, now, r)
+  flush(s, now)
+  if KEY_REPLY ~= nil then
+    redis.call('SET', KEY_REPLY, cmsgpack.pack(r), 'PX', int(REPLY_TTL_MS))
   end
-  redis.call('HDEL', KEY_STATE, unpack(HANDOFF_FIELDS))
-  s.ho_tab, s.ho_label, s.ho_hidden, s.ho_from_tab, s.ho_from_epoch = '', '', false, '', 0
-  s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = 0, false, 0
+  return r
 end
 
 -- reserve_handoff settles the handoff request of s as its lease ends at end_us (released at end_us,
@@ -190,7 +222,7 @@ end
 
 -- settle_lease announces the end of a lease that expired by now and was not announced yet, once
 -- per epoch: it marks the epoch in ended_epoch, takes the session out of the user's index of held
--- leases and records the expiry in the audit log, at the lease's expires_us. A handoff request
+-- leases, records the expiry in the audit log, at the lease's expires_us, and deletes the holder. A handoff request
 -- pending at expires_us becomes a reservation from expires_us (whenever the expiry is announced),
 -- and the "expired" event carries its requester. A release and a revoke mark their own epoch.
 local function settle_lease(s, now)
@@ -201,5 +233,6 @@ local function settle_lease(s, now)
     emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},
       requester = reserve_handoff(s, s.expires_us), at = int(s.expires_us)})
     record({a = 'expire', e = s.epoch, at = s.expires_us, ptab = s.tab, pep = s.epoch})
+    drop_holder(s)
   end
 end

@@ -1,22 +1,31 @@
 -- join.lua: list a connection of a tab as present, or refresh it.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  connection id
--- ARGV[6]  tab id
--- ARGV[7]  label
--- ARGV[8]  "1" when the tab is hidden, "0" when visible
--- ARGV[9]  the presence TTL in milliseconds
--- Answers {now}. The entry lives until now + TTL; the connection keeps the time it first joined.
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  connection id
+-- ARGV[9]  tab id
+-- ARGV[10] label
+-- ARGV[11] "1" when the tab is hidden, "0" when visible
+-- ARGV[12] the presence TTL in milliseconds
+-- Answers {"OK", now}: the entry lives until now + TTL; the connection keeps the time it first
+-- joined. Answers {"FULL", now} and changes nothing when the session has no state and the user is
+-- at the limit of sessions (admit in admin.lua).
 --
 -- Events: what settle announces; then "joined" when the tab was not listed, nothing otherwise (a
 -- refresh, or a second connection of a listed tab).
 
 -- Validate.
-local conn, tab, label = ARGV[5], ARGV[6], ARGV[7]
-local hidden = ARGV[8] == '1' and '1' or '0'
-local ttl_ms = arg_int(9, 1, MAX_EPOCH)
+local conn, tab, label = ARGV[8], ARGV[9], ARGV[10]
+local hidden = ARGV[11] == '1' and '1' or '0'
+local ttl_ms = arg_int(12, 1, MAX_EPOCH)
 if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
-  error('tablease: ARGV[5] and ARGV[6] must be identifiers')
+  error('tablease: ARGV[8] and ARGV[9] must be identifiers')
+end
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
 end
 
 -- Settle expiry.
@@ -25,6 +34,9 @@ local s = load()
 settle(s, now)
 
 -- Decide.
+if not admit(now) then
+  return finish(s, now, {'FULL', now})
+end
 local member = tab .. '/' .. conn
 local listed = tab_of(entries(), tab) ~= nil
 local connected = now
@@ -45,4 +57,4 @@ if not listed then
   emit({type = 'joined', tab = {id = tab, label = label, hidden = hidden == '1',
     connected = int(connected)}, at = int(now)})
 end
-return finish(s, now, {now})
+return finish(s, now, {'OK', now})

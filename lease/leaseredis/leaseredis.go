@@ -10,6 +10,7 @@ package leaseredis
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -79,7 +80,21 @@ type Options struct {
 	// lease; every instance sharing a prefix should use the same.
 	HandoffTimeout time.Duration
 	HandoffReserve time.Duration
+
+	// IdleRetention is how long the state of a session is kept after the last thing in it ended
+	// (default lease.DefaultIdleRetention, which says what is forgotten and why it is safe). It
+	// must be zero or at least a millisecond; it is truncated to whole milliseconds. Every instance
+	// sharing a prefix should use the same.
+	IdleRetention time.Duration
+	// SessionsPerUser bounds the sessions each user has state for (see lease.ErrTooManySessions);
+	// zero means no bound. It must not be negative.
+	SessionsPerUser int
 }
+
+// replyKeptFor is how many OpTimeouts the answer of a call that changes a session is kept for
+// its retries (see state.lua): go-redis resends a command only within the call's OpTimeout, and
+// the rest covers a Redis that stalls before it reads the resent command.
+const replyKeptFor = 5
 
 // Engine is the Redis lease.Engine. Use New; the zero value is not usable. It is safe for
 // concurrent use.
@@ -98,6 +113,8 @@ type Engine struct {
 	// handoffTimeout and handoffReserve time handoffs (Options.HandoffTimeout, HandoffReserve).
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
+	idle           time.Duration // Options.IdleRetention
+	perUser        int           // Options.SessionsPerUser
 	// ctx is canceled by Close; it bounds the engine's own store calls (the subscription and the
 	// settle timers), which no caller waits for.
 	ctx    context.Context
@@ -171,6 +188,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		{"AuditMaxRecords", "must not be negative", opts.AuditMaxRecords < 0},
 		{"HandoffTimeout", "must be zero (the default) or at least a millisecond", opts.HandoffTimeout < 0 || (opts.HandoffTimeout > 0 && opts.HandoffTimeout < time.Millisecond)},
 		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
+		{"IdleRetention", "must be zero (the default) or at least a millisecond", opts.IdleRetention < 0 || (opts.IdleRetention > 0 && opts.IdleRetention < time.Millisecond)},
+		{"SessionsPerUser", "must not be negative", opts.SessionsPerUser < 0},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -191,6 +210,8 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 
 		handoffTimeout: cmp.Or(opts.HandoffTimeout.Truncate(time.Millisecond), lease.DefaultHandoffTimeout),
 		handoffReserve: cmp.Or(opts.HandoffReserve.Truncate(time.Millisecond), lease.DefaultHandoffReserve),
+		idle:           cmp.Or(opts.IdleRetention.Truncate(time.Millisecond), lease.DefaultIdleRetention),
+		perUser:        opts.SessionsPerUser,
 		ctx:            ctx,
 		cancel:         cancel,
 		sessions:       make(map[lease.Key]*watched),
@@ -217,12 +238,18 @@ func (e *Engine) stateKey(k lease.Key) string {
 }
 
 // sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
-// the event log, the two presence keys, the user's index of held leases and the user's audit log
-// (see state.lua), all under the user's hash tag.
+// the event log, the two presence keys, the user's index of held leases, the user's audit log and
+// the user's sessions whose state is kept (see state.lua), all under the user's hash tag.
 func (e *Engine) sessionKeys(k lease.Key) []string {
 	tag := e.prefix + ":{" + k.User + "}:"
 	return []string{e.stateKey(k), tag + "events:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
-		e.indexKey(k.User), e.auditKey(k.User)}
+		e.indexKey(k.User), e.auditKey(k.User), tag + "known"}
+}
+
+// replyKey is a new key, unique to one call, under which a script that changes a session of user
+// keeps its answer for the retries of that call (KEYS[8], see state.lua).
+func (e *Engine) replyKey(user string) string {
+	return e.prefix + ":{" + user + "}:reply:" + rand.Text()
 }
 
 // indexKey is the key of the index of held leases of user, a valid identifier (see admin.lua).
@@ -253,7 +280,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	if err := e.addUser(ctx, op, req.Key.User); err != nil {
 		return lease.Lease{}, err
 	}
-	v, err := e.eval(ctx, op, acquireScript, req.Key,
+	v, err := e.change(ctx, op, acquireScript, req.Key,
 		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
 		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds())
 	if err != nil {
@@ -278,6 +305,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		}
 	case statusExhausted:
 		return lease.Lease{}, lease.ErrEpochExhausted
+	case statusFull:
+		return lease.Lease{}, &lease.SessionLimitError{Limit: e.perUser}
 	}
 	return lease.Lease{}, unexpected(op, status)
 }
@@ -291,8 +320,9 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	status, l, err := e.run(ctx, "renew", renewScript, req.Key,
+	v, err := e.change(ctx, "renew", renewScript, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
+	status, l, err := leaseAnswer("renew", req.Key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -312,7 +342,8 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	if err := req.Validate(); err != nil {
 		return lease.ReleaseResult{}, err
 	}
-	status, l, err := e.run(ctx, "release", releaseScript, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
+	v, err := e.change(ctx, "release", releaseScript, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
+	status, l, err := leaseAnswer("release", req.Key, v, err)
 	if err != nil {
 		return lease.ReleaseResult{}, err
 	}
@@ -330,7 +361,8 @@ func (e *Engine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 	if err := key.Validate(); err != nil {
 		return lease.Lease{}, err
 	}
-	status, l, err := e.run(ctx, "get", getScript, key)
+	v, err := e.eval(ctx, "get", getScript, key)
+	status, l, err := leaseAnswer("get", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -345,7 +377,8 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 	if err := lease.ValidateCheck(key, tabID, epoch); err != nil {
 		return lease.Lease{}, err
 	}
-	status, l, err := e.run(ctx, "check", checkScript, key, tabID, strconv.FormatInt(epoch, 10))
+	v, err := e.eval(ctx, "check", checkScript, key, tabID, strconv.FormatInt(epoch, 10))
+	status, l, err := leaseAnswer("check", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -427,25 +460,38 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
-// eval runs one session script on the keys of key with the common arguments (see state.lua) and
-// then args, bounded by OpTimeout.
+// eval runs one session script that does not change the session (it may announce what expired,
+// which is the same whoever runs it, however often) on the keys of key with the common arguments
+// (see state.lua) and then args, bounded by OpTimeout.
 func (e *Engine) eval(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (any, error) {
+	return e.script(ctx, op, s, e.sessionKeys(key), args)
+}
+
+// change runs one session script that changes the session, like eval, with a reply key of its
+// own (KEYS[8]): when go-redis sends the script again after losing its answer, the script answers
+// what it answered the first time and changes nothing, whatever ran in between.
+func (e *Engine) change(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (any, error) {
+	return e.script(ctx, op, s, append(e.sessionKeys(key), e.replyKey(key.User)), args)
+}
+
+func (e *Engine) script(ctx context.Context, op string, s *redis.Script, keys []string, args []any) (any, error) {
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds()}, args...)
-	v, err := s.Run(ctx, e.client, e.sessionKeys(key), argv...).Result()
+	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds(),
+		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), e.perUser}, args...)
+	v, err := s.Run(ctx, e.client, keys, argv...).Result()
 	if err != nil {
 		return nil, &lease.UnavailableError{Op: op, Err: err}
 	}
 	return v, nil
 }
 
-// run runs one lease script (see eval) and parses its answer.
-func (e *Engine) run(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (string, lease.Lease, error) {
-	v, err := e.eval(ctx, op, s, key, args...)
+// leaseAnswer parses the answer v of a lease script run by eval or change for op on key, which
+// failed with err when err is not nil.
+func leaseAnswer(op string, key lease.Key, v any, err error) (string, lease.Lease, error) {
 	if err != nil {
 		return "", lease.Lease{}, err
 	}

@@ -1,16 +1,23 @@
 -- leave.lua: remove a connection of a tab from the session's presence.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  connection id
--- ARGV[6]  tab id
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  connection id
+-- ARGV[9]  tab id
 -- Answers {now}. Leaving a connection that is not listed changes nothing.
 --
 -- Events: what settle announces; then "left" (no reason) when the connection was the tab's last.
 
 -- Validate.
-local conn, tab = ARGV[5], ARGV[6]
+local conn, tab = ARGV[8], ARGV[9]
 if conn == '' or tab == '' then
-  error('tablease: ARGV[5] and ARGV[6] must be identifiers')
+  error('tablease: ARGV[8] and ARGV[9] must be identifiers')
+end
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
 end
 
 -- Settle expiry.

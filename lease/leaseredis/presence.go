@@ -18,14 +18,21 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	if err := lease.ValidateJoin(key, conn, tab); err != nil {
 		return 0, err
 	}
-	v, err := e.eval(ctx, op, joinScript, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
+	v, err := e.change(ctx, op, joinScript, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
 	if err != nil {
 		return 0, err
 	}
-	if a, ok := v.([]any); !ok || len(a) != 1 {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
 		return 0, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
 	}
-	return e.presenceTTL, nil
+	switch a[0] {
+	case statusOK:
+		return e.presenceTTL, nil
+	case statusFull:
+		return 0, &lease.SessionLimitError{Limit: e.perUser}
+	}
+	return 0, unexpected(op, fmt.Sprint(a[0]))
 }
 
 // Leave implements lease.Presence with leave.lua.
@@ -34,7 +41,7 @@ func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) e
 	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
 		return err
 	}
-	v, err := e.eval(ctx, op, leaveScript, key, conn, tabID)
+	v, err := e.change(ctx, op, leaveScript, key, conn, tabID)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
 -- release.lua: end the lease held by a tab at an epoch.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  tab id
--- ARGV[6]  epoch
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  tab id
+-- ARGV[9]  epoch
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
@@ -16,8 +17,14 @@
 -- call ended the lease, which also takes the session out of the user's index of held leases.
 
 -- Validate.
-local tab = ARGV[5]
-local epoch = arg_int(6, 1, MAX_EPOCH)
+local tab = ARGV[8]
+local epoch = arg_int(9, 1, MAX_EPOCH)
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
+end
 
 -- Settle expiry.
 local now = now_us()
@@ -34,8 +41,8 @@ end
 local requester = reserve_handoff(s, now)
 redis.call('HSET', KEY_STATE, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
   'ended_epoch', int(epoch))
-redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden')
-s.tab, s.label, s.hidden, s.expires_us, s.ended_epoch = '', '', false, now, epoch
+drop_holder(s)
+s.expires_us, s.ended_epoch = now, epoch
 index_remove()
 
 -- Append event and audit record.

@@ -1,10 +1,11 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  tab id
--- ARGV[6]  epoch
--- ARGV[7]  "1" when the tab is hidden, "0" when visible
--- ARGV[8]  TTL in milliseconds, already clamped
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  tab id
+-- ARGV[9]  epoch
+-- ARGV[10] "1" when the tab is hidden, "0" when visible
+-- ARGV[11] TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
 -- A retried renew extends again from a later now, which is what the caller asked for.
@@ -12,10 +13,16 @@
 -- Events: what settle announces; then "updated" when the hidden flag changed, nothing otherwise.
 
 -- Validate.
-local tab = ARGV[5]
-local epoch = arg_int(6, 1, MAX_EPOCH)
-local hidden = ARGV[7] == '1'
-local ttl_ms = arg_int(8, 1, MAX_EPOCH)
+local tab = ARGV[8]
+local epoch = arg_int(9, 1, MAX_EPOCH)
+local hidden = ARGV[10] == '1'
+local ttl_ms = arg_int(11, 1, MAX_EPOCH)
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
+end
 
 -- Settle expiry.
 local now = now_us()

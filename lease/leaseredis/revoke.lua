@@ -1,11 +1,12 @@
 -- revoke.lua: an admin ends the lease of a session, whoever holds it, and may block grants.
--- KEYS[1..6]  the keys of the session and of its user (see state.lua)
--- ARGV[1..4]  the options of the logs (see state.lua)
--- ARGV[5]  the admin's sub
--- ARGV[6]  the reason
--- ARGV[7]  the block in milliseconds; 0 leaves the session's block as it is
--- ARGV[8]  the request id, or "" for none
--- ARGV[9]  how long a revoke with a request id is remembered for its retries, in milliseconds
+-- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[8]  the admin's sub
+-- ARGV[9]  the reason
+-- ARGV[10] the block in milliseconds; 0 leaves the session's block as it is
+-- ARGV[11] the request id, or "" for none
+-- ARGV[12] how long a revoke with a request id is remembered for its retries, in milliseconds
 -- Answers {status, revoked (1|0), epoch, until_us, previous tab, previous epoch, now_us}: status
 -- "OK"; revoked 1 when this call ended a lease; the epoch it minted then, the last epoch
 -- otherwise; until_us the end of the session's block when grants are blocked after the call, 0
@@ -13,7 +14,7 @@
 -- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
 --
 -- In this order, in one step: settle; the retry of the last revoke with a request id (same admin
--- and request id, within the window of ARGV[9] counted from rv_at_us against TIME) answers what
+-- and request id, within the window of ARGV[12] counted from rv_at_us against TIME) answers what
 -- that revoke answered and changes nothing; a held lease is revoked: a new epoch
 -- (lease.NextEpoch, as a grant mints it), no holder, granted_us = expires_us = now, one more
 -- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
@@ -31,12 +32,18 @@
 -- this script, since its records are in the user's audit log.
 
 -- Validate.
-local admin, reason = ARGV[5], ARGV[6]
-local block_ms = arg_int(7, 0, MAX_EPOCH)
-local request = ARGV[8]
-local window_ms = arg_int(9, 0, MAX_EPOCH)
+local admin, reason = ARGV[8], ARGV[9]
+local block_ms = arg_int(10, 0, MAX_EPOCH)
+local request = ARGV[11]
+local window_ms = arg_int(12, 0, MAX_EPOCH)
 if admin == '' or reason == '' then
-  error('tablease: ARGV[5] and ARGV[6] must not be empty')
+  error('tablease: ARGV[8] and ARGV[9] must not be empty')
+end
+
+-- Answer a retry of this call as it was answered (see state.lua).
+local replay = replayed()
+if replay then
+  return replay
 end
 
 -- Settle expiry.
@@ -69,12 +76,11 @@ end
 -- Write state: end the handoff, and revoke.
 clear_handoff(s)
 if revoked then
-  s.tab, s.label, s.hidden = '', '', false
   s.epoch, s.granted_us, s.expires_us, s.ended_epoch = epoch, now, now, epoch
   s.transitions = s.transitions + 1
   redis.call('HSET', KEY_STATE, 'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(now),
     'transitions', int(s.transitions), 'ended_epoch', int(epoch))
-  redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', 'rel_tab', 'rel_epoch')
+  drop_holder(s, 'rel_tab', 'rel_epoch')
   index_remove()
   emit({type = 'revoked', epoch = int(epoch), prev = {tab = previous.tab, epoch = int(previous.epoch)},
     reason = reason, at = int(now)})
@@ -98,6 +104,7 @@ end
 if request ~= '' then
   redis.call('HSET', KEY_STATE, 'rv_admin', admin, 'rv_req', request, 'rv_at_us', int(now),
     'rv_revoked', revoked and '1' or '0', 'rv_epoch', int(s.epoch), 'rv_until_us', int(until_us),
-    'rv_ptab', ptab, 'rv_pep', int(pep))
+    'rv_ptab', ptab, 'rv_pep', int(pep), 'keep_us', int(now + window_ms * 1000))
+  s.keep_us = now + window_ms * 1000
 end
 return finish(s, now, {'OK', revoked and 1 or 0, s.epoch, until_us, ptab, pep, now})

@@ -11,7 +11,8 @@ import (
 )
 
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
-// script but document.lua, leases.lua and audit.lua) take the same six keys and the same first four
+// script but document.lua, leases.lua and audit.lua) take the same seven keys (and those that
+// change a session an eighth, where their answer is kept for retries) and the same first seven
 // arguments, and run after four preludes that scripts.go puts in front of each: state.lua (the keys,
 // the common arguments, the state hash and the lease answer), admin.lua (the user's index of held
 // leases and audit log), events.lua (the event log, publishing, the lease's expiry and the handoff
@@ -84,6 +85,7 @@ const (
 	statusLost      = "LOST"      // renew, check: the tab does not hold the lease at that epoch
 	statusReleased  = "RELEASED"  // release: this call, or the call it retries, ended the lease
 	statusKept      = "KEPT"      // release: nothing to release
+	statusFull      = "FULL"      // acquire, join: the user is at the limit of sessions
 )
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,

@@ -11,16 +11,36 @@
 --   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
 --   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
 --   KEYS[6]  <prefix>:{<sub>}:audit          the user's audit log, a stream (admin.lua)
--- and with the same first four ARGV, the engine's options for the logs:
+--   KEYS[7]  <prefix>:{<sub>}:known          the user's sessions whose state is kept (keep, below)
+-- The scripts that change a session (acquire, renew, release, revoke, join, leave) get one more:
+--   KEYS[8]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
+-- All get the same first seven ARGV, the engine's options:
 --   ARGV[1]  the length of the event log (XADD MAXLEN ~; see events.lua)
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
 --   ARGV[3]  the length of the audit log (XADD MAXLEN ~; see admin.lua)
 --   ARGV[4]  how long an audit record is kept, in milliseconds
--- A script's own arguments follow, from ARGV[5]; its header names them.
+--   ARGV[5]  how long the answer of a changing call is kept in KEYS[8], in milliseconds
+--   ARGV[6]  the idle retention in milliseconds: how long the state of a session is kept after the
+--            last thing in it ended (keep, below)
+--   ARGV[7]  the most sessions a user may have state for, 0 for no limit (admit, below)
+-- A script's own arguments follow, from ARGV[8]; its header names them.
 --
--- The state hash, KEYS[1], never expires (the epoch counter must not live in a key that expires).
+-- A call that changes a session is answered once: the engine names a new KEYS[8] for each call,
+-- and finish (events.lua) stores the answer there for ARGV[5] ms, so that when go-redis sends the
+-- script again after losing its answer (a connection reset after Redis ran it), the script finds
+-- the answer and returns it unchanged (replayed), whatever other calls ran in between, instead of
+-- taking effect a second time.
+--
+-- The state hash, KEYS[1], is kept while the session is in use and for ARGV[6] ms after the last
+-- thing in it ends (keep): its lease, an admin's block, a handoff, the last revoke's retry window,
+-- and the last change it had. The epoch counter may go with it, because epochs are floored at the
+-- store's clock (lease.NextEpoch): the hash expires only once the clock has passed its last epoch,
+-- so the next grant's epoch is higher all the same. KEYS[7] holds each session of the user whose
+-- hash is kept, scored with the time in ms when the hash expires.
 -- Fields:
---   tab, label, hidden   the holder ("1" when hidden); absent after a release, kept after expiry
+--   tab, label, hidden   the holder ("1" when hidden); absent once the lease ended and its end was
+--                        announced (only the holder of a lease whose expiry is not announced yet
+--                        is kept, for that announcement)
 --   epoch                the last epoch granted; kept after release and expiry
 --   granted_us           store time (µs) when epoch was granted
 --   expires_us           store time (µs) when the lease ends, or ended when released; the lease is
@@ -42,6 +62,8 @@
 --   rv_revoked, rv_epoch, rv_until_us, rv_ptab, rv_pep
 --                        its answer: revoked ("1"|"0"), the epoch, the end of the block (0: none),
 --                        and the holder revoked ("" and 0: none)
+--   keep_us              store time (µs) when the retry window of the last revoke with a request
+--                        id ends: the hash is kept at least until then (keep in admin.lua)
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -66,7 +88,7 @@
 -- replies, never through tostring (which would print 1.7e+15).
 
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local KEY_SESSIONS, KEY_AUDIT = KEYS[5], KEYS[6]
+local KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 -- The prefix, user and session, read back from the state key (identifiers and the prefix hold no
 -- braces, so it parses one way only); the other keys must be the same session's.
@@ -79,8 +101,11 @@ if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SE
     or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
   error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
 end
-if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' then
-  error('tablease: KEYS[5..6] are not the keys of the user of KEYS[1]')
+if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known' then
+  error('tablease: KEYS[5..7] are not the keys of the user of KEYS[1]')
+end
+if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
+  error('tablease: KEYS[8] is not a reply key of the user of KEYS[1]')
 end
 -- CHANNEL is where every event of every session under the prefix is published (events.lua).
 local CHANNEL = PREFIX .. ':events'
@@ -111,13 +136,29 @@ local LOG_LEN = arg_int(1, 1, MAX_EPOCH)
 local LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
 local AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
 local AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
+local REPLY_TTL_MS = arg_int(5, 1, MAX_EPOCH)
+local IDLE_MS = arg_int(6, 1, MAX_EPOCH)
+local MAX_SESSIONS = arg_int(7, 0, MAX_EPOCH)
+
+-- replayed answers the answer this call already gave, when go-redis sends it again (see above),
+-- and nil otherwise. Scripts that change a session call it first after their validation.
+local function replayed()
+  if KEY_REPLY == nil then
+    return nil
+  end
+  local r = redis.call('GET', KEY_REPLY)
+  if r then
+    return cmsgpack.unpack(r)
+  end
+  return nil
+end
 
 -- load reads the state hash; a session that never had a lease reads as zeros.
 local function load()
   local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
     'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
     'block_until_us', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
-    'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
+    'ho_until_us', 'ho_reserved', 'ho_reserve_ms', 'keep_us')
   return {
     tab = v[1] or '',
     label = v[2] or '',
@@ -140,6 +181,7 @@ local function load()
     ho_until_us = tonumber(v[19]) or 0,
     ho_reserved = v[20] == '1',
     ho_reserve_ms = tonumber(v[21]) or 0,
+    keep_us = tonumber(v[22]) or 0,
   }
 end
 

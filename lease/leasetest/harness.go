@@ -45,6 +45,11 @@ type Target struct {
 	// without them.
 	HandoffTimeout time.Duration
 	HandoffReserve time.Duration
+
+	// Limited returns an engine configured like Engine but bounding the sessions of each user at
+	// perUser (see lease.ErrTooManySessions), on an empty store of its own. The suite closes it.
+	// The test of the bound skips without it.
+	Limited func(t *testing.T, perUser int) lease.Store
 }
 
 const (

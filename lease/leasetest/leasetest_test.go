@@ -132,7 +132,16 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 				u.down.Store(true)
 				return func() { u.down.Store(false) }
 			},
-			OpTimeout:      opTimeout,
+			OpTimeout: opTimeout,
+			Limited: func(t *testing.T, perUser int) lease.Store {
+				o := opts
+				o.SessionsPerUser = perUser
+				limited, err := leasemem.New(o)
+				if err != nil {
+					t.Fatalf("leasemem.New: %v", err)
+				}
+				return limited
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
@@ -162,8 +171,17 @@ func TestSuiteWithAPeer(t *testing.T) {
 			t.Fatalf("leasemem.New: %v", err)
 		}
 		return leasetest.Target{
-			Engine:         mem,
-			Peer:           func(t *testing.T) lease.Store { return peerView{mem} },
+			Engine: mem,
+			Peer:   func(t *testing.T) lease.Store { return peerView{mem} },
+			Limited: func(t *testing.T, perUser int) lease.Store {
+				o := opts
+				o.SessionsPerUser = perUser
+				limited, err := leasemem.New(o)
+				if err != nil {
+					t.Fatalf("leasemem.New: %v", err)
+				}
+				return limited
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

@@ -66,6 +66,7 @@ var tests = []struct {
 	{"racing acquires and releases never let two tabs hold at once", testRaceTryRelease},
 	{"concurrent calls keep one tab per epoch and never confirm a superseded epoch", testHistory},
 	{"an unreachable store is reported as unavailable and the leases survive it", testOutage},
+	{"a user's sessions are bounded and a session the user has is never refused", testSessionLimit},
 }
 
 func testFreeAcquire(t *testing.T, newTarget Factory) {
@@ -889,5 +890,74 @@ func within(bound time.Duration, op func(ctx context.Context) error) (err error,
 		return err, true
 	case <-timer.C:
 		return nil, false
+	}
+}
+
+func testSessionLimit(t *testing.T, newTarget Factory) {
+	f := start(t, newTarget, limits)
+	if f.target.Limited == nil {
+		t.Skip("the Target has no Limited engine")
+	}
+	const perUser = 3
+	eng := f.target.Limited(t, perUser)
+	f.closeAtCleanup(eng)
+	ctx := f.ctx()
+	key := func(user, session string) lease.Key { return lease.Key{User: user, Session: session} }
+	acquire := func(k lease.Key) (lease.Lease, error) {
+		return eng.Acquire(ctx, lease.AcquireRequest{Key: k, Holder: lease.Holder{TabID: "tab-a", Label: "L"}, TTL: long})
+	}
+	wantLimit := func(what string, err error) {
+		t.Helper()
+		var le *lease.SessionLimitError
+		if !errors.Is(err, lease.ErrTooManySessions) || !errors.As(err, &le) || le.Limit != perUser {
+			t.Fatalf("%s: %v, want a *lease.SessionLimitError{Limit: %d} matching ErrTooManySessions", what, err, perUser)
+		}
+	}
+
+	var held []lease.Lease
+	for i := range perUser {
+		l, err := acquire(key("alice", fmt.Sprintf("doc-%d", i)))
+		if err != nil {
+			t.Fatalf("acquire of session %d of %d: %v", i+1, perUser, err)
+		}
+		held = append(held, l)
+	}
+	_, err := acquire(key("alice", "doc-extra"))
+	wantLimit("an acquire of one session more", err)
+	_, err = eng.Join(ctx, key("alice", "doc-extra"), "conn-1", lease.Tab{TabID: "tab-a"})
+	wantLimit("a join of one session more", err)
+	if g, err := eng.Get(ctx, key("alice", "doc-extra")); err != nil || g.Epoch != 0 || g.Held {
+		t.Fatalf("Get of the refused session = %+v, %v; want it untouched (free at epoch 0)", g, err)
+	}
+	if tabs, err := eng.Tabs(ctx, key("alice", "doc-extra")); err != nil || len(tabs) != 0 {
+		t.Fatalf("Tabs of the refused session = %+v, %v; want none", tabs, err)
+	}
+	// Another user has sessions of its own.
+	if _, err := acquire(key("bob", "doc-extra")); err != nil {
+		t.Fatalf("another user's acquire: %v", err)
+	}
+	// A session the user has is never refused: a retry, a takeover, a renew, a join, a release.
+	if _, err := acquire(key("alice", "doc-0")); err != nil {
+		t.Fatalf("the holder's acquire again: %v", err)
+	}
+	if _, err := eng.Acquire(ctx, lease.AcquireRequest{Key: key("alice", "doc-1"), Holder: lease.Holder{TabID: "tab-b"}, Mode: lease.ModeTakeover}); err != nil {
+		t.Fatalf("a takeover of a session the user has: %v", err)
+	}
+	if _, err := eng.Join(ctx, key("alice", "doc-2"), "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+		t.Fatalf("a join of a session the user has: %v", err)
+	}
+	if r, err := eng.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-0"), TabID: "tab-a", Epoch: held[0].Epoch}); err != nil || !r.Released {
+		t.Fatalf("Release = %+v, %v", r, err)
+	}
+	// A released session keeps its state, and its place, for the idle retention.
+	_, err = acquire(key("alice", "doc-extra"))
+	wantLimit("an acquire of one session more after a release", err)
+	l, err := acquire(key("alice", "doc-0"))
+	if err != nil || l.Epoch <= held[0].Epoch {
+		t.Fatalf("acquire of the released session = %+v, %v; want a grant above epoch %d", l, err, held[0].Epoch)
+	}
+	// An admin's revoke is never refused.
+	if _, err := eng.Revoke(ctx, lease.RevokeRequest{Key: key("alice", "doc-admin"), Admin: "root", Reason: "r", Block: time.Second}); err != nil {
+		t.Fatalf("an admin's revoke of a session the user does not have: %v", err)
 	}
 }
