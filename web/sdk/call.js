@@ -281,10 +281,10 @@ export async function runToolCall(handler, call, args, callerCtx) {
       ac.abort(endReason(toolError("TIMEOUT", `The tool did not finish within ${timeoutMs} ms (its timeoutMs); it was ended so that the agent gets an answer.`, { timeoutMs })));
     }, deadline - start);
     const agent = callerCtx && typeof callerCtx === "object" && callerCtx.signal && typeof callerCtx.signal.addEventListener === "function" ? callerCtx.signal : null;
-    const agentSignal = agent ? anySignal([agent]) : null;
-    const agentEnd = agentSignal ? mapAbort(agentSignal, () => toolError("CANCELLED", "The agent cancelled the call.")) : null;
-    const ownerEnd = leaseCtx.signal ? mapAbort(leaseCtx.signal, () => lease._notOwner()) : null;
-    const signal = anySignal([ac.signal, agentEnd, ownerEnd, instance.callSignal, scope.signal]);
+    // The agent's and the lease's signals give this call's answer when they abort.
+    const agentEnd = mapAbort(agent, () => toolError("CANCELLED", "The agent cancelled the call."));
+    const ownerEnd = mapAbort(leaseCtx.signal, () => lease._notOwner());
+    const signal = anySignal([ac.signal, agentEnd.signal, ownerEnd.signal, instance.callSignal, scope.signal]);
     const generation = scope.generation;
     const ctx = {
       ...leaseCtx,
@@ -314,6 +314,8 @@ export async function runToolCall(handler, call, args, callerCtx) {
       return checkResult(out.value, opts.maxResultBytes);
     } finally {
       clock.clearTimeout(timer);
+      agentEnd.off();
+      ownerEnd.off();
     }
   };
   if (call.mutation) return lease.guard((a, leaseCtx) => run(leaseCtx))(input, callerCtx);
@@ -324,11 +326,13 @@ function isError(v) {
   return Boolean(v && typeof v === "object" && v.error && typeof v.error === "object");
 }
 
-/** A signal that aborts when source does, with the answer answerFn gives at that moment. */
+/** {signal, off}: a signal that aborts when source (if any) does, with the answer answerFn gives
+ *  at that moment; off() stops listening to source (a lease's signal outlives many calls). */
 function mapAbort(source, answerFn) {
+  if (!source) return { signal: null, off: () => {} };
   const ac = new AbortController();
   const fire = () => ac.abort(endReason(answerFn()));
   if (source.aborted) fire();
   else source.addEventListener("abort", fire, { once: true });
-  return ac.signal;
+  return { signal: ac.signal, off: () => source.removeEventListener("abort", fire) };
 }
