@@ -413,7 +413,7 @@ async function main() {
     const ownerNote = field("owner-note");
     switch (d.phase) {
       case "requested":
-        show(ownerNote, "Another tab asked for control: handing over as soon as no change is running…");
+        show(ownerNote, "Another tab asked for control: handing over as soon as no change is running and no question is open…");
         break;
       case "released":
         show(ownerNote, "");
@@ -426,7 +426,7 @@ async function main() {
         show(note, "");
         break;
       case "timeout":
-        show(note, "The other tab did not answer. “Use here” takes control anyway.", true);
+        show(note, "The other tab did not let go in time (a change or a question of it is still open). “Use here” takes control anyway.", true);
         break;
       case "failed":
         show(note, `Could not ask for control: ${d.error?.message ?? "error"}`, true);
