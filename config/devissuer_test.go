@@ -4,9 +4,14 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/tablease/tablease/api"
 )
 
 func TestTheDevIssuerIsRefusedOutsideDevMode(t *testing.T) {
+	if devIssuer != api.DevIssuer {
+		t.Fatalf("devIssuer %q is not api.DevIssuer %q", devIssuer, api.DevIssuer)
+	}
 	_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_JWT_ISSUER": devIssuer})), io.Discard)
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Var != "TABLEASE_JWT_ISSUER" {
