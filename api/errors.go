@@ -25,6 +25,9 @@ const (
 	CodeLeaseLost        = "LEASE_LOST"
 	CodeHandoffPending   = "HANDOFF_PENDING"
 	CodeSessionBlocked   = "SESSION_BLOCKED"
+	// CodeTooManySessions (409): the user has state for as many sessions as
+	// TABLEASE_SESSIONS_PER_USER allows, and the call would add one.
+	CodeTooManySessions = "TOO_MANY_SESSIONS"
 	// CodePreconditionFailed (412): If-Match names a version that is no longer current.
 	CodePreconditionFailed = "PRECONDITION_FAILED"
 	// CodePreconditionRequired (428): a conditional write came without If-Match.
@@ -47,6 +50,7 @@ var Codes = map[string]int{
 	CodeLeaseLost:            http.StatusConflict,
 	CodeHandoffPending:       http.StatusConflict,
 	CodeSessionBlocked:       http.StatusLocked,
+	CodeTooManySessions:      http.StatusConflict,
 	CodePreconditionFailed:   http.StatusPreconditionFailed,
 	CodePreconditionRequired: http.StatusPreconditionRequired,
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
@@ -105,6 +109,7 @@ var domainErrors = []struct {
 	{lease.ErrLost, CodeLeaseLost, false, "this tab no longer holds the lease at this epoch"},
 	{lease.ErrHandoffPending, CodeHandoffPending, true, "a handoff is in progress: the holder was asked to let go, or the lease is reserved for the tab that asked"},
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
+	{lease.ErrTooManySessions, CodeTooManySessions, false, "this user has as many sessions as allowed; a session is forgotten ten minutes after its last use"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
 	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},
 	{catalog.ErrTooLarge, CodePayloadTooLarge, false, "the catalog is larger than 1 MiB once normalized"},
@@ -130,6 +135,7 @@ func errorFor(err error) *Error {
 			lost  *lease.LostError
 			retry *lease.RetryError
 			vm    *lease.VersionMismatchError
+			limit *lease.SessionLimitError
 		)
 		switch {
 		case errors.As(err, &inv):
@@ -152,6 +158,8 @@ func errorFor(err error) *Error {
 			out.RetryAfter = retry.RetryAfter
 		case errors.As(err, &vm):
 			out.Details = map[string]any{"version": vm.Current}
+		case errors.As(err, &limit):
+			out.Details = map[string]any{"limit": limit.Limit}
 		}
 		if row.code == CodeStoreUnavailable {
 			out.RetryAfter = storeRetryAfter

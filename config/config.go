@@ -79,6 +79,14 @@ type Config struct {
 	// AdminMaxBlock bounds the block an admin may set with a revoke (TABLEASE_ADMIN_MAX_BLOCK).
 	AdminMaxBlock time.Duration
 
+	// SessionsPerUser bounds the sessions each user has state for (TABLEASE_SESSIONS_PER_USER;
+	// 0 = no bound). AuditRetention is how long audit records are kept
+	// (TABLEASE_AUDIT_RETENTION), AuditMaxRecords how many of each user's are kept at most
+	// (TABLEASE_AUDIT_MAX_RECORDS).
+	SessionsPerUser int
+	AuditRetention  time.Duration
+	AuditMaxRecords int
+
 	// HandoffTimeout is how long a handoff request waits for the holder to let go
 	// (TABLEASE_HANDOFF_TIMEOUT); HandoffReserve how long the lease is then kept for the requester
 	// (TABLEASE_HANDOFF_RESERVE).
@@ -281,6 +289,18 @@ var variables = []variable{
 	}},
 	{"TABLEASE_ADMIN_MAX_BLOCK", "1h", "longest block of new grants an admin may set with a revoke", func(c *Config, v string) (err error) {
 		c.AdminMaxBlock, err = duration(v, time.Second, 7*24*time.Hour)
+		return err
+	}},
+	{"TABLEASE_SESSIONS_PER_USER", "1000", "sessions one user may have state for (held, or used in the last ten minutes); more are 409 TOO_MANY_SESSIONS; 0 = no bound", func(c *Config, v string) (err error) {
+		c.SessionsPerUser, err = count(v, 0, 10_000_000)
+		return err
+	}},
+	{"TABLEASE_AUDIT_RETENTION", "168h", "how long audit records are kept", func(c *Config, v string) (err error) {
+		c.AuditRetention, err = duration(v, time.Hour, 366*24*time.Hour)
+		return err
+	}},
+	{"TABLEASE_AUDIT_MAX_RECORDS", "10000", "audit records kept per user at most, the oldest dropped first", func(c *Config, v string) (err error) {
+		c.AuditMaxRecords, err = count(v, 100, 10_000_000)
 		return err
 	}},
 	{"TABLEASE_STREAMS_PER_USER", "32", "event streams one user may have open on an instance; more are 429", func(c *Config, v string) (err error) {

@@ -182,7 +182,8 @@ type store struct {
 // memory engine has memory stores of this process beside it (one instance).
 func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, error) {
 	if cfg.RedisURL == "" {
-		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
+		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
+			SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords})
 		if err != nil {
 			return store{}, err
 		}
@@ -192,7 +193,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 	if err != nil {
 		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
-	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve})
+	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
+		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords})
 	if err != nil {
 		client.Close()
 		return store{}, err
