@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +338,16 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 				t.Fatalf("body %+v for status %d: %v", e, resp.StatusCode, err)
 			}
 		})
+	}
+}
+
+func TestTheTableOfAddressesIsBounded(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	u := newUserLimiter(1, ipLimiterCap, func() time.Time { return now })
+	for i := range ipLimiterCap + 1000 {
+		u.allow(clientKey("[2001:db8:" + strconv.FormatInt(int64(i), 16) + "::1]:443"))
+	}
+	if n := u.size(); n > ipLimiterCap {
+		t.Fatalf("%d addresses kept, cap %d", n, ipLimiterCap)
 	}
 }

@@ -37,9 +37,10 @@ func clientKey(remoteAddr string) string {
 	return addr.String()
 }
 
-// userLimiter keeps one token bucket per user, in least-recently-used order. A bucket idle long
-// enough to have refilled is dropped (that loses nothing); beyond cap users the least recently
-// seen is dropped (that forgives its debt, the price of bounded memory).
+// userLimiter keeps one token bucket per key (a user's sub, or a clientKey for the per-address
+// limit), in least-recently-used order. A bucket idle long enough to have refilled is dropped
+// (that loses nothing); beyond cap keys the least recently seen is dropped (that forgives its
+// debt, the price of bounded memory).
 type userLimiter struct {
 	limit rate.Limit
 	burst int
