@@ -194,8 +194,8 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 // limitFailure charges the per-address limit (Options.IPRateLimit) for a request that failed
 // authentication (401) or, without a verified token, matched no route (404, 405), and answers
 // 429 RATE_LIMITED instead of err once the address has no token left. Requests that authenticate
-// never use the address's bucket, so users behind one address are not refused for the failures
-// of others.
+// never use the address's bucket: a valid token passes whatever other clients behind the same
+// address (a NAT, a proxy) did.
 func (s *Server) limitFailure(c echo.Context, err error) error {
 	if s.ipLimit == nil {
 		return err
