@@ -131,13 +131,6 @@ func (c *Cluster) running() []*Server {
 	return r
 }
 
-// clusterView is what one node says of the Cluster.
-type clusterView struct {
-	ok       bool              // cluster_state:ok
-	primary  map[string]string // slot range "a-b" → host:port of its primary
-	replicas map[string]bool   // host:port of each replica seen in sync
-}
-
 // WaitHealthy waits until every running node answers cluster_state:ok, sees all 16384 slots
 // served by running primaries, and every running replica is in sync with its primary. It fails the
 // test after a while.
@@ -162,15 +155,18 @@ func (c *Cluster) healthy() error {
 		if !strings.Contains(info.(string), "cluster_state:ok") {
 			return fmt.Errorf("%s: cluster_state is not ok", n.Addr())
 		}
-		slots, err := clusterSlots(n.Addr())
+		shards, err := clusterShards(n.Addr())
 		if err != nil {
 			return err
 		}
 		total := 0
-		for _, s := range slots {
-			total += s.End - s.Start + 1
-			if len(s.Nodes) == 0 || !alive[s.Nodes[0].Addr] {
-				return fmt.Errorf("%s: slots %d-%d are served by %v, which is down", n.Addr(), s.Start, s.End, s.Nodes)
+		for _, sh := range shards {
+			primary := shardPrimary(sh)
+			for _, r := range sh.Slots {
+				total += int(r.End - r.Start + 1)
+				if !alive[primary] {
+					return fmt.Errorf("%s: slots %d-%d are served by %q, which is down", n.Addr(), r.Start, r.End, primary)
+				}
 			}
 		}
 		if total != 16384 {
@@ -188,13 +184,23 @@ func (c *Cluster) healthy() error {
 	return nil
 }
 
-// clusterSlots answers CLUSTER SLOTS of the node at addr.
-func clusterSlots(addr string) ([]redis.ClusterSlot, error) {
+// clusterShards answers CLUSTER SHARDS of the node at addr.
+func clusterShards(addr string) ([]redis.ClusterShard, error) {
 	cl := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1})
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return cl.ClusterSlots(ctx).Result()
+	return cl.ClusterShards(ctx).Result()
+}
+
+// shardPrimary answers the host:port of the primary of sh that is online, or "".
+func shardPrimary(sh redis.ClusterShard) string {
+	for _, n := range sh.Nodes {
+		if n.Role == "master" && n.Health == "online" {
+			return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+		}
+	}
+	return ""
 }
 
 // PrimaryOf answers the running node that serves key as a primary, as the running nodes agree.
@@ -208,16 +214,18 @@ func (c *Cluster) PrimaryOf(t testing.TB, key string) *Server {
 	if err != nil {
 		t.Fatalf("redistest: CLUSTER KEYSLOT: %v", err)
 	}
-	slot := int(v.(int64))
-	slots, err := clusterSlots(up[0].Addr())
+	slot := v.(int64)
+	shards, err := clusterShards(up[0].Addr())
 	if err != nil {
-		t.Fatalf("redistest: CLUSTER SLOTS: %v", err)
+		t.Fatalf("redistest: CLUSTER SHARDS: %v", err)
 	}
-	for _, s := range slots {
-		if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
-			for _, n := range c.Nodes {
-				if n.Addr() == s.Nodes[0].Addr {
-					return n
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if slot >= r.Start && slot <= r.End {
+				for _, n := range c.Nodes {
+					if n.Addr() == shardPrimary(sh) {
+						return n
+					}
 				}
 			}
 		}
