@@ -23,6 +23,7 @@ func FuzzDecodeJSON(f *testing.F) {
 		`{"tabId":"a","tabId":"b"}`, `{"epoch":1.5}`, `{"epoch":1e3}`, `{"epoch":-0}`, `{"epoch":99999999999999999999}`,
 		`{"epoch":"1"}`, `{"hidden":"true"}`, `{"label":"\ud800"}`, `{"tabId":null}`, `{"epoch":null}`, "{\"tabId\":\"t\xff\"}",
 		`{"tabId":"t-1",}`, `{`, ``, `{"mode":1}`, `{"reason":null}`, `{"tabId":{"a":1}}`,
+		`{"tabId":"a","epoch":1,"tabId":"b"}`, `{"tabId":"t-1","label":"x","hidden":false,"ttlMs":5,"label":"y"}`,
 	} {
 		for kind := range byte(len(bodyKinds)) {
 			f.Add(kind, []byte(s))

@@ -36,6 +36,9 @@ func FuzzParse(f *testing.F) {
 		`{"tools": [{"name": "a", "description": "d", "extra": 1}]}`,
 		`{"tools": [{"name": "a", "description": "d", "routes": ["/", "/a/:b/*"]}]}`,
 		`{"tools": null}`, `null`, `{}`, `[]`, `{"tools": [null]}`,
+		`{"tools": [{"name": "w", "description": "d", "annotations": {"title": "W", "idempotentHint": true, "destructiveHint": false,
+		  "openWorldHint": false, "untrustedContentHint": true}, "routes": ["/a/*"]}]}`,
+		readmeCatalog,
 	} {
 		f.Add([]byte(s), "/events/evt-1?x=1")
 	}
@@ -79,6 +82,22 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// readmeCatalog is the example of the README's "Tool catalog".
+const readmeCatalog = `{"tools": [
+  {"name": "search_events", "description": "Search public events.",
+   "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+   "annotations": {"readOnlyHint": true}, "routes": ["/events"]},
+  {"name": "get_event_details", "description": "Details of an event by id.",
+   "inputSchema": {"type": "object", "properties": {"event_id": {"type": "string"}}, "required": ["event_id"]},
+   "annotations": {"readOnlyHint": true}, "routes": ["/events"]},
+  {"name": "get_event_details", "description": "Details of the event on this page.",
+   "inputSchema": {"type": "object", "additionalProperties": false},
+   "annotations": {"readOnlyHint": true}, "routes": ["/events/:id"]},
+  {"name": "rename_event", "description": "Rename the event on this page.", "routes": ["/events/:id"]},
+  {"name": "save_event", "description": "Save an event to the user's list.",
+   "annotations": {"destructiveHint": false, "idempotentHint": true}, "disabled": false}
+]}`
 
 // routesFor is route and, for every pattern of c, a route it matches and a route one segment
 // longer.
