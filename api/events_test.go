@@ -1074,9 +1074,11 @@ func TestStoreTroubleBeforeTheStreamBeginsIsUnavailable(t *testing.T) {
 
 func TestTicketKeysComeFromTheTicketSecretOrTheHS256Secret(t *testing.T) {
 	secret := []byte(strings.Repeat("t", 32))
-	a := newHarness(t, func(o *Options) { o.Streams.TicketSecret = secret })
-	b := newHarness(t, func(o *Options) { o.Engine, o.Streams.TicketSecret = a.engine, secret })
-	c := newHarness(t, func(o *Options) { o.Engine = a.engine }) // derived from the HS256 secret
+	// Three instances on one store: the engine and the nonces are shared.
+	nonces := leasemem.NewNonceStore(nil)
+	a := newHarness(t, func(o *Options) { o.Nonces, o.Streams.TicketSecret = nonces, secret })
+	b := newHarness(t, func(o *Options) { o.Engine, o.Nonces, o.Streams.TicketSecret = a.engine, nonces, secret })
+	c := newHarness(t, func(o *Options) { o.Engine, o.Nonces = a.engine, nonces }) // derived from the HS256 secret
 	tsB, tsC := b.serve(), c.serve()
 	alice := a.token("alice")
 

@@ -43,7 +43,7 @@ func (s *Server) issueTicket(c echo.Context) error {
 	if err := validTabID(b.TabID); err != nil {
 		return err
 	}
-	ticket, err := s.streams.IssueTicket(key, b.TabID)
+	ticket, err := s.streams.IssueTicket(c.Request().Context(), key, b.TabID)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 	ctx := context.Background()
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	issue := func() string {
-		tk, err := h.IssueTicket(key, "tab-a")
+		tk, err := h.IssueTicket(ctx, key, "tab-a")
 		if err != nil {
 			t.Fatal(err)
 		}

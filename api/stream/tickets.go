@@ -65,11 +65,17 @@ var (
 )
 
 // Nonces remembers single-use values for a while, so that a ticket is redeemed once across every
-// instance that shares the store. The Redis engine is one; leasemem.NonceStore is one for a single
-// instance; leasetest.RunNonces checks them.
+// instance that shares the store, and hands them out tied to the store's generation, so that a
+// ticket used before the store lost its data is not accepted again after it. The Redis engine is
+// one; leasemem.NonceStore is one for a single instance; leasetest.RunNonces checks them (the
+// contract is leasetest.NonceStore's).
 type Nonces interface {
+	// NewNonce answers a new nonce of the store's current generation. Errors:
+	// *lease.UnavailableError for store trouble.
+	NewNonce(ctx context.Context) (string, error)
 	// UseNonce records nonce as used for ttl, in one atomic step of the store, and reports whether
-	// it was fresh: true for the first use, false while an earlier use is remembered. Of many
+	// it was fresh: true for the first use of a nonce of the current generation, false while an
+	// earlier use is remembered or for a nonce of another generation. Of many
 	// concurrent uses of one nonce, exactly one is fresh. After ttl (by the store's clock) the
 	// nonce is forgotten. Errors: *lease.InvalidError for a nonce that is not an identifier or a
 	// ttl not in [1ms, lease.MaxNonceTTL]; *lease.UnavailableError for store trouble, which never
@@ -117,10 +123,16 @@ func (b *ticketBook) sign(signed string) []byte {
 	return mac.Sum(nil)
 }
 
-// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now.
-func (h *Handler) IssueTicket(key lease.Key, tab string) (string, error) {
+// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now, with a nonce from the
+// store (a *lease.UnavailableError when the store does not answer).
+func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string) (string, error) {
 	b := h.tickets
-	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: b.now().Add(TicketTTL).UnixMilli(), Nonce: rand.Text()}
+	nonce, err := b.nonces.NewNonce(ctx)
+	if err != nil {
+		h.storeError("new nonce", err)
+		return "", err
+	}
+	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: b.now().Add(TicketTTL).UnixMilli(), Nonce: nonce}
 	payload, err := json.Marshal(claims)
 	if err != nil {
 		return "", err

@@ -3,7 +3,9 @@ package leasemem
 import (
 	"container/heap"
 	"context"
+	"crypto/rand"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,10 +16,12 @@ import (
 // the Engine, like DocumentStore: nonces used through one process are known to that process
 // only). Each call is one critical section under mu that reads the injected clock, forgets the
 // nonces that expired, and records the new one, so of concurrent uses of a nonce exactly one is
-// fresh. Memory is bounded by the nonces used within their TTL. Use NewNonceStore; the zero value
-// is not usable.
+// fresh. Memory is bounded by the nonces used within their TTL. Its generation is random, made by
+// NewNonceStore: a new process, which remembers none of the nonces used before, accepts none of
+// them. Use NewNonceStore; the zero value is not usable.
 type NonceStore struct {
 	now func() time.Time // immutable after NewNonceStore
+	gen string           // the generation, the prefix of every nonce NewNonce answers; immutable
 
 	mu      sync.Mutex           // protects used and expiry
 	used    map[string]time.Time // nonce → when it is forgotten
@@ -30,7 +34,15 @@ func NewNonceStore(now func() time.Time) *NonceStore {
 	if now == nil {
 		now = time.Now
 	}
-	return &NonceStore{now: now, used: make(map[string]time.Time)}
+	return &NonceStore{now: now, gen: rand.Text(), used: make(map[string]time.Time)}
+}
+
+// NewNonce answers a new nonce of the store's generation (see leasetest.NonceStore).
+func (s *NonceStore) NewNonce(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", &lease.UnavailableError{Op: "new nonce", Err: err}
+	}
+	return s.gen + "." + rand.Text(), nil
 }
 
 // UseNonce records nonce as used for ttl, and reports whether it was fresh (see
@@ -41,6 +53,9 @@ func (s *NonceStore) UseNonce(ctx context.Context, nonce string, ttl time.Durati
 	}
 	if err := ctx.Err(); err != nil {
 		return false, &lease.UnavailableError{Op: "use nonce", Err: err}
+	}
+	if gen, _, ok := strings.Cut(nonce, "."); !ok || gen != s.gen {
+		return false, nil // not handed out by this store
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

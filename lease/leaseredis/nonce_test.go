@@ -3,6 +3,7 @@ package leaseredis
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,19 +16,36 @@ import (
 
 // TestNonces runs the nonce suite on a namespace of the shared Redis per subtest.
 func TestNonces(t *testing.T) {
-	leasetest.RunNonces(t, func(t *testing.T) leasetest.NonceStore {
-		e, _, _ := newEngine(t)
-		return e
+	leasetest.RunNonces(t, func(t *testing.T) leasetest.NonceTarget {
+		e, _, db := newEngine(t)
+		return leasetest.NonceTarget{
+			Store: e,
+			LoseData: func(t *testing.T) leasetest.NonceStore {
+				db.Flush(t)
+				return e
+			},
+		}
 	})
 }
 
 func TestANonceIsOneKeyUnderThePrefixThatExpiresWithItsTTL(t *testing.T) {
 	e, rdb, db := newEngine(t)
 	ctx := t.Context()
-	if fresh, err := e.UseNonce(ctx, "n-1", 30*time.Second); err != nil || !fresh {
+	n, err := e.NewNonce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := e.UseNonce(ctx, n, 30*time.Second); err != nil || !fresh {
 		t.Fatalf("UseNonce: %v, %v", fresh, err)
 	}
-	key := db.Prefix() + ":nonce:n-1"
+	gen, _, _ := strings.Cut(n, ".")
+	if got := rdb.Get(ctx, db.Prefix()+":{nonces}:generation").Val(); got != gen {
+		t.Fatalf("the generation key holds %q, want the nonce's generation %q", got, gen)
+	}
+	if ttl := rdb.TTL(ctx, db.Prefix()+":{nonces}:generation").Val(); ttl != -1 {
+		t.Fatalf("TTL of the generation = %v, want none", ttl)
+	}
+	key := db.Prefix() + ":{nonces}:n:" + n
 	if typ := rdb.Type(ctx, key).Val(); typ != "string" {
 		t.Fatalf("TYPE %s = %q, want string", key, typ)
 	}
@@ -36,7 +54,7 @@ func TestANonceIsOneKeyUnderThePrefixThatExpiresWithItsTTL(t *testing.T) {
 	}
 }
 
-// setTwice is a hook that sends every SET twice and keeps the second answer, as when go-redis
+// setTwice is a hook that sends every script twice and keeps the second answer, as when go-redis
 // retries a command whose first answer was lost after the server ran it.
 type setTwice struct{}
 
@@ -46,7 +64,7 @@ func (setTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 }
 func (setTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "set" {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
 			if err := next(ctx, cmd.Clone()); err != nil && !errors.Is(err, redis.Nil) {
 				return err
 			}
@@ -67,10 +85,14 @@ func TestAUseOfANonceIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fresh, err := e.UseNonce(t.Context(), "n-1", time.Minute); err != nil || !fresh {
+	n, err := e.NewNonce(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := e.UseNonce(t.Context(), n, time.Minute); err != nil || !fresh {
 		t.Fatalf("a first use sent twice = %v, %v; want fresh", fresh, err)
 	}
-	if fresh, err := e.UseNonce(t.Context(), "n-1", time.Minute); err != nil || fresh {
+	if fresh, err := e.UseNonce(t.Context(), n, time.Minute); err != nil || fresh {
 		t.Fatalf("a second use sent twice = %v, %v; want used", fresh, err)
 	}
 }
@@ -78,7 +100,10 @@ func TestAUseOfANonceIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 func TestNonceCallsAfterCloseAreUnavailable(t *testing.T) {
 	e, _, _ := newEngine(t)
 	_ = e.Close()
-	if fresh, err := e.UseNonce(t.Context(), "n-1", time.Minute); fresh || !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrClosed) {
+	if fresh, err := e.UseNonce(t.Context(), "g.n-1", time.Minute); fresh || !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrClosed) {
 		t.Fatalf("UseNonce after Close = %v, %v; want unavailable", fresh, err)
+	}
+	if n, err := e.NewNonce(t.Context()); n != "" || !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("NewNonce after Close = %q, %v; want unavailable", n, err)
 	}
 }
