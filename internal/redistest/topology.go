@@ -287,7 +287,7 @@ func IsPrimary(s *Server) bool {
 // Sentinel is a primary, a replica of it and three sentinels monitoring them under the name
 // MasterName, with a down-after of NodeTimeout; every process is stopped in t.Cleanup.
 type Sentinel struct {
-	Primary   *Server // the primary at the start; after a failover, Replica may be the primary
+	Primary   *Server // the primary at the start; after a failover, MasterAddr says which is
 	Replica   *Server
 	Sentinels []*Server
 }
@@ -361,6 +361,55 @@ func (s *Sentinel) MasterAddr(t testing.TB) string {
 	}
 	t.Fatalf("redistest: no sentinel names the primary: %v", last)
 	return ""
+}
+
+// KillPrimary kills the node the sentinels name as the primary and waits until they name the other
+// one and it answers as a primary. It answers the node killed and when the promotion was seen
+// finished.
+func (s *Sentinel) KillPrimary(t testing.TB) (killed *Server, promoted time.Time) {
+	t.Helper()
+	killed, next := s.Primary, s.Replica
+	if s.MasterAddr(t) == s.Replica.Addr() {
+		killed, next = s.Replica, s.Primary
+	}
+	killed.Stop(t)
+	err := poll(topologyTimeout, func() error {
+		if s.MasterAddr(t) != next.Addr() || !IsPrimary(next) {
+			return fmt.Errorf("the sentinels have not promoted %s", next.Addr())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return killed, time.Now()
+}
+
+// Rejoin restarts n, a node KillPrimary killed, as a replica of the primary the sentinels name (as
+// they would make it, only sooner), and waits until it is in sync. It comes back empty.
+func (s *Sentinel) Rejoin(t testing.TB, n *Server) {
+	t.Helper()
+	primary := s.MasterAddr(t)
+	n.mu.Lock()
+	n.role.replica = primary
+	n.mu.Unlock()
+	n.Restart(t)
+	_, port, _ := net.SplitHostPort(primary)
+	err := poll(topologyTimeout, func() error {
+		v, err := command(n.Addr(), "info", "replication")
+		if err != nil {
+			return err
+		}
+		r := v.(string)
+		if !strings.Contains(r, "role:slave") || !strings.Contains(r, "master_port:"+port+"\r") ||
+			!strings.Contains(r, "master_link_status:up") {
+			return fmt.Errorf("%s does not replicate %s in sync yet", n.Addr(), primary)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
 }
 
 // pairs reads a flat list of names and values, as SENTINEL MASTER answers.

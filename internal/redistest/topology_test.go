@@ -54,19 +54,18 @@ func hasKeys(addr string) error {
 	return nil
 }
 
-func TestSentinelNamesTheReplicaOnceThePrimaryDies(t *testing.T) {
+func TestSentinelFailsOverToTheReplicaAndBack(t *testing.T) {
 	s := StartSentinel(t)
 	if got := s.MasterAddr(t); got != s.Primary.Addr() {
 		t.Fatalf("the sentinels name %s, want %s", got, s.Primary.Addr())
 	}
-	s.Primary.Stop(t)
-	err := poll(topologyTimeout, func() error {
-		if s.MasterAddr(t) != s.Replica.Addr() || !IsPrimary(s.Replica) {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal("the sentinels did not promote the replica")
+	killed, _ := s.KillPrimary(t)
+	if killed != s.Primary || s.MasterAddr(t) != s.Replica.Addr() {
+		t.Fatalf("killed %s, and the sentinels name %s; want %s killed and %s named", killed.Addr(), s.MasterAddr(t), s.Primary.Addr(), s.Replica.Addr())
+	}
+	// Back, empty, it becomes the replica, and the next failover goes the other way.
+	s.Rejoin(t, killed)
+	if again, _ := s.KillPrimary(t); again != s.Replica || s.MasterAddr(t) != s.Primary.Addr() {
+		t.Fatalf("the second failover killed %s and promoted %s", again.Addr(), s.MasterAddr(t))
 	}
 }
