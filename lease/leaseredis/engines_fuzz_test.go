@@ -170,7 +170,7 @@ func newStoreClock(client redis.UniversalClient) *storeClock {
 	return &storeClock{client: client, shas: make(map[string]string)}
 }
 
-// set moves both engines' clock to t.
+// set moves both engines' clock to at.
 func (c *storeClock) set(t *testing.T, at time.Time) {
 	t.Helper()
 	us := at.UnixMicro()
@@ -260,13 +260,8 @@ type program struct {
 	// answering it); maxEpoch the highest epoch minted so far.
 	last     *lease.Lease
 	maxEpoch int64
-	// joined maps each connection to the tab it joined for and the expiry of its entry.
-	joined map[string]presence
-}
-
-type presence struct {
-	tab     string
-	expires time.Time
+	// joined maps each connection that joined to the expiry of its entry.
+	joined map[string]time.Time
 }
 
 func startProgram(t *testing.T, client redis.UniversalClient, clock *storeClock, prefix string) *program {
@@ -289,11 +284,19 @@ func startProgram(t *testing.T, client redis.UniversalClient, clock *storeClock,
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = red.Close(); _ = mem.Close() })
+	// Cleanups run last registered first: the watches registered below close first, then the
+	// engines, then the program's keys go (programs run one at a time per Redis).
+	t.Cleanup(func() {
+		_ = red.Close()
+		_ = mem.Close()
+		if err := client.FlushDB(context.Background()).Err(); err != nil {
+			t.Errorf("flushing the fuzz Redis: %v", err)
+		}
+	})
 	p := &program{
 		t: t, ctx: ctx, clock: clock, key: lease.Key{User: "alice", Session: "doc-1"},
 		mem: engine{name: "leasemem", store: mem}, redis: engine{name: "leaseredis", store: red},
-		joined: make(map[string]presence),
+		joined: make(map[string]time.Time),
 	}
 	for _, e := range []*engine{&p.mem, &p.redis} {
 		w, err := e.store.Watch(ctx, p.key, "")
@@ -439,7 +442,7 @@ func (p *program) step() {
 		r, rErr := p.redis.store.Join(p.ctx, p.key, conn, in)
 		p.agree("join", m, mErr, r, rErr)
 		if mErr == nil {
-			p.joined[conn] = presence{tab: tab, expires: p.clock.Now().Add(m)}
+			p.joined[conn] = p.clock.Now().Add(m)
 		}
 	case opLeave:
 		a := p.next()
@@ -511,8 +514,8 @@ func (p *program) stepClock(kind, which byte) {
 			}
 		}
 		for c := range 4 {
-			if e, ok := p.joined["conn-"+strconv.Itoa(c)]; ok {
-				deadlines = append(deadlines, e.expires)
+			if expires, ok := p.joined["conn-"+strconv.Itoa(c)]; ok {
+				deadlines = append(deadlines, expires)
 			}
 		}
 		deadlines = slices.DeleteFunc(deadlines, func(d time.Time) bool { return !d.After(now) })
