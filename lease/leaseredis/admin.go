@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,12 +30,16 @@ import (
 //
 // Each user has an index of the sessions whose lease is held, <prefix>:{<sub>}:sessions, kept in
 // step by the scripts that grant and end leases (see admin.lua), so it shares the user's slot. To
-// list every user, the engine keeps one more sorted set, <prefix>:users, of the users that ever
-// had a lease acquired or revoked: it is added to with its own idempotent ZADD before the acquire
-// or revoke script runs, never by a script (its slot is not the user's). A user in it whose
-// leases ended only has an empty index; a lease is never held by a user missing from it, unless
-// the key was lost on its own (a failover of its Cluster node without persistence), which the
-// user's next acquire repairs. ListLeases pages the users in byte order from the cursor's user, and
+// list every user, the engine keeps one more sorted set, <prefix>:users, of the users that had a
+// lease acquired or revoked: it is added to with its own idempotent ZADD before the acquire or
+// revoke script runs, and again after an acquire that granted, never by a script (its slot is not
+// the user's). A user in it whose leases ended only has an empty index. A listing of every user
+// prunes the users it finds with no key left (no held lease, no session whose state is kept, no
+// audit log): it checks, removes the user, checks again, and puts back a user whose keys came back
+// meanwhile. So a lease is never held by a user missing from it, except for an acquire that ran
+// between a prune's two checks, until that acquire's second ZADD a moment later, and a user whose
+// key was lost on its own (a failover of its Cluster node without persistence), which the user's
+// next acquire repairs. ListLeases pages the users in byte order from the cursor's user, and
 // each user's index from the cursor's session (ZRANGEBYLEX), and reads the state hashes of the
 // sessions it found with leases.lua, which answers those held at the store's clock and drops the
 // others from the index. A lease held throughout a listing is in its user's index throughout, so
@@ -243,6 +248,15 @@ func (l *lister) everyUser() error {
 		if err != nil {
 			return err
 		}
+		var empty []string
+		for i, u := range users {
+			if len(firsts[i].Val()) == 0 && l.from(u) == "-" {
+				empty = append(empty, u)
+			}
+		}
+		if err := l.e.prune(l.ctx, empty); err != nil {
+			return err
+		}
 		for i, u := range users {
 			if l.full() {
 				return nil
@@ -257,6 +271,69 @@ func (l *lister) everyUser() error {
 		from = "(" + users[len(users)-1]
 	}
 	return nil
+}
+
+// prune removes from the users index those of users that have no key left (see "Listing" above):
+// a check, the removal, a second check that puts back whoever has keys again.
+func (e *Engine) prune(ctx context.Context, users []string) error {
+	if len(users) == 0 {
+		return nil
+	}
+	gone := func(candidates []string) ([]string, error) {
+		counts := make([]*redis.IntCmd, len(candidates))
+		err := e.store(ctx, opList, func(ctx context.Context) error {
+			_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, u := range candidates {
+					tag := e.prefix + ":{" + u + "}:"
+					counts[i] = p.Exists(ctx, e.indexKey(u), e.auditKey(u), tag+"known")
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for i, u := range candidates {
+			if counts[i].Val() == 0 {
+				out = append(out, u)
+			}
+		}
+		return out, nil
+	}
+	members := func(us []string) []any {
+		out := make([]any, len(us))
+		for i, u := range us {
+			out[i] = u
+		}
+		return out
+	}
+	first, err := gone(users)
+	if err != nil || len(first) == 0 {
+		return err
+	}
+	if err := e.store(ctx, opList, func(ctx context.Context) error {
+		return e.client.ZRem(ctx, e.usersKey(), members(first)...).Err()
+	}); err != nil {
+		return err
+	}
+	second, err := gone(first)
+	if err != nil {
+		return err
+	}
+	var back []redis.Z
+	for _, u := range first {
+		if !slices.Contains(second, u) {
+			back = append(back, redis.Z{Member: u})
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return e.store(ctx, opList, func(ctx context.Context) error {
+		return e.client.ZAdd(ctx, e.usersKey(), back...).Err()
+	})
 }
 
 // user lists the held leases of user from its index until the page is full. When the caller read

@@ -471,3 +471,56 @@ func TestAdminScriptsDeclareTheirKeysAndArguments(t *testing.T) {
 		t.Error("audit.lua uses a key it does not declare")
 	}
 }
+
+func TestAListingPrunesTheUsersWithNoKeyLeft(t *testing.T) {
+	db := redistest.Shared(t)
+	c := db.Client(t)
+	client, err := NewClient(db.URL(), DefaultOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	const retention = time.Second
+	e, err := New(client, Options{Prefix: db.Prefix(), IdleRetention: retention, AuditRetention: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	users := db.Prefix() + ":users"
+	bob := lease.Key{User: "bob", Session: "doc-1"}
+
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	mustAcquire(t, e, bob, tabA, lease.ModeTry)
+	if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	// A listing while alice's state and audit log are kept prunes nobody.
+	if _, err := e.ListLeases(ctx, lease.ListQuery{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ZRange(ctx, users, 0, -1).Val(); !slices.Equal(got, []string{"alice", "bob"}) {
+		t.Fatalf("users index %q after a listing, want both users", got)
+	}
+	// Once alice's keys are gone (the state after the idle retention, the audit log after its
+	// retention), a listing prunes her; bob, who holds a lease, stays.
+	deadline := time.Now().Add(retention + 10*time.Second)
+	for c.Exists(ctx, db.Prefix()+":{alice}:sessions", db.Prefix()+":{alice}:audit", db.Prefix()+":{alice}:known").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("alice's keys outlived their retention")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := e.ListLeases(ctx, lease.ListQuery{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ZRange(ctx, users, 0, -1).Val(); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("users index %q after a listing, want alice pruned and bob kept", got)
+	}
+	// Her next acquire puts her back, and her lease is listed.
+	mustAcquire(t, e, alice, tabB, lease.ModeTry)
+	p, err := e.ListLeases(ctx, lease.ListQuery{})
+	if err != nil || len(p.Leases) != 2 || p.Leases[0].Key != alice {
+		t.Fatalf("ListLeases after alice acquired again = %+v, %v; want alice's lease and bob's", p.Leases, err)
+	}
+}

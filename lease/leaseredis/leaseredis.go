@@ -266,7 +266,7 @@ func (e *Engine) usersKey() string { return e.prefix + ":users" }
 func (e *Engine) channel() string { return e.prefix + ":events" }
 
 // Acquire implements lease.Engine.Acquire, lease.ModeHandoff included, with acquire.lua. The user
-// is added to the users index first (see admin.go), so that the lease is listed.
+// is added to the users index before and after (see admin.go), so that the lease is listed.
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
 	const op = "acquire"
 	mode, err := req.Validate()
@@ -292,6 +292,10 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	}
 	switch status {
 	case statusOK:
+		// Again after the grant, for a listing that pruned the user meanwhile (see admin.go).
+		if err := e.addUser(ctx, op, req.Key.User); err != nil {
+			return lease.Lease{}, err
+		}
 		return l, nil
 	case statusHeld:
 		return lease.Lease{}, &lease.HeldError{Holder: l.Holder, Epoch: l.Epoch, Remaining: l.Remaining()}
