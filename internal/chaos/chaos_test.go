@@ -14,6 +14,7 @@ import (
 var (
 	histories = flag.Int("chaos.histories", 294, "histories (sessions) to check in all, shared evenly by the fault scenarios")
 	duration  = flag.Duration("chaos.duration", 0, "least time to run each fault scenario")
+	failovers = flag.Int("chaos.failovers", 3, "Sentinel failovers to run the clients through, one per round")
 )
 
 func TestMain(m *testing.M) {
@@ -107,5 +108,43 @@ func TestTheLeaseAPIIsLinearizableUnderChaos(t *testing.T) {
 				t.Errorf("the check of a history did not finish: %s", p)
 			}
 		})
+	}
+}
+
+// TestTheLeaseAPIIsLinearizableAcrossSentinelFailovers runs eight tabs against two tablease
+// instances that reach Redis through Sentinel, and kills the primary once per round: the sentinels
+// promote the replica, and the killed node rejoins, empty, as the replica of the next round. Every
+// session's history is checked with porcupine. The replica is in sync on loopback, so the
+// failover loses nothing the clients were told (README "Failure semantics" says what a lagging
+// replica may lose). A long run: go test -run Sentinel ./internal/chaos/ -chaos.failovers=30
+func TestTheLeaseAPIIsLinearizableAcrossSentinelFailovers(t *testing.T) {
+	c := chaos.StartSentinelCluster(t, 2)
+	const sessions = 3
+	start := time.Now()
+	rep := chaos.Run(t, c, chaos.Config{
+		Name:      "sentinel-failover",
+		Targets:   c.URLs(),
+		Clients:   8,
+		Sessions:  sessions,
+		Calls:     6,
+		Histories: sessions * *failovers,
+		Fault: func(t testing.TB, c *chaos.Cluster, r *chaos.Round) bool {
+			killed, _ := c.Sentinel.KillPrimary(t)
+			r.AwaitCalls(2, true, time.Second) // clients saw the failover
+			c.Sentinel.Rejoin(t, killed)
+			return false
+		},
+		Artifacts: chaos.ArtifactsDir(),
+	})
+	t.Logf("Sentinel failover: %d histories, %d calls, %d operations checked (%d with an unknown outcome), %d failovers, illegal %d, undecided %d, in %s",
+		rep.Histories, rep.Calls, rep.Ops, rep.Unknown, rep.Faults, len(rep.Illegal), len(rep.Undecided), time.Since(start).Round(time.Millisecond))
+	for _, e := range rep.Errors {
+		t.Errorf("an answer the contract does not allow: %s", e)
+	}
+	for _, p := range rep.Illegal {
+		t.Errorf("a history is not linearizable: %s", p)
+	}
+	for _, p := range rep.Undecided {
+		t.Errorf("the check of a history did not finish: %s", p)
 	}
 }

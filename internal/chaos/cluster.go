@@ -64,10 +64,11 @@ func RemoveBinary() {
 }
 
 // Cluster is a private Redis, a Proxy in front of it, and tablease instances that reach Redis
-// through the proxy.
+// through the proxy; or (StartSentinelCluster) a Sentinel setup that the instances reach directly.
 type Cluster struct {
 	Redis     *redistest.Server
 	Proxy     *Proxy
+	Sentinel  *redistest.Sentinel
 	Instances []*Instance
 	Token     string // an access token of the user "chaos", valid for two hours
 	HTTP      *http.Client
@@ -93,7 +94,6 @@ func (i *Instance) URL() string { return "http://" + i.Addr }
 // StartCluster starts a cluster of n tablease instances for t, stopped in t.Cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	bin := Binary(t)
 	c := &Cluster{Redis: redistest.Start(t), HTTP: &http.Client{Timeout: 5 * time.Second}}
 	p, err := NewProxy(c.Redis.Addr())
 	if err != nil {
@@ -101,7 +101,24 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	c.Proxy = p
+	c.start(t, n, "redis://"+p.Addr()+"/0")
+	return c
+}
 
+// StartSentinelCluster starts n tablease instances for t that reach a primary and its replica
+// through three sentinels (redistest.StartSentinel), all stopped in t.Cleanup.
+func StartSentinelCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{Sentinel: redistest.StartSentinel(t), HTTP: &http.Client{Timeout: 5 * time.Second}}
+	addrs := c.Sentinel.Addrs()
+	c.start(t, n, "redis://"+addrs[0]+"/0?master_name="+redistest.MasterName+"&addr="+strings.Join(addrs[1:], "&addr="))
+	return c
+}
+
+// start starts n tablease instances on the Redis of redisURL, with a signing key and a token.
+func (c *Cluster) start(t testing.TB, n int, redisURL string) {
+	t.Helper()
+	bin := Binary(t)
 	dir := t.TempDir()
 	key := filepath.Join(dir, "lease-key.pem")
 	if out, err := exec.Command(bin, "keygen", "--out", key).CombinedOutput(); err != nil {
@@ -110,7 +127,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	env := []string{
-		"TABLEASE_REDIS_URL=redis://" + p.Addr() + "/0",
+		"TABLEASE_REDIS_URL=" + redisURL,
 		"TABLEASE_JWT_HS256_SECRET=" + hex.EncodeToString(secret),
 		"TABLEASE_JWT_ISSUER=tablease-chaos",
 		"TABLEASE_JWT_AUDIENCE=tablease",
@@ -161,7 +178,6 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if err := c.WaitReady(); err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
-	return c
 }
 
 // URLs are the base URLs of the instances.

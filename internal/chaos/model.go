@@ -2,7 +2,8 @@
 //
 // Clients (one tab each) call two tablease instances that share one Redis, while a fault is
 // injected: Redis paused, Redis killed and restarted empty, FLUSHALL, a TCP proxy that delays and
-// resets the connections to Redis, a tablease instance killed and restarted. Every call is
+// resets the connections to Redis, a tablease instance killed and restarted, and (on a primary, a
+// replica and three sentinels) the primary killed and the replica promoted. Every call is
 // recorded with its call and return times, and the history of each session is checked with
 // porcupine against Model, a sequential specification of one session written from the HTTP
 // contract (README "HTTP API", docs/DESIGN.md §3). An illegal history is written, with porcupine's

@@ -306,7 +306,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		"sentinel down-after-milliseconds %[1]s %[3]d\n"+
 		"sentinel failover-timeout %[1]s %[4]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
-		MasterName, s.Primary.port, NodeTimeout.Milliseconds(), (5 * NodeTimeout).Milliseconds())
+		MasterName, s.Primary.port, NodeTimeout.Milliseconds(), (2 * NodeTimeout).Milliseconds())
 	for range 3 {
 		s.Sentinels = append(s.Sentinels, startNode(t, &role{sentinel: true}, conf))
 	}
@@ -404,6 +404,21 @@ func (s *Sentinel) Rejoin(t testing.TB, n *Server) {
 		if !strings.Contains(r, "role:slave") || !strings.Contains(r, "master_port:"+port+"\r") ||
 			!strings.Contains(r, "master_link_status:up") {
 			return fmt.Errorf("%s does not replicate %s in sync yet", n.Addr(), primary)
+		}
+		// Every sentinel must see it as a healthy replica, or it could not promote it next.
+		for _, x := range s.Sentinels {
+			v, err := command(x.Addr(), "sentinel", "replicas", MasterName)
+			if err != nil {
+				return err
+			}
+			ok := false
+			for _, r := range v.([]any) {
+				m := pairs(r)
+				ok = ok || (m["name"] == n.Addr() && m["flags"] == "slave" && m["master-link-status"] == "ok")
+			}
+			if !ok {
+				return fmt.Errorf("sentinel %s does not see %s as a healthy replica yet", x.Addr(), n.Addr())
+			}
 		}
 		return nil
 	})
