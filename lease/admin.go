@@ -61,9 +61,12 @@ type Admin interface {
 	Audit(ctx context.Context, q AuditQuery) (AuditPage, error)
 }
 
-// Audit log bounds. Engines keep each user's audit records for DefaultAuditRetention and at most
-// DefaultAuditMaxRecords of them (oldest dropped first) unless configured otherwise; the records
-// of a user outlive the user's session state.
+// Audit log bounds. Engines keep each user's audit records for DefaultAuditRetention, and at most
+// DefaultAuditMaxRecords records of the user's own actions (grant, takeover, handoff, release,
+// expire) and, apart, at most as many of admins' actions (revoke, block), unless configured
+// otherwise; the oldest of each kind are dropped first, so a user's own actions never push an
+// admin's records out (Redis trims in whole stream nodes, and may keep up to a hundred more). The
+// records of a user outlive the user's session state.
 const (
 	DefaultAuditRetention  = 7 * 24 * time.Hour
 	DefaultAuditMaxRecords = 10_000

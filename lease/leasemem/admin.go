@@ -25,10 +25,12 @@ import (
 // Each user's records are a slice in the order they were appended, outside the session entries,
 // so that pruning a session keeps its history. Records get ids from one engine-wide sequence
 // (lease.NextEventID of the last id and the clock), so ids increase across users in the order of
-// the changes, and a page across users is a merge of the users' logs by id. A user's log keeps at
-// most Options.AuditMaxRecords records for Options.AuditRetention (counted from when each was
-// appended); the oldest go first, on append and in the sweep, and a query skips the records past
-// their retention whether or not the sweep has run yet.
+// the changes, and a page across users is a merge of the users' logs by id. A user's log keeps,
+// for Options.AuditRetention (counted from when each was appended), at most
+// Options.AuditMaxRecords records of the user's own actions and, apart, at most as many records
+// of admins (revoke, block), so that a user's own actions never push an admin's records out; the
+// oldest of each go first, on append and in the sweep, and a query skips the records past their
+// retention whether or not the sweep has run yet.
 
 var _ lease.Admin = (*Engine)(nil)
 
@@ -39,9 +41,11 @@ type auditEntry struct {
 	rec   lease.AuditRecord
 }
 
-// auditLog is the audit log of one user, oldest first (ids increasing).
+// auditLog is the audit log of one user, oldest first (ids increasing). admins counts the entries
+// that record an admin's action (with an Admin).
 type auditLog struct {
 	entries []auditEntry
+	admins  int
 }
 
 // revokeMemo is the last revoke of a session that had a RequestID, and what it answered.
@@ -81,20 +85,44 @@ func (e *Engine) record(now time.Time, rec lease.AuditRecord) {
 		e.audit[rec.Key.User] = l
 	}
 	l.entries = append(l.entries, auditEntry{id: id, added: now, rec: rec})
+	if rec.Admin != "" {
+		l.admins++
+	}
 	e.trimAudit(l, now)
 }
 
-// trimAudit drops the oldest records of l beyond AuditMaxRecords, and those past retention from
-// the front. e.mu must be held.
+// trimAudit drops the records of l past retention from the front, then the oldest records of
+// each kind (the user's own, an admin's) beyond AuditMaxRecords of that kind. e.mu must be held.
 func (e *Engine) trimAudit(l *auditLog, now time.Time) {
-	drop := max(len(l.entries)-e.auditMax, 0)
+	drop := 0
 	for drop < len(l.entries) && !e.auditKept(l.entries[drop], now) {
+		if l.entries[drop].rec.Admin != "" {
+			l.admins--
+		}
 		drop++
 	}
 	if drop > 0 {
 		clear(l.entries[:drop]) // let go of the records' strings before the array is reallocated
 		l.entries = l.entries[drop:]
 	}
+	ownOver, adminOver := len(l.entries)-l.admins-e.auditMax, l.admins-e.auditMax
+	if ownOver <= 0 && adminOver <= 0 {
+		return
+	}
+	kept := l.entries[:0]
+	for _, a := range l.entries {
+		switch {
+		case a.rec.Admin != "" && adminOver > 0:
+			adminOver--
+			l.admins--
+		case a.rec.Admin == "" && ownOver > 0:
+			ownOver--
+		default:
+			kept = append(kept, a)
+		}
+	}
+	clear(l.entries[len(kept):])
+	l.entries = kept
 }
 
 func (e *Engine) auditKept(a auditEntry, now time.Time) bool {

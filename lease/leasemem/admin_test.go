@@ -3,6 +3,7 @@ package leasemem
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -319,5 +320,33 @@ func TestAdminCallsFailAfterClose(t *testing.T) {
 		if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, ErrClosed) {
 			t.Errorf("admin call %d after Close = %v, want lease.ErrUnavailable wrapping ErrClosed", i+1, err)
 		}
+	}
+}
+
+func TestAUsersOwnActionsNeverPushAnAdminsRecordsOut(t *testing.T) {
+	e, clock := newAuditEngine(t, 0, 5)
+	ctx := t.Context()
+	mustAcquire(t, e, alice, "tab-0", 0, lease.ModeTry)
+	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "why", Block: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		clock.Advance(2 * time.Millisecond)
+		mustAcquire(t, e, alice, fmt.Sprintf("tab-%d", i%2), 0, lease.ModeTakeover)
+	}
+	got := mustAudit(t, e, lease.AuditQuery{User: "alice"})
+	var own, admin []lease.AuditAction
+	for _, r := range got {
+		if r.Admin != "" {
+			admin = append(admin, r.Action)
+		} else {
+			own = append(own, r.Action)
+		}
+	}
+	if len(own) != 5 || !slices.Equal(admin, []lease.AuditAction{lease.AuditBlock, lease.AuditRevoke}) {
+		t.Fatalf("alice's audit after 13 of her own changes and an admin's revoke = %v, want her 5 newest and the admin's block and revoke", got)
+	}
+	if got[len(got)-1].Action != lease.AuditRevoke {
+		t.Errorf("the oldest record kept = %+v, want the revoke: the log stays in the order of the changes", got[len(got)-1])
 	}
 }

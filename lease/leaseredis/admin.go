@@ -110,8 +110,9 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := e.addUser(ctx, op, req.Key.User); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	v, err := e.change(ctx, op, revokeScript, req.Key, req.Admin, req.Reason, req.Block.Milliseconds(),
-		req.RequestID, lease.RevokeRetryWindow.Milliseconds())
+	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
+	v, err := e.script(ctx, op, revokeScript, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
+		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {
 		return lease.RevokeResult{}, err
 	}
@@ -285,7 +286,7 @@ func (e *Engine) prune(ctx context.Context, users []string) error {
 			_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, u := range candidates {
 					tag := e.prefix + ":{" + u + "}:"
-					counts[i] = p.Exists(ctx, e.indexKey(u), e.auditKey(u), tag+"known")
+					counts[i] = p.Exists(ctx, e.indexKey(u), e.auditKey(u), e.adminAuditKey(u), tag+"known")
 				}
 				return nil
 			})
@@ -645,7 +646,7 @@ func (r *auditReader) fill(sources []*auditSource) error {
 		err := r.e.store(r.ctx, op, func(ctx context.Context) error {
 			_, err := r.e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, s := range batch {
-					cmds[i] = auditScript.EvalSha(ctx, p, []string{r.e.auditKey(s.user)}, r.args(s)...)
+					cmds[i] = auditScript.EvalSha(ctx, p, r.e.auditKeys(s.user), r.args(s)...)
 				}
 				return nil
 			})
@@ -692,7 +693,7 @@ func (r *auditReader) read(s *auditSource) error {
 	for len(s.buf) == 0 && s.more {
 		var v any
 		err := r.e.store(r.ctx, op, func(ctx context.Context) (err error) {
-			v, err = auditScript.Run(ctx, r.e.client, []string{r.e.auditKey(s.user)}, r.args(s)...).Result()
+			v, err = auditScript.Run(ctx, r.e.client, r.e.auditKeys(s.user), r.args(s)...).Result()
 			return err
 		})
 		if err != nil {

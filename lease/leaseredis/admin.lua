@@ -32,6 +32,11 @@
 -- removes whole stream nodes, so a few more may stay) and drops the entries older than ARGV[4] ms
 -- (XTRIM MINID ~), and the stream expires ARGV[4] ms after its last append: a user's log outlives
 -- the user's sessions by the retention, and no longer.
+--
+-- The records of admins (revoke, block: those with adm) are appended, with the same id, to a
+-- second stream too, KEYS[9], trimmed and expiring alike but holding only them: however many
+-- records the user's own actions append, which may trim the admins' records out of KEYS[6], the
+-- last ARGV[3] of them stay in KEYS[9], and audit.lua reads both, as one log.
 
 local audit_pending = {} -- the audit records of this script not appended yet, in order
 
@@ -82,8 +87,16 @@ local function flush_audit(now)
     else
       seq = seq + 1
     end
-    redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq),
-      unpack(audit_fields(rec)))
+    local fields = audit_fields(rec)
+    redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq), unpack(fields))
+    if rec.adm ~= nil then
+      if KEY_AUDIT_ADMIN == nil then
+        error('tablease: an admin\'s record without the admins\' audit log')
+      end
+      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq), unpack(fields))
+      redis.call('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+      redis.call('PEXPIRE', KEY_AUDIT_ADMIN, int(AUDIT_RETENTION_MS))
+    end
   end
   redis.call('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
   redis.call('PEXPIRE', KEY_AUDIT, int(AUDIT_RETENTION_MS))

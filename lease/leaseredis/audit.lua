@@ -1,5 +1,7 @@
 -- audit.lua: read one user's audit log, newest first, for Admin.Audit.
--- KEYS[1]  <prefix>:{<sub>}:audit   the user's audit log, a stream (see admin.lua)
+-- KEYS[1]  <prefix>:{<sub>}:audit         the user's audit log, a stream (see admin.lua)
+-- KEYS[2]  <prefix>:{<sub>}:audit:admin   the admins' records of the user, a stream with the
+--                                         same ids: read with KEYS[1] as one log (see admin.lua)
 -- ARGV[1]  the newest id to read: "+", "<ms>-<seq>" (that entry included) or "(<ms>-<seq>" (not)
 -- ARGV[2]  the session whose records to answer, or "" for every session of the user
 -- ARGV[3]  the most records to answer, at least 1
@@ -12,9 +14,9 @@
 -- XREVRANGE answers them ({id, {field, value, …}}); from is where to go on, "(" and the id of the
 -- oldest entry looked at (ARGV[1] when none was); more is 0 when no older entry within the
 -- retention is left to look at. It writes nothing.
-local key = KEYS[1]
-if string.match(key or '', '^.+:{[^}]+}:audit$') == nil then
-  error('tablease: KEYS[1] is not the audit log of a user')
+local key, admin_key = KEYS[1], KEYS[2]
+if string.match(key or '', '^.+:{[^}]+}:audit$') == nil or admin_key ~= key .. ':admin' then
+  error('tablease: KEYS[1] and KEYS[2] are not the audit logs of a user')
 end
 local function arg_int(i, lo)
   local n = tonumber(ARGV[i])
@@ -51,6 +53,39 @@ local function session_of(fields)
   return ''
 end
 
+-- newer reports whether stream id a is after b.
+local function newer(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, bms = tonumber(ams), tonumber(bms)
+  if ams ~= bms then
+    return ams > bms
+  end
+  return tonumber(aseq) > tonumber(bseq)
+end
+
+-- batch answers the next n entries of the one log, newest first from from: the n newest of each
+-- stream, merged, an admin's record that is in both once; last is true when they are all that is
+-- left of both streams.
+local function batch(from, n)
+  local a = redis.call('XREVRANGE', key, from, oldest, 'COUNT', n)
+  local b = redis.call('XREVRANGE', admin_key, from, oldest, 'COUNT', n)
+  local out, i, j = {}, 1, 1
+  while #out < n and (a[i] or b[j]) do
+    if b[j] == nil or (a[i] and newer(a[i][1], b[j][1])) then
+      out[#out + 1] = a[i]
+      i = i + 1
+    else
+      if a[i] and a[i][1] == b[j][1] then
+        i = i + 1
+      end
+      out[#out + 1] = b[j]
+      j = j + 1
+    end
+  end
+  return out, i > #a and j > #b and #a < n and #b < n
+end
+
 local kept = {}
 local looked, done, from = 0, false, newest
 while not done and #kept < count and looked < budget do
@@ -60,9 +95,9 @@ while not done and #kept < count and looked < budget do
   else
     n = math.min(n, 100)
   end
-  local batch = redis.call('XREVRANGE', key, from, oldest, 'COUNT', n)
+  local entries, last = batch(from, n)
   local i = 0
-  for _, entry in ipairs(batch) do
+  for _, entry in ipairs(entries) do
     i = i + 1
     looked = looked + 1
     from = '(' .. entry[1]
@@ -73,7 +108,7 @@ while not done and #kept < count and looked < budget do
       end
     end
   end
-  done = i == #batch and #batch < n
+  done = i == #entries and last
 end
 
 local out = {'OK', now, done and 0 or 1, from}

@@ -258,6 +258,14 @@ func (e *Engine) indexKey(user string) string { return e.prefix + ":{" + user + 
 // auditKey is the key of the audit log of user, a valid identifier (see admin.lua).
 func (e *Engine) auditKey(user string) string { return e.prefix + ":{" + user + "}:audit" }
 
+// adminAuditKey is the key of the admins' records of user (see admin.lua).
+func (e *Engine) adminAuditKey(user string) string { return e.auditKey(user) + ":admin" }
+
+// auditKeys are the KEYS of audit.lua for user: its audit log and its admins' records.
+func (e *Engine) auditKeys(user string) []string {
+	return []string{e.auditKey(user), e.adminAuditKey(user)}
+}
+
 // usersKey is the key of the index of users under the prefix (see admin.go). It has no hash tag:
 // it is never a key of a script, only of the commands that add users to it and page it.
 func (e *Engine) usersKey() string { return e.prefix + ":users" }

@@ -532,6 +532,9 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 				tc.before(t, e)
 			}
 			keys := append(e.sessionKeys(alice), e.replyKey(alice.User))
+			if tc.script == revokeScript {
+				keys = append(keys, e.adminAuditKey(alice.User))
+			}
 			first, err := e.script(ctx, "first", tc.script, keys, tc.args(e))
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,7 @@
 -- revoke.lua: an admin ends the lease of a session, whoever holds it, and may block grants.
 -- KEYS[1..7]  the keys of the session and of its user (see state.lua)
 -- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[9]     the admins' audit log of the user (see state.lua and admin.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  the admin's sub
 -- ARGV[9]  the reason

@@ -14,6 +14,8 @@
 --   KEYS[7]  <prefix>:{<sub>}:known          the user's sessions whose state is kept (keep, below)
 -- The scripts that change a session (acquire, renew, release, revoke, join, leave) get one more:
 --   KEYS[8]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
+-- and revoke.lua, the one script that records admins' actions, a ninth:
+--   KEYS[9]  <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
 -- All get the same first seven ARGV, the engine's options:
 --   ARGV[1]  the length of the event log (XADD MAXLEN ~; see events.lua)
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
@@ -89,6 +91,7 @@
 
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local KEY_AUDIT_ADMIN = KEYS[9]
 
 -- The prefix, user and session, read back from the state key (identifiers and the prefix hold no
 -- braces, so it parses one way only); the other keys must be the same session's.
@@ -106,6 +109,9 @@ if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN
 end
 if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
   error('tablease: KEYS[8] is not a reply key of the user of KEYS[1]')
+end
+if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
+  error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
 end
 -- CHANNEL is where every event of every session under the prefix is published (events.lua).
 local CHANNEL = PREFIX .. ':events'
