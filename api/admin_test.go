@@ -48,6 +48,8 @@ func (f *fakeAdmin) Audit(_ context.Context, q lease.AuditQuery) (lease.AuditPag
 	return f.auditPage, f.err
 }
 
+func (f *fakeAdmin) RecordCatalog(context.Context, string, string) error { return f.err }
+
 func (f *fakeAdmin) calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

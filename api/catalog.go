@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -167,6 +168,12 @@ func (s *Server) putCatalog(c echo.Context) error {
 		}
 	}
 	p := principalOf(c)
+	// The change is made: a failure to record it is logged, not answered as the change's failure.
+	reason := fmt.Sprintf("catalog version %s replaced %s (%d tools, %d disabled)", next.Version, base.Catalog.Version, len(next.Tools), disabled)
+	if err := s.engine.RecordCatalog(ctx, p.Sub, reason); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "catalog replaced but not recorded in the audit log",
+			slog.String("request_id", requestID(c)), slog.String("sub", p.Sub), slog.String("error", err.Error()))
+	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "catalog replaced",
 		slog.String("request_id", requestID(c)),
 		slog.String("sub", p.Sub),

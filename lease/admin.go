@@ -59,6 +59,22 @@ type Admin interface {
 	// meanwhile (retention, see DefaultAuditRetention) are skipped. A page holds Limit records
 	// unless it is the last.
 	Audit(ctx context.Context, q AuditQuery) (AuditPage, error)
+	// RecordCatalog appends an AuditCatalog record of a change of the tool catalog by admin, to
+	// admin's own log (Key: admin and CatalogSession), as an admin's record (see
+	// DefaultAuditMaxRecords), with reason saying what changed (ValidateReason). The change itself
+	// is the document store's; the caller records it once the store took it.
+	RecordCatalog(ctx context.Context, admin, reason string) error
+}
+
+// CatalogSession is the Key.Session of AuditCatalog records: not a session, the tool catalog.
+const CatalogSession = "catalog"
+
+// ValidateCatalogRecord checks the arguments of Admin.RecordCatalog.
+func ValidateCatalogRecord(admin, reason string) error {
+	if err := ValidateID("admin", admin); err != nil {
+		return err
+	}
+	return ValidateReason(reason)
 }
 
 // Audit log bounds. Engines keep each user's audit records for DefaultAuditRetention, and at most
@@ -135,6 +151,7 @@ const (
 	AuditExpire   AuditAction = "expire"   // the lease expired without a renew
 	AuditRevoke   AuditAction = "revoke"   // an admin revoked the lease
 	AuditBlock    AuditAction = "block"    // an admin blocked grants for a while
+	AuditCatalog  AuditAction = "catalog"  // an admin replaced the tool catalog (see Admin.RecordCatalog)
 )
 
 // AuditRecord is one entry of the audit log.
@@ -155,7 +172,7 @@ type AuditRecord struct {
 	// lease expired, at the epoch that ended (release, expire), the holder revoked (revoke); nil
 	// for grant and block.
 	Previous *Previous
-	Reason   string // the admin's, for revoke and block; empty otherwise
+	Reason   string // the admin's, for revoke and block; what changed, for catalog; empty otherwise
 	// Until is the end of a block; zero for the other actions.
 	Until time.Time
 }

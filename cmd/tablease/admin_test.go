@@ -42,6 +42,8 @@ func (r *recordingAdmin) Revoke(_ context.Context, req lease.RevokeRequest) (lea
 	return r.revokeRes, nil
 }
 
+func (r *recordingAdmin) RecordCatalog(context.Context, string, string) error { return nil }
+
 func (r *recordingAdmin) Audit(_ context.Context, q lease.AuditQuery) (lease.AuditPage, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -341,3 +341,18 @@ func (m *auditMerge) Pop() any {
 	*m = old[:len(old)-1]
 	return x
 }
+
+// RecordCatalog implements lease.Admin.
+func (e *Engine) RecordCatalog(ctx context.Context, admin, reason string) error {
+	if err := lease.ValidateCatalogRecord(admin, reason); err != nil {
+		return err
+	}
+	now, unlock, err := e.begin(ctx, "record catalog")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	e.record(now, lease.AuditRecord{Key: lease.Key{User: admin, Session: lease.CatalogSession}, Action: lease.AuditCatalog,
+		Admin: admin, Reason: reason})
+	return nil
+}

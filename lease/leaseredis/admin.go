@@ -822,3 +822,18 @@ func (m *auditMerge) Pop() any {
 	*m = old[:len(old)-1]
 	return x
 }
+
+// RecordCatalog implements lease.Admin with catalog.lua, in the admin's own logs. The admin is
+// added to the users index first, since the record is in the admin's audit log.
+func (e *Engine) RecordCatalog(ctx context.Context, admin, reason string) error {
+	const op = "record catalog"
+	if err := lease.ValidateCatalogRecord(admin, reason); err != nil {
+		return err
+	}
+	if err := e.addUser(ctx, op, admin); err != nil {
+		return err
+	}
+	return e.store(ctx, op, func(ctx context.Context) error {
+		return catalogScript.Run(ctx, e.client, e.auditKeys(admin), admin, reason, e.auditLen, e.auditTTL.Milliseconds()).Err()
+	})
+}

@@ -54,6 +54,8 @@ var (
 	leasesLua string
 	//go:embed audit.lua
 	auditLua string
+	//go:embed catalog.lua
+	catalogLua string
 
 	acquireScript = newScript(acquireLua)
 	renewScript   = newScript(renewLua)
@@ -68,6 +70,7 @@ var (
 	revokeScript  = newScript(revokeLua)
 	leasesScript  = redis.NewScript(leasesLua)
 	auditScript   = redis.NewScript(auditLua)
+	catalogScript = redis.NewScript(catalogLua)
 )
 
 // newScript is a session script: the preludes, then body.

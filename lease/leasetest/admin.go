@@ -34,6 +34,7 @@ var adminTests = []struct {
 	{"invalid admin arguments are refused and change nothing", testAdminInvalid},
 	{"admin calls with the store unreachable report it, and a revoke retried afterwards is answered once", testAdminOutage},
 	{"a revoke and a block made on one instance hold on another", testAdminPeer},
+	{"a catalog change is an admin's record in the admin's log that the user's own actions never push out", testRecordCatalog},
 }
 
 // adminLimits let the leases of the admin tests stay held for a minute, so that no test depends
@@ -1491,4 +1492,41 @@ func testAdminPeer(t *testing.T, newTarget Factory) {
 	}
 	wantRecords(t, "the audit log read here", f.auditPages(adm, lease.AuditQuery{User: "alice"}),
 		blockRec(key, r, "root", "from the peer"), revokeRec(key, r, "root", "from the peer"), grantRec(key, a, "tab-a"))
+}
+
+func testRecordCatalog(t *testing.T, newTarget Factory) {
+	f := start(t, newTarget, adminLimits)
+	ctx := f.ctx()
+	before := time.Now()
+	if err := f.admin().RecordCatalog(ctx, "root", "catalog v2 replaced v1"); err != nil {
+		t.Fatalf("RecordCatalog: %v", err)
+	}
+	// The admin's own leases append records to the same log after it.
+	root := lease.Key{User: "root", Session: "doc-1"}
+	f.acquire(root, "tab-a", minute, lease.ModeTry)
+	for _, q := range []lease.AuditQuery{{User: "root"}, {User: "root", Session: lease.CatalogSession}, {}} {
+		p, err := f.admin().Audit(ctx, q)
+		if err != nil {
+			t.Fatalf("Audit(%+v): %v", q, err)
+		}
+		var found []lease.AuditRecord
+		for _, r := range p.Records {
+			if r.Action == lease.AuditCatalog {
+				found = append(found, r)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("Audit(%+v) = %+v, want the one catalog record", q, p.Records)
+		}
+		r := found[0]
+		if r.Key != (lease.Key{User: "root", Session: lease.CatalogSession}) || r.Admin != "root" || r.Reason != "catalog v2 replaced v1" ||
+			r.TabID != "" || r.Previous != nil || r.Epoch != 0 || r.At.Before(before.Add(-time.Hour)) || r.ID == "" {
+			t.Errorf("the catalog record = %+v, want root's, with its reason and store time", r)
+		}
+	}
+	for _, bad := range []struct{ admin, reason string }{{"", "r"}, {"has space", "r"}, {"root", ""}, {"root", "  "}, {"root", strings.Repeat("r", lease.MaxLabelLen+1)}} {
+		if err := f.admin().RecordCatalog(ctx, bad.admin, bad.reason); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("RecordCatalog(%q, %.20q) = %v, want ErrInvalid", bad.admin, bad.reason, err)
+		}
+	}
 }
