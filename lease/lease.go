@@ -9,7 +9,8 @@
 // answer: clients count Remaining down on their own monotonic clock rather than compare ExpiresAt
 // with their wall clock.
 //
-// Epochs: see NextEpoch. Events: see Feed. Handoff: see ModeHandoff. How the engines keep these
+// Epochs: see NextEpoch. Forgetting idle sessions, and why the epoch floor makes it safe: see
+// DefaultIdleRetention. Events: see Feed. Handoff: see ModeHandoff. How the engines keep these
 // rules: docs/engines.md.
 package lease
 

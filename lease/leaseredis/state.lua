@@ -5,7 +5,7 @@
 -- Every session script is called with the same KEYS, all under the user's hash tag {<sub>} (one
 -- Cluster slot), built by the engine from validated identifiers: the session's four keys, then the
 -- two keys of its user that the script keeps in step with the session (see admin.lua):
---   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); never expires
+--   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); expires when idle (keep)
 --   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a stream (see events.lua)
 --   KEYS[3]  <prefix>:{<sub>}:tabs:<sid>     presence: a sorted set of connections (presence.lua)
 --   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
