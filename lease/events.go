@@ -188,10 +188,10 @@ const DefaultPresenceTTL = 45 * time.Second
 const DefaultEventLogLen = 256
 
 // DefaultWatchBuffer is the default number of events a watch buffers for a reader that is behind;
-// one more ends the watch with ErrResync. The buffer is allocated with the watch (an Event is 144
-// bytes), so it is most of what an idle watch costs: 16 is ample for a reader that writes each
-// event out as it comes, and one that falls further behind loses nothing but a resync, which
-// replays what it missed from the session's log (DefaultEventLogLen).
+// one more ends the watch with ErrResync. Only the events a reader is behind take memory (an Event
+// is 144 bytes; see Watch): 16 is ample for a reader that writes each event out as it comes, and
+// one that falls further behind loses nothing but a resync, which replays what it missed from the
+// session's log (DefaultEventLogLen).
 const DefaultWatchBuffer = 16
 
 // Feed is the event side of an engine: the changes of a session as they happen, after what the

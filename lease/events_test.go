@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,8 +113,8 @@ var key = lease.Key{User: "alice", Session: "doc-1"}
 func TestAWatchDeliversInOrderUntilItsBufferOverflows(t *testing.T) {
 	var stops atomic.Int32
 	w, s := lease.NewWatch(t.Context(), key, 2, func() { stops.Add(1) })
-	if cap(w.Events()) != 2 || w.Key != key {
-		t.Fatalf("NewWatch: buffer %d, key %+v; want 2, %+v", cap(w.Events()), w.Key, key)
+	if w.Buffer() != 2 || w.Key != key {
+		t.Fatalf("NewWatch: buffer %d, key %+v; want 2, %+v", w.Buffer(), w.Key, key)
 	}
 	for i, id := range []string{"1-0", "1-1"} {
 		if !s.Send(lease.Event{ID: id}) {
@@ -145,12 +147,148 @@ func TestAWatchDeliversInOrderUntilItsBufferOverflows(t *testing.T) {
 	}
 }
 
+func TestAWatchBehindGetsEveryEventInOrder(t *testing.T) {
+	const buffer = 50
+	w, s := lease.NewWatch(t.Context(), key, buffer, func() {})
+	defer w.Close()
+	sent, got := 0, 0
+	send := func(n int) {
+		for range n {
+			if !s.Send(lease.Event{ID: "1-" + strconv.Itoa(sent)}) {
+				t.Fatalf("Send %d with %d events read, buffer %d: answered false", sent, got, buffer)
+			}
+			sent++
+		}
+	}
+	read := func(n int) {
+		for range n {
+			if ev := <-w.Events(); ev.ID != "1-"+strconv.Itoa(got) {
+				t.Fatalf("event %d = %s, want 1-%d", got, ev.ID, got)
+			}
+			got++
+		}
+	}
+	send(buffer) // the reader is a whole buffer behind
+	read(buffer / 2)
+	// One fewer than it read: the event last read may still count until the watch sees it taken.
+	send(buffer/2 - 1)
+	read(buffer - 1)
+	send(1)
+	read(1)
+	if s.Done() || w.Err() != nil {
+		t.Errorf("a watch whose reader caught up ended: %v", w.Err())
+	}
+}
+
+func TestClosingAWatchWhoseReaderIsBehindDropsItsEvents(t *testing.T) {
+	before := runtime.NumGoroutine()
+	w, s := lease.NewWatch(t.Context(), key, 8, func() {})
+	for i := range 5 {
+		s.Send(lease.Event{ID: "1-" + strconv.Itoa(i)})
+	}
+	w.Close()
+	n := 0
+	for range w.Events() {
+		n++
+	}
+	if n > 1 || w.Err() != nil {
+		t.Errorf("after Close: %d events delivered, Err %v; want at most the one in the channel, nil", n, w.Err())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before the watch", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestOnReadyTellsOfEveryEventAndOfTheEnd(t *testing.T) {
+	w, s := lease.NewWatch(t.Context(), key, 4, func() {})
+	defer w.Close()
+	ready := make(chan struct{}, 1)
+	w.OnReady(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	// wait reads Events without blocking, after each ready, until it has want events or it is
+	// closed; it answers whether it is open.
+	got := 0
+	wait := func(want int) bool {
+		deadline := time.After(10 * time.Second)
+		for {
+			for {
+				select {
+				case ev, open := <-w.Events():
+					if !open {
+						return false
+					}
+					if ev.ID != "1-"+strconv.Itoa(got) {
+						t.Fatalf("event %d = %s", got, ev.ID)
+					}
+					got++
+					continue
+				default:
+				}
+				break
+			}
+			if got == want {
+				return true
+			}
+			select {
+			case <-ready:
+			case <-deadline:
+				t.Fatalf("no ready after %d events of %d", got, want)
+			}
+		}
+	}
+	sent := 0
+	for round := range 40 {
+		for range round%3 + 1 { // up to 3 at once: the reader is behind and the queue is fed
+			if !s.Send(lease.Event{ID: "1-" + strconv.Itoa(sent)}) {
+				t.Fatalf("Send %d answered false", sent)
+			}
+			sent++
+		}
+		if !wait(sent) {
+			t.Fatal("Events closed while the watch runs")
+		}
+	}
+	s.End(&lease.UnavailableError{Op: "watch", Err: errors.New("closed")})
+	if wait(-1) {
+		t.Fatal("unreachable")
+	}
+	if got != sent || !errors.Is(w.Err(), lease.ErrUnavailable) {
+		t.Errorf("%d events of %d, Err %v", got, sent, w.Err())
+	}
+}
+
+// An idle watch must not cost its buffer: streams hold one each, by the ten thousand.
+func TestAnIdleWatchDoesNotHoldItsBuffer(t *testing.T) {
+	const n = 1000
+	ws := make([]*lease.Watch, n)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range ws {
+		ws[i], _ = lease.NewWatch(t.Context(), key, lease.DefaultWatchBuffer, func() {})
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 1024 {
+		t.Errorf("an idle watch of buffer %d allocates %d bytes, want at most 1 KiB", lease.DefaultWatchBuffer, per)
+	}
+	for _, w := range ws {
+		w.Close()
+	}
+}
+
 func TestAWatchEndsOnceWhicheverEndsItFirst(t *testing.T) {
 	t.Run("Close ends it with no error and stops it once", func(t *testing.T) {
 		var stops atomic.Int32
 		w, s := lease.NewWatch(t.Context(), key, 0, func() { stops.Add(1) })
-		if cap(w.Events()) != lease.DefaultWatchBuffer {
-			t.Errorf("buffer = %d, want the default %d", cap(w.Events()), lease.DefaultWatchBuffer)
+		if w.Buffer() != lease.DefaultWatchBuffer {
+			t.Errorf("buffer = %d, want the default %d", w.Buffer(), lease.DefaultWatchBuffer)
 		}
 		w.Close()
 		w.Close()

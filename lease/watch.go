@@ -20,15 +20,19 @@ var ErrResync = errors.New("lease: watch fell behind; watch again")
 //
 // Events delivers the session's events that follow Position, in the order of their ids, each at
 // most once, without gaps: a watch that would have to skip an event ends with ErrResync instead.
-// The channel is the watch's buffer: the engine hands it events without ever blocking, and a full
-// buffer ends the watch (memory per watch is bounded by the buffer, whatever the reader does).
+// The engine hands the watch events without ever blocking; the watch holds up to Buffer of them
+// for a reader that is behind, and one more ends it (memory per watch is bounded by the buffer,
+// whatever the reader does; the event a reader has just taken may count for a moment, so a reader
+// exactly Buffer behind may be ended too). The buffer costs nothing while it is empty: the channel
+// holds one event, the others wait in a queue that a goroutine of the watch feeds into it only
+// while the reader is behind.
 //
 // # Ending
 //
 // A watch ends when the caller calls Close, when the ctx given to Watch is done, when the engine
 // is closed, or with ErrResync. The engine then closes Events after the events still buffered,
 // and Err says why. Close is the caller's to call once it is done, whatever ended the watch; it is
-// safe to call more than once and from any goroutine.
+// safe to call more than once and from any goroutine, and drops what is still buffered.
 type Watch struct {
 	// Key is the session watched.
 	Key Key
@@ -47,20 +51,53 @@ type Watch struct {
 	// Replay is the events after the caller's after up to Position, in order, when Resumed.
 	Replay []Event
 
-	events chan Event
+	events chan Event // capacity 1
+	buffer int
 	stop   func() // the engine's, called once by Close or when ctx is done
 	once   sync.Once
 	// afterStop cancels the context.AfterFunc that ends the watch with ctx.
 	afterStop func() bool
 
-	// mu protects ended and err, and serialises the sends on events with its close.
-	mu    sync.Mutex
-	ended bool
-	err   error
+	// mu protects the fields below, and serialises the sends on events with its close.
+	mu sync.Mutex
+	// queue holds the events that follow the one in events, oldest first, while the reader is
+	// behind; forwarding reports that forward runs, which sends queue[0] on events and then
+	// removes it. The events delivered are those of events, then queue: at most buffer.
+	queue      []Event
+	forwarding bool
+	// quit, made with the first forward, is closed by Close: forward stops sending.
+	quit       chan struct{}
+	closed     bool // Close was called
+	ended      bool
+	eventsShut bool // events is closed
+	err        error
+	ready      func() // see OnReady
 }
 
-// Events is the channel of the events after Position. It is closed when the watch ends.
+// Events is the channel of the events after Position. It is closed when the watch ends, after
+// the events still buffered.
 func (w *Watch) Events() <-chan Event { return w.events }
+
+// OnReady has ready called after each event put on Events and when Events is closed, so that a
+// reader may wait for something to do without a goroutine blocked on Events: after ready, it reads
+// Events without blocking until it finds nothing. ready must not block: it may be called with the
+// engine's locks held.
+func (w *Watch) OnReady(ready func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ready = ready
+}
+
+// notify calls the ready of OnReady. The caller holds mu.
+func (w *Watch) notify() {
+	if w.ready != nil {
+		w.ready()
+	}
+}
+
+// Buffer is the number of events the watch holds for a reader that is behind; one more ends it
+// with ErrResync.
+func (w *Watch) Buffer() int { return w.buffer }
 
 // Err says why the watch ended: nil while it runs and after Close; ErrResync; the ctx's error; an
 // *UnavailableError when the engine was closed or lost its store.
@@ -70,9 +107,22 @@ func (w *Watch) Err() error {
 	return w.err
 }
 
-// Close ends the watch and releases what the engine holds for it.
+// Close ends the watch, drops the events it still holds, and releases what the engine holds for
+// it.
 func (w *Watch) Close() {
-	w.end(nil)
+	w.mu.Lock()
+	if !w.ended {
+		w.ended, w.err = true, nil
+	}
+	if !w.closed {
+		w.closed = true
+		w.queue = nil
+		if w.quit != nil {
+			close(w.quit)
+		}
+		w.shutIfDrained()
+	}
+	w.mu.Unlock()
 	w.afterStop()
 	w.once.Do(w.stop)
 }
@@ -84,15 +134,48 @@ func (w *Watch) end(err error) bool {
 		return false
 	}
 	w.ended, w.err = true, err
-	close(w.events)
+	w.shutIfDrained()
 	return true
+}
+
+// shutIfDrained closes events once the watch has ended and forward has nothing more to send. The
+// caller holds mu.
+func (w *Watch) shutIfDrained() {
+	if w.ended && !w.forwarding && !w.eventsShut && (len(w.queue) == 0 || w.closed) {
+		w.eventsShut = true
+		close(w.events)
+		w.notify()
+	}
+}
+
+// forward sends the queued events on events, in order, until the queue is empty or Close is
+// called. It runs only while the reader is behind.
+func (w *Watch) forward() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for !w.closed && len(w.queue) > 0 {
+		ev, quit := w.queue[0], w.quit
+		w.mu.Unlock()
+		select {
+		case w.events <- ev:
+		case <-quit:
+		}
+		w.mu.Lock()
+		if !w.closed {
+			w.queue[0] = Event{}
+			w.queue = w.queue[1:]
+			w.notify()
+		}
+	}
+	w.queue, w.forwarding = nil, false
+	w.shutIfDrained()
 }
 
 // WatchSender is the engine's side of a Watch: what the engine keeps among the session's watchers.
 // Its methods never block, and may be called with the engine's locks held.
 type WatchSender struct{ w *Watch }
 
-// NewWatch is for engines: it returns a Watch of key whose Events buffer holds buffer events
+// NewWatch is for engines: it returns a Watch of key that buffers up to buffer events
 // (DefaultWatchBuffer when buffer is not positive), and the sender that feeds it. The engine fills
 // the Watch's exported fields before handing it out. stop is called once, without any lock of the
 // Watch held, when the caller closes the watch or ctx is done: the engine then forgets the sender.
@@ -102,13 +185,18 @@ func NewWatch(ctx context.Context, key Key, buffer int, stop func()) (*Watch, *W
 	if buffer <= 0 {
 		buffer = DefaultWatchBuffer
 	}
-	w := &Watch{Key: key, events: make(chan Event, buffer), stop: stop}
-	w.afterStop = context.AfterFunc(ctx, func() {
-		w.end(ctx.Err())
-		w.once.Do(w.stop)
-	})
+	w := &Watch{Key: key, events: make(chan Event, 1), buffer: buffer, stop: stop, afterStop: neverDone}
+	if ctx.Done() != nil { // a ctx that is never done costs the watch nothing
+		w.afterStop = context.AfterFunc(ctx, func() {
+			w.end(ctx.Err())
+			w.once.Do(w.stop)
+		})
+	}
 	return w, &WatchSender{w}
 }
+
+// neverDone is the afterStop of a watch whose ctx is never done.
+func neverDone() bool { return false }
 
 // Send hands ev to the watch without blocking. When the buffer is full, it ends the watch with
 // ErrResync. It answers false when the watch has ended (now or before): the engine forgets the
@@ -120,15 +208,29 @@ func (s *WatchSender) Send(ev Event) bool {
 	if w.ended {
 		return false
 	}
-	select {
-	case w.events <- ev:
-		return true
-	default:
+	if !w.forwarding {
+		select {
+		case w.events <- ev: // the reader keeps up: no queue, no goroutine
+			w.notify()
+			return true
+		default:
+		}
+	}
+	if len(w.events)+len(w.queue) >= w.buffer {
 		w.ended, w.err = true, ErrResync
-		close(w.events)
+		w.shutIfDrained()
 		w.afterStop()
 		return false
 	}
+	w.queue = append(w.queue, ev)
+	if !w.forwarding {
+		w.forwarding = true
+		if w.quit == nil {
+			w.quit = make(chan struct{})
+		}
+		go w.forward()
+	}
+	return true
 }
 
 // End ends the watch with err (ErrResync, or an *UnavailableError when the engine closes). It does

@@ -361,7 +361,7 @@ func testSlowWatcher(t *testing.T, newTarget Factory) {
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	a := f.acquire(key, "tab-a", long, lease.ModeTry)
 	w := f.watch(feed, key, "")
-	buffer := cap(w.w.Events())
+	buffer := w.w.Buffer()
 
 	// Events the watcher never reads, until the engine gives up on it.
 	const most = 20000
