@@ -341,7 +341,7 @@ func TestAReadAcrossUsersWaitsForTheStoreClockToPassItsHorizon(t *testing.T) {
 	e, c, db := adminEngine(t, Options{})
 	ctx := t.Context()
 	mustAcquire(t, e, alice, tabA, lease.ModeTry)
-	log := []string{db.Prefix() + ":{alice}:audit"}
+	log := []string{db.Prefix() + ":{alice}:audit", db.Prefix() + ":{alice}:audit:admin"}
 	nowMS := storeMicros(t, c) / 1000
 	run := func(horizon int64) []any {
 		t.Helper()
