@@ -573,7 +573,7 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 // so each event would cost every node; the scripts SPUBLISH instead, on the channel of the user's
 // hash tag (userChannel), which only the user's shard carries. An instance keeps one connection
 // per shard it needs (a shardSub, by the address of the shard's primary) and SSUBSCRIBEs on it the
-// channel of each user it has watchers for, while it has them.
+// channel of each user it has watchers for, while it has them and shardLinger longer.
 //
 // go-redis would resubscribe a connection it reconnects with one SSUBSCRIBE of every channel,
 // which Redis refuses when they hash to different slots; and the messages sent meanwhile are lost
@@ -584,6 +584,10 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 // shardHealth is how long a shard's connection may stay silent before it is pinged; a ping
 // unanswered as long again ends it.
 const shardHealth = 5 * time.Second
+
+// shardLinger is how long the subscription of a user outlives the last watch of the user: a
+// stream that reconnects, or a tab that opens the next page, finds it confirmed already.
+const shardLinger = 10 * time.Second
 
 // userChannel is the sharded Pub/Sub channel of the events of user's sessions (see events.lua).
 func (e *Engine) userChannel(user string) string { return e.prefix + ":{" + user + "}:events" }
@@ -685,8 +689,8 @@ func (e *Engine) locked(f func()) {
 	f()
 }
 
-// releaseShard lets go of one hold of u, the subscription of user; the last one unsubscribes.
-// e.mu must be held.
+// releaseShard lets go of one hold of u, the subscription of user. The last one unsubscribes
+// after shardLinger, unless a watch of the user took it again meanwhile. e.mu must be held.
 func (e *Engine) releaseShard(user string, u *userSub) {
 	if e.users[user] != u {
 		return // its shard ended: nothing to let go of
@@ -694,8 +698,15 @@ func (e *Engine) releaseShard(user string, u *userSub) {
 	if u.refs--; u.refs > 0 {
 		return
 	}
-	delete(e.users, user)
-	u.shard.send(shardOp{channel: e.userChannel(user)})
+	time.AfterFunc(shardLinger, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.shut || e.users[user] != u || u.refs > 0 {
+			return
+		}
+		delete(e.users, user)
+		u.shard.send(shardOp{channel: e.userChannel(user)})
+	})
 }
 
 // startShard makes the subscription of the shard whose primary is addr and starts its writer,
