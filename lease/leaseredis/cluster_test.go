@@ -90,6 +90,53 @@ func TestConformanceOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes))
 	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
+	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
+}
+
+// testShardLinger watches a session, stops, and watches it again: one SSUBSCRIBE in all.
+func testShardLinger(t *testing.T, c *redistest.Cluster) {
+	client, err := leaseredis.NewClient(clusterURL(c), topologyOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "linger", OpTimeout: topologyOpTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	before := commandCalls(t, c, "ssubscribe")
+	for range 3 {
+		w, err := eng.Watch(t.Context(), lease.Key{User: "lin", Session: "doc"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	if n := commandCalls(t, c, "ssubscribe") - before; n != 1 {
+		t.Fatalf("three watches one after the other sent %d SSUBSCRIBEs, want 1", n)
+	}
+}
+
+// commandCalls sums the calls of the command name over the nodes (INFO commandstats).
+func commandCalls(t *testing.T, c *redistest.Cluster, name string) int {
+	t.Helper()
+	n := 0
+	for _, node := range c.Nodes {
+		info, err := node.Client(t).Info(t.Context(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			// cmdstat_ssubscribe:calls=3,usec=…
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
+				calls, _, _ := strings.Cut(v, ",")
+				x, _ := strconv.Atoi(calls)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // testShardedEvents makes events for users spread over the shards, watched through another
