@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/tablease/tablease/lease"
@@ -30,30 +33,35 @@ type Request struct {
 // goes away, a write fails, the watch ends or the handler closes. Until the headers are sent it
 // answers errors: ErrClosing, *LimitError, or the engine's (lease.ErrUnavailable, …); then nil.
 //
-// An HTTP/1.1 stream may be taken over from net/http once it has begun (see hijack.go): Serve
-// then returns at once and the stream goes on in a goroutine of its own.
+// Once it has begun, a stream is written by a goroutine that runs only while the stream has
+// something to do (see streamConn.kick). An HTTP/1.1 stream may be taken over from net/http (see
+// hijack.go): Serve then returns at once. Otherwise it returns when the stream ends.
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) error {
 	sc, err := h.openStream(w, r, req)
 	if err != nil {
 		return err
 	}
+	sc.schedule()
 	if sc.handOver(r) {
+		sc.drain()
 		return nil
 	}
-	defer sc.close()
-	sc.run()
+	sc.done = make(chan struct{})
+	sc.drain()
+	<-sc.done
 	return nil // once the stream has begun, nothing else can be answered
 }
 
-// streamConn is one open event stream. Only the goroutine serving the stream touches it.
+// streamConn is one open event stream.
 //
-// An idle stream waits in wait, whose frame is small, with nothing else on its goroutine's stack
-// but run's and its caller's: the stack then shrinks at the next GCs (see BenchmarkIdleStreams in
-// package api). What it waits for is kept down to three channels (the watch, the stream's wake and
-// one timer), each costing a sudog while it waits.
+// An idle stream has no goroutine of its own: what it waits for (an event of its watch, its news
+// from the handler, the timer of its keepalive and presence refresh) calls kick, which starts a
+// goroutine to run drain unless one runs already. drain does all there is to do, again while it
+// is kicked meanwhile, and ends. Only the goroutine that runs drain touches the fields below
+// state (and the one that opens the stream, before the first drain).
 type streamConn struct {
 	h     *Handler
-	st    *stream
+	st    stream // the handler's part
 	reqID string
 	key   lease.Key
 	tab   lease.Tab
@@ -66,24 +74,37 @@ type streamConn struct {
 	// unlink stops telling the stream that its client went away when the request's context ends
 	// (net/http ends it when the handler returns, which a stream taken over outlives).
 	unlink func() bool
-	// timer fires at the earlier of keepaliveAt and refreshAt (zero when not listed).
+	// state says whether a goroutine runs drain (runBusy, runAgain); it starts runBusy: the
+	// stream is opening, and Serve runs the first drain.
+	state atomic.Int32
+	// timer kicks the stream at the earlier of keepaliveAt and refreshAt (zero when not listed).
 	timer       *time.Timer
 	keepaliveAt time.Time
 	refreshAt   time.Time
-	// ev is the event wait received, until step has written it.
-	ev lease.Event
+	// done, when not nil, is closed once the stream has ended: Serve waits for it while net/http
+	// serves the stream.
+	done chan struct{}
 }
+
+// States of a streamConn.
+const (
+	runBusy  int32 = iota // a goroutine runs drain (or the stream is opening)
+	runAgain              // a goroutine runs drain, and the stream was kicked since it began
+	runIdle               // nothing runs: the next kick starts drain
+	runEnded              // the stream has ended
+)
 
 // openStream admits the stream, lists its tab (when req.Listed) and starts the watch, then sends
 // the headers, the snapshot and the replay. Until the headers are sent it answers errors.
 func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request) (*streamConn, error) {
-	st, err := h.admit(req.Key.User)
+	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab}
+	sc.st.user, sc.st.wake = req.Key.User, sc.kick
+	err := h.admit(&sc.st)
 	if err != nil {
 		return nil, err
 	}
 	ctx := r.Context()
-	sc := &streamConn{h: h, st: st, reqID: req.RequestID, key: req.Key, tab: req.Tab}
-	sc.unlink = context.AfterFunc(ctx, func() { st.tell(newsGone) })
+	sc.unlink = context.AfterFunc(ctx, func() { sc.st.tell(newsGone) })
 	if req.Listed {
 		if err := sc.join(ctx); err != nil {
 			sc.close()
@@ -100,7 +121,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	sc.sse.begin()
 	if sc.last, err = sc.sse.start(h.views, sc.w, req.Tab.TabID, true); err != nil {
 		sc.w.Close()
-		sc.w = nil // the client is gone: run ends at once
+		sc.w = nil // the client is gone: the first drain ends the stream
 	}
 	return sc, nil
 }
@@ -182,12 +203,11 @@ func (sc *streamConn) close() {
 	if sc.unlink != nil {
 		sc.unlink()
 	}
-	sc.h.leave(sc.st)
+	sc.h.leave(&sc.st)
 }
 
-// run writes the stream until the client goes away, a write fails, the watch ends (other than
-// with lease.ErrResync, after which it resubscribes) or the handler closes.
-func (sc *streamConn) run() {
+// schedule sets the stream's timer and has its watch kick it: from now on, drain runs it.
+func (sc *streamConn) schedule() {
 	if sc.w == nil {
 		return
 	}
@@ -196,57 +216,96 @@ func (sc *streamConn) run() {
 	if sc.conn != "" {
 		sc.refreshAt = now.Add(RefreshAfter(sc.ttl))
 	}
-	sc.timer = time.NewTimer(sc.untilTimer(now))
-	defer sc.timer.Stop()
-	for sc.step(sc.wait()) {
-	}
+	sc.timer = time.AfterFunc(sc.untilTimer(now), sc.st.wake)
+	sc.w.OnReady(sc.st.wake)
 }
 
-// What woke a stream (wait's answer).
-const (
-	wokeEvent = iota // sc.ev holds an event
-	wokeEnded        // the watch ended
-	wokeNews         // the stream's wake: news, or the handler closes
-	wokeTimer        // a keepalive or a presence refresh is due
-)
-
-// wait blocks until the stream has something to do, and says what.
-func (sc *streamConn) wait() int {
-	var ok bool
-	select {
-	case sc.ev, ok = <-sc.w.Events():
-		if !ok {
-			return wokeEnded
+// kick has the stream look at what it has to do: it starts a goroutine that runs drain, unless one
+// runs already (which then looks again). It never blocks.
+func (sc *streamConn) kick() {
+	for {
+		switch sc.state.Load() {
+		case runIdle:
+			if sc.state.CompareAndSwap(runIdle, runBusy) {
+				go sc.drain()
+				return
+			}
+		case runBusy:
+			if sc.state.CompareAndSwap(runBusy, runAgain) {
+				return
+			}
+		default: // runAgain: it will look again; runEnded
+			return
 		}
-		return wokeEvent
-	case <-sc.st.wake:
-		return wokeNews
-	case <-sc.timer.C:
-		return wokeTimer
 	}
 }
 
-// step does what woke the stream; it answers false when the stream ends.
-func (sc *streamConn) step(woke int) bool {
-	switch woke {
-	case wokeEvent:
-		ev := sc.ev
-		sc.ev = lease.Event{} // an idle stream holds no event
-		if sc.sse.event(sc.h.views, ev) != nil {
+// drain runs the stream while it has something to do, and ends it when it is over. A panic ends
+// the stream, not the process, as net/http does for a handler.
+func (sc *streamConn) drain() {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.h.log.Error("panic serving an event stream", slog.String("request_id", sc.reqID),
+				slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
+			sc.end()
+		}
+	}()
+	for {
+		sc.state.Store(runBusy)
+		if !sc.work() {
+			sc.end()
+			return
+		}
+		if sc.state.CompareAndSwap(runBusy, runIdle) {
+			return
+		}
+	}
+}
+
+// end ends the stream: nothing runs it any more.
+func (sc *streamConn) end() {
+	sc.state.Store(runEnded)
+	if sc.timer != nil {
+		sc.timer.Stop()
+	}
+	sc.close()
+	if sc.done != nil {
+		close(sc.done)
+	}
+}
+
+// work writes what the stream has to: its news, the events its watch holds, and the keepalive and
+// presence refresh when they are due. It answers false when the stream ends: the client went
+// away, a write failed, the watch ended (other than with lease.ErrResync, after which it
+// resubscribes) or the handler closes.
+func (sc *streamConn) work() bool {
+	if sc.w == nil {
+		return false // the client went away before the stream began
+	}
+	for {
+		if !sc.news() {
 			return false
 		}
-		sc.last = ev.ID
-	case wokeEnded:
-		return sc.resubscribe()
-	case wokeNews:
-		return sc.news()
-	case wokeTimer:
+		select {
+		case ev, ok := <-sc.w.Events():
+			if !ok {
+				if !sc.resubscribe() {
+					return false
+				}
+				continue
+			}
+			if sc.sse.event(sc.h.views, ev) != nil {
+				return false
+			}
+			sc.last = ev.ID
+			continue
+		default:
+		}
 		return sc.due()
 	}
-	return true
 }
 
-// news handles the stream's wake: the client went away, the handler closes (the final event), or
+// news handles the stream's news: the client went away, the handler closes (the final event), or
 // the catalog version changed (a catalog event).
 func (sc *streamConn) news() bool {
 	if sc.st.gone() {
@@ -268,6 +327,9 @@ func (sc *streamConn) news() bool {
 // timer for the next one.
 func (sc *streamConn) due() bool {
 	now := time.Now()
+	if now.Before(sc.keepaliveAt) && (sc.refreshAt.IsZero() || now.Before(sc.refreshAt)) {
+		return true // nothing is due: the timer is set for the first
+	}
 	if !sc.refreshAt.IsZero() && !now.Before(sc.refreshAt) {
 		sc.refreshAt = time.Now().Add(sc.refresh())
 	}
@@ -301,6 +363,7 @@ func (sc *streamConn) resubscribe() bool {
 	sc.w = nil
 	if errors.Is(err, lease.ErrResync) {
 		if sc.w, err = sc.rewatch(); err == nil {
+			sc.w.OnReady(sc.st.wake)
 			sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false)
 			return err == nil
 		}

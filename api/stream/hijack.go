@@ -1,11 +1,8 @@
 package stream
 
 import (
-	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"time"
 )
@@ -13,14 +10,15 @@ import (
 // Taking an HTTP/1.1 stream over from net/http.
 //
 // Once its headers and snapshot are sent, the connection of an HTTP/1.1 stream is hijacked from
-// net/http, whose handler returns, and the stream is served by one goroutine that writes each
-// event as a chunk of the body straight to the connection, beside one that reads the connection to
-// learn at once that the client went away. An idle stream then holds neither net/http's buffers
-// (4 KiB to read, 4 + 2 KiB to write) nor its goroutine and the handler's frames on its stack, nor
-// the request: it costs about a third of what it costs served by its handler
-// (BenchmarkIdleStreams in package api measures both). Everything else about the stream is the
-// same either way: the default path (writer.go, the handler's goroutine) serves HTTP/2, which
-// cannot be hijacked, and HTTP/1.0, whose response net/http does not chunk.
+// net/http, whose handler returns; each event is written as a chunk of the body straight to the
+// connection (by the goroutine that runs the stream while it has something to do, see
+// streamConn), and one goroutine reads the connection to learn at once that the client went away.
+// An idle stream then holds neither net/http's buffers (4 KiB to read, 4 + 2 KiB to write) nor
+// its goroutine and the handler's frames on its stack, nor the request: it costs a fraction of
+// what it costs served by its handler (BenchmarkIdleStreams in package api measures both).
+// Everything else about the stream is the same either way: the default path (writer.go, the
+// handler's goroutine waiting for the stream to end) serves HTTP/2, which cannot be hijacked, and
+// HTTP/1.0, whose response net/http does not chunk.
 //
 // http.Server.Shutdown does not know the connections taken over: Handler.Close ends them.
 
@@ -35,9 +33,8 @@ var lastChunk = []byte("0\r\n\r\n")
 // beyond, the stream ends.
 const maxStrayBytes = 4 << 10
 
-// handOver takes the connection of a stream that has begun over from net/http, and serves the
-// stream from a goroutine of its own; it answers false, and does nothing, when the stream stays
-// with net/http.
+// handOver takes the connection of a stream that has begun over from net/http; it answers false,
+// and does nothing, when the stream stays with net/http.
 //
 // Only HTTP/1.1 is taken over: HTTP/2 cannot be, and net/http does not chunk an HTTP/1.0
 // response, whereas the headers already sent announce a chunked body on HTTP/1.1.
@@ -59,24 +56,8 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	sc.h.mu.Lock()
 	sc.st.closer = conn
 	sc.h.mu.Unlock()
-	go watchClient(conn, sc.st)
-	go sc.serve()
+	go watchClient(conn, &sc.st)
 	return true
-}
-
-// serve runs a stream that was taken over, and closes it. A panic ends the stream, not the
-// process, as net/http does for a handler.
-func (sc *streamConn) serve() {
-	defer sc.close()
-	defer sc.recovered()
-	sc.run()
-}
-
-func (sc *streamConn) recovered() {
-	if r := recover(); r != nil {
-		sc.h.log.Error("panic serving an event stream", slog.String("request_id", sc.reqID),
-			slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
-	}
 }
 
 // watchClient reads conn, the connection of the stream st that was taken over, until the client

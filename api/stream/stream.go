@@ -296,8 +296,8 @@ func (e *LimitError) Error() string {
 // stream is what the handler knows of one open stream.
 type stream struct {
 	user string
-	// wake (capacity 1) has the stream look at its news and at the handler's closing.
-	wake chan struct{}
+	// wake has the stream look at its news and at the handler's closing; it never blocks.
+	wake func()
 	news atomic.Uint32 // newsCatalog | newsGone
 	// closer ends the stream's connection when it outlives Close's wait (see hijack.go); nil while
 	// net/http serves it. Protected by Handler.mu.
@@ -313,40 +313,37 @@ const (
 // tell adds news for st and wakes it. It never blocks.
 func (st *stream) tell(news uint32) {
 	st.news.Or(news)
-	select {
-	case st.wake <- struct{}{}:
-	default: // already woken: it will see every news
-	}
+	st.wake()
 }
 
 // gone reports whether the client went away.
 func (st *stream) gone() bool { return st.news.Load()&newsGone != 0 }
 
-// admit opens a stream for user, or refuses it with *LimitError beyond a limit (ErrClosing while
-// the handler closes). The caller must call leave once the stream has ended.
-func (h *Handler) admit(user string) (*stream, error) {
+// admit opens st, a stream of user whose wake is set, or refuses it with *LimitError beyond a
+// limit (ErrClosing while the handler closes). The caller must call leave once the stream has
+// ended.
+func (h *Handler) admit(st *stream) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.closed:
 		h.refused.WithLabelValues("closing").Inc()
-		return nil, ErrClosing
+		return ErrClosing
 	case len(h.streams) >= h.opts.PerInstance:
 		h.refused.WithLabelValues("instance_limit").Inc()
-		return nil, &LimitError{Limit: "instance", Max: h.opts.PerInstance}
-	case h.perUser[user] >= h.opts.PerUser:
+		return &LimitError{Limit: "instance", Max: h.opts.PerInstance}
+	case h.perUser[st.user] >= h.opts.PerUser:
 		h.refused.WithLabelValues("user_limit").Inc()
-		return nil, &LimitError{Limit: "user", Max: h.opts.PerUser}
+		return &LimitError{Limit: "user", Max: h.opts.PerUser}
 	}
-	st := &stream{user: user, wake: make(chan struct{}, 1)}
 	h.streams[st] = struct{}{}
-	h.perUser[user]++
+	h.perUser[st.user]++
 	h.running.Add(1)
 	h.open.Inc()
 	if h.stopCatalog == nil {
 		h.stopCatalog = h.catalog(h.catalogChanged)
 	}
-	return st, nil
+	return nil
 }
 
 // leave forgets st, which has ended.

@@ -83,19 +83,18 @@ func TestStreamsBeyondALimitOrAfterCloseAreRefusedWithTheirReason(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := h.admit("alice")
-	if err != nil {
+	a, b := &stream{user: "alice", wake: func() {}}, &stream{user: "bob", wake: func() {}}
+	if err := h.admit(a); err != nil {
 		t.Fatal(err)
 	}
 	var le *LimitError
-	if _, err := h.admit("alice"); !errors.As(err, &le) || le.Limit != "user" || le.Max != 1 {
+	if err := h.admit(&stream{user: "alice", wake: func() {}}); !errors.As(err, &le) || le.Limit != "user" || le.Max != 1 {
 		t.Fatalf("a second stream of alice: %v, want the user limit", err)
 	}
-	b, err := h.admit("bob")
-	if err != nil {
+	if err := h.admit(b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.admit("carol"); !errors.As(err, &le) || le.Limit != "instance" || le.Max != 2 {
+	if err := h.admit(&stream{user: "carol", wake: func() {}}); !errors.As(err, &le) || le.Limit != "instance" || le.Max != 2 {
 		t.Fatalf("a third stream: %v, want the instance limit", err)
 	}
 	h.leave(a)
@@ -104,7 +103,7 @@ func TestStreamsBeyondALimitOrAfterCloseAreRefusedWithTheirReason(t *testing.T) 
 		t.Fatalf("%d streams open after both left", n)
 	}
 	h.Close(context.Background())
-	if _, err := h.admit("alice"); !errors.Is(err, ErrClosing) {
+	if err := h.admit(&stream{user: "alice", wake: func() {}}); !errors.Is(err, ErrClosing) {
 		t.Fatalf("a stream after Close: %v, want ErrClosing", err)
 	}
 }
