@@ -134,9 +134,14 @@ func failoverStory(t *testing.T, url, victim string, fail func() time.Time) {
 				mu.Lock()
 				answers[u] = append(answers[u], a)
 				mu.Unlock()
+				// A pause between calls, longer after a 503 as a client backs off: enough load to
+				// see every user's answers through the failover, little enough to leave the CPU
+				// to the tests running beside this one.
+				pause := 25 * time.Millisecond
 				if a.status != 200 {
-					time.Sleep(20 * time.Millisecond) // as a client backs off on 503
+					pause = 50 * time.Millisecond
 				}
+				time.Sleep(pause)
 			}
 		}()
 	}
