@@ -82,7 +82,7 @@ func benchServer(b *testing.B, streams int) (*Server, string) {
 // from a client process of its own (so that neither its memory nor its sockets count here), waits
 // until every stream has its snapshot and has gone idle, and reports the memory the server
 // process gained, per stream, after GCs (which also shrink the stacks of idle goroutines): the
-// stream's goroutines and connection, the watch and its buffer, the presence entry and the
+// stream's goroutine and connection, the watch, the presence entry and the
 // engine's session entry. Kernel memory (socket buffers) is not in it.
 //
 //   - bytes/stream: live heap (HeapAlloc) + goroutine stacks (StackInuse)
