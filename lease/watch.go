@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 )
 
@@ -51,27 +52,34 @@ type Watch struct {
 	// Replay is the events after the caller's after up to Position, in order, when Resumed.
 	Replay []Event
 
+	// An idle watch is small: streams hold one each, by the ten thousand.
 	events chan Event // capacity 1
-	buffer int
-	stop   func() // the engine's, called once by Close or when ctx is done
-	once   sync.Once
 	// afterStop cancels the context.AfterFunc that ends the watch with ctx.
 	afterStop func() bool
 
 	// mu protects the fields below, and serialises the sends on events with its close.
 	mu sync.Mutex
-	// queue holds the events that follow the one in events, oldest first, while the reader is
-	// behind; forwarding reports that forward runs, which sends queue[0] on events and then
-	// removes it. The events delivered are those of events, then queue: at most buffer.
-	queue      []Event
+	// stop is the engine's, called once by Close or when ctx is done; nil once called.
+	stop func()
+	// behind is made when the reader first falls behind (see backlog).
+	behind *backlog
+	err    error
+	ready  func() // see OnReady
+	buffer int32
+	// forwarding reports that forward runs.
 	forwarding bool
-	// quit, made with the first forward, is closed by Close: forward stops sending.
-	quit       chan struct{}
 	closed     bool // Close was called
 	ended      bool
 	eventsShut bool // events is closed
-	err        error
-	ready      func() // see OnReady
+}
+
+// backlog is what a watch whose reader fell behind holds: queue has the events that follow the
+// one in events, oldest first; forward sends queue[0] on events and then removes it. The events
+// delivered are those of events, then queue: at most Watch.buffer. quit is closed by Close:
+// forward stops sending.
+type backlog struct {
+	queue []Event
+	quit  chan struct{}
 }
 
 // Events is the channel of the events after Position. It is closed when the watch ends, after
@@ -97,7 +105,7 @@ func (w *Watch) notify() {
 
 // Buffer is the number of events the watch holds for a reader that is behind; one more ends it
 // with ErrResync.
-func (w *Watch) Buffer() int { return w.buffer }
+func (w *Watch) Buffer() int { return int(w.buffer) }
 
 // Err says why the watch ended: nil while it runs and after Close; ErrResync; the ctx's error; an
 // *UnavailableError when the engine was closed or lost its store.
@@ -116,15 +124,26 @@ func (w *Watch) Close() {
 	}
 	if !w.closed {
 		w.closed = true
-		w.queue = nil
-		if w.quit != nil {
-			close(w.quit)
+		if w.behind != nil {
+			w.behind.queue = nil
+			close(w.behind.quit)
 		}
 		w.shutIfDrained()
 	}
 	w.mu.Unlock()
 	w.afterStop()
-	w.once.Do(w.stop)
+	w.stopOnce()
+}
+
+// stopOnce calls the engine's stop, once. No lock of the watch is held while it runs.
+func (w *Watch) stopOnce() {
+	w.mu.Lock()
+	stop := w.stop
+	w.stop = nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 func (w *Watch) end(err error) bool {
@@ -141,7 +160,7 @@ func (w *Watch) end(err error) bool {
 // shutIfDrained closes events once the watch has ended and forward has nothing more to send. The
 // caller holds mu.
 func (w *Watch) shutIfDrained() {
-	if w.ended && !w.forwarding && !w.eventsShut && (len(w.queue) == 0 || w.closed) {
+	if w.ended && !w.forwarding && !w.eventsShut && (w.behind == nil || len(w.behind.queue) == 0 || w.closed) {
 		w.eventsShut = true
 		close(w.events)
 		w.notify()
@@ -153,21 +172,22 @@ func (w *Watch) shutIfDrained() {
 func (w *Watch) forward() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for !w.closed && len(w.queue) > 0 {
-		ev, quit := w.queue[0], w.quit
+	b := w.behind
+	for !w.closed && len(b.queue) > 0 {
+		ev := b.queue[0]
 		w.mu.Unlock()
 		select {
 		case w.events <- ev:
-		case <-quit:
+		case <-b.quit:
 		}
 		w.mu.Lock()
 		if !w.closed {
-			w.queue[0] = Event{}
-			w.queue = w.queue[1:]
+			b.queue[0] = Event{}
+			b.queue = b.queue[1:]
 			w.notify()
 		}
 	}
-	w.queue, w.forwarding = nil, false
+	b.queue, w.forwarding = nil, false
 	w.shutIfDrained()
 }
 
@@ -185,11 +205,12 @@ func NewWatch(ctx context.Context, key Key, buffer int, stop func()) (*Watch, *W
 	if buffer <= 0 {
 		buffer = DefaultWatchBuffer
 	}
-	w := &Watch{Key: key, events: make(chan Event, 1), buffer: buffer, stop: stop, afterStop: neverDone}
+	buffer = min(buffer, math.MaxInt32)
+	w := &Watch{Key: key, events: make(chan Event, 1), buffer: int32(buffer), stop: stop, afterStop: neverDone}
 	if ctx.Done() != nil { // a ctx that is never done costs the watch nothing
 		w.afterStop = context.AfterFunc(ctx, func() {
 			w.end(ctx.Err())
-			w.once.Do(w.stop)
+			w.stopOnce()
 		})
 	}
 	return w, &WatchSender{w}
@@ -216,18 +237,18 @@ func (s *WatchSender) Send(ev Event) bool {
 		default:
 		}
 	}
-	if len(w.events)+len(w.queue) >= w.buffer {
+	if w.behind == nil {
+		w.behind = &backlog{quit: make(chan struct{})}
+	}
+	if len(w.events)+len(w.behind.queue) >= int(w.buffer) {
 		w.ended, w.err = true, ErrResync
 		w.shutIfDrained()
 		w.afterStop()
 		return false
 	}
-	w.queue = append(w.queue, ev)
+	w.behind.queue = append(w.behind.queue, ev)
 	if !w.forwarding {
 		w.forwarding = true
-		if w.quit == nil {
-			w.quit = make(chan struct{})
-		}
 		go w.forward()
 	}
 	return true
