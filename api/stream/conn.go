@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +98,10 @@ const (
 // openStream admits the stream, lists its tab (when req.Listed) and starts the watch, then sends
 // the headers, the snapshot and the replay. Until the headers are sent it answers errors.
 func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request) (*streamConn, error) {
+	// The session and the tab are substrings of the request line, which the stream, its watch and
+	// its presence entry would keep for as long as they run: copies let it go.
+	req.Key.Session = strings.Clone(req.Key.Session)
+	req.Tab.TabID, req.Tab.Label = strings.Clone(req.Tab.TabID), strings.Clone(req.Tab.Label)
 	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab}
 	sc.st.user, sc.st.wake = req.Key.User, sc.kick
 	err := h.admit(&sc.st)
