@@ -111,7 +111,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		return lease.RevokeResult{}, err
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
-	v, err := e.script(ctx, op, revokeScript, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
+	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {
 		return lease.RevokeResult{}, err

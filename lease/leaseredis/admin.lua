@@ -1,4 +1,4 @@
--- admin.lua: the second prelude of every session script (after state.lua, before events.lua and
+-- admin.lua: the second prelude of the session scripts' library (after state.lua, before events.lua and
 -- presence.lua). It keeps the keys of the user in step with the session: the index of held leases
 -- and the audit log, which admins read, and the sessions whose state is kept, which bound the
 -- user's sessions (admit, keep). It declares no KEYS or ARGV of its own.
@@ -38,7 +38,12 @@
 -- records the user's own actions append, which may trim the admins' records out of KEYS[6], the
 -- last ARGV[3] of them stay in KEYS[9], and audit.lua reads both, as one log.
 
-local audit_pending = {} -- the audit records of this script not appended yet, in order
+local audit_pending -- the audit records of this call not appended yet, in order
+
+-- audit_begin starts a call with no audit record queued.
+local function audit_begin()
+  audit_pending = {}
+end
 
 -- index_add lists the session in the user's index of held leases.
 local function index_add()
@@ -115,9 +120,11 @@ end
 
 -- keep sets when the state hash expires (see state.lua): IDLE_MS after the latest of the lease's
 -- end, an admin's block, a handoff's end, keep_us (the retry window of the last revoke) and, when
--- changed, now. It sets none while the last epoch is not below the clock at that time (epochs run
--- ahead of the clock only by the grants of one microsecond). The session's score in the known
--- set, KEYS[7], is the same time.
+-- changed, now, and up to an eighth of IDLE_MS later: an expiry already set within that eighth is
+-- left alone, and a new one is set at its end, so that the renews of a lease move it once in many
+-- rather than every time. It sets none while the last epoch is not below the clock at that time
+-- (epochs run ahead of the clock only by the grants of one microsecond). The session's score in
+-- the known set, KEYS[7], is the same time.
 local function keep(s, now, changed)
   local until_us = math.max(s.expires_us, s.block_until_us, s.ho_until_us, s.keep_us)
   if changed then
@@ -127,10 +134,12 @@ local function keep(s, now, changed)
   if s.epoch >= at_ms * 1000 then
     return
   end
+  local slack = math.floor(IDLE_MS / 8)
   local current = redis.call('PEXPIRETIME', KEY_STATE)
-  if current == -2 or current == at_ms then
+  if current == -2 or (current >= at_ms and current <= at_ms + slack) then
     return -- no state, or kept as long already
   end
+  at_ms = at_ms + slack
   redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
   redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
   local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES') -- the set goes with its last hash

@@ -203,22 +203,28 @@ func (c *storeClock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// rewrite changes EVAL of a script into EVAL of the script reading the test's clock, and EVALSHA of
-// a script into EVALSHA of its rewritten form. An EVALSHA of a script not rewritten yet goes out
-// as it is: Redis, which never saw the original, answers NOSCRIPT, and go-redis sends the EVAL.
+// rewrite changes EVAL of a script into EVAL of the script reading the test's clock, EVALSHA of a
+// script into EVALSHA of its rewritten form, and FUNCTION LOAD of the library into FUNCTION LOAD
+// of the library reading the test's clock (under the same name: the test's Redis is its own). An
+// EVALSHA of a script not rewritten yet goes out as it is: Redis, which never saw the original,
+// answers NOSCRIPT, and go-redis sends the EVAL.
 func (c *storeClock) rewrite(cmd redis.Cmder) {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return
 	}
-	name, _ := args[0].(string)
-	switch strings.ToLower(name) {
-	case "eval", "eval_ro":
-		src, _ := args[1].(string)
+	clocked := func(src string) string {
 		mod := timeCall.ReplaceAllLiteralString(src, clockCall)
 		if timeWord.MatchString(mod) {
 			panic("a script reads TIME in a way the test's clock hook does not rewrite:\n" + src)
 		}
+		return mod
+	}
+	name, _ := args[0].(string)
+	switch strings.ToLower(name) {
+	case "eval", "eval_ro":
+		src, _ := args[1].(string)
+		mod := clocked(src)
 		c.mu.Lock()
 		c.shas[sha1Hex(src)] = sha1Hex(mod)
 		c.mu.Unlock()
@@ -230,6 +236,11 @@ func (c *storeClock) rewrite(cmd redis.Cmder) {
 			args[1] = mod
 		}
 		c.mu.Unlock()
+	case "function":
+		if sub, _ := args[1].(string); strings.EqualFold(sub, "load") {
+			src, _ := args[len(args)-1].(string)
+			args[len(args)-1] = clocked(src)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
--- events.lua: the third prelude of every session script (after state.lua and admin.lua, before
+-- events.lua: the third prelude of the session scripts' library (after state.lua and admin.lua, before
 -- presence.lua). It queues the events a script produces, appends them to the session's log and
 -- publishes them, settles a handoff as the lease it asked for ends (reserve_handoff, clear_handoff),
 -- and announces the expiry of a lease (settle_lease). It declares no KEYS or ARGV of its own.
@@ -29,9 +29,14 @@
 -- deadline earlier without an event (a renew with a shorter TTL) publishes {"u","s","now","next"}
 -- alone: a hint, not an event; it is not in the log.
 
-local pending = {} -- the events of this script not appended yet, in order
-local moved_earlier = false -- the deadline moved earlier without an event: publish a hint
-local dropped = false -- the script deleted the holder: compact the hash (drop_holder)
+local pending -- the events of this call not appended yet, in order
+local moved_earlier -- the deadline moved earlier without an event: publish a hint
+local dropped -- the call deleted the holder: compact the hash (drop_holder)
+
+-- events_begin starts a call with no event queued.
+local function events_begin()
+  pending, moved_earlier, dropped = {}, false, false
+end
 
 -- drop_holder deletes the holder of s and the other fields named, once its lease ended and the end
 -- is announced: a free lease keeps no holder. Redis never shrinks a hash that a long value (a
@@ -54,6 +59,8 @@ end
 -- publish sends msg to the instances: on a Redis Cluster with SPUBLISH on the channel of the
 -- user's hash tag, which only the user's shard carries (a PUBLISH is broadcast to every node),
 -- elsewhere with PUBLISH on CHANNEL. The engine subscribes alike (see feed.go).
+-- Whether the node is part of a Cluster is asked once: it is fixed for the life of a server, and so
+-- is the library, which a restarted server loads anew.
 local sharded = nil
 local function publish(msg)
   if sharded == nil then

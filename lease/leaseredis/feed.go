@@ -102,7 +102,7 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 		w.Close()
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
-	v, err := e.eval(ctx, op, watchScript, key, after)
+	v, err := e.eval(ctx, op, watchFn, key, after)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -415,7 +415,7 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 // settle runs settle.lua on key, and answers the store time and the session's next deadline.
 func (e *Engine) settle(key lease.Key) (nowUS, next int64, err error) {
 	const op = "settle"
-	v, err := e.eval(e.ctx, op, settleScript, key)
+	v, err := e.eval(e.ctx, op, settleFn, key)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,7 +289,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	if err := e.addUser(ctx, op, req.Key.User); err != nil {
 		return lease.Lease{}, err
 	}
-	v, err := e.change(ctx, op, acquireScript, req.Key,
+	v, err := e.change(ctx, op, acquireFn, req.Key,
 		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
 		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds())
 	if err != nil {
@@ -323,7 +324,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	return lease.Lease{}, unexpected(op, status)
 }
 
-// Renew implements lease.Engine.
+// Renew implements lease.Engine. It is the one change without a reply key (see renew.lua).
 func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return lease.Lease{}, err
@@ -332,7 +333,7 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	v, err := e.change(ctx, "renew", renewScript, req.Key,
+	v, err := e.eval(ctx, "renew", renewFn, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
 	status, l, err := leaseAnswer("renew", req.Key, v, err)
 	if err != nil {
@@ -354,7 +355,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	if err := req.Validate(); err != nil {
 		return lease.ReleaseResult{}, err
 	}
-	v, err := e.change(ctx, "release", releaseScript, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
+	v, err := e.change(ctx, "release", releaseFn, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
 	status, l, err := leaseAnswer("release", req.Key, v, err)
 	if err != nil {
 		return lease.ReleaseResult{}, err
@@ -373,7 +374,7 @@ func (e *Engine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 	if err := key.Validate(); err != nil {
 		return lease.Lease{}, err
 	}
-	v, err := e.eval(ctx, "get", getScript, key)
+	v, err := e.eval(ctx, "get", getFn, key)
 	status, l, err := leaseAnswer("get", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
@@ -389,7 +390,7 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 	if err := lease.ValidateCheck(key, tabID, epoch); err != nil {
 		return lease.Lease{}, err
 	}
-	v, err := e.eval(ctx, "check", checkScript, key, tabID, strconv.FormatInt(epoch, 10))
+	v, err := e.eval(ctx, "check", checkFn, key, tabID, strconv.FormatInt(epoch, 10))
 	status, l, err := leaseAnswer("check", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
@@ -475,18 +476,21 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 // eval runs one session script that does not change the session (it may announce what expired,
 // which is the same whoever runs it, however often) on the keys of key with the common arguments
 // (see state.lua) and then args, bounded by OpTimeout.
-func (e *Engine) eval(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (any, error) {
-	return e.script(ctx, op, s, e.sessionKeys(key), args)
+func (e *Engine) eval(ctx context.Context, op string, f function, key lease.Key, args ...any) (any, error) {
+	return e.call(ctx, op, f, e.sessionKeys(key), args)
 }
 
 // change runs one session script that changes the session, like eval, with a reply key of its
 // own (KEYS[8]): when go-redis sends the script again after losing its answer, the script answers
 // what it answered the first time and changes nothing, whatever ran in between.
-func (e *Engine) change(ctx context.Context, op string, s *redis.Script, key lease.Key, args ...any) (any, error) {
-	return e.script(ctx, op, s, append(e.sessionKeys(key), e.replyKey(key.User)), args)
+func (e *Engine) change(ctx context.Context, op string, f function, key lease.Key, args ...any) (any, error) {
+	return e.call(ctx, op, f, append(e.sessionKeys(key), e.replyKey(key.User)), args)
 }
 
-func (e *Engine) script(ctx context.Context, op string, s *redis.Script, keys []string, args []any) (any, error) {
+// call runs the function f of the library with keys, the common arguments and args, bounded by
+// OpTimeout. A server without the library (a new one, or one restarted without its data) gets
+// it, on the primary of keys[0], and the call is made again.
+func (e *Engine) call(ctx context.Context, op string, f function, keys []string, args []any) (any, error) {
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
@@ -494,11 +498,31 @@ func (e *Engine) script(ctx context.Context, op string, s *redis.Script, keys []
 	defer cancel()
 	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds(),
 		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), e.perUser}, args...)
-	v, err := s.Run(ctx, e.client, keys, argv...).Result()
+	name := libraryName + "_" + f.name
+	v, err := e.client.FCall(ctx, name, keys, argv...).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "ERR Function not found") {
+		if err = e.loadLibrary(ctx, keys[0]); err == nil {
+			v, err = e.client.FCall(ctx, name, keys, argv...).Result()
+		}
+	}
 	if err != nil {
 		return nil, &lease.UnavailableError{Op: op, Err: err}
 	}
 	return v, nil
+}
+
+// loadLibrary loads the library of the session scripts on the primary that holds key (FUNCTION
+// LOAD REPLACE: instances loading it at once load the same source). Redis keeps it with the data
+// (RDB, AOF) and replicates it, so a promoted replica has it already.
+func (e *Engine) loadLibrary(ctx context.Context, key string) error {
+	if c, ok := e.client.(*redis.ClusterClient); ok {
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		return node.FunctionLoadReplace(ctx, library).Err()
+	}
+	return e.client.FunctionLoadReplace(ctx, library).Err()
 }
 
 // leaseAnswer parses the answer v of a lease script run by eval or change for op on key, which

@@ -18,7 +18,7 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	if err := lease.ValidateJoin(key, conn, tab); err != nil {
 		return 0, err
 	}
-	v, err := e.change(ctx, op, joinScript, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
+	v, err := e.change(ctx, op, joinFn, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
 	if err != nil {
 		return 0, err
 	}
@@ -41,7 +41,7 @@ func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) e
 	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
 		return err
 	}
-	v, err := e.change(ctx, op, leaveScript, key, conn, tabID)
+	v, err := e.change(ctx, op, leaveFn, key, conn, tabID)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (e *Engine) Tabs(ctx context.Context, key lease.Key) ([]lease.Tab, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	v, err := e.eval(ctx, op, tabsScript, key)
+	v, err := e.eval(ctx, op, tabsFn, key)
 	if err != nil {
 		return nil, err
 	}

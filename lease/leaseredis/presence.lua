@@ -1,4 +1,4 @@
--- presence.lua: the fourth prelude of every session script (after state.lua, admin.lua and
+-- presence.lua: the fourth prelude of the session scripts' library (after state.lua, admin.lua and
 -- events.lua). It reads the session's presence, announces the tabs whose entries expired
 -- (settle_presence) and defines settle, which every session script runs first. It declares no KEYS
 -- or ARGV of its own.

@@ -1,6 +1,5 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
 -- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
 -- ARGV[9]  epoch
@@ -8,7 +7,10 @@
 -- ARGV[11] TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
--- A retried renew extends again from a later now, which is what the caller asked for.
+-- A renew keeps no answer for its retries: one that go-redis sends again decides again, which is
+-- an answer the first could have given. It extends again from a later now, which is what the
+-- caller asked for, or it answers "LOST" when another call ended the lease in between: ended
+-- leases never come back, so a renew that answered "LOST" never becomes "OK".
 --
 -- Events: what settle announces; then "updated" when the hidden flag changed, nothing otherwise.
 
@@ -17,12 +19,6 @@ local tab = ARGV[8]
 local epoch = arg_int(9, 1, MAX_EPOCH)
 local hidden = ARGV[10] == '1'
 local ttl_ms = arg_int(11, 1, MAX_EPOCH)
-
--- Answer a retry of this call as it was answered (see state.lua).
-local replay = replayed()
-if replay then
-  return replay
-end
 
 -- Settle expiry.
 local now = now_us()

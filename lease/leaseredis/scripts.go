@@ -1,8 +1,11 @@
 package leaseredis
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,14 +14,18 @@ import (
 )
 
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
-// script but document.lua, leases.lua and audit.lua) take the same seven keys (and those that
-// change a session an eighth, where their answer is kept for retries) and the same first seven
-// arguments, and run after four preludes that scripts.go puts in front of each: state.lua (the keys,
-// the common arguments, the state hash and the lease answer), admin.lua (the user's index of held
-// leases and audit log), events.lua (the event log, publishing, the lease's expiry and the handoff
-// request it turns into a reservation) and presence.lua (presence entries, their expiry, and settle). leases.lua and audit.lua are the reads
-// of the admin listing and audit log, on keys of one user. Every script validates its arguments and
-// reads before it writes anything: Redis does not roll back a script that fails halfway.
+// script but document.lua, leases.lua, audit.lua and catalog.lua) take the same seven keys (and
+// those whose answer is kept for retries an eighth) and the same first seven arguments. They are
+// one Redis Functions library (library below): four preludes that define what every session
+// script uses — state.lua (the keys, the common arguments, the state hash and the lease answer),
+// admin.lua (the user's index of held leases and audit log), events.lua (the event log,
+// publishing, the lease's expiry and the handoff request it turns into a reservation) and
+// presence.lua (presence entries, their expiry, and settle) — then one function per session
+// script, whose body is the script's file. Redis runs the preludes once, when it loads the
+// library, not on every call. leases.lua, audit.lua and catalog.lua, the reads of the admin
+// listing and audit log and the catalog write, are plain scripts (EVALSHA). Every script validates
+// its arguments and reads before it writes anything: Redis does not roll back a script that fails
+// halfway.
 var (
 	//go:embed state.lua
 	stateLua string
@@ -57,25 +64,64 @@ var (
 	//go:embed catalog.lua
 	catalogLua string
 
-	acquireScript = newScript(acquireLua)
-	renewScript   = newScript(renewLua)
-	releaseScript = newScript(releaseLua)
-	checkScript   = newScript(checkLua)
-	getScript     = newScript(getLua)
-	watchScript   = newScript(watchLua)
-	settleScript  = newScript(settleLua)
-	joinScript    = newScript(joinLua)
-	leaveScript   = newScript(leaveLua)
-	tabsScript    = newScript(tabsLua)
-	revokeScript  = newScript(revokeLua)
 	leasesScript  = redis.NewScript(leasesLua)
 	auditScript   = redis.NewScript(auditLua)
 	catalogScript = redis.NewScript(catalogLua)
 )
 
-// newScript is a session script: the preludes, then body.
-func newScript(body string) *redis.Script {
-	return redis.NewScript(stateLua + "\n" + adminLua + "\n" + eventsLua + "\n" + presenceLua + "\n" + body)
+// A function is a session script, called with FCALL by its name in the library.
+type function struct {
+	name string
+	body string
+	// allowOOM lets the function run while Redis is at its maxmemory: those that only read, or
+	// write what they must announce (an expiry, a tab that left), and renew, which changes only
+	// fields the state hash has, so that guards and holders keep working while grants are
+	// refused. The others are refused then, with Redis's OOM error.
+	allowOOM bool
+}
+
+var (
+	acquireFn = function{name: "acquire", body: acquireLua}
+	renewFn   = function{name: "renew", body: renewLua, allowOOM: true}
+	releaseFn = function{name: "release", body: releaseLua}
+	checkFn   = function{name: "check", body: checkLua, allowOOM: true}
+	getFn     = function{name: "get", body: getLua, allowOOM: true}
+	watchFn   = function{name: "watch", body: watchLua, allowOOM: true}
+	settleFn  = function{name: "settle", body: settleLua, allowOOM: true}
+	joinFn    = function{name: "join", body: joinLua}
+	leaveFn   = function{name: "leave", body: leaveLua}
+	tabsFn    = function{name: "tabs", body: tabsLua, allowOOM: true}
+	revokeFn  = function{name: "revoke", body: revokeLua}
+
+	// library is the source of the library, and libraryName its name: "tablease_" and the start
+	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
+	// call their own functions, named <libraryName>_<function>.
+	library, libraryName = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
+		settleFn, joinFn, leaveFn, tabsFn, revokeFn)
+)
+
+// newLibrary writes the library of the session scripts fns: the preludes, then one registered
+// function per script that takes the call's keys and arguments (begin, in state.lua), starts with
+// nothing queued, and runs the script's body.
+func newLibrary(fns ...function) (string, string) {
+	var b strings.Builder
+	for _, s := range []string{stateLua, adminLua, eventsLua, presenceLua} {
+		b.WriteString(s)
+		b.WriteString("\n")
+	}
+	for _, f := range fns {
+		flags := ""
+		if f.allowOOM {
+			flags = "'allow-oom'"
+		}
+		fmt.Fprintf(&b, "redis.register_function{function_name = LIBRARY .. '_%s', flags = {%s},\n"+
+			"  callback = function(keys, argv)\n  begin(keys, argv)\n  audit_begin()\n  events_begin()\n%s\nend}\n",
+			f.name, flags, f.body)
+	}
+	src := b.String()
+	sum := sha1.Sum([]byte(src))
+	name := "tablease_" + hex.EncodeToString(sum[:6])
+	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src, name
 }
 
 // Statuses that the scripts answer first.

@@ -1,6 +1,6 @@
--- state.lua: the first prelude of every session script of this package; scripts.go puts it, then
--- admin.lua, events.lua and presence.lua, in front of each. It names the keys and the common
--- arguments, reads the state hash and shapes answers; it never writes.
+-- state.lua: the first prelude of the library of session scripts (scripts.go puts it, then
+-- admin.lua, events.lua and presence.lua, before the functions). It takes the keys and the common
+-- arguments of each call (begin), reads the state hash and shapes answers; it never writes.
 --
 -- Every session script is called with the same KEYS, all under the user's hash tag {<sub>} (one
 -- Cluster slot), built by the engine from validated identifiers: the session's four keys, then the
@@ -12,7 +12,8 @@
 --   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
 --   KEYS[6]  <prefix>:{<sub>}:audit          the user's audit log, a stream (admin.lua)
 --   KEYS[7]  <prefix>:{<sub>}:known          the user's sessions whose state is kept (keep, below)
--- The scripts that change a session (acquire, renew, release, revoke, join, leave) get one more:
+-- The scripts that change a session (acquire, release, revoke, join, leave; renew.lua says why not
+-- renew) get one more:
 --   KEYS[8]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
 -- and revoke.lua, the one script that records admins' actions, a ninth:
 --   KEYS[9]  <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
@@ -89,32 +90,17 @@
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
 -- replies, never through tostring (which would print 1.7e+15).
 
-local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local KEY_AUDIT_ADMIN = KEYS[9]
-
--- The prefix, user and session, read back from the state key (identifiers and the prefix hold no
--- braces, so it parses one way only); the other keys must be the same session's.
-local PREFIX, USER, SESSION = string.match(KEY_STATE or '', '^(.+):{([^}]+)}:lease:(.+)$')
-if PREFIX == nil then
-  error('tablease: KEYS[1] is not a state key')
-end
-local TAG = PREFIX .. ':{' .. USER .. '}:'
-if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
-    or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
-  error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
-end
-if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known' then
-  error('tablease: KEYS[5..7] are not the keys of the user of KEYS[1]')
-end
-if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
-  error('tablease: KEYS[8] is not a reply key of the user of KEYS[1]')
-end
-if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
-  error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
-end
+-- The call's keys and arguments, and what begin reads from them: set by begin, first thing in
+-- every call (the library's functions run one at a time, so one call's values never meet
+-- another's).
+local KEYS, ARGV
+local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY
+local KEY_AUDIT_ADMIN
+local PREFIX, USER, SESSION
+local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 -- CHANNEL is where every event of every session under the prefix is published (events.lua).
-local CHANNEL = PREFIX .. ':events'
+local CHANNEL
+local LOG_LEN, LOG_TTL_MS, AUDIT_LEN, AUDIT_RETENTION_MS, REPLY_TTL_MS, IDLE_MS, MAX_SESSIONS
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -138,13 +124,43 @@ local function arg_int(i, lo, hi)
   return n
 end
 
-local LOG_LEN = arg_int(1, 1, MAX_EPOCH)
-local LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
-local AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
-local AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
-local REPLY_TTL_MS = arg_int(5, 1, MAX_EPOCH)
-local IDLE_MS = arg_int(6, 1, MAX_EPOCH)
-local MAX_SESSIONS = arg_int(7, 0, MAX_EPOCH)
+-- begin takes the keys and arguments of a call and checks them: the keys must be those of one
+-- session and its user, the common arguments in range. It raises an error before anything is
+-- written otherwise.
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+  KEY_AUDIT_ADMIN = KEYS[9]
+  -- The prefix, user and session, read back from the state key (identifiers and the prefix hold
+  -- no braces, so it parses one way only); the other keys must be the same session's.
+  PREFIX, USER, SESSION = string.match(KEY_STATE or '', '^(.+):{([^}]+)}:lease:(.+)$')
+  if PREFIX == nil then
+    error('tablease: KEYS[1] is not a state key')
+  end
+  TAG = PREFIX .. ':{' .. USER .. '}:'
+  if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
+      or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
+    error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
+  end
+  if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known' then
+    error('tablease: KEYS[5..7] are not the keys of the user of KEYS[1]')
+  end
+  if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
+    error('tablease: KEYS[8] is not a reply key of the user of KEYS[1]')
+  end
+  if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
+    error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
+  end
+  CHANNEL = PREFIX .. ':events'
+  LOG_LEN = arg_int(1, 1, MAX_EPOCH)
+  LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
+  AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
+  AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
+  REPLY_TTL_MS = arg_int(5, 1, MAX_EPOCH)
+  IDLE_MS = arg_int(6, 1, MAX_EPOCH)
+  MAX_SESSIONS = arg_int(7, 0, MAX_EPOCH)
+end
 
 -- replayed answers the answer this call already gave, when go-redis sends it again (see above),
 -- and nil otherwise. Scripts that change a session call it first after their validation.
