@@ -625,6 +625,10 @@ func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
 		if _, err := e.Check(t.Context(), alice, "tab-a", l.Epoch); err != nil {
 			t.Fatalf("Check with the server out of memory: %v", err)
 		}
+		// The holder keeps its lease: a renew changes only fields the state hash has.
+		if r, err := e.Renew(t.Context(), lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: l.Epoch, TTL: time.Minute}); err != nil || !r.ExpiresAt.After(l.ExpiresAt) {
+			t.Fatalf("Renew with the server out of memory = %+v, %v; want the lease extended", r, err)
+		}
 	})
 
 	t.Run("a stopped server, then restarted empty", func(t *testing.T) {
