@@ -147,10 +147,13 @@ func (s *sidClaim) UnmarshalJSON(b []byte) error {
 
 // authenticator verifies access tokens. It is immutable after newAuthenticator.
 type authenticator struct {
-	secret  []byte
-	keys    map[string]verifyKey // by kid
-	issuers []string             // the iss values accepted
-	parser  *jwt.Parser
+	secret   []byte
+	keys     map[string]verifyKey // by kid
+	issuers  []string             // the iss values accepted
+	leeway   time.Duration
+	now      func() time.Time // the parser's clock too
+	parser   *jwt.Parser
+	verified verifiedTokens
 }
 
 type verifyKey struct {
@@ -180,7 +183,7 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 	if cfg.Leeway < 0 || cfg.Leeway > MaxLeeway {
 		return nil, fmt.Errorf("api: Auth.Leeway must be between 0 and %s", MaxLeeway)
 	}
-	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}}
+	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}, leeway: cfg.Leeway, now: time.Now}
 	if dev && cfg.Issuer != DevIssuer {
 		a.issuers = append(a.issuers, DevIssuer)
 	}
@@ -211,6 +214,7 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 		jwt.WithAudience(cfg.Audience),
 		jwt.WithLeeway(cfg.Leeway),
 		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(func() time.Time { return a.now() }),
 	)
 	return a, nil
 }
@@ -242,8 +246,12 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 }
 
 // verify checks a token and returns its principal, or an UNAUTHENTICATED error that says why
-// without echoing the token.
+// without echoing the token. A token verified before and not expired is answered from
+// a.verified. The principal is shared: callers must not change it.
 func (a *authenticator) verify(token string) (*Principal, error) {
+	if p, ok := a.verified.get(token, a.now()); ok {
+		return p, nil
+	}
 	var claims accessClaims
 	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
 		return nil, unauthenticated(tokenProblem(err))
@@ -266,6 +274,7 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 	for _, s := range claims.Scope {
 		p.Scopes[s] = true
 	}
+	a.verified.put(token, p, claims.ExpiresAt.Add(a.leeway)) // exp is required: the parser checked it
 	return p, nil
 }
 
