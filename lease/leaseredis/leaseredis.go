@@ -121,7 +121,10 @@ type Engine struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	closed atomic.Bool    // set first thing by Close: every later call fails with ErrClosed
+	closed atomic.Bool // set first thing by Close: every later call fails with ErrClosed
+	// loadMu serialises the loads of the library (loadLibrary), and loads counts them.
+	loadMu sync.Mutex
+	loads  atomic.Uint64
 	timers sync.WaitGroup // the settle timers running a script and the sharded subscriptions' goroutines; Close waits for them
 
 	// mu protects the fields below: the local watchers, their settle timers and the subscription.
@@ -489,7 +492,8 @@ func (e *Engine) change(ctx context.Context, op string, f function, key lease.Ke
 
 // call runs the function f of the library with keys, the common arguments and args, bounded by
 // OpTimeout. A server without the library (a new one, or one restarted without its data) gets
-// it, on the primary of keys[0], and the call is made again.
+// it, on the primary of keys[0], and the call is made again: up to three times, since on a
+// Cluster another node's load may have answered for this one's.
 func (e *Engine) call(ctx context.Context, op string, f function, keys []string, args []any) (any, error) {
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
@@ -499,10 +503,16 @@ func (e *Engine) call(ctx context.Context, op string, f function, keys []string,
 	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds(),
 		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), e.perUser}, args...)
 	name := libraryName + "_" + f.name
-	v, err := e.client.FCall(ctx, name, keys, argv...).Result()
-	if err != nil && strings.HasPrefix(err.Error(), "ERR Function not found") {
-		if err = e.loadLibrary(ctx, keys[0]); err == nil {
-			v, err = e.client.FCall(ctx, name, keys, argv...).Result()
+	var v any
+	var err error
+	for attempt := 0; ; attempt++ {
+		loads := e.loads.Load()
+		v, err = e.client.FCall(ctx, name, keys, argv...).Result()
+		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {
+			break
+		}
+		if err = e.loadLibrary(ctx, keys[0], loads); err != nil {
+			break
 		}
 	}
 	if err != nil {
@@ -512,17 +522,29 @@ func (e *Engine) call(ctx context.Context, op string, f function, keys []string,
 }
 
 // loadLibrary loads the library of the session scripts on the primary that holds key (FUNCTION
-// LOAD REPLACE: instances loading it at once load the same source). Redis keeps it with the data
-// (RDB, AOF) and replicates it, so a promoted replica has it already.
-func (e *Engine) loadLibrary(ctx context.Context, key string) error {
+// LOAD REPLACE: instances loading it at once load the same source), unless it was loaded since
+// the caller read e.loads (loads): the calls that find it missing at once (every call in flight,
+// after a restart) load it once. Redis keeps it with the data (RDB, AOF) and replicates it, so a
+// promoted replica has it already.
+func (e *Engine) loadLibrary(ctx context.Context, key string, loads uint64) error {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	if e.loads.Load() != loads {
+		return nil // loaded meanwhile: call again (on a Cluster, maybe on another node: see call)
+	}
+	load := e.client.FunctionLoadReplace
 	if c, ok := e.client.(*redis.ClusterClient); ok {
-		node, err := c.MasterForKey(ctx, key)
+		primary, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			return err
 		}
-		return node.FunctionLoadReplace(ctx, library).Err()
+		load = primary.FunctionLoadReplace
 	}
-	return e.client.FunctionLoadReplace(ctx, library).Err()
+	if err := load(ctx, library).Err(); err != nil {
+		return err
+	}
+	e.loads.Add(1)
+	return nil
 }
 
 // leaseAnswer parses the answer v of a lease script run by eval or change for op on key, which

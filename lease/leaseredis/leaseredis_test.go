@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1096,5 +1097,50 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		if _, _, _, err := parseReply(alice, v); err == nil {
 			t.Errorf("parseReply(%s) = nil error", name)
 		}
+	}
+}
+
+// TestAServerWithoutTheLibraryGetsItOnce: after FUNCTION FLUSH (as after a restart without data),
+// the calls in flight all answer, and the library is loaded once for them.
+func TestAServerWithoutTheLibraryGetsItOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := engineOn(t, srv.URL(), "", time.Second)
+	l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	loads := func() int {
+		t.Helper()
+		info, err := c.Info(t.Context(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_function|load:calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	before := loads()
+	if err := c.FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			_, err := e.Check(t.Context(), alice, "tab-a", l.Epoch)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a check after FUNCTION FLUSH: %v", err)
+		}
+	}
+	if n := loads() - before; n != 1 {
+		t.Fatalf("the library was loaded %d times for 32 calls, want once", n)
 	}
 }
