@@ -22,6 +22,7 @@ import (
 
 	"github.com/tablease/tablease/internal/origin"
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leaseredis"
 	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
@@ -138,9 +139,19 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
+		// leaseredis.CheckURL reads it as the engine will, options included (a Sentinel's
+		// master_name, cluster=true, go-redis's own), and names the problem without the password.
+		problem := func() string {
+			return strings.TrimPrefix(leaseredis.CheckURL(v).Error(), "leaseredis: bad Redis URL: ")
+		}
 		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		switch {
+		case err != nil:
+			return fmt.Errorf("must be a redis:// or rediss:// URL with a host (%s)", problem())
+		case (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "":
 			return errors.New("must be a redis:// or rediss:// URL with a host")
+		case leaseredis.CheckURL(v) != nil:
+			return errors.New(problem())
 		}
 		c.RedisURL = v
 		return nil

@@ -3,24 +3,31 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"strings"
 	"testing"
 )
 
+// TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem: a Redis URL the engine cannot use is a
+// configuration error like any bad value: exit code 2 and one line, before anything starts.
 func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 	key := keyFile(t)
 	for _, tc := range []struct {
 		url, problem string
 	}{
 		{"http://cache:6379", "redis:// or rediss://"},
+		{"foo://x", "redis:// or rediss://"},
+		{"redis://[::1", "missing ']' in host"},
+		{"redis://app:hunter2-secret@[::1", "missing ']' in host"},
+		{"redis://app:hunter2%zz@cache:6379", "invalid URL escape"},
 		{"redis://app:hunter2-secret@cache:6379?cluster=maybe", `cluster="maybe" is not a boolean`},
 		{"redis://app:hunter2-secret@cache:6379?cluster=true&master_name=tablease", "exclude each other"},
 		{"rediss://app:hunter2-secret@cache:6379?pool=9", "unexpected option: pool"},
 		{"redis://app:hunter2-secret@cache:6379/db7", "invalid database number"},
+		{"redis://sentinel:hunter2-secret@s1:26379/0?master_name=tablease&dial_timeout=soon", "invalid dial_timeout"},
+		{"redis://app:hunter2-secret@n1:6379?cluster=true&addr=n2:6379&pool_size=many", "invalid pool_size"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			var stderr bytes.Buffer
+			var stdout, stderr bytes.Buffer
 			env := map[string]string{
 				"TABLEASE_REDIS_URL":         tc.url,
 				"TABLEASE_JWT_HS256_SECRET":  testSecret,
@@ -29,18 +36,22 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 				"TABLEASE_LEASE_SIGNING_KEY": key,
 				"TABLEASE_ADDR":              "127.0.0.1:0",
 			}
-			p := Program{Stdout: io.Discard, Stderr: &stderr, Getenv: func(k string) string { return env[k] }}
-			if code := p.Main(context.Background(), []string{"serve"}); code == 0 {
-				t.Fatal("serve started with a bad Redis URL")
+			p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
+				OnListen: func(string) { t.Error("serve listened with a bad Redis URL") }}
+			if code := p.Main(context.Background(), []string{"serve"}); code != 2 {
+				t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
 			}
-			out := strings.TrimSpace(stderr.String())
-			// The JSON log escapes the quotes of the problem.
-			named := strings.Contains(out, tc.problem) || strings.Contains(out, strings.ReplaceAll(tc.problem, `"`, `\"`))
-			if strings.Count(out, "\n") != 0 || !strings.Contains(out, "TABLEASE_REDIS_URL") || !named {
-				t.Fatalf("want one line naming TABLEASE_REDIS_URL and %q, got %q", tc.problem, out)
+			out := stderr.String()
+			const prefix = "tablease: configuration: TABLEASE_REDIS_URL: "
+			if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") || !strings.HasPrefix(out, prefix) ||
+				!strings.Contains(out, tc.problem) {
+				t.Fatalf("want one line %q… naming %q, got %q", prefix, tc.problem, out)
 			}
 			if strings.Contains(out, "hunter2") {
 				t.Fatalf("the line shows the URL's password: %q", out)
+			}
+			if stdout.Len() != 0 {
+				t.Fatalf("stdout %q, want nothing", stdout.String())
 			}
 		})
 	}

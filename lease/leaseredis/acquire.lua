@@ -31,7 +31,8 @@
 -- grant of a free session, "handoff" for the grant that claims a reservation (ptab and pep: the
 -- tab that handed the lease over), "takeover" for a takeover, nothing otherwise.
 -- Index: every "OK" lists the session in the user's index of held leases (a no-op unless it is a
--- grant). The engine adds the user to the prefix's users index before it runs this script.
+-- grant). The engine adds the user to the prefix's users index before it runs this script, unless
+-- it knows the user is there (see "Skipping the adds" in admin.go).
 
 -- Validate.
 local tab, label = ARGV[8], ARGV[9]

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,17 +34,65 @@ import (
 // list every user, the engine keeps one more sorted set, <prefix>:users, of the users that had a
 // lease acquired or revoked: it is added to with its own idempotent ZADD before the acquire or
 // revoke script runs, and again after an acquire that granted, never by a script (its slot is not
-// the user's). A user in it whose leases ended only has an empty index. A listing of every user
-// prunes the users it finds with no key left (no held lease, no session whose state is kept, no
-// audit log): it checks, removes the user, checks again, and puts back a user whose keys came back
-// meanwhile. So a lease is never held by a user missing from it, except for an acquire that ran
-// between a prune's two checks, until that acquire's second ZADD a moment later, and a user whose
-// key was lost on its own (a failover of its Cluster node without persistence), which the user's
-// next acquire repairs. ListLeases pages the users in byte order from the cursor's user, and
-// each user's index from the cursor's session (ZRANGEBYLEX), and reads the state hashes of the
-// sessions it found with leases.lua, which answers those held at the store's clock and drops the
-// others from the index. A lease held throughout a listing is in its user's index throughout, so
-// paging never skips it; the cursor is lease.LeaseCursor of the last lease of the page.
+// the user's), except while the engine knows the user is there (see "Skipping the adds" below). A
+// user in it whose leases ended only has an empty index. A listing of every user prunes the users
+// it finds with no key left (no held lease, no session whose state is kept, no audit log): it
+// checks, removes the user, checks again, and puts back a user whose keys came back meanwhile. So
+// a lease is never held by a user missing from it, except for an acquire that ran between a
+// prune's two checks, until that acquire's second ZADD or the prune's putting back a moment later,
+// and a user whose key was lost (see below). ListLeases pages the users in byte order from the
+// cursor's user, and each user's index from the cursor's session (ZRANGEBYLEX), and reads the
+// state hashes of the sessions it found with leases.lua, which answers those held at the store's
+// clock and drops the others from the index. A lease held throughout a listing is in its user's
+// index throughout, so paging never skips it; the cursor is lease.LeaseCursor of the last lease of
+// the page. A listing of one user reads that user's index alone, never the users index.
+//
+// # Skipping the adds
+//
+// The users index has no hash tag: on a Cluster it lives on a shard of its own, so each ZADD is one
+// more round trip, to another node, and while that node fails over every call that adds stalls. So
+// each engine records the users it added (addedUsers): after an acquire that granted and whose
+// second ZADD succeeded, the user, with the local time read before the script was sent. For the
+// horizon H after that time (Engine.usersHorizon) the engine's Acquire, Revoke and RecordCatalog
+// of that user send no ZADD, and an acquire is one round trip, its script. Only an add that
+// succeeded after a grant is recorded: a failed ZADD, a call that did not grant, and a call that
+// skipped its adds record nothing, so the first call of the user after H adds again (an acquire
+// that grants then takes three round trips), at most once per user, engine and H. The record is
+// two maps, the current and the previous generation, of at most addedPerGeneration users each;
+// when the current one is full it becomes the previous and the older is dropped. A user dropped
+// early costs its next call the adds, never correctness.
+//
+// Why a skipped add loses nothing. Let T be the recorded time and S the store time at which the
+// grant's script ran, after T. That script left the user keys that a prune checks for, which live
+// until S + R at least, R = min(IdleRetention, AuditRetention): the session's entry in the user's
+// known set, scored with the expiry of the state hash, IdleRetention after the script's change at
+// least (keep in admin.lua; the set expires with its highest score, and no later script lowers the
+// score below that, as expires_us never goes back before a change), and for a new grant its audit
+// record, kept AuditRetention. A prune removes only a user whose keys its first check found gone,
+// so none removes the user while those keys live; one whose first check ran before S and whose
+// removal came after the recorded ZADD finds the keys at its second check, after S, and puts the
+// user back (the moment between is the window of any acquire between a prune's two checks, above).
+// A call that skips its adds is sent before T + H and runs within replyKeptFor × OpTimeout of
+// that, go-redis's retries and a stalled Redis included (the reply key's lifetime, see state.lua),
+// so before S + H + replyKeptFor × OpTimeout <= S + R: while the recorded grant's keys live and the
+// user is in the index; a lease it grants then keeps the user a key (the user's index of held
+// leases) for as long as it is held, and so keeps the user in the users index. H is therefore a
+// quarter of R, at most maxUsersHorizon (a minute), and at most R - replyKeptFor × OpTimeout; when
+// retentions are too short for a positive H, it is zero and nothing is skipped. The argument
+// counts the retentions of this engine, and the local clock and the store's only as running at the
+// same rate: every instance sharing a prefix uses the same retentions (see Options), and another
+// engine's adds and prunes are store operations like any.
+//
+// What it does not cover is a loss of data the engine cannot see: a FLUSHALL, a Redis restarted
+// without persistence, a Cluster failover without persistence of the users index's shard (which
+// loses the user's entry) or of the user's (which loses the user's keys, and a listing then prunes
+// the user). Until H has passed since the recorded add, the engine's acquires of the user skip
+// their adds, and a lease they grant is missing from a listing of every user; the first acquire
+// (or revoke) of the user at least H after the recorded add adds the user again, where without
+// the record the first acquire after the loss did: a lease is missing from the listing for at most
+// H longer than without it, as long as the user acquires again. A lease that is only renewed stays
+// missing until such an acquire, with or without the record: the repair has always been the
+// user's next add. A listing of one user does not read the users index.
 //
 // # Audit log
 //
@@ -99,6 +148,71 @@ func (e *Engine) addUser(ctx context.Context, op, user string) error {
 	})
 }
 
+// indexed reports whether the adds of user to the users index may be skipped: this engine
+// recorded an add after a grant less than usersHorizon ago (see "Skipping the adds").
+func (e *Engine) indexed(user string) bool {
+	if e.usersHorizon <= 0 {
+		return false
+	}
+	at, ok := e.added.at(user)
+	return ok && e.now().Sub(at) < e.usersHorizon
+}
+
+// maxUsersHorizon bounds usersHorizon, and so how long a lost entry of the users index may stay
+// unrepaired beyond the user's next acquire (see "Skipping the adds").
+const maxUsersHorizon = time.Minute
+
+// usersHorizon is H of "Skipping the adds" for the retentions idle and audit and the operation
+// timeout: a quarter of the shorter retention R, at most maxUsersHorizon and at most R less
+// replyKeptFor operation timeouts; zero, skipping nothing, when that is not positive.
+func usersHorizon(idle, audit, opTimeout time.Duration) time.Duration {
+	r := min(idle, audit)
+	return max(min(r/4, maxUsersHorizon, r-replyKeptFor*opTimeout), 0)
+}
+
+// addedPerGeneration bounds each of the two generations of addedUsers: the record holds at most
+// twice as many users (a few MB at most).
+const addedPerGeneration = 50_000
+
+// addedUsers is the record of the users an engine added to the users index after a grant, with the
+// local time read before that grant's script was sent (see "Skipping the adds"): two generations
+// of at most addedPerGeneration users, the older dropped whole when the newer fills up. The zero
+// value is empty and ready. It is safe for concurrent use.
+type addedUsers struct {
+	mu       sync.Mutex
+	cur, old map[string]time.Time
+}
+
+// at answers when user was recorded last, if it still is.
+func (a *addedUsers) at(user string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.cur[user]; ok {
+		return t, true
+	}
+	t, ok := a.old[user]
+	return t, ok
+}
+
+// note records user as added at t, unless it is recorded with a later time already.
+func (a *addedUsers) note(user string, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if prev, ok := a.cur[user]; ok {
+		if t.After(prev) {
+			a.cur[user] = t
+		}
+		return
+	}
+	if prev, ok := a.old[user]; ok && !t.After(prev) {
+		t = prev
+	}
+	if a.cur == nil || len(a.cur) >= addedPerGeneration {
+		a.old, a.cur = a.cur, make(map[string]time.Time)
+	}
+	a.cur[user] = t
+}
+
 // Revoke implements lease.Admin with revoke.lua. The driver's retries of the script are answered
 // from its reply key like those of every change (see state.lua); a RequestID makes the caller's
 // own retries, which are new calls, answer as the first call did.
@@ -107,8 +221,10 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := req.Validate(); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	if err := e.addUser(ctx, op, req.Key.User); err != nil {
-		return lease.RevokeResult{}, err
+	if !e.indexed(req.Key.User) {
+		if err := e.addUser(ctx, op, req.Key.User); err != nil {
+			return lease.RevokeResult{}, err
+		}
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
 	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
@@ -824,14 +940,17 @@ func (m *auditMerge) Pop() any {
 }
 
 // RecordCatalog implements lease.Admin with catalog.lua, in the admin's own logs. The admin is
-// added to the users index first, since the record is in the admin's audit log.
+// added to the users index first, since the record is in the admin's audit log (unless the engine
+// knows it is there, see "Skipping the adds").
 func (e *Engine) RecordCatalog(ctx context.Context, admin, reason string) error {
 	const op = "record catalog"
 	if err := lease.ValidateCatalogRecord(admin, reason); err != nil {
 		return err
 	}
-	if err := e.addUser(ctx, op, admin); err != nil {
-		return err
+	if !e.indexed(admin) {
+		if err := e.addUser(ctx, op, admin); err != nil {
+			return err
+		}
 	}
 	return e.store(ctx, op, func(ctx context.Context) error {
 		return catalogScript.Run(ctx, e.client, e.auditKeys(admin), admin, reason, e.auditLen, e.auditTTL.Milliseconds()).Err()

@@ -46,11 +46,33 @@ func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, e
 	case opTimeout < 0:
 		return nil, fmt.Errorf("leaseredis: negative operation timeout %v", opTimeout)
 	}
+	newClient, err := parseURL(rawURL, opTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(), nil
+}
+
+// CheckURL reports what NewClient would find wrong with rawURL (the same errors, without the
+// password), without making a client: for a configuration to refuse a bad URL before it starts
+// anything.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL, DefaultOpTimeout)
+	return err
+}
+
+// parseURL reads rawURL as NewClient does, and answers the function that makes the client.
+func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) {
 			err = urlErr.Err // without the URL, which may hold a password
+		}
+		var escErr url.EscapeError
+		if errors.As(err, &escErr) {
+			// Without the escape either, which may be part of the password.
+			err = errors.New("invalid URL escape: a % not followed by two hex digits")
 		}
 		return nil, fmt.Errorf("leaseredis: bad Redis URL: %v", err)
 	}
@@ -95,9 +117,11 @@ func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, e
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = clusterReloadInterval
 		}
-		c := redis.NewClusterClient(o)
-		c.AddHook(reloadOnLoss{c})
-		return c, nil
+		return func() redis.UniversalClient {
+			c := redis.NewClusterClient(o)
+			c.AddHook(reloadOnLoss{c})
+			return c
+		}, nil
 	case sentinel:
 		o, err := redis.ParseFailoverURL(u.String())
 		if err != nil {
@@ -106,7 +130,7 @@ func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, e
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
-		return redis.NewFailoverClient(o), nil
+		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	}
 	o, err := redis.ParseURL(u.String())
 	if err != nil {
@@ -115,7 +139,7 @@ func NewClient(rawURL string, opTimeout time.Duration) (redis.UniversalClient, e
 	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 		&o.ContextTimeoutEnabled})
-	return redis.NewClient(o), nil
+	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 }
 
 // knobs point at the fields of one of go-redis's option types that NewClient sets.

@@ -116,6 +116,13 @@ type Engine struct {
 	handoffReserve time.Duration
 	idle           time.Duration // Options.IdleRetention
 	perUser        int           // Options.SessionsPerUser
+	// usersHorizon is how long the engine trusts its own add of a user to the users index, and now
+	// the clock it measures that with (time.Now; tests set both right after New). See "Listing" in
+	// admin.go.
+	usersHorizon time.Duration
+	now          func() time.Time
+	// added records the users this engine added to the users index, and when (see admin.go).
+	added addedUsers
 	// ctx is canceled by Close; it bounds the engine's own store calls (the subscription and the
 	// settle timers), which no caller waits for.
 	ctx    context.Context
@@ -200,7 +207,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		client:      client,
 		limits:      limits,
 		prefix:      prefix,
@@ -219,7 +226,10 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		ctx:            ctx,
 		cancel:         cancel,
 		sessions:       make(map[lease.Key]*watched),
-	}, nil
+		now:            time.Now,
+	}
+	e.usersHorizon = usersHorizon(e.idle, e.auditTTL, e.opTimeout)
+	return e, nil
 }
 
 // contextTimeoutEnabled reports whether client honours context deadlines, as far as its type
@@ -278,7 +288,9 @@ func (e *Engine) usersKey() string { return e.prefix + ":users" }
 func (e *Engine) channel() string { return e.prefix + ":events" }
 
 // Acquire implements lease.Engine.Acquire, lease.ModeHandoff included, with acquire.lua. The user
-// is added to the users index before and after (see admin.go), so that the lease is listed.
+// is added to the users index before and after a grant, so that the lease is listed, unless this
+// engine added it after a grant less than usersHorizon ago: then the acquire is one round trip, the
+// script (see "Listing" in admin.go).
 func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.Lease, error) {
 	const op = "acquire"
 	mode, err := req.Validate()
@@ -289,9 +301,13 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	if err != nil {
 		return lease.Lease{}, err
 	}
-	if err := e.addUser(ctx, op, req.Key.User); err != nil {
-		return lease.Lease{}, err
+	indexed := e.indexed(req.Key.User)
+	if !indexed {
+		if err := e.addUser(ctx, op, req.Key.User); err != nil {
+			return lease.Lease{}, err
+		}
 	}
+	sent := e.now() // before the script runs: the record's time is never after the grant's
 	v, err := e.change(ctx, op, acquireFn, req.Key,
 		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
 		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds())
@@ -304,9 +320,13 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	}
 	switch status {
 	case statusOK:
-		// Again after the grant, for a listing that pruned the user meanwhile (see admin.go).
-		if err := e.addUser(ctx, op, req.Key.User); err != nil {
-			return lease.Lease{}, err
+		if !indexed {
+			// Again after the grant, for a listing that pruned the user meanwhile; once it
+			// succeeded, the next calls of the user may skip both (see admin.go).
+			if err := e.addUser(ctx, op, req.Key.User); err != nil {
+				return lease.Lease{}, err
+			}
+			e.added.note(req.Key.User, sent)
 		}
 		return l, nil
 	case statusHeld:

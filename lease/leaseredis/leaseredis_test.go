@@ -939,6 +939,9 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			"unix://u:s3cret@/run/redis.sock?cluster=true",
 			"redis://u:s3cret@h:6379/0?max_retries=many",
 			"redis://u:s3cret@h:6379/0?cluster=true&db=3x",
+			"redis://u:s3cret@h:6379/0?master_name=m&dial_timeout=soon",
+			"redis://u:s3c%zzret@h:6379/0",
+			"redis://u:s3cret@[::1",
 		} {
 			c, err := NewClient(u, op)
 			if err == nil {
@@ -946,11 +949,20 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 				t.Errorf("NewClient(%q) = nil error", u)
 				continue
 			}
-			if strings.Contains(err.Error(), "s3cret") {
+			if strings.Contains(err.Error(), "s3c") {
 				t.Errorf("NewClient(%q) = %q: the error shows the password", u, err)
 			}
 			if !strings.HasPrefix(err.Error(), "leaseredis: ") {
 				t.Errorf("NewClient(%q) = %q, want it prefixed", u, err)
+			}
+			// CheckURL, which configurations call before anything starts, finds the same.
+			if cerr := CheckURL(u); cerr == nil || cerr.Error() != err.Error() {
+				t.Errorf("CheckURL(%q) = %v, want NewClient's %q", u, cerr, err)
+			}
+		}
+		for _, u := range []string{"redis://h:6379/0", "rediss://u:p@h:6379?cluster=true&addr=h2:6379", "redis://s:26379?master_name=m"} {
+			if err := CheckURL(u); err != nil {
+				t.Errorf("CheckURL(%q) = %v, want nil", u, err)
 			}
 		}
 		if _, err := NewClient("redis://h:1", -time.Second); err == nil {

@@ -30,7 +30,8 @@
 -- Audit: "revoke" when a lease was revoked, then "block" (with the session's epoch after the call)
 -- for a positive block, whether or not a lease was revoked. A revoke takes the session out of the
 -- user's index of held leases. The engine adds the user to the prefix's users index before it runs
--- this script, since its records are in the user's audit log.
+-- this script, since its records are in the user's audit log, unless it knows the user is there
+-- (see "Skipping the adds" in admin.go).
 
 -- Validate.
 local admin, reason = ARGV[8], ARGV[9]
