@@ -74,31 +74,38 @@ local function audit_fields(rec)
   return out
 end
 
--- flush_audit appends the queued records to the audit log, trims it and sets its expiry.
+-- flush_audit appends the queued records to the audit log, trims it and sets its expiry. Each
+-- record's id is "<ms>-*", the store clock's millisecond with the sequence Redis picks (0, or the
+-- newest entry's sequence + 1 within its millisecond): the rule of the ids above, without reading
+-- the log. Only when the newest entry is later than the clock (the clock stepped back) does Redis
+-- refuse that id; the append then reads the newest id and continues from it.
 local function flush_audit(now)
   if #audit_pending == 0 then
     return
   end
-  local ms, seq = 0, 0
-  local top = redis.call('XREVRANGE', KEY_AUDIT, '+', '-', 'COUNT', 1)
-  if top[1] then
-    local m, q = string.match(top[1][1], '^(%d+)-(%d+)$')
-    ms, seq = tonumber(m), tonumber(q)
-  end
   local now_ms = math.floor(now / 1000)
+  local ms, seq = now_ms, nil -- the id of the next record: "<ms>-*" while seq is nil
   for _, rec in ipairs(audit_pending) do
-    if now_ms > ms then
-      ms, seq = now_ms, 0
-    else
-      seq = seq + 1
-    end
     local fields = audit_fields(rec)
-    redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq), unpack(fields))
+    local id
+    if seq == nil then
+      id = redis.pcall('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-*', unpack(fields))
+      if type(id) == 'table' then -- refused: the log's newest id is after the clock
+        local top = redis.call('XREVRANGE', KEY_AUDIT, '+', '-', 'COUNT', 1)
+        local m, q = string.match(top[1][1], '^(%d+)-(%d+)$')
+        ms, seq = tonumber(m), tonumber(q)
+      end
+    end
+    if seq ~= nil then
+      seq = seq + 1
+      id = int(ms) .. '-' .. int(seq)
+      redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
+    end
     if rec.adm ~= nil then
       if KEY_AUDIT_ADMIN == nil then
         error('tablease: an admin\'s record without the admins\' audit log')
       end
-      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-' .. int(seq), unpack(fields))
+      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
       redis.call('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
       redis.call('PEXPIRE', KEY_AUDIT_ADMIN, int(AUDIT_RETENTION_MS))
     end

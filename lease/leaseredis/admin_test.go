@@ -570,3 +570,26 @@ func TestAUsersOwnActionsNeverPushAnAdminsRecordsOutOfTheAuditLog(t *testing.T) 
 		t.Errorf("paging alice's doc-1 one record at a time ends with %+v, want the revoke", recs[len(recs)-1])
 	}
 }
+
+// TestAnAuditLogAheadOfTheClockIsContinued: the records' ids are "<ms>-*" from the store clock;
+// when the log's newest id is later (the clock stepped back), the next records continue from it.
+func TestAnAuditLogAheadOfTheClockIsContinued(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:audit"
+	ahead := time.Now().Add(time.Hour).UnixMilli()
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: log, ID: fmt.Sprintf("%d-5", ahead), Values: []string{"s", "doc-0", "a", "grant", "e", "1", "at", strconv.FormatInt(ahead*1000, 10), "tab", "tab-0"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+	top := c.XRevRangeN(ctx, log, "+", "-", 3).Val()
+	want := []string{fmt.Sprintf("%d-7", ahead), fmt.Sprintf("%d-6", ahead), fmt.Sprintf("%d-5", ahead)}
+	if len(top) != 3 || top[0].ID != want[0] || top[1].ID != want[1] || top[2].ID != want[2] {
+		t.Fatalf("the log's newest ids = %+v, want %q: the grant and the takeover after the entry ahead of the clock", top, want)
+	}
+	recs := allAudit(t, e, lease.AuditQuery{User: "alice", Limit: 3})
+	if len(recs) != 3 || recs[0].Action != lease.AuditTakeover || recs[1].Action != lease.AuditGrant {
+		t.Fatalf("Audit = %+v, want the takeover, the grant, then the entry ahead of the clock", recs)
+	}
+}
