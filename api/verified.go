@@ -63,7 +63,7 @@ func (v *verifiedTokens) put(token string, p *Principal, until time.Time) {
 
 func (v *verifiedTokens) add(token string, e verified) {
 	if v.cur == nil || len(v.cur) >= verifiedPerGeneration {
-		v.old, v.cur = v.cur, make(map[string]verified, verifiedPerGeneration)
+		v.old, v.cur = v.cur, make(map[string]verified)
 	}
 	v.cur[token] = e
 }
