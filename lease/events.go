@@ -183,8 +183,7 @@ type Tab struct {
 // refreshed within it (its instance died) is forgotten, and its tab leaves.
 const DefaultPresenceTTL = 45 * time.Second
 
-// DefaultEventLogLen is the default number of events a session's log keeps for replay (at least:
-// Redis trims a stream with MAXLEN ~, which may keep a few more).
+// DefaultEventLogLen is the default number of events a session's log keeps for replay.
 const DefaultEventLogLen = 256
 
 // DefaultWatchBuffer is the default number of events a watch buffers for a reader that is behind;

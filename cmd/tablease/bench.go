@@ -40,6 +40,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs.IntVar(&o.streams, "streams", 1000, "idle event streams held open while takeovers are timed")
 	fs.IntVar(&o.takeovers, "takeovers", 200, "takeovers timed to their event")
 	fs.IntVar(&o.sessions, "sessions", 2000, "sessions acquired to measure Redis memory per lease")
+	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
 	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work)")
 	fs.StringVar(&o.prefix, "prefix", "bench", "prefix of the users and sessions the bench creates")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
@@ -52,8 +53,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		return 2
 	}
 	o.pids = pids
-	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.duration <= 0 {
-		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers and --sessions must be positive, --streams not negative, --duration positive")
+	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 {
+		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams not negative, --duration positive")
 		return 2
 	}
 	cfg, err := benchAuth(p.Getenv)
@@ -111,6 +112,7 @@ type benchOptions struct {
 	url                                       string
 	duration                                  time.Duration
 	concurrency, streams, takeovers, sessions int
+	sessionsPerUser                           int
 	redisURL, prefix                          string
 	pids                                      pidFlag
 	auth                                      api.AuthConfig
@@ -423,7 +425,9 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 }
 
 // memory acquires sessions and reads Redis's used_memory before, while they are held, and after
-// they are released.
+// they are released, less the memory of the clients' connections (the bench's load opens
+// connections that the sessions do not keep) and of the script cache (loaded by the first calls),
+// neither of which grows with the sessions.
 func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	opts, err := redis.ParseURL(b.redisURL)
 	if err != nil {
@@ -436,7 +440,18 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return 0, err
 		}
-		return strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+		var n int64
+		for _, f := range []string{"used_memory", "mem_clients_normal", "used_memory_scripts"} {
+			v, err := strconv.ParseInt(info["Memory"][f], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO memory %s: %w", f, err)
+			}
+			if f != "used_memory" {
+				v = -v
+			}
+			n += v
+		}
+		return n, nil
 	}
 	m0, err := used()
 	if err != nil {
@@ -469,7 +484,7 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	}, nil
 }
 
-func (b *bench) memUser(i int) string { return b.prefix + "-m" + strconv.Itoa(i/100) }
+func (b *bench) memUser(i int) string { return b.prefix + "-m" + strconv.Itoa(i/b.sessionsPerUser) }
 
 // each runs op for 0..n-1 on the bench's workers, stopping at the first error.
 func (b *bench) each(ctx context.Context, n int, label string, op func(ctx context.Context, i int) error) error {

@@ -70,6 +70,7 @@ func TestBenchRefusesBadFlagsWithUsage(t *testing.T) {
 		{"bench", "--work", "memory"}, // needs --redis
 		{"bench", "--pid", "tablease"},
 		{"bench", "--concurrency", "0"},
+		{"bench", "--sessions-per-user", "0"},
 	} {
 		var errOut bytes.Buffer
 		p := Program{Stdout: &bytes.Buffer{}, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}

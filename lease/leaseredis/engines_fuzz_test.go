@@ -68,7 +68,7 @@ var (
 	fuzzHandoffTimeout = 6 * time.Second // longer than the default TTL, shorter than the longest
 	fuzzHandoffReserve = 2 * time.Second
 	// A log and a watch buffer far longer than a program's events, so that neither trims nor
-	// resyncs: the two engines trim differently (Redis in whole stream nodes).
+	// resyncs.
 	fuzzLogLen      = 4096
 	fuzzWatchBuffer = 4096
 )

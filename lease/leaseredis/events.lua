@@ -9,11 +9,14 @@
 -- change, its events and its records are one step (a script that fails before finish has written
 -- nothing: scripts validate first).
 --
--- The log, KEYS[2], is a stream of at least ARGV[1] entries (XADD MAXLEN ~ trims whole nodes, so it
--- may keep a few more), each with one field "e": the event as JSON. The stream expires ARGV[2] ms
--- after its last append. Event ids are those of lease.NextEventID: the store clock in ms with
--- sequence 0 when it is after the last id, else the last id with sequence+1. The last id is kept in
--- the state hash (event_id) as well as in the stream, so ids keep increasing after the log expired.
+-- The log, KEYS[2], is a list of the last ARGV[1] events, oldest first: each entry is one string,
+-- the event's id, a space and the event as JSON ("<ms>-<seq> {…}"). Each append pushes its events
+-- and trims the list to exactly ARGV[1] entries, and the list expires ARGV[2] ms after its last
+-- append. (A list, not a stream: a stream's first node takes 4 KB, stream-node-max-bytes, however
+-- few events it holds, where a list of one event takes about 300 bytes.) Event ids are those of
+-- lease.NextEventID: the store clock in ms with sequence 0 when it is after the last id, else the
+-- last id with sequence+1, so the entries are in the order of their ids. The last id is kept in the
+-- state hash (event_id) as well as in the list, so ids keep increasing after the log expired.
 --
 -- Event JSON (numbers as decimal strings: cjson would print 1.7e+15):
 --   {"type": "granted|released|expired|taken_over|revoked|handoff_requested|updated|joined|left",
@@ -101,11 +104,31 @@ local function compare_ids(a, b)
   return 0
 end
 
--- last_entry_id is the id of the newest entry of the log, or ''.
+-- last_entry_id is the id of the newest entry of the log, or ''. Every script reads the log through
+-- it first: a log that versions before the list wrote as a stream (entries with the id of the
+-- event and its JSON in the field "e") is rewritten as the list here, with its events and expiry.
 local function last_entry_id()
-  local top = redis.call('XREVRANGE', KEY_EVENTS, '+', '-', 'COUNT', 1)
-  if top[1] then
-    return top[1][1]
+  local top = redis.pcall('LINDEX', KEY_EVENTS, -1)
+  if type(top) == 'table' and top.err then
+    local entries = redis.call('XRANGE', KEY_EVENTS, '-', '+')
+    local ttl = redis.call('PTTL', KEY_EVENTS)
+    redis.call('DEL', KEY_EVENTS)
+    for _, entry in ipairs(entries) do
+      local fields, json = entry[2], ''
+      for i = 1, #fields, 2 do
+        if fields[i] == 'e' then
+          json = fields[i + 1]
+        end
+      end
+      redis.call('RPUSH', KEY_EVENTS, entry[1] .. ' ' .. json)
+    end
+    if #entries > 0 and ttl > 0 then
+      redis.call('PEXPIRE', KEY_EVENTS, int(ttl))
+    end
+    top = redis.call('LINDEX', KEY_EVENTS, -1)
+  end
+  if top then
+    return string.match(top, '^%S+')
   end
   return ''
 end
@@ -170,10 +193,11 @@ local function append(s, now)
       seq = seq + 1
     end
     id = int(ms) .. '-' .. int(seq)
-    redis.call('XADD', KEY_EVENTS, 'MAXLEN', '~', int(LOG_LEN), id, 'e', cjson.encode(ev))
+    redis.call('RPUSH', KEY_EVENTS, id .. ' ' .. cjson.encode(ev))
     publish(cjson.encode({u = USER, s = SESSION, id = id, ev = ev,
       now = int(now), next = next}))
   end
+  redis.call('LTRIM', KEY_EVENTS, int(-LOG_LEN), -1)
   redis.call('PEXPIRE', KEY_EVENTS, int(LOG_TTL_MS))
   redis.call('HSET', KEY_STATE, 'event_id', id)
   s.event_id = id

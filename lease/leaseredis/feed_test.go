@@ -3,6 +3,7 @@ package leaseredis
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	}
 	want := map[string]string{
 		"p:{alice}:lease:doc-1":   "hash",
-		"p:{alice}:events:doc-1":  "stream",
+		"p:{alice}:events:doc-1":  "list",
 		"p:{alice}:tabs:doc-1":    "zset",
 		"p:{alice}:tabinfo:doc-1": "hash",
 		"p:{alice}:sessions":      "zset",   // the user's index of held leases
@@ -244,8 +245,8 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	if len(keys)-replies != len(want) || replies != 2 {
 		t.Errorf("keys = %q, want %d and the answers of the acquire and the join (a renew keeps none)", keys, len(want))
 	}
-	if n := c.XLen(ctx, "p:{alice}:events:doc-1").Val(); n < 50 || n > 50+100 {
-		t.Errorf("the log holds %d events after 502, want about 50 (MAXLEN ~ 50)", n)
+	if n := c.LLen(ctx, "p:{alice}:events:doc-1").Val(); n != 50 {
+		t.Errorf("the log holds %d events after 502, want the last 50", n)
 	}
 	for _, k := range []string{"p:{alice}:tabs:doc-1", "p:{alice}:tabinfo:doc-1"} {
 		if ttl := c.PTTL(ctx, k).Val(); ttl <= DefaultEventLogTTL || ttl > DefaultEventLogTTL+presenceTTL {
@@ -405,4 +406,128 @@ func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *test
 			t.Errorf("event = %+v, want 100-0 of alice/doc-1", ev)
 		}
 	})
+}
+
+// The log is a list of the session's last EventLogLen events, each "<id> <event JSON>": a watch
+// after any id it holds replays exactly the events after it, however far back (the script reads
+// the list from its end in chunks), and one after an id trimmed out starts from a snapshot.
+func TestTheLogReplaysAfterEveryEventItHoldsAndNoEarlier(t *testing.T) {
+	const logLen, events = 40, 61
+	db := redistest.Shared(t)
+	c := db.Client(t)
+	client, err := NewClient(db.URL(), DefaultOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := New(client, Options{Prefix: db.Prefix(), EventLogLen: logLen, WatchBuffer: 2 * events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+
+	live := mustWatch(t, e, alice, "")
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	for i := range events - 1 { // each renew flips the hidden flag: an "updated" event
+		if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch, TTL: time.Minute, Hidden: i%2 == 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var evs []lease.Event
+	for range events {
+		evs = append(evs, next(t, live))
+	}
+
+	entries := c.LRange(ctx, db.Prefix()+":{alice}:events:doc-1", 0, -1).Val()
+	if len(entries) != logLen {
+		t.Fatalf("the log holds %d entries after %d events, want the last %d", len(entries), events, logLen)
+	}
+	for i, en := range entries {
+		ev := evs[events-logLen+i]
+		if id, data, _ := strings.Cut(en, " "); id != ev.ID || !strings.Contains(data, `"type":"`+string(ev.Type)+`"`) {
+			t.Fatalf("entry %d of the log = %q, want the %s event %s", i, en, ev.Type, ev.ID)
+		}
+	}
+
+	for k, ev := range evs {
+		w, err := e.Watch(ctx, alice, ev.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if held := k >= events-logLen; w.Resumed != held || w.Position != evs[events-1].ID {
+			t.Fatalf("a watch after event %d of %d: Resumed %v, Position %s; want Resumed %v (the log holds the last %d) at %s",
+				k, events, w.Resumed, w.Position, held, logLen, evs[events-1].ID)
+		}
+		want := evs[k+1:]
+		if !w.Resumed {
+			want = nil
+		}
+		if len(w.Replay)+len(want) > 0 && !reflect.DeepEqual(w.Replay, want) {
+			t.Fatalf("a watch after event %d of %d replayed %d events (%v), want %d", k, events, len(w.Replay), w.Replay, len(want))
+		}
+	}
+}
+
+// A log that a version before the list left as a stream is rewritten as the list, with its events
+// and its expiry, by the first script that reads it, whether it appends to it or a watch reads it:
+// a watch resumes across the change, and events are appended after the stream's.
+func TestALogLeftAsAStreamIsRewrittenAsTheList(t *testing.T) {
+	for _, first := range []string{"a release", "a watch"} {
+		t.Run(first, func(t *testing.T) {
+			e, c, db := newEngine(t)
+			ctx := t.Context()
+			log := db.Prefix() + ":{alice}:events:doc-1"
+			a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+			b := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+			entries := c.LRange(ctx, log, 0, -1).Val()
+			if len(entries) != 2 {
+				t.Fatalf("the log holds %q, want the grant and the takeover", entries)
+			}
+			if err := c.Del(ctx, log).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range entries {
+				id, data, _ := strings.Cut(en, " ")
+				if err := c.XAdd(ctx, &redis.XAddArgs{Stream: log, ID: id, Values: []string{"e", data}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.PExpire(ctx, log, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			grant, _, _ := strings.Cut(entries[0], " ")
+
+			want := []lease.EventType{lease.EventTakenOver}
+			if first == "a release" {
+				if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-b", Epoch: b.Epoch}); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, lease.EventReleased)
+			}
+			w := mustWatch(t, e, alice, grant)
+			var got []lease.EventType
+			for _, ev := range w.Replay {
+				got = append(got, ev.Type)
+			}
+			if !w.Resumed || !reflect.DeepEqual(got, want) || w.Replay[0].Epoch != b.Epoch || w.Replay[0].Previous.Epoch != a.Epoch {
+				t.Fatalf("a watch after the grant: Resumed %v, replayed %+v; want %v", w.Resumed, w.Replay, want)
+			}
+			if typ := c.Type(ctx, log).Val(); typ != "list" {
+				t.Fatalf("TYPE %s = %q, want list", log, typ)
+			}
+			now := c.LRange(ctx, log, 0, -1).Val()
+			if !reflect.DeepEqual(now[:2], entries) || len(now) != len(want)+1 {
+				t.Errorf("the log = %q, want %q and the events after them", now, entries)
+			}
+			ttl := c.PTTL(ctx, log).Val()
+			if first == "a watch" && (ttl <= 55*time.Minute || ttl > time.Hour) {
+				t.Errorf("PTTL %s = %v, want the stream's hour", log, ttl)
+			}
+			if first == "a release" && (ttl <= 0 || ttl > DefaultEventLogTTL) {
+				t.Errorf("PTTL %s = %v, want the log's TTL after the release", log, ttl)
+			}
+		})
+	}
 }

@@ -247,7 +247,7 @@ func TestAReleaseByAnotherInstanceReservesWithTheWindowOfTheRequest(t *testing.T
 // logTypes answers the types of the events in the log of key, oldest first.
 func logTypes(t *testing.T, c *redis.Client, db *redistest.DB, key lease.Key) []string {
 	t.Helper()
-	entries, err := c.XRange(t.Context(), db.Prefix()+":{"+key.User+"}:events:"+key.Session, "-", "+").Result()
+	entries, err := c.LRange(t.Context(), db.Prefix()+":{"+key.User+"}:events:"+key.Session, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,8 @@ func logTypes(t *testing.T, c *redis.Client, db *redistest.DB, key lease.Key) []
 			} `json:"requester"`
 			Reason string `json:"reason"`
 		}
-		if err := json.Unmarshal([]byte(en.Values["e"].(string)), &ev); err != nil {
+		_, data, _ := strings.Cut(en, " ") // "<id> <event JSON>"
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			t.Fatal(err)
 		}
 		s := ev.Type

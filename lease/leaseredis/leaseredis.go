@@ -48,8 +48,7 @@ type Options struct {
 	OpTimeout time.Duration
 
 	// EventLogLen is the number of events each session's log keeps for replay (default
-	// lease.DefaultEventLogLen). Redis trims the stream with MAXLEN ~, in whole nodes, so it may
-	// keep up to a hundred more. It must not be negative.
+	// lease.DefaultEventLogLen). It must not be negative.
 	EventLogLen int
 	// EventLogTTL is how long a session's log is kept after its last event (default
 	// DefaultEventLogTTL): a watch that resumes after it starts from a snapshot. It must be zero or

@@ -15,9 +15,10 @@ import (
 
 // TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel measures, on a private redis-server, what
 // n sessions of one user cost (INFO used_memory): held with a 200-character label, then released,
-// then once the idle retention has passed. The README's memory figures are these logs. It checks
-// what the figures rest on: a free session's state hash does not grow with the label it had, and
-// once the retention has passed nothing of the sessions is left but the user's audit log.
+// then once the idle retention has passed. The memory figures of docs/engines.md are these logs
+// (the README's are those of tablease bench). It checks what the figures rest on: a free
+// session's state hash does not grow with the label it had, and once the retention has passed
+// nothing of the sessions is left but the user's audit log.
 func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 	const n = 1000
 	const idle = 2 * time.Second

@@ -6,7 +6,7 @@
 -- Cluster slot), built by the engine from validated identifiers: the session's four keys, then the
 -- two keys of its user that the script keeps in step with the session (see admin.lua):
 --   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); expires when idle (keep)
---   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a stream (see events.lua)
+--   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a list (see events.lua)
 --   KEYS[3]  <prefix>:{<sub>}:tabs:<sid>     presence: a sorted set of connections (presence.lua)
 --   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
 --   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
@@ -18,7 +18,7 @@
 -- and revoke.lua, the one script that records admins' actions, a ninth:
 --   KEYS[9]  <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
 -- All get the same first seven ARGV, the engine's options:
---   ARGV[1]  the length of the event log (XADD MAXLEN ~; see events.lua)
+--   ARGV[1]  the length of the event log (LTRIM; see events.lua)
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
 --   ARGV[3]  the length of the audit log (XADD MAXLEN ~; see admin.lua)
 --   ARGV[4]  how long an audit record is kept, in milliseconds

@@ -29,19 +29,29 @@ flush(s, now)
 local position = last_entry_id()
 local resumed, replay = 0, {}
 if after ~= '' and position ~= '' then
-  local first = redis.call('XRANGE', KEY_EVENTS, '-', '+', 'COUNT', 1)
-  if first[1] and compare_ids(after, first[1][1]) >= 0 and compare_ids(after, position) <= 0 then
+  local first = string.match(redis.call('LINDEX', KEY_EVENTS, 0), '^%S+')
+  if compare_ids(after, first) >= 0 and compare_ids(after, position) <= 0 then
     resumed = 1
-    for _, entry in ipairs(redis.call('XRANGE', KEY_EVENTS, '(' .. after, '+')) do
-      local fields = entry[2]
-      local json = ''
-      for i = 1, #fields, 2 do
-        if fields[i] == 'e' then
-          json = fields[i + 1]
+    -- The entries after ARGV[8] (the list is in the order of the ids), read from the newest back,
+    -- in chunks that double, down to the first entry at or before ARGV[8].
+    local newer, stop, size, done = {}, -1, 8, compare_ids(after, position) == 0
+    while not done do
+      local chunk = redis.call('LRANGE', KEY_EVENTS, stop - size + 1, stop)
+      for i = #chunk, 1, -1 do
+        local id, json = string.match(chunk[i], '^(%S+) (.*)$')
+        if compare_ids(id, after) <= 0 then
+          done = true
+          break
         end
+        newer[#newer + 1] = id
+        newer[#newer + 1] = json
       end
-      replay[#replay + 1] = entry[1]
-      replay[#replay + 1] = json
+      done = done or #chunk < size
+      stop, size = stop - size, size * 2
+    end
+    for i = #newer - 1, 1, -2 do
+      replay[#replay + 1] = newer[i]
+      replay[#replay + 1] = newer[i + 1]
     end
   end
 end
