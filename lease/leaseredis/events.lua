@@ -104,29 +104,9 @@ local function compare_ids(a, b)
   return 0
 end
 
--- last_entry_id is the id of the newest entry of the log, or ''. Every script reads the log through
--- it first: a log that versions before the list wrote as a stream (entries with the id of the
--- event and its JSON in the field "e") is rewritten as the list here, with its events and expiry.
+-- last_entry_id is the id of the newest entry of the log, or ''.
 local function last_entry_id()
-  local top = redis.pcall('LINDEX', KEY_EVENTS, -1)
-  if type(top) == 'table' and top.err then
-    local entries = redis.call('XRANGE', KEY_EVENTS, '-', '+')
-    local ttl = redis.call('PTTL', KEY_EVENTS)
-    redis.call('DEL', KEY_EVENTS)
-    for _, entry in ipairs(entries) do
-      local fields, json = entry[2], ''
-      for i = 1, #fields, 2 do
-        if fields[i] == 'e' then
-          json = fields[i + 1]
-        end
-      end
-      redis.call('RPUSH', KEY_EVENTS, entry[1] .. ' ' .. json)
-    end
-    if #entries > 0 and ttl > 0 then
-      redis.call('PEXPIRE', KEY_EVENTS, int(ttl))
-    end
-    top = redis.call('LINDEX', KEY_EVENTS, -1)
-  end
+  local top = redis.call('LINDEX', KEY_EVENTS, -1)
   if top then
     return string.match(top, '^%S+')
   end
@@ -176,12 +156,12 @@ local function append(s, now)
     return
   end
   local next = int(deadline(s, now))
-  -- The last id: the state hash's, or the log's newest if that is later (the hash is the one
-  -- that survives the log; the log is checked in case the hash was lost alone).
+  -- The last id: the state hash's, which every append writes with the log; the log's newest only
+  -- when the hash has none (it was lost, or expired before the log: the log outlives it by at
+  -- most its TTL).
   local ms, seq = parse_id(s.event_id)
-  local top = last_entry_id()
-  if top ~= '' and (ms == nil or compare_ids(top, s.event_id) > 0) then
-    ms, seq = parse_id(top)
+  if ms == nil then
+    ms, seq = parse_id(last_entry_id())
   end
   ms, seq = ms or 0, seq or 0
   local now_ms = math.floor(now / 1000)

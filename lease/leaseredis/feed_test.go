@@ -208,7 +208,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	}
 	want := map[string]string{
 		"p:{alice}:lease:doc-1":   "hash",
-		"p:{alice}:events:doc-1":  "list",
+		"p:{alice}:log:doc-1":     "list",
 		"p:{alice}:tabs:doc-1":    "zset",
 		"p:{alice}:tabinfo:doc-1": "hash",
 		"p:{alice}:sessions":      "zset",   // the user's index of held leases
@@ -245,7 +245,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	if len(keys)-replies != len(want) || replies != 2 {
 		t.Errorf("keys = %q, want %d and the answers of the acquire and the join (a renew keeps none)", keys, len(want))
 	}
-	if n := c.LLen(ctx, "p:{alice}:events:doc-1").Val(); n != 50 {
+	if n := c.LLen(ctx, "p:{alice}:log:doc-1").Val(); n != 50 {
 		t.Errorf("the log holds %d events after 502, want the last 50", n)
 	}
 	for _, k := range []string{"p:{alice}:tabs:doc-1", "p:{alice}:tabinfo:doc-1"} {
@@ -439,7 +439,7 @@ func TestTheLogReplaysAfterEveryEventItHoldsAndNoEarlier(t *testing.T) {
 		evs = append(evs, next(t, live))
 	}
 
-	entries := c.LRange(ctx, db.Prefix()+":{alice}:events:doc-1", 0, -1).Val()
+	entries := c.LRange(ctx, db.Prefix()+":{alice}:log:doc-1", 0, -1).Val()
 	if len(entries) != logLen {
 		t.Fatalf("the log holds %d entries after %d events, want the last %d", len(entries), events, logLen)
 	}
@@ -467,67 +467,5 @@ func TestTheLogReplaysAfterEveryEventItHoldsAndNoEarlier(t *testing.T) {
 		if len(w.Replay)+len(want) > 0 && !reflect.DeepEqual(w.Replay, want) {
 			t.Fatalf("a watch after event %d of %d replayed %d events (%v), want %d", k, events, len(w.Replay), w.Replay, len(want))
 		}
-	}
-}
-
-// A log that a version before the list left as a stream is rewritten as the list, with its events
-// and its expiry, by the first script that reads it, whether it appends to it or a watch reads it:
-// a watch resumes across the change, and events are appended after the stream's.
-func TestALogLeftAsAStreamIsRewrittenAsTheList(t *testing.T) {
-	for _, first := range []string{"a release", "a watch"} {
-		t.Run(first, func(t *testing.T) {
-			e, c, db := newEngine(t)
-			ctx := t.Context()
-			log := db.Prefix() + ":{alice}:events:doc-1"
-			a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
-			b := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
-			entries := c.LRange(ctx, log, 0, -1).Val()
-			if len(entries) != 2 {
-				t.Fatalf("the log holds %q, want the grant and the takeover", entries)
-			}
-			if err := c.Del(ctx, log).Err(); err != nil {
-				t.Fatal(err)
-			}
-			for _, en := range entries {
-				id, data, _ := strings.Cut(en, " ")
-				if err := c.XAdd(ctx, &redis.XAddArgs{Stream: log, ID: id, Values: []string{"e", data}}).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := c.PExpire(ctx, log, time.Hour).Err(); err != nil {
-				t.Fatal(err)
-			}
-			grant, _, _ := strings.Cut(entries[0], " ")
-
-			want := []lease.EventType{lease.EventTakenOver}
-			if first == "a release" {
-				if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-b", Epoch: b.Epoch}); err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, lease.EventReleased)
-			}
-			w := mustWatch(t, e, alice, grant)
-			var got []lease.EventType
-			for _, ev := range w.Replay {
-				got = append(got, ev.Type)
-			}
-			if !w.Resumed || !reflect.DeepEqual(got, want) || w.Replay[0].Epoch != b.Epoch || w.Replay[0].Previous.Epoch != a.Epoch {
-				t.Fatalf("a watch after the grant: Resumed %v, replayed %+v; want %v", w.Resumed, w.Replay, want)
-			}
-			if typ := c.Type(ctx, log).Val(); typ != "list" {
-				t.Fatalf("TYPE %s = %q, want list", log, typ)
-			}
-			now := c.LRange(ctx, log, 0, -1).Val()
-			if !reflect.DeepEqual(now[:2], entries) || len(now) != len(want)+1 {
-				t.Errorf("the log = %q, want %q and the events after them", now, entries)
-			}
-			ttl := c.PTTL(ctx, log).Val()
-			if first == "a watch" && (ttl <= 55*time.Minute || ttl > time.Hour) {
-				t.Errorf("PTTL %s = %v, want the stream's hour", log, ttl)
-			}
-			if first == "a release" && (ttl <= 0 || ttl > DefaultEventLogTTL) {
-				t.Errorf("PTTL %s = %v, want the log's TTL after the release", log, ttl)
-			}
-		})
 	}
 }

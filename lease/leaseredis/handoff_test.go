@@ -247,7 +247,7 @@ func TestAReleaseByAnotherInstanceReservesWithTheWindowOfTheRequest(t *testing.T
 // logTypes answers the types of the events in the log of key, oldest first.
 func logTypes(t *testing.T, c *redis.Client, db *redistest.DB, key lease.Key) []string {
 	t.Helper()
-	entries, err := c.LRange(t.Context(), db.Prefix()+":{"+key.User+"}:events:"+key.Session, 0, -1).Result()
+	entries, err := c.LRange(t.Context(), db.Prefix()+":{"+key.User+"}:log:"+key.Session, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -255,7 +255,7 @@ func (e *Engine) stateKey(k lease.Key) string {
 // the user's sessions whose state is kept (see state.lua), all under the user's hash tag.
 func (e *Engine) sessionKeys(k lease.Key) []string {
 	tag := e.prefix + ":{" + k.User + "}:"
-	return []string{e.stateKey(k), tag + "events:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
+	return []string{e.stateKey(k), tag + "log:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
 		e.indexKey(k.User), e.auditKey(k.User), tag + "known"}
 }
 

@@ -130,7 +130,7 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
-	log := db.Prefix() + ":{alice}:events:doc-1"
+	log := db.Prefix() + ":{alice}:log:doc-1"
 	// The keys of the user and of the prefix that admins read (see admin_test.go), and the user's
 	// sessions whose state is kept.
 	index, audit, users := db.Prefix()+":{alice}:sessions", db.Prefix()+":{alice}:audit", db.Prefix()+":users"
@@ -542,7 +542,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.between(t, e)
-			log := c.LLen(ctx, db.Prefix()+":{alice}:events:doc-1").Val()
+			log := c.LLen(ctx, db.Prefix()+":{alice}:log:doc-1").Val()
 			audit := c.XLen(ctx, db.Prefix()+":{alice}:audit").Val()
 			again, err := e.call(ctx, "resent", tc.script, keys, tc.args(e))
 			if err != nil {
@@ -551,7 +551,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 			if !reflect.DeepEqual(again, first) {
 				t.Errorf("the resent script answered %v, want what it answered first: %v", again, first)
 			}
-			if n, m := c.LLen(ctx, db.Prefix()+":{alice}:events:doc-1").Val(), c.XLen(ctx, db.Prefix()+":{alice}:audit").Val(); n != log || m != audit {
+			if n, m := c.LLen(ctx, db.Prefix()+":{alice}:log:doc-1").Val(), c.XLen(ctx, db.Prefix()+":{alice}:audit").Val(); n != log || m != audit {
 				t.Errorf("the resent script appended %d events and %d audit records, want none", n-log, m-audit)
 			}
 			tc.check(t, e, c, first)

@@ -65,7 +65,7 @@ func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 	}
 	held := used("held")
 	heldHash := c.MemoryUsage(ctx, "m:{alice}:lease:doc-0").Val()
-	heldLog := c.MemoryUsage(ctx, "m:{alice}:events:doc-0").Val()
+	heldLog := c.MemoryUsage(ctx, "m:{alice}:log:doc-0").Val()
 	for i := range n {
 		if _, err := e.Release(ctx, lease.ReleaseRequest{Key: key(i), TabID: "tab-" + strconv.Itoa(i), Epoch: epochs[i]}); err != nil {
 			t.Fatal(err)

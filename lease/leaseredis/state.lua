@@ -6,7 +6,7 @@
 -- Cluster slot), built by the engine from validated identifiers: the session's four keys, then the
 -- two keys of its user that the script keeps in step with the session (see admin.lua):
 --   KEYS[1]  <prefix>:{<sub>}:lease:<sid>    the state hash (fields below); expires when idle (keep)
---   KEYS[2]  <prefix>:{<sub>}:events:<sid>   the event log, a list (see events.lua)
+--   KEYS[2]  <prefix>:{<sub>}:log:<sid>      the event log, a list (see events.lua)
 --   KEYS[3]  <prefix>:{<sub>}:tabs:<sid>     presence: a sorted set of connections (presence.lua)
 --   KEYS[4]  <prefix>:{<sub>}:tabinfo:<sid>  presence: the details of each connection (presence.lua)
 --   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
@@ -139,7 +139,7 @@ local function begin(keys, argv)
     error('tablease: KEYS[1] is not a state key')
   end
   TAG = PREFIX .. ':{' .. USER .. '}:'
-  if KEY_EVENTS ~= TAG .. 'events:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
+  if KEY_EVENTS ~= TAG .. 'log:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
       or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
     error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
   end
