@@ -41,7 +41,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs.IntVar(&o.takeovers, "takeovers", 200, "takeovers timed to their event")
 	fs.IntVar(&o.sessions, "sessions", 2000, "sessions acquired to measure Redis memory per lease")
 	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
-	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work)")
+	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work) and the time its functions take per operation")
 	fs.StringVar(&o.prefix, "prefix", "bench", "prefix of the users and sessions the bench creates")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	pids := pidFlag{}
@@ -127,7 +127,12 @@ type benchResult struct {
 	P50Ms     float64            `json:"p50Ms,omitempty"`
 	P99Ms     float64            `json:"p99Ms,omitempty"`
 	CPUMicros map[string]float64 `json:"cpuMicrosPerOp,omitempty"` // by process name
-	Note      string             `json:"note,omitempty"`
+	// FunctionMicros is the time Redis spent running tablease's functions per operation (INFO
+	// commandstats of FCALL: the scripts' own cost, without reading and answering the command),
+	// and FunctionCalls their number per operation; with --redis only.
+	FunctionMicros float64 `json:"redisFunctionMicrosPerOp,omitempty"`
+	FunctionCalls  float64 `json:"redisFunctionCallsPerOp,omitempty"`
+	Note           string  `json:"note,omitempty"`
 	// Bytes is a size per unit of Note ("RSS per stream", "Redis bytes per held lease"…).
 	Bytes float64 `json:"bytes,omitempty"`
 }
@@ -212,6 +217,10 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	if err != nil {
 		return benchResult{}, err
 	}
+	fn0, err := b.functionStats(ctx)
+	if err != nil {
+		return benchResult{}, err
+	}
 	var ops, errs atomic.Int64
 	lat := make([][]time.Duration, b.concurrency)
 	start := time.Now()
@@ -256,7 +265,52 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	r := benchResult{Work: work, Ops: ops.Load(), Errors: errs.Load(), PerSecond: float64(ops.Load()) / elapsed.Seconds()}
 	r.P50Ms, r.P99Ms = percentiles(all)
 	r.CPUMicros = perOp(cpu0, cpu1, r.Ops)
+	fn1, err := b.functionStats(ctx)
+	if err != nil {
+		return benchResult{}, err
+	}
+	if r.Ops > 0 && b.redisURL != "" {
+		r.FunctionMicros = float64(fn1.usec-fn0.usec) / float64(r.Ops)
+		r.FunctionCalls = float64(fn1.calls-fn0.calls) / float64(r.Ops)
+	}
 	return r, nil
+}
+
+// functionStat is what INFO commandstats says of FCALL: calls and the µs spent in them.
+type functionStat struct{ calls, usec int64 }
+
+// functionStats reads FCALL's line of INFO commandstats from the Redis of --redis (zero without).
+func (b *bench) functionStats(ctx context.Context) (functionStat, error) {
+	if b.redisURL == "" {
+		return functionStat{}, nil
+	}
+	opts, err := redis.ParseURL(b.redisURL)
+	if err != nil {
+		return functionStat{}, fmt.Errorf("--redis: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return functionStat{}, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	var st functionStat
+	for line := range strings.SplitSeq(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_fcall:")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return st, nil
 }
 
 // renew: each worker holds a lease of its own and renews it as fast as it is answered.
@@ -572,12 +626,17 @@ func printBench(w io.Writer, results []benchResult) {
 	for _, n := range procs {
 		fmt.Fprintf(tw, "%s CPU µs/op\t", n)
 	}
-	fmt.Fprintln(tw, "size\t")
+	fmt.Fprintln(tw, "in functions µs/op\tsize\t")
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t", r.Work, r.Ops, r.Errors, figure(r.PerSecond, "%.0f"), figure(r.P50Ms, "%.2f"), figure(r.P99Ms, "%.2f"))
 		for _, n := range procs {
 			fmt.Fprintf(tw, "%s\t", figure(r.CPUMicros[n], "%.1f"))
 		}
+		fn := "-"
+		if r.FunctionCalls > 0 {
+			fn = fmt.Sprintf("%.1f (%.1f calls)", r.FunctionMicros, r.FunctionCalls)
+		}
+		fmt.Fprintf(tw, "%s\t", fn)
 		size := ""
 		if r.Bytes != 0 {
 			size = fmt.Sprintf("%.0f B %s", r.Bytes, r.Note)
