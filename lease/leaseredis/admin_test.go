@@ -20,22 +20,10 @@ import (
 // has limits) on a namespace of the shared Redis, and a plain client of the same database.
 func adminEngine(t *testing.T, opts Options) (*Engine, *redis.Client, *redistest.DB) {
 	t.Helper()
-	db := redistest.Shared(t)
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	opts.Prefix = db.Prefix()
 	if opts.Limits == (lease.Limits{}) {
 		opts.Limits = lease.Limits{Min: 20 * time.Millisecond, Default: time.Second, Max: time.Minute, HiddenMax: time.Minute}
 	}
-	e, err := New(client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e, db.Client(t), db
+	return sharedEngine(t, opts)
 }
 
 // waitStoreMicros polls the store's clock until it is after us.
@@ -473,19 +461,8 @@ func TestAdminScriptsDeclareTheirKeysAndArguments(t *testing.T) {
 }
 
 func TestAListingPrunesTheUsersWithNoKeyLeft(t *testing.T) {
-	db := redistest.Shared(t)
-	c := db.Client(t)
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	const retention = time.Second
-	e, err := New(client, Options{Prefix: db.Prefix(), IdleRetention: retention, AuditRetention: retention})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, c, db := sharedEngine(t, Options{IdleRetention: retention, AuditRetention: retention})
 	ctx := t.Context()
 	users := db.Prefix() + ":users"
 	bob := lease.Key{User: "bob", Session: "doc-1"}

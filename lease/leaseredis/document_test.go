@@ -21,17 +21,7 @@ func TestDocuments(t *testing.T) {
 // documentEngine is an engine on a namespace of the shared Redis, and that namespace.
 func documentEngine(t *testing.T) (*Engine, *redistest.DB) {
 	t.Helper()
-	db := redistest.Shared(t)
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := New(client, Options{Prefix: db.Prefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, _, db := sharedEngine(t, Options{})
 	return e, db
 }
 

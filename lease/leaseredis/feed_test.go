@@ -413,18 +413,7 @@ func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *test
 // the list from its end in chunks), and one after an id trimmed out starts from a snapshot.
 func TestTheLogReplaysAfterEveryEventItHoldsAndNoEarlier(t *testing.T) {
 	const logLen, events = 40, 61
-	db := redistest.Shared(t)
-	c := db.Client(t)
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := New(client, Options{Prefix: db.Prefix(), EventLogLen: logLen, WatchBuffer: 2 * events})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, c, db := sharedEngine(t, Options{EventLogLen: logLen, WatchBuffer: 2 * events})
 	ctx := t.Context()
 
 	live := mustWatch(t, e, alice, "")

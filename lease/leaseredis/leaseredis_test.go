@@ -49,6 +49,29 @@ func engineOn(t *testing.T, url, prefix string, opTimeout time.Duration) *Engine
 	return e
 }
 
+// sharedEngine is an engine with opts on a namespace of the shared Redis (opts.Prefix is the
+// namespace's), whose client carries hooks, with a plain client of the same database and the
+// namespace.
+func sharedEngine(t *testing.T, opts Options, hooks ...redis.Hook) (*Engine, *redis.Client, *redistest.DB) {
+	t.Helper()
+	db := redistest.Shared(t)
+	client, err := NewClient(db.URL(), DefaultOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	for _, h := range hooks {
+		client.AddHook(h)
+	}
+	opts.Prefix = db.Prefix()
+	e, err := New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, db.Client(t), db
+}
+
 func mustAcquire(t *testing.T, e *Engine, key lease.Key, h lease.Holder, mode lease.Mode) lease.Lease {
 	t.Helper()
 	l, err := e.Acquire(t.Context(), lease.AcquireRequest{Key: key, Holder: h, TTL: time.Minute, Mode: mode})
@@ -115,19 +138,8 @@ func TestStateKeyPutsEveryKeyOfAUserInOneHashTagThatIdentifiersCannotForge(t *te
 }
 
 func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
-	db := redistest.Shared(t)
-	c := db.Client(t)
 	const idle = 1500 * time.Millisecond
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := New(client, Options{Prefix: db.Prefix(), IdleRetention: idle})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, c, db := sharedEngine(t, Options{IdleRetention: idle})
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
 	log := db.Prefix() + ":{alice}:log:doc-1"

@@ -77,21 +77,9 @@ func (h *sent) take() []string {
 // records what it sends, and a plain client of the same database.
 func countedEngine(t *testing.T, opts Options) (*Engine, *sent, *redis.Client, *redistest.DB) {
 	t.Helper()
-	db := redistest.Shared(t)
-	client, err := NewClient(db.URL(), DefaultOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	h := &sent{}
-	client.AddHook(h)
-	opts.Prefix = db.Prefix()
-	e, err := New(client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e, h, db.Client(t), db
+	e, c, db := sharedEngine(t, opts, h)
+	return e, h, c, db
 }
 
 var (
