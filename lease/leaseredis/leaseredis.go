@@ -115,6 +115,9 @@ type Engine struct {
 	handoffReserve time.Duration
 	idle           time.Duration // Options.IdleRetention
 	perUser        int           // Options.SessionsPerUser
+	// common are the first seven arguments of every session script (see state.lua), formatted
+	// once.
+	common []any
 	// usersHorizon is how long the engine trusts its own add of a user to the users index, and now
 	// the clock it measures that with (time.Now; tests set both right after New). See "Listing" in
 	// admin.go.
@@ -228,6 +231,10 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		now:            time.Now,
 	}
 	e.usersHorizon = usersHorizon(e.idle, e.auditTTL, e.opTimeout)
+	for _, n := range []int64{int64(e.logLen), e.logTTL.Milliseconds(), int64(e.auditLen), e.auditTTL.Milliseconds(),
+		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), int64(e.perUser)} {
+		e.common = append(e.common, strconv.FormatInt(n, 10))
+	}
 	return e, nil
 }
 
@@ -498,14 +505,14 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 // eval runs one session script that does not change the session (it may announce what expired,
 // which is the same whoever runs it, however often) on the keys of key with the common arguments
 // (see state.lua) and then args, bounded by OpTimeout.
-func (e *Engine) eval(ctx context.Context, op string, f function, key lease.Key, args ...any) (any, error) {
+func (e *Engine) eval(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
 	return e.call(ctx, op, f, e.sessionKeys(key), args)
 }
 
 // change runs one session script that changes the session, like eval, with a reply key of its
 // own (KEYS[8]): when go-redis sends the script again after losing its answer, the script answers
 // what it answered the first time and changes nothing, whatever ran in between.
-func (e *Engine) change(ctx context.Context, op string, f function, key lease.Key, args ...any) (any, error) {
+func (e *Engine) change(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
 	return e.call(ctx, op, f, append(e.sessionKeys(key), e.replyKey(key.User)), args)
 }
 
@@ -513,15 +520,14 @@ func (e *Engine) change(ctx context.Context, op string, f function, key lease.Ke
 // OpTimeout. A server without the library (a new one, or one restarted without its data) gets
 // it, on the primary of keys[0], and the call is made again: up to three times, since on a
 // Cluster another node's load may have answered for this one's.
-func (e *Engine) call(ctx context.Context, op string, f function, keys []string, args []any) (any, error) {
+func (e *Engine) call(ctx context.Context, op string, f *function, keys []string, args []any) (any, error) {
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	argv := append([]any{e.logLen, e.logTTL.Milliseconds(), e.auditLen, e.auditTTL.Milliseconds(),
-		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), e.perUser}, args...)
-	name := libraryName + "_" + f.name
+	argv := append(append(make([]any, 0, len(e.common)+len(args)), e.common...), args...)
+	name := f.fcall
 	var v any
 	var err error
 	for attempt := 0; ; attempt++ {

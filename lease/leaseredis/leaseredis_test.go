@@ -459,7 +459,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		before func(t *testing.T, e *Engine) // the state the first call finds
-		script function
+		script *function
 		args   func(e *Engine) []any
 		// between is the other tab's call; check checks the state after the resent call.
 		between func(t *testing.T, e *Engine)
@@ -546,7 +546,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 				tc.before(t, e)
 			}
 			keys := append(e.sessionKeys(alice), e.replyKey(alice.User))
-			if tc.script.name == revokeFn.name {
+			if tc.script == revokeFn {
 				keys = append(keys, e.adminAuditKey(alice.User))
 			}
 			first, err := e.call(ctx, "first", tc.script, keys, tc.args(e))

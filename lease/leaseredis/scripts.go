@@ -71,8 +71,9 @@ var (
 
 // A function is a session script, called with FCALL by its name in the library.
 type function struct {
-	name string
-	body string
+	name  string // in the source
+	fcall string // as FCALL names it: <libraryName>_<name>
+	body  string
 	// allowOOM lets the function run while Redis is at its maxmemory: those that only read, or
 	// write what they must announce (an expiry, a tab that left), and renew, which changes only
 	// fields the state hash has, so that guards and holders keep working while grants are
@@ -81,17 +82,17 @@ type function struct {
 }
 
 var (
-	acquireFn = function{name: "acquire", body: acquireLua}
-	renewFn   = function{name: "renew", body: renewLua, allowOOM: true}
-	releaseFn = function{name: "release", body: releaseLua}
-	checkFn   = function{name: "check", body: checkLua, allowOOM: true}
-	getFn     = function{name: "get", body: getLua, allowOOM: true}
-	watchFn   = function{name: "watch", body: watchLua, allowOOM: true}
-	settleFn  = function{name: "settle", body: settleLua, allowOOM: true}
-	joinFn    = function{name: "join", body: joinLua}
-	leaveFn   = function{name: "leave", body: leaveLua}
-	tabsFn    = function{name: "tabs", body: tabsLua, allowOOM: true}
-	revokeFn  = function{name: "revoke", body: revokeLua}
+	acquireFn = &function{name: "acquire", body: acquireLua}
+	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true}
+	releaseFn = &function{name: "release", body: releaseLua}
+	checkFn   = &function{name: "check", body: checkLua, allowOOM: true}
+	getFn     = &function{name: "get", body: getLua, allowOOM: true}
+	watchFn   = &function{name: "watch", body: watchLua, allowOOM: true}
+	settleFn  = &function{name: "settle", body: settleLua, allowOOM: true}
+	joinFn    = &function{name: "join", body: joinLua}
+	leaveFn   = &function{name: "leave", body: leaveLua}
+	tabsFn    = &function{name: "tabs", body: tabsLua, allowOOM: true}
+	revokeFn  = &function{name: "revoke", body: revokeLua}
 
 	// library is the source of the library, and libraryName its name: "tablease_" and the start
 	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
@@ -103,7 +104,7 @@ var (
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
 // function per script that takes the call's keys and arguments (begin, in state.lua), starts with
 // nothing queued, and runs the script's body.
-func newLibrary(fns ...function) (string, string) {
+func newLibrary(fns ...*function) (string, string) {
 	var b strings.Builder
 	for _, s := range []string{stateLua, adminLua, eventsLua, presenceLua} {
 		b.WriteString(s)
@@ -121,6 +122,9 @@ func newLibrary(fns ...function) (string, string) {
 	src := b.String()
 	sum := sha1.Sum([]byte(src))
 	name := "tablease_" + hex.EncodeToString(sum[:6])
+	for _, f := range fns {
+		f.fcall = name + "_" + f.name
+	}
 	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src, name
 }
 
