@@ -127,7 +127,9 @@ s.transitions = s.transitions + 1
 redis.call('HSET', KEY_STATE, 'tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
   'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
   'transitions', int(s.transitions))
-redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+if s.rel_tab ~= '' then
+  redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+end
 clear_handoff(s) -- a new grant ends every handoff in progress
 index_add()
 

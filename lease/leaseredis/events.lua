@@ -165,7 +165,7 @@ local function append(s, now)
   end
   ms, seq = ms or 0, seq or 0
   local now_ms = math.floor(now / 1000)
-  local id
+  local id, len
   for _, ev in ipairs(pending) do
     if now_ms > ms then
       ms, seq = now_ms, 0
@@ -173,11 +173,15 @@ local function append(s, now)
       seq = seq + 1
     end
     id = int(ms) .. '-' .. int(seq)
-    redis.call('RPUSH', KEY_EVENTS, id .. ' ' .. cjson.encode(ev))
-    publish(cjson.encode({u = USER, s = SESSION, id = id, ev = ev,
-      now = int(now), next = next}))
+    local json = cjson.encode(ev)
+    len = redis.call('RPUSH', KEY_EVENTS, id .. ' ' .. json)
+    -- The message of publish above, with the event's JSON as encoded for the log.
+    publish('{"u":' .. cjson.encode(USER) .. ',"s":' .. cjson.encode(SESSION) .. ',"id":"' .. id ..
+      '","ev":' .. json .. ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
   end
-  redis.call('LTRIM', KEY_EVENTS, int(-LOG_LEN), -1)
+  if len > LOG_LEN then
+    redis.call('LTRIM', KEY_EVENTS, int(-LOG_LEN), -1)
+  end
   redis.call('PEXPIRE', KEY_EVENTS, int(LOG_TTL_MS))
   redis.call('HSET', KEY_STATE, 'event_id', id)
   s.event_id = id
