@@ -883,6 +883,16 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 		if d := c.(*redis.Client).Options().DialTimeout; d != 100*time.Millisecond {
 			t.Errorf("a shorter dial timeout from the URL became %v", d)
 		}
+		if n := c.(*redis.Client).Options().PoolSize; n < minPoolSize {
+			t.Errorf("the pool holds %d connections, want at least %d", n, minPoolSize)
+		}
+		_ = c.Close()
+		if c, err = NewClient("redis://h:1?pool_size=5", op); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.(*redis.Client).Options().PoolSize; n != 5 {
+			t.Errorf("pool_size=5 in the URL became %d", n)
+		}
 		_ = c.Close()
 	})
 
