@@ -94,17 +94,17 @@ var (
 	tabsFn    = &function{name: "tabs", body: tabsLua, allowOOM: true}
 	revokeFn  = &function{name: "revoke", body: revokeLua}
 
-	// library is the source of the library, and libraryName its name: "tablease_" and the start
-	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
-	// call their own functions, named <libraryName>_<function>.
-	library, libraryName = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
+	// library is the source of the library. Its name is "tablease_" and the start of the SHA-1
+	// of the source, so that instances of different versions sharing a Redis each call their own
+	// functions, named <library name>_<function> (function.fcall).
+	library = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
 		settleFn, joinFn, leaveFn, tabsFn, revokeFn)
 )
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
 // function per script that takes the call's keys and arguments (begin, in state.lua), starts with
-// nothing queued, and runs the script's body.
-func newLibrary(fns ...*function) (string, string) {
+// nothing queued, and runs the script's body. It sets the fcall name of each of fns.
+func newLibrary(fns ...*function) string {
 	var b strings.Builder
 	for _, s := range []string{stateLua, adminLua, eventsLua, presenceLua} {
 		b.WriteString(s)
@@ -125,7 +125,7 @@ func newLibrary(fns ...*function) (string, string) {
 	for _, f := range fns {
 		f.fcall = name + "_" + f.name
 	}
-	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src, name
+	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src
 }
 
 // Statuses that the scripts answer first.
