@@ -320,17 +320,21 @@ func bearer(header string) (string, bool) {
 	if token == "" {
 		return "", false
 	}
-	for i := 0; i < len(token); i++ { // base64url segments and dots only
-		c := token[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '-' || c == '_' || c == '.' || c == '=':
-		default:
+	for i := 0; i < len(token); i++ {
+		if !tokenByte[token[i]] {
 			return "", false
 		}
 	}
 	return token, true
 }
+
+// tokenByte says which bytes a bearer token may hold: base64url segments, dots and padding.
+var tokenByte = func() (t [256]bool) {
+	for _, r := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=" {
+		t[r] = true
+	}
+	return t
+}()
 
 // authenticate verifies the bearer token of a /v1 request, stores its Principal, and refuses a
 // path session that the token's sid claim does not list. Tokens are never read from the URL.
