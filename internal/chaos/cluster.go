@@ -133,6 +133,9 @@ func (c *Cluster) start(t testing.TB, n int, redisURL string) {
 		"TABLEASE_JWT_AUDIENCE=tablease",
 		"TABLEASE_LEASE_SIGNING_KEY=" + key,
 		"TABLEASE_RATE_LIMIT=0",
+		// Every session of a run is the one test user's, and a long run's outnumber the default
+		// bound of a user's sessions within the idle retention.
+		"TABLEASE_SESSIONS_PER_USER=0",
 		"TABLEASE_TTL_DEFAULT=30m",
 		"TABLEASE_TTL_MAX=30m",
 		"TABLEASE_TTL_HIDDEN_MAX=30m",
