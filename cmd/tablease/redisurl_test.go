@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,34 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 				t.Fatalf("stdout %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// TestServeStopsOnAnUnusablePublicKeysFileWithOneLine: a TABLEASE_JWT_PUBLIC_KEYS file that cannot
+// be read or holds no usable key is a configuration error too, found before anything starts.
+func TestServeStopsOnAnUnusablePublicKeysFileWithOneLine(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "keys.pem")
+	if err := os.WriteFile(garbage, []byte("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{garbage, filepath.Join(t.TempDir(), "missing.pem")} {
+		var stdout, stderr bytes.Buffer
+		env := map[string]string{
+			"TABLEASE_JWT_PUBLIC_KEYS":   file,
+			"TABLEASE_JWT_ISSUER":        "e2e-idp",
+			"TABLEASE_JWT_AUDIENCE":      "tablease",
+			"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+			"TABLEASE_ADDR":              "127.0.0.1:0",
+		}
+		p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
+			OnListen: func(string) { t.Error("serve listened with an unusable public keys file") }}
+		if code := p.Main(context.Background(), []string{"serve"}); code != 2 {
+			t.Fatalf("%s: exit code %d, want 2 (a configuration error); stderr %q", file, code, stderr.String())
+		}
+		out := stderr.String()
+		const prefix = "tablease: configuration: TABLEASE_JWT_PUBLIC_KEYS: "
+		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, prefix) {
+			t.Fatalf("%s: want one line %q…, got %q", file, prefix, out)
+		}
 	}
 }

@@ -37,11 +37,23 @@ func (p Program) serve(ctx context.Context, args []string) int {
 	}
 	log := newLogger(p, cfg)
 	if err := p.run(ctx, cfg, log); err != nil {
+		var bad *configError
+		if errors.As(err, &bad) {
+			fmt.Fprintln(p.Stderr, "tablease: configuration:", bad.err)
+			return 2
+		}
 		log.Error("tablease stopped", "err", err)
 		return 1
 	}
 	return 0
 }
+
+// A configError is a bad value that only the start finds (a key file that does not parse): serve
+// reports it as config.Load's errors are, with exit code 2.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
 
 func newLogger(p Program, cfg config.Config) *slog.Logger {
 	var level slog.Level
@@ -63,6 +75,22 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		cfg.SecretGenerated = true
 	}
 
+	// The key files first: a bad one is a configuration error, reported before anything starts.
+	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
+	if cfg.PublicKeysFile != "" {
+		pem, err := os.ReadFile(cfg.PublicKeysFile)
+		if err != nil {
+			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)}
+		}
+		if auth.PublicKeys, err = api.ParsePublicKeysPEM(pem); err != nil {
+			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)}
+		}
+	}
+	leaseKeys, err := leaseKeySet(cfg, log)
+	if err != nil {
+		return err
+	}
+
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -70,22 +98,6 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	defer store.close()
 	if cfg.Dev && cfg.RedisURL != "" {
 		log.Warn("dev mode on Redis: /dev/token mints tokens for any user, so whoever reaches this instance can act on every lease of this store; never point dev mode at a Redis that a deployment uses")
-	}
-
-	leaseKeys, err := leaseKeySet(cfg, log)
-	if err != nil {
-		return err
-	}
-
-	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
-	if cfg.PublicKeysFile != "" {
-		pem, err := os.ReadFile(cfg.PublicKeysFile)
-		if err != nil {
-			return fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)
-		}
-		if auth.PublicKeys, err = api.ParsePublicKeysPEM(pem); err != nil {
-			return fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)
-		}
 	}
 
 	registry := prometheus.NewRegistry()
@@ -230,7 +242,7 @@ func leaseKeySet(cfg config.Config, log *slog.Logger) (*leasetoken.KeySet, error
 	}
 	keys, err := leasetoken.NewKeySet(key, leasetoken.KeySetOptions{Previous: cfg.LeasePreviousKeys})
 	if err != nil {
-		return nil, fmt.Errorf("TABLEASE_LEASE_PREVIOUS_KEYS: %w", err)
+		return nil, &configError{fmt.Errorf("TABLEASE_LEASE_PREVIOUS_KEYS: %w", err)}
 	}
 	published := make([]string, 0, 4)
 	for _, k := range keys.Published(time.Now()) {
