@@ -135,7 +135,7 @@ var variables = []variable{
 		c.Addr = v
 		return nil
 	}},
-	{"TABLEASE_REDIS_URL", "", "redis:// or rediss:// URL; empty = in-memory engine", func(c *Config, v string) error {
+	{"TABLEASE_REDIS_URL", "", "redis://, rediss:// or unix:// URL; empty = in-memory engine", func(c *Config, v string) error {
 		if v == "" {
 			return nil
 		}
@@ -147,9 +147,9 @@ var variables = []variable{
 		u, err := url.Parse(v)
 		switch {
 		case err != nil:
-			return fmt.Errorf("must be a redis:// or rediss:// URL with a host (%s)", problem())
-		case (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "":
-			return errors.New("must be a redis:// or rediss:// URL with a host")
+			return fmt.Errorf("must be a redis:// or rediss:// URL with a host, or unix:// with a socket's path (%s)", problem())
+		case u.Scheme == "unix" && u.Path == "", u.Scheme != "unix" && ((u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == ""):
+			return errors.New("must be a redis:// or rediss:// URL with a host, or unix:// with a socket's path")
 		case leaseredis.CheckURL(v) != nil:
 			return errors.New(problem())
 		}

@@ -52,6 +52,7 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"a leeway over 30s is refused", "TABLEASE_JWT_LEEWAY", "31s", "TABLEASE_JWT_LEEWAY"},
 		{"an address without a port is refused", "TABLEASE_ADDR", "localhost", "TABLEASE_ADDR"},
 		{"a non-redis URL is refused", "TABLEASE_REDIS_URL", "http://x", "TABLEASE_REDIS_URL"},
+		{"a unix URL without a path is refused", "TABLEASE_REDIS_URL", "unix://", "TABLEASE_REDIS_URL"},
 		{"a malformed Redis URL is refused", "TABLEASE_REDIS_URL", "redis://[::1", "TABLEASE_REDIS_URL"},
 		{"a Sentinel URL with a bad option is refused", "TABLEASE_REDIS_URL", "redis://s:26379?master_name=m&dial_timeout=soon", "TABLEASE_REDIS_URL"},
 		{"a Cluster URL with a bad option is refused", "TABLEASE_REDIS_URL", "redis://n:6379?cluster=true&pool_size=many", "TABLEASE_REDIS_URL"},
@@ -230,6 +231,9 @@ func TestLeaseSigningKeys(t *testing.T) {
 		}
 		if _, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0", "TABLEASE_LEASE_SIGNING_KEY": keyFile})), io.Discard); err != nil {
 			t.Fatalf("with a key: %v", err)
+		}
+		if c, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "unix:///run/redis/redis.sock?db=2", "TABLEASE_LEASE_SIGNING_KEY": keyFile})), io.Discard); err != nil || c.RedisURL == "" {
+			t.Fatalf("a Unix socket's URL, which leaseredis.NewClient reads: %+v, %v", c.RedisURL, err)
 		}
 		if _, err := Load([]string{"--dev"}, env(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0"}), io.Discard); err != nil {
 			t.Fatalf("dev mode generates one: %v", err)
