@@ -170,33 +170,29 @@ func stringEnd(data []byte, i int) (int, bool) {
 func skipValue(data []byte, i int) int {
 	depth := 0
 	for i < len(data) {
-		switch c := data[i]; c {
+		switch data[i] {
 		case '"':
 			end, _ := stringEnd(data, i)
-			if end < 0 {
-				return -1
+			if end < 0 || depth == 0 {
+				return end
 			}
 			i = end
+			continue
 		case '{', '[':
 			depth++
-			i++
 		case '}', ']':
 			if depth == 0 {
 				return i
 			}
-			depth--
-			i++
+			if depth--; depth == 0 {
+				return i + 1
+			}
 		case ',', ' ', '\t', '\r', '\n':
 			if depth == 0 {
 				return i
 			}
-			i++
-		default:
-			i++
 		}
-		if depth == 0 && i > 0 && (data[i-1] == '"' || data[i-1] == '}' || data[i-1] == ']') {
-			return i
-		}
+		i++
 	}
 	if depth == 0 {
 		return i

@@ -1,8 +1,9 @@
 package api
 
 import (
-	"sync"
 	"time"
+
+	"github.com/tablease/tablease/internal/generations"
 )
 
 // Bounds of the verified tokens remembered (see verifiedTokens).
@@ -18,13 +19,11 @@ const (
 // one whose signature and claims were checked, and nothing in a principal can change before the
 // token expires, since the keys and accepted issuers are fixed at start.
 //
-// Two generations bound the memory: a lookup looks in the current one, then in the previous one
-// (moving the token into the current); when the current one is full it becomes the previous one,
-// and the one before is dropped. So at most 2 × verifiedPerGeneration tokens of at most
-// verifiedMaxTokenLen bytes are kept, and a busy token is never dropped.
+// Two generations of verifiedPerGeneration tokens (package generations) bound the memory and keep
+// the tokens in use; tokens over verifiedMaxTokenLen bytes are never remembered. The zero value is
+// empty and ready.
 type verifiedTokens struct {
-	mu       sync.Mutex
-	cur, old map[string]verified
+	m generations.Map[string, verified]
 }
 
 type verified struct {
@@ -34,18 +33,12 @@ type verified struct {
 
 // get answers the principal of token when it was verified and has not expired at now.
 func (v *verifiedTokens) get(token string, now time.Time) (*Principal, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e, ok := v.cur[token]
+	e, ok := v.m.Get(token, verifiedPerGeneration)
 	if !ok {
-		if e, ok = v.old[token]; !ok {
-			return nil, false
-		}
-		delete(v.old, token)
-		v.add(token, e)
+		return nil, false
 	}
 	if !now.Before(e.until) {
-		delete(v.cur, token)
+		v.m.Delete(token)
 		return nil, false
 	}
 	return e.p, true
@@ -53,24 +46,10 @@ func (v *verifiedTokens) get(token string, now time.Time) (*Principal, bool) {
 
 // put remembers that token was verified as p and is valid until until.
 func (v *verifiedTokens) put(token string, p *Principal, until time.Time) {
-	if len(token) > verifiedMaxTokenLen {
-		return
+	if len(token) <= verifiedMaxTokenLen {
+		v.m.Put(token, verified{p: p, until: until}, verifiedPerGeneration)
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.add(token, verified{p: p, until: until})
-}
-
-func (v *verifiedTokens) add(token string, e verified) {
-	if v.cur == nil || len(v.cur) >= verifiedPerGeneration {
-		v.old, v.cur = v.cur, make(map[string]verified)
-	}
-	v.cur[token] = e
 }
 
 // len is the number of tokens remembered.
-func (v *verifiedTokens) len() int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return len(v.cur) + len(v.old)
-}
+func (v *verifiedTokens) len() int { return v.m.Len() }

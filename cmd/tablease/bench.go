@@ -76,6 +76,15 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	}
 	b := &bench{benchOptions: o, progress: p.Stderr, tokens: map[string]string{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency + 8, MaxConnsPerHost: 0}}}
+	if o.redisURL != "" {
+		opts, err := redis.ParseURL(o.redisURL)
+		if err != nil {
+			fmt.Fprintln(p.Stderr, "tablease bench: --redis:", err)
+			return 2
+		}
+		b.redis = redis.NewClient(opts)
+		defer b.redis.Close()
+	}
 	var results []benchResult
 	for _, w := range works {
 		var r []benchResult
@@ -141,6 +150,7 @@ type bench struct {
 	benchOptions
 	progress io.Writer
 	client   *http.Client
+	redis    *redis.Client // the Redis of --redis; nil without
 
 	mu     sync.Mutex
 	tokens map[string]string // by user
@@ -269,7 +279,7 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	if err != nil {
 		return benchResult{}, err
 	}
-	if r.Ops > 0 && b.redisURL != "" {
+	if r.Ops > 0 && b.redis != nil {
 		r.FunctionMicros = float64(fn1.usec-fn0.usec) / float64(r.Ops)
 		r.FunctionCalls = float64(fn1.calls-fn0.calls) / float64(r.Ops)
 	}
@@ -281,16 +291,10 @@ type functionStat struct{ calls, usec int64 }
 
 // functionStats reads FCALL's line of INFO commandstats from the Redis of --redis (zero without).
 func (b *bench) functionStats(ctx context.Context) (functionStat, error) {
-	if b.redisURL == "" {
+	if b.redis == nil {
 		return functionStat{}, nil
 	}
-	opts, err := redis.ParseURL(b.redisURL)
-	if err != nil {
-		return functionStat{}, fmt.Errorf("--redis: %w", err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	info, err := b.redis.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return functionStat{}, fmt.Errorf("INFO commandstats: %w", err)
 	}
@@ -483,14 +487,8 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 // connections that the sessions do not keep) and of the script cache (loaded by the first calls),
 // neither of which grows with the sessions.
 func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
-	opts, err := redis.ParseURL(b.redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("--redis: %w", err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
 	used := func() (int64, error) {
-		info, err := rdb.InfoMap(ctx, "memory").Result()
+		info, err := b.redis.InfoMap(ctx, "memory").Result()
 		if err != nil {
 			return 0, err
 		}

@@ -9,10 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/generations"
 
 	"github.com/tablease/tablease/lease"
 )
@@ -141,8 +142,11 @@ func (e *Engine) store(ctx context.Context, op string, f func(ctx context.Contex
 }
 
 // addUser adds user to the users index: one idempotent ZADD, before the script that may give the
-// user a held lease or audit records.
+// user a held lease or audit records; none while the engine knows the user is there (indexed).
 func (e *Engine) addUser(ctx context.Context, op, user string) error {
+	if e.indexed(user) {
+		return nil
+	}
 	return e.store(ctx, op, func(ctx context.Context) error {
 		return e.client.ZAdd(ctx, e.usersKey(), redis.Z{Member: user}).Err()
 	})
@@ -176,41 +180,24 @@ const addedPerGeneration = 50_000
 
 // addedUsers is the record of the users an engine added to the users index after a grant, with the
 // local time read before that grant's script was sent (see "Skipping the adds"): two generations
-// of at most addedPerGeneration users, the older dropped whole when the newer fills up. The zero
-// value is empty and ready. It is safe for concurrent use.
+// of at most addedPerGeneration users (package generations). The zero value is empty and ready.
+// It is safe for concurrent use.
 type addedUsers struct {
-	mu       sync.Mutex
-	cur, old map[string]time.Time
+	m generations.Map[string, time.Time]
 }
 
 // at answers when user was recorded last, if it still is.
 func (a *addedUsers) at(user string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if t, ok := a.cur[user]; ok {
-		return t, true
-	}
-	t, ok := a.old[user]
-	return t, ok
+	return a.m.Get(user, addedPerGeneration)
 }
 
-// note records user as added at t, unless it is recorded with a later time already.
+// note records user as added at t, unless it is recorded with a later time already. (Two notes at
+// once may leave the earlier time, which only shortens how long the add is trusted.)
 func (a *addedUsers) note(user string, t time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if prev, ok := a.cur[user]; ok {
-		if t.After(prev) {
-			a.cur[user] = t
-		}
+	if prev, ok := a.at(user); ok && !t.After(prev) {
 		return
 	}
-	if prev, ok := a.old[user]; ok && !t.After(prev) {
-		t = prev
-	}
-	if a.cur == nil || len(a.cur) >= addedPerGeneration {
-		a.old, a.cur = a.cur, make(map[string]time.Time)
-	}
-	a.cur[user] = t
+	a.m.Put(user, t, addedPerGeneration)
 }
 
 // Revoke implements lease.Admin with revoke.lua. The driver's retries of the script are answered
@@ -221,10 +208,8 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := req.Validate(); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	if !e.indexed(req.Key.User) {
-		if err := e.addUser(ctx, op, req.Key.User); err != nil {
-			return lease.RevokeResult{}, err
-		}
+	if err := e.addUser(ctx, op, req.Key.User); err != nil {
+		return lease.RevokeResult{}, err
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
 	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
@@ -947,10 +932,8 @@ func (e *Engine) RecordCatalog(ctx context.Context, admin, reason string) error 
 	if err := lease.ValidateCatalogRecord(admin, reason); err != nil {
 		return err
 	}
-	if !e.indexed(admin) {
-		if err := e.addUser(ctx, op, admin); err != nil {
-			return err
-		}
+	if err := e.addUser(ctx, op, admin); err != nil {
+		return err
 	}
 	return e.store(ctx, op, func(ctx context.Context) error {
 		return catalogScript.Run(ctx, e.client, e.auditKeys(admin), admin, reason, e.auditLen, e.auditTTL.Milliseconds()).Err()

@@ -308,10 +308,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, err
 	}
 	indexed := e.indexed(req.Key.User)
-	if !indexed {
-		if err := e.addUser(ctx, op, req.Key.User); err != nil {
-			return lease.Lease{}, err
-		}
+	if err := e.addUser(ctx, op, req.Key.User); err != nil {
+		return lease.Lease{}, err
 	}
 	sent := e.now() // before the script runs: the record's time is never after the grant's
 	v, err := e.change(ctx, op, acquireFn, req.Key,

@@ -294,7 +294,7 @@ func TestTheRecordOfAddedUsersIsBounded(t *testing.T) {
 	for i := range 2*addedPerGeneration + 1 {
 		a.note(fmt.Sprintf("u%d", i), t0.Add(time.Duration(i)))
 	}
-	if n := len(a.cur) + len(a.old); n > 2*addedPerGeneration {
+	if n := a.m.Len(); n > 2*addedPerGeneration {
 		t.Fatalf("the record holds %d users, more than %d", n, 2*addedPerGeneration)
 	}
 	if _, ok := a.at("u0"); ok {
