@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -32,8 +31,7 @@ import (
 // Whatever the URL says, the client honours context deadlines (ContextTimeoutEnabled), and its
 // dial, read, write and pool timeouts are at most opTimeout. Unless the URL sets them, it retries a
 // failed command twice with a backoff of 8 to 100 ms, and a failed dial twice after 50 ms; all of
-// it within the context deadline that the engine sets for each operation; and its pool holds up to
-// max(10 per CPU, minPoolSize) connections per node.
+// it within the context deadline that the engine sets for each operation.
 //
 // A Cluster client finds a failover by itself: it reloads the slot map whenever a command gets no
 // answer (a dead or unreachable node), and at least every clusterReloadInterval while it is used.
@@ -115,7 +113,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		}
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
-			&o.ContextTimeoutEnabled, &o.PoolSize})
+			&o.ContextTimeoutEnabled})
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = clusterReloadInterval
 		}
@@ -131,7 +129,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		}
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
-			&o.ContextTimeoutEnabled, &o.PoolSize})
+			&o.ContextTimeoutEnabled})
 		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	}
 	o, err := redis.ParseURL(u.String())
@@ -140,7 +138,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 	}
 	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
-		&o.ContextTimeoutEnabled, &o.PoolSize})
+		&o.ContextTimeoutEnabled})
 	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 }
 
@@ -152,14 +150,7 @@ type knobs struct {
 	dialRetries             *int
 	dialRetryBackoff        *time.Duration
 	contextTimeoutEnabled   *bool
-	poolSize                *int
 }
-
-// minPoolSize is the fewest connections per Redis node that NewClient's pools keep room for,
-// unless the URL sets pool_size: go-redis's default, ten per CPU, leaves an instance on two CPUs
-// with 20, and its requests then queue for a connection. With 64 clients renewing, 64 rather than
-// 20 cut tablease's CPU per renew by 12 % (scripts/bench).
-const minPoolSize = 64
 
 // bound applies NewClient's rules to k.
 func bound(op time.Duration, k knobs) {
@@ -181,9 +172,6 @@ func bound(op time.Duration, k knobs) {
 	}
 	if *k.dialRetries <= 0 {
 		*k.dialRetries = 2
-	}
-	if *k.poolSize == 0 {
-		*k.poolSize = max(10*runtime.GOMAXPROCS(0), minPoolSize)
 	}
 	if *k.dialRetryBackoff == 0 {
 		*k.dialRetryBackoff = 50 * time.Millisecond

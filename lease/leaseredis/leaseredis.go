@@ -101,6 +101,7 @@ const replyKeptFor = 5
 type Engine struct {
 	// Immutable after New.
 	client      redis.UniversalClient // not owned: the caller closes it
+	batches     batchers              // send the functions' calls (call)
 	limits      lease.Limits
 	prefix      string
 	opTimeout   time.Duration
@@ -211,6 +212,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		client:      client,
+		batches:     batchers{client: client},
 		limits:      limits,
 		prefix:      prefix,
 		opTimeout:   timeout,
@@ -524,13 +526,22 @@ func (e *Engine) call(ctx context.Context, op string, f *function, keys []string
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	argv := append(append(make([]any, 0, len(e.common)+len(args)), e.common...), args...)
-	name := f.fcall
+	// FCALL name numkeys keys... common... args..., as go-redis's FCall makes it.
+	cmdArgs := make([]any, 0, 3+len(keys)+len(e.common)+len(args))
+	cmdArgs = append(cmdArgs, "fcall", f.fcall, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(append(cmdArgs, e.common...), args...)
 	var v any
 	var err error
 	for attempt := 0; ; attempt++ {
 		loads := e.loads.Load()
-		v, err = e.client.FCall(ctx, name, keys, argv...).Result()
+		cmd := redis.NewCmd(ctx, cmdArgs...)
+		cmd.SetFirstKeyPos(3)
+		if err = e.batches.of(ctx, keys[0]).do(ctx, cmd); err == nil {
+			v, err = cmd.Result()
+		}
 		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {
 			break
 		}

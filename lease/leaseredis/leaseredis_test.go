@@ -883,9 +883,6 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 		if d := c.(*redis.Client).Options().DialTimeout; d != 100*time.Millisecond {
 			t.Errorf("a shorter dial timeout from the URL became %v", d)
 		}
-		if n := c.(*redis.Client).Options().PoolSize; n < minPoolSize {
-			t.Errorf("the pool holds %d connections, want at least %d", n, minPoolSize)
-		}
 		_ = c.Close()
 		if c, err = NewClient("redis://h:1?pool_size=5", op); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,196 @@
+package leaseredis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the function calls of concurrent operations to Redis together, in one pipeline:
+// one write and one read for many calls rather than one each. Sent alone, a call's write and read
+// were a quarter of tablease's CPU per renew (pprof); with 64 clients renewing, batching cut
+// tablease's CPU per renew by 10-15 % and Redis's by about 15 % (scripts/bench).
+//
+// A call never waits for a timer or for more calls. While fewer than maxFlushes pipelines are in
+// flight it is sent at once, alone or with the calls queued before it; otherwise it queues, and
+// the next pipeline to come back takes the queue (up to maxBatch calls) with it. So a lone call
+// goes out as it would without batching, and under load the calls that arrive while Redis works
+// go out in the next write.
+//
+// A Redis node has a batcher of its own (batchers), so that a node that does not answer (a
+// Cluster shard failing over) holds up only the calls of its keys.
+//
+// Each call keeps its own deadline: a queued call whose context ends is not sent and answers the
+// context's error, and a pipeline runs until the latest deadline of its calls, not canceled by any
+// one of them. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
+// sends a pipeline again after losing its answers as it would a single call; the functions are
+// written for both (state.lua).
+type batcher struct {
+	client redis.UniversalClient
+
+	mu       sync.Mutex
+	flushing int          // pipelines in flight, at most maxFlushes
+	queue    []*batchCall // waiting for a pipeline to come back
+}
+
+// batchers are the batchers of the Redis nodes of a client.
+type batchers struct {
+	client redis.UniversalClient
+
+	mu     sync.Mutex
+	shared *batcher            // of a client with one primary (standalone, Sentinel)
+	nodes  map[string]*batcher // of a Cluster client: by the address of the primary
+}
+
+// of answers the batcher of the primary that holds key.
+func (bs *batchers) of(ctx context.Context, key string) *batcher {
+	addr := ""
+	if c, ok := bs.client.(*redis.ClusterClient); ok {
+		// An error (no slot map yet, no node for the slot) falls to the shared batcher: the
+		// Cluster client finds the node as it sends, or fails.
+		if node, err := c.MasterForKey(ctx, key); err == nil {
+			addr = node.Options().Addr
+		}
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if addr == "" {
+		if bs.shared == nil {
+			bs.shared = &batcher{client: bs.client}
+		}
+		return bs.shared
+	}
+	b := bs.nodes[addr]
+	if b == nil {
+		if bs.nodes == nil {
+			bs.nodes = map[string]*batcher{}
+		}
+		// It sends through the Cluster client all the same, which follows a slot that moved.
+		b = &batcher{client: bs.client}
+		bs.nodes[addr] = b
+	}
+	return b
+}
+
+const (
+	// maxFlushes is how many pipelines may be in flight at once: while Redis runs one, the next
+	// is on its way. More give Redis smaller batches and more system calls; fewer leave it idle
+	// between batches.
+	maxFlushes = 2
+	// maxBatch bounds the calls of one pipeline, and so the bytes of one write (a call is well
+	// under 1 KB).
+	maxBatch = 128
+)
+
+// batchCall is one call in a batch.
+type batchCall struct {
+	ctx  context.Context
+	cmd  *redis.Cmd
+	done chan struct{} // closed once cmd has its answer or error
+	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
+	// pipeline sends it.
+	abandoned bool
+}
+
+// do sends cmd, alone or with the commands of other calls, and answers once cmd has its answer
+// (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have run).
+func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
+	c := &batchCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.flushing < maxFlushes {
+		b.flushing++
+		batch := b.take(c)
+		b.mu.Unlock()
+		b.flush(batch)
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go b.drain() // keeps the slot
+		} else {
+			b.flushing--
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	c.abandoned = true // unless a pipeline took it already: its answer is then dropped
+	b.mu.Unlock()
+	return ctx.Err()
+}
+
+// take answers the next batch, first (when not nil) and then up to maxBatch calls of the queue,
+// without the abandoned ones, and leaves the rest queued. b.mu is held.
+func (b *batcher) take(first *batchCall) []*batchCall {
+	n := min(len(b.queue), maxBatch)
+	batch := make([]*batchCall, 0, n+1)
+	for _, c := range b.queue[:n] {
+		if !c.abandoned {
+			batch = append(batch, c)
+		}
+	}
+	if first != nil {
+		batch = append(batch, first)
+	}
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// drain flushes the queue, batch after batch, until it is empty, in one of the flush slots.
+func (b *batcher) drain() {
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.flushing--
+			b.mu.Unlock()
+			return
+		}
+		batch := b.take(nil)
+		b.mu.Unlock()
+		b.flush(batch)
+	}
+}
+
+// flush sends batch, and tells each call its command has its answer.
+func (b *batcher) flush(batch []*batchCall) {
+	switch len(batch) {
+	case 0:
+		return
+	case 1:
+		c := batch[0]
+		_ = b.client.Process(c.ctx, c.cmd)
+		close(c.done)
+		return
+	}
+	// The engine gives every call a deadline (OpTimeout); without one, the client's read and
+	// write timeouts bound the pipeline.
+	var deadline time.Time
+	for _, c := range batch {
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range batch {
+			_ = p.Process(ctx, c.cmd)
+		}
+		return nil
+	})
+	cancel()
+	for _, c := range batch {
+		close(c.done)
+	}
+}

@@ -1,0 +1,238 @@
+package leaseredis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+// pipelineSizes is a go-redis hook that records the number of commands of every pipeline but those
+// go-redis sends itself to set up a connection (HELLO, CLIENT SETINFO).
+type pipelineSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (h *pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipelineSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if name := cmds[0].Name(); name != "hello" && name != "client" {
+			h.mu.Lock()
+			h.sizes = append(h.sizes, len(cmds))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pipelineSizes) get() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
+
+// busyBatcher answers a batcher on a fresh Redis whose flush slots are all taken by calls that
+// wait in Redis (BLPOP) until release is called, so that the calls made meanwhile queue; and the
+// hook that sees its pipelines.
+func busyBatcher(t *testing.T) (b *batcher, client *redis.Client, hook *pipelineSizes, release func()) {
+	t.Helper()
+	srv := redistest.Start(t)
+	// A read timeout longer than the BLPOPs', which go-redis extends only for its BLPop.
+	client = redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	hook = &pipelineSizes{}
+	client.AddHook(hook)
+	b = &batcher{client: client}
+	var blocked sync.WaitGroup
+	for i := range maxFlushes {
+		blocked.Add(1)
+		go func() {
+			defer blocked.Done()
+			cmd := redis.NewCmd(context.Background(), "blpop", "gate:"+strconv.Itoa(i), 10)
+			if err := b.do(context.Background(), cmd); err != nil || cmd.Err() != nil {
+				t.Errorf("blpop: %v %v", err, cmd.Err())
+			}
+		}()
+	}
+	eventually(t, "every flush slot taken", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.flushing == maxFlushes
+	})
+	other := srv.Client(t)
+	return b, client, hook, func() {
+		for i := range maxFlushes {
+			if err := other.LPush(context.Background(), "gate:"+strconv.Itoa(i), "go").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		blocked.Wait()
+	}
+}
+
+func queueLen(b *batcher) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+func TestCallsMadeWhileRedisWorksGoOutInOnePipelineEachWithItsAnswer(t *testing.T) {
+	b, _, hook, release := busyBatcher(t)
+	const n = 20
+	answers := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := redis.NewCmd(context.Background(), "echo", "call-"+strconv.Itoa(i))
+			if errs[i] = b.do(context.Background(), cmd); errs[i] == nil {
+				answers[i], errs[i] = cmd.Text()
+			}
+		}()
+	}
+	eventually(t, "every call queued", func() bool { return queueLen(b) == n })
+	release()
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || answers[i] != "call-"+strconv.Itoa(i) {
+			t.Errorf("call %d: %q, %v", i, answers[i], errs[i])
+		}
+	}
+	if got := hook.get(); len(got) != 1 || got[0] != n {
+		t.Errorf("pipelines of %v commands, want one of %d", got, n)
+	}
+}
+
+func TestAQueuedCallWhoseContextEndsIsNeverSent(t *testing.T) {
+	b, client, hook, release := busyBatcher(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	abandoned := make(chan error, 1)
+	go func() { abandoned <- b.do(ctx, redis.NewCmd(ctx, "set", "abandoned", "1")) }()
+	eventually(t, "the call queued", func() bool { return queueLen(b) == 1 })
+	cancel()
+	if err := <-abandoned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned call answered %v, want context.Canceled", err)
+	}
+
+	kept := redis.NewCmd(context.Background(), "set", "kept", "1")
+	done := make(chan error, 1)
+	go func() { done <- b.do(context.Background(), kept) }()
+	eventually(t, "the second call queued", func() bool { return queueLen(b) == 2 })
+	release()
+	if err := <-done; err != nil || kept.Err() != nil {
+		t.Fatalf("kept call: %v, %v", err, kept.Err())
+	}
+	if n, err := client.Exists(context.Background(), "abandoned", "kept").Result(); err != nil || n != 1 {
+		t.Fatalf("%d of the two keys exist (%v), want only kept", n, err)
+	}
+	if got := hook.get(); len(got) != 0 { // the one call left went alone, not as a pipeline
+		t.Errorf("pipelines of %v commands, want none", got)
+	}
+}
+
+func TestAnErrorAnswerInABatchIsItsCallsOnly(t *testing.T) {
+	b, client, _, release := busyBatcher(t)
+	if err := client.Set(context.Background(), "text", "not a number", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := redis.NewCmd(context.Background(), "incr", "text")
+	good := redis.NewCmd(context.Background(), "incr", "counter")
+	var wg sync.WaitGroup
+	for _, cmd := range []*redis.Cmd{bad, good} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.do(context.Background(), cmd); err != nil {
+				t.Errorf("do: %v", err)
+			}
+		}()
+	}
+	eventually(t, "both calls queued", func() bool { return queueLen(b) == 2 })
+	release()
+	wg.Wait()
+	var reply redis.Error
+	if !errors.As(bad.Err(), &reply) {
+		t.Errorf("INCR of text: %v, want Redis's error", bad.Err())
+	}
+	if n, err := good.Int(); err != nil || n != 1 {
+		t.Errorf("INCR of counter: %d, %v; want 1", n, err)
+	}
+}
+
+func TestALoneCallGoesOutAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	hook := &pipelineSizes{}
+	client.AddHook(hook)
+	b := &batcher{client: client}
+	for i := range 10 {
+		cmd := redis.NewCmd(context.Background(), "incr", "n")
+		if err := b.do(context.Background(), cmd); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := cmd.Int(); err != nil || n != i+1 {
+			t.Fatalf("INCR %d: %d, %v", i, n, err)
+		}
+	}
+	if got := hook.get(); len(got) != 0 {
+		t.Errorf("pipelines of %v commands, want none", got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.flushing != 0 || len(b.queue) != 0 {
+		t.Errorf("after the calls: %d flushing, %d queued; want none", b.flushing, len(b.queue))
+	}
+}
+
+func TestEachPrimaryOfAClusterHasABatcherOfItsOwn(t *testing.T) {
+	c := redistest.StartCluster(t)
+	addrs := c.Addrs()
+	client, err := NewClient("redis://"+addrs[0]+"?cluster=true&addr="+strings.Join(addrs[1:], "&addr="), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	// Two keys of each primary.
+	keys := map[string][]string{}
+	full := func() bool {
+		for _, ks := range keys {
+			if len(ks) < 2 {
+				return false
+			}
+		}
+		return len(keys) == 3
+	}
+	for i := 0; i < 1000 && !full(); i++ {
+		key := "tablease:{u" + strconv.Itoa(i) + "}:lease:doc"
+		p := c.PrimaryOf(t, key).Addr()
+		if len(keys[p]) < 2 {
+			keys[p] = append(keys[p], key)
+		}
+	}
+	bs := &batchers{client: client}
+	seen := map[*batcher]string{}
+	for p, ks := range keys {
+		b := bs.of(t.Context(), ks[0])
+		if other := bs.of(t.Context(), ks[1]); other != b {
+			t.Errorf("two keys of the primary %s have two batchers", p)
+		}
+		if q, ok := seen[b]; ok {
+			t.Errorf("the primaries %s and %s share a batcher", p, q)
+		}
+		seen[b] = p
+	}
+	if len(seen) != 3 {
+		t.Errorf("%d batchers for the 3 primaries", len(seen))
+	}
+}
