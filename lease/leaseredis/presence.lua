@@ -144,7 +144,8 @@ local function settle_presence(now)
 end
 
 -- settle announces what expired by now and was not announced yet: the lease, then the tabs. Every
--- session script runs it first, right after its validation.
+-- session script runs it first, right after its validation (a renew only when it announces
+-- something: see renew.lua).
 local function settle(s, now)
   settle_lease(s, now)
   settle_presence(now)

@@ -12,7 +12,12 @@
 -- caller asked for, or it answers "LOST" when another call ended the lease in between: ended
 -- leases never come back, so a renew that answered "LOST" never becomes "OK".
 --
--- Events: what settle announces; then "updated" when the hidden flag changed, nothing otherwise.
+-- Events: "updated" when the hidden flag changed, after what settle announces. A renew that only
+-- extends the lease (the same hidden flag, an expiry no earlier) announces nothing and does not
+-- settle: the lease it extends has not expired, and the presence entries that lapsed are announced
+-- by the next call that announces something, or by the settle timers of the watchers (deadline in
+-- events.lua), at their expiry all the same. That keeps the renew to four commands: TIME, HMGET,
+-- HSET and the PEXPIRETIME of keep.
 
 -- Validate.
 local tab = ARGV[8]
@@ -20,24 +25,29 @@ local epoch = arg_int(9, 1, MAX_EPOCH)
 local hidden = ARGV[10] == '1'
 local ttl_ms = arg_int(11, 1, MAX_EPOCH)
 
--- Settle expiry.
+-- Decide; settle expiry when the renew announces something.
 local now = now_us()
 local s = load()
-settle(s, now)
-
--- Decide.
 if not held_by(s, now, tab, epoch) then
+  settle(s, now)
   return finish(s, now, reply('LOST', s, now))
+end
+local expires = now + ttl_ms * 1000
+local changed = s.hidden ~= hidden
+if changed or expires < s.expires_us then
+  settle(s, now)
 end
 
 -- Write state.
-local expires = now + ttl_ms * 1000
-local changed = s.hidden ~= hidden
 if expires < s.expires_us then
   deadline_earlier()
 end
-redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', int(expires),
-  'ttl_ms', int(ttl_ms))
+if changed or ttl_ms ~= s.ttl_ms then
+  redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', int(expires),
+    'ttl_ms', int(ttl_ms))
+else
+  redis.call('HSET', KEY_STATE, 'expires_us', int(expires))
+end
 s.hidden, s.expires_us, s.ttl_ms = hidden, expires, ttl_ms
 
 -- Append event.

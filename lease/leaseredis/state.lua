@@ -101,6 +101,9 @@ local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 -- CHANNEL is where every event of every session under the prefix is published (events.lua).
 local CHANNEL
 local LOG_LEN, LOG_TTL_MS, AUDIT_LEN, AUDIT_RETENTION_MS, REPLY_TTL_MS, IDLE_MS, MAX_SESSIONS
+-- COMMON holds ARGV[1..7] of the last call whose values begin read into the names above: an engine
+-- gives all its calls the same, so they are read once rather than on every call.
+local COMMON = {}
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -153,13 +156,19 @@ local function begin(keys, argv)
     error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
   end
   CHANNEL = PREFIX .. ':events'
-  LOG_LEN = arg_int(1, 1, MAX_EPOCH)
-  LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
-  AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
-  AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
-  REPLY_TTL_MS = arg_int(5, 1, MAX_EPOCH)
-  IDLE_MS = arg_int(6, 1, MAX_EPOCH)
-  MAX_SESSIONS = arg_int(7, 0, MAX_EPOCH)
+  for i = 1, 7 do
+    if ARGV[i] ~= COMMON[i] then
+      LOG_LEN = arg_int(1, 1, MAX_EPOCH)
+      LOG_TTL_MS = arg_int(2, 1, MAX_EPOCH)
+      AUDIT_LEN = arg_int(3, 1, MAX_EPOCH)
+      AUDIT_RETENTION_MS = arg_int(4, 1, MAX_EPOCH)
+      REPLY_TTL_MS = arg_int(5, 1, MAX_EPOCH)
+      IDLE_MS = arg_int(6, 1, MAX_EPOCH)
+      MAX_SESSIONS = arg_int(7, 0, MAX_EPOCH)
+      COMMON = {unpack(ARGV, 1, 7)}
+      return
+    end
+  end
 end
 
 -- replayed answers the answer this call already gave, when go-redis sends it again (see above),
@@ -175,13 +184,13 @@ local function replayed()
   return nil
 end
 
--- load reads the state hash; a session that never had a lease reads as zeros.
+-- load reads the state hash; a session that never had a lease reads as zeros. The fields of a
+-- handoff are read only when there is one (ho_tab): most sessions never have one.
 local function load()
   local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
     'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
-    'block_until_us', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
-    'ho_until_us', 'ho_reserved', 'ho_reserve_ms', 'keep_us')
-  return {
+    'block_until_us', 'keep_us', 'ho_tab')
+  local s = {
     tab = v[1] or '',
     label = v[2] or '',
     hidden = v[3] == '1',
@@ -195,16 +204,28 @@ local function load()
     ended_epoch = tonumber(v[11]) or 0,
     event_id = v[12] or '',
     block_until_us = tonumber(v[13]) or 0,
-    ho_tab = v[14] or '',
-    ho_label = v[15] or '',
-    ho_hidden = v[16] == '1',
-    ho_from_tab = v[17] or '',
-    ho_from_epoch = tonumber(v[18]) or 0,
-    ho_until_us = tonumber(v[19]) or 0,
-    ho_reserved = v[20] == '1',
-    ho_reserve_ms = tonumber(v[21]) or 0,
-    keep_us = tonumber(v[22]) or 0,
+    keep_us = tonumber(v[14]) or 0,
+    ho_tab = v[15] or '',
+    ho_label = '',
+    ho_hidden = false,
+    ho_from_tab = '',
+    ho_from_epoch = 0,
+    ho_until_us = 0,
+    ho_reserved = false,
+    ho_reserve_ms = 0,
   }
+  if s.ho_tab ~= '' then
+    local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
+      'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
+    s.ho_label = h[1] or ''
+    s.ho_hidden = h[2] == '1'
+    s.ho_from_tab = h[3] or ''
+    s.ho_from_epoch = tonumber(h[4]) or 0
+    s.ho_until_us = tonumber(h[5]) or 0
+    s.ho_reserved = h[6] == '1'
+    s.ho_reserve_ms = tonumber(h[7]) or 0
+  end
+  return s
 end
 
 local function held(s, now)
