@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/lease/leaseredis"
 )
 
 // bench drives a running tablease over HTTP and reports what its operations cost: throughput and
@@ -43,6 +45,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
 	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work) and the time its functions take per operation")
 	fs.StringVar(&o.prefix, "prefix", "bench", "prefix of the users and sessions the bench creates")
+	fs.DurationVar(&o.answersKept, "answers-kept", 0, "how long the server keeps the answers of acquires and releases for their retries, which the memory work waits out (default: as a server with this environment's TABLEASE_REDIS_TIMEOUT keeps them)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	pids := pidFlag{}
 	fs.Var(&pids, "pid", "NAME=PID of a process whose CPU per operation to report (repeatable), e.g. tablease=123")
@@ -53,8 +56,16 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		return 2
 	}
 	o.pids = pids
-	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 {
-		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams not negative, --duration positive")
+	if o.answersKept == 0 {
+		timeout, err := time.ParseDuration(cmp.Or(p.Getenv("TABLEASE_REDIS_TIMEOUT"), "0s"))
+		if err != nil {
+			fmt.Fprintln(p.Stderr, "tablease bench: TABLEASE_REDIS_TIMEOUT:", err)
+			return 2
+		}
+		o.answersKept = leaseredis.AnswersKept(timeout)
+	}
+	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 {
+		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams and --answers-kept not negative, --duration positive")
 		return 2
 	}
 	cfg, err := benchAuth(p.Getenv)
@@ -86,7 +97,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		defer b.redis.Close()
 	}
 	var results []benchResult
-	for _, w := range works {
+	for i, w := range works {
+		b.after = i > 0
 		var r []benchResult
 		switch w {
 		case "renew":
@@ -122,6 +134,7 @@ type benchOptions struct {
 	duration                                  time.Duration
 	concurrency, streams, takeovers, sessions int
 	sessionsPerUser                           int
+	answersKept                               time.Duration
 	redisURL, prefix                          string
 	pids                                      pidFlag
 	auth                                      api.AuthConfig
@@ -151,6 +164,7 @@ type bench struct {
 	progress io.Writer
 	client   *http.Client
 	redis    *redis.Client // the Redis of --redis; nil without
+	after    bool          // the work running follows another
 
 	mu     sync.Mutex
 	tokens map[string]string // by user
@@ -509,6 +523,35 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 		}
 		return n, nil
 	}
+	// settled waits until the answers kept for retries of the calls made so far expired, and
+	// Redis reclaimed them: --answers-kept, then until the number of keys holds for three
+	// readings. The readings then count what stays.
+	settled := func(label string) error {
+		fmt.Fprintf(b.progress, "\r%-16s waiting %v for the answers kept for retries to expire   ", label, b.answersKept)
+		last, same := int64(-1), 0
+		for wait := b.answersKept; same < 3; wait = 200 * time.Millisecond {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			n, err := rdb.DBSize(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if n == last {
+				same++
+			} else {
+				last, same = n, 0
+			}
+		}
+		return nil
+	}
+	if b.after { // the answers of the loads before would expire while this work reads
+		if err := settled("memory"); err != nil {
+			return nil, err
+		}
+	}
 	m0, err := used()
 	if err != nil {
 		return nil, err
@@ -518,6 +561,9 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 		epochs[i], err = b.acquire(ctx, b.memUser(i), b.prefix+"-mem-"+strconv.Itoa(i), "t", "try")
 		return err
 	}); err != nil {
+		return nil, err
+	}
+	if err := settled("memory: held"); err != nil {
 		return nil, err
 	}
 	m1, err := used()
@@ -533,10 +579,18 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := settled("memory: free"); err != nil {
+		return nil, err
+	}
+	m3, err := used()
+	if err != nil {
+		return nil, err
+	}
 	n := float64(b.sessions)
 	return []benchResult{
 		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per held lease (with its event log)", Bytes: float64(m1-m0) / n},
-		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per free session, after release", Bytes: float64(m2-m0) / n},
+		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per free session, with its release's answer kept for retries", Bytes: float64(m2-m0) / n},
+		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per free session, once that answer expired", Bytes: float64(m3-m0) / n},
 	}, nil
 }
 

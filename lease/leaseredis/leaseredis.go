@@ -96,6 +96,12 @@ type Options struct {
 // the rest covers a Redis that stalls before it reads the resent command.
 const replyKeptFor = 5
 
+// AnswersKept is how long an engine of operation timeout opTimeout (0: DefaultOpTimeout) keeps the
+// answer of a call that changes a session in Redis, for the call's retries.
+func AnswersKept(opTimeout time.Duration) time.Duration {
+	return replyKeptFor * cmp.Or(opTimeout, DefaultOpTimeout)
+}
+
 // Engine is the Redis lease.Engine. Use New; the zero value is not usable. It is safe for
 // concurrent use.
 type Engine struct {
@@ -234,7 +240,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	}
 	e.usersHorizon = usersHorizon(e.idle, e.auditTTL, e.opTimeout)
 	for _, n := range []int64{int64(e.logLen), e.logTTL.Milliseconds(), int64(e.auditLen), e.auditTTL.Milliseconds(),
-		(replyKeptFor * e.opTimeout).Milliseconds(), e.idle.Milliseconds(), int64(e.perUser)} {
+		AnswersKept(e.opTimeout).Milliseconds(), e.idle.Milliseconds(), int64(e.perUser)} {
 		e.common = append(e.common, strconv.FormatInt(n, 10))
 	}
 	return e, nil
