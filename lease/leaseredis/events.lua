@@ -35,10 +35,14 @@
 local pending -- the events of this call not appended yet, in order
 local moved_earlier -- the deadline moved earlier without an event: publish a hint
 local dropped -- the call deleted the holder: compact the hash (drop_holder)
+-- tabs_first is the expiry (µs) of the session's earliest presence entry as this call read it
+-- (settle_presence), false when it has none, nil when the call has not read it or changed the
+-- entries since (join.lua, leave.lua): deadline reads it from Redis only then.
+local tabs_first
 
 -- events_begin starts a call with no event queued.
 local function events_begin()
-  pending, moved_earlier, dropped = {}, false, false
+  pending, moved_earlier, dropped, tabs_first = {}, false, false, nil
 end
 
 -- drop_holder deletes the holder of s and the other fields named, once its lease ended and the end
@@ -120,12 +124,13 @@ local function deadline(s, now)
   if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us > now then
     next = s.expires_us
   end
-  local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local t = tonumber(first[2])
-    if next == 0 or t < next then
-      next = t
-    end
+  local t = tabs_first
+  if t == nil then
+    local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
+    t = first[2] and tonumber(first[2]) or false
+  end
+  if t and (next == 0 or t < next) then
+    next = t
   end
   return next
 end

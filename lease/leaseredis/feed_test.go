@@ -1,9 +1,11 @@
 package leaseredis
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -456,5 +458,52 @@ func TestTheLogReplaysAfterEveryEventItHoldsAndNoEarlier(t *testing.T) {
 		if len(w.Replay)+len(want) > 0 && !reflect.DeepEqual(w.Replay, want) {
 			t.Fatalf("a watch after event %d of %d replayed %d events (%v), want %d", k, events, len(w.Replay), w.Replay, len(want))
 		}
+	}
+}
+
+// TestEachEventNamesTheSessionsNextDeadline reads the "next" of the published events, which the
+// instances time their settle timers by: the expiry of the earliest presence entry, as it is after
+// the call that announced the event, joins and leaves included.
+func TestEachEventNamesTheSessionsNextDeadline(t *testing.T) {
+	e, client, db := newEngine(t)
+	sub := client.Subscribe(t.Context(), db.Prefix()+":events")
+	defer sub.Close()
+	if _, err := sub.Receive(t.Context()); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	key := lease.Key{User: "u-deadline", Session: "doc"}
+	published := func(what string) (now, next int64) {
+		t.Helper()
+		msg, err := sub.ReceiveTimeout(t.Context(), waitFor)
+		if err != nil {
+			t.Fatalf("%s: no message: %v", what, err)
+		}
+		var m struct{ Now, Next string }
+		if err := json.Unmarshal([]byte(msg.(*redis.Message).Payload), &m); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		now, _ = strconv.ParseInt(m.Now, 10, 64)
+		next, _ = strconv.ParseInt(m.Next, 10, 64)
+		return now, next
+	}
+	ttl := e.presenceTTL.Microseconds()
+
+	if _, err := e.Join(t.Context(), key, "c1", lease.Tab{TabID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if now, next := published("the first join"); next != now+ttl {
+		t.Errorf("after the first join, next is %d, want the entry's expiry %d", next, now+ttl)
+	}
+	if err := e.Leave(t.Context(), key, "c1", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, next := published("the leave"); next != 0 {
+		t.Errorf("after the leave of the only entry, next is %d, want 0", next)
+	}
+	if _, err := e.Join(t.Context(), key, "c2", lease.Tab{TabID: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	if now, next := published("the second join"); next != now+ttl {
+		t.Errorf("after the second join, next is %d, want the entry's expiry %d", next, now+ttl)
 	}
 }

@@ -49,6 +49,7 @@ end
 redis.call('HSET', KEY_TABINFO, member, cjson.encode({l = label, h = hidden, c = int(connected),
   r = int(now)}))
 redis.call('ZADD', KEY_TABS, int(now + ttl_ms * 1000), member)
+tabs_first = nil
 redis.call('PEXPIRE', KEY_TABS, int(ttl_ms + LOG_TTL_MS))
 redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
 

@@ -35,6 +35,7 @@ local listed = tab_of(before, tab)
 
 -- Write state.
 redis.call('ZREM', KEY_TABS, member)
+tabs_first = nil
 redis.call('HDEL', KEY_TABINFO, member)
 
 -- Append event.
