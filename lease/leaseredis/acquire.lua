@@ -57,7 +57,7 @@ local s = load()
 settle(s, now)
 
 -- Refuse a session the user has no state for when the user is at the limit of sessions.
-if not admit(now) then
+if not admit(s, now) then
   return finish(s, now, reply('FULL', s, now))
 end
 

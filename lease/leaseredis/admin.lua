@@ -115,10 +115,10 @@ local function flush_audit(now)
   audit_pending = {}
 end
 
--- admit reports whether the user may have the state of this session kept: it is kept already, or
--- the user has state for fewer than MAX_SESSIONS sessions (0: no limit).
-local function admit(now)
-  if MAX_SESSIONS == 0 or redis.call('EXISTS', KEY_STATE) == 1 then
+-- admit reports whether the user may have the state s of this session kept: it is kept already
+-- (s.exists), or the user has state for fewer than MAX_SESSIONS sessions (0: no limit).
+local function admit(s, now)
+  if MAX_SESSIONS == 0 or s.exists then
     return true
   end
   redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', int(math.floor(now / 1000)))

@@ -34,15 +34,20 @@ local s = load()
 settle(s, now)
 
 -- Decide.
-if not admit(now) then
+if not admit(s, now) then
   return finish(s, now, {'FULL', now})
 end
 local member = tab .. '/' .. conn
-local listed = tab_of(entries(), tab) ~= nil
+-- The connection's own entry, live since settle removed the expired ones (KEYS[4] holds a member
+-- exactly while KEYS[3] does: every script writes both): a refresh lists its tab without reading
+-- the other entries.
 local connected = now
 local old = redis.call('HGET', KEY_TABINFO, member)
+local listed = true
 if old then
   connected = tonumber(cjson.decode(old).c) or now
+else
+  listed = tab_of(entries(), tab) ~= nil
 end
 
 -- Write state.

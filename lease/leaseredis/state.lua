@@ -184,13 +184,22 @@ local function replayed()
   return nil
 end
 
--- load reads the state hash; a session that never had a lease reads as zeros. The fields of a
--- handoff are read only when there is one (ho_tab): most sessions never have one.
+-- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
+-- whether the hash existed (every write of a script sets one of the fields read first). The fields
+-- of a handoff are read only when there is one (ho_tab): most sessions never have one.
 local function load()
   local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
     'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
     'block_until_us', 'keep_us', 'ho_tab')
+  local exists = false
+  for i = 1, 15 do
+    if v[i] then
+      exists = true
+      break
+    end
+  end
   local s = {
+    exists = exists,
     tab = v[1] or '',
     label = v[2] or '',
     hidden = v[3] == '1',
