@@ -98,7 +98,6 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	}
 	var results []benchResult
 	for i, w := range works {
-		b.after = i > 0
 		var r []benchResult
 		switch w {
 		case "renew":
@@ -108,7 +107,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		case "streams":
 			r, err = b.idleStreams(ctx)
 		case "memory":
-			r, err = b.memory(ctx)
+			r, err = b.memory(ctx, i > 0)
 		}
 		if err != nil {
 			fmt.Fprintf(p.Stderr, "\ntablease bench: %s: %v\n", w, err)
@@ -164,7 +163,6 @@ type bench struct {
 	progress io.Writer
 	client   *http.Client
 	redis    *redis.Client // the Redis of --redis; nil without
-	after    bool          // the work running follows another
 
 	mu     sync.Mutex
 	tokens map[string]string // by user
@@ -497,10 +495,12 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 }
 
 // memory acquires sessions and reads Redis's used_memory before, while they are held, and after
-// they are released, less the memory of the clients' connections (the bench's load opens
-// connections that the sessions do not keep) and of the script cache (loaded by the first calls),
-// neither of which grows with the sessions.
-func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
+// they are released, both with and without the answers kept for the retries of the releases,
+// less the memory of the clients' connections (the bench's load opens connections that the
+// sessions do not keep) and of the script cache (loaded by the first calls), neither of which
+// grows with the sessions. after tells that other work ran before, whose answers kept for
+// retries it waits out first.
+func (b *bench) memory(ctx context.Context, after bool) ([]benchResult, error) {
 	// A connection of its own, opened now: the readings subtract the clients' buffers, and those
 	// of the connection that read commandstats through the loads before vary by kilobytes.
 	rdb := redis.NewClient(b.redis.Options())
@@ -547,7 +547,7 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 		}
 		return nil
 	}
-	if b.after { // the answers of the loads before would expire while this work reads
+	if after { // the answers of the loads before would expire while this work reads
 		if err := settled("memory"); err != nil {
 			return nil, err
 		}

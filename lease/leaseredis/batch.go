@@ -35,38 +35,38 @@ type batcher struct {
 	queue    []*batchCall // waiting for a pipeline to come back
 }
 
-// batchers are the batchers of the Redis nodes of a client.
+// batchers are the batchers of the Redis nodes of a client. Use newBatchers.
 type batchers struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, when it is a Cluster client
+	shared  *batcher             // of a client with one primary (standalone, Sentinel)
 
-	mu     sync.Mutex
-	shared *batcher            // of a client with one primary (standalone, Sentinel)
-	nodes  map[string]*batcher // of a Cluster client: by the address of the primary
+	mu    sync.Mutex
+	nodes map[string]*batcher // of a Cluster client: by the address of the primary
+}
+
+// newBatchers makes the batchers of client.
+func newBatchers(client redis.UniversalClient) *batchers {
+	c, _ := client.(*redis.ClusterClient)
+	return &batchers{client: client, cluster: c, shared: &batcher{client: client}, nodes: map[string]*batcher{}}
 }
 
 // of answers the batcher of the primary that holds key.
 func (bs *batchers) of(ctx context.Context, key string) *batcher {
-	addr := ""
-	if c, ok := bs.client.(*redis.ClusterClient); ok {
-		// An error (no slot map yet, no node for the slot) falls to the shared batcher: the
-		// Cluster client finds the node as it sends, or fails.
-		if node, err := c.MasterForKey(ctx, key); err == nil {
-			addr = node.Options().Addr
-		}
-	}
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	if addr == "" {
-		if bs.shared == nil {
-			bs.shared = &batcher{client: bs.client}
-		}
+	if bs.cluster == nil {
 		return bs.shared
 	}
+	node, err := bs.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		// No slot map yet, or no node for the slot: the Cluster client finds the node as it
+		// sends, or fails.
+		return bs.shared
+	}
+	addr := node.Options().Addr
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
 	b := bs.nodes[addr]
 	if b == nil {
-		if bs.nodes == nil {
-			bs.nodes = map[string]*batcher{}
-		}
 		// It sends through the Cluster client all the same, which follows a slot that moved.
 		b = &batcher{client: bs.client}
 		bs.nodes[addr] = b
@@ -88,7 +88,7 @@ const (
 type batchCall struct {
 	ctx  context.Context
 	cmd  *redis.Cmd
-	done chan struct{} // closed once cmd has its answer or error
+	done chan struct{} // of a queued call: closed once cmd has its answer or error
 	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
 	// pipeline sends it.
 	abandoned bool
@@ -97,7 +97,7 @@ type batchCall struct {
 // do sends cmd, alone or with the commands of other calls, and answers once cmd has its answer
 // (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have run).
 func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
-	c := &batchCall{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	c := &batchCall{ctx: ctx, cmd: cmd}
 	b.mu.Lock()
 	if b.flushing < maxFlushes {
 		b.flushing++
@@ -113,6 +113,7 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
 		b.mu.Unlock()
 		return nil
 	}
+	c.done = make(chan struct{})
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
@@ -168,7 +169,7 @@ func (b *batcher) flush(batch []*batchCall) {
 	case 1:
 		c := batch[0]
 		_ = b.client.Process(c.ctx, c.cmd)
-		close(c.done)
+		c.answered()
 		return
 	}
 	// The engine gives every call a deadline (OpTimeout); without one, the client's read and
@@ -191,6 +192,13 @@ func (b *batcher) flush(batch []*batchCall) {
 	})
 	cancel()
 	for _, c := range batch {
+		c.answered()
+	}
+}
+
+// answered tells a queued call that its command has its answer (the call that sent it knows).
+func (c *batchCall) answered() {
+	if c.done != nil {
 		close(c.done)
 	}
 }

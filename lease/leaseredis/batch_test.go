@@ -15,7 +15,7 @@ import (
 )
 
 // pipelineSizes is a go-redis hook that records the number of commands of every pipeline but those
-// go-redis sends itself to set up a connection (HELLO, CLIENT SETINFO).
+// go-redis sends itself to set up a connection (handshake).
 type pipelineSizes struct {
 	mu    sync.Mutex
 	sizes []int
@@ -25,7 +25,7 @@ func (h *pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { 
 func (h *pipelineSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if name := cmds[0].Name(); name != "hello" && name != "client" {
+		if !handshake(cmds) {
 			h.mu.Lock()
 			h.sizes = append(h.sizes, len(cmds))
 			h.mu.Unlock()
@@ -220,7 +220,7 @@ func TestEachPrimaryOfAClusterHasABatcherOfItsOwn(t *testing.T) {
 			keys[p] = append(keys[p], key)
 		}
 	}
-	bs := &batchers{client: client}
+	bs := newBatchers(client)
 	seen := map[*batcher]string{}
 	for p, ks := range keys {
 		b := bs.of(t.Context(), ks[0])

@@ -117,6 +117,14 @@ local function last_entry_id()
   return ''
 end
 
+-- read_tabs_first reads the expiry of the session's earliest presence entry into tabs_first, and
+-- answers it.
+local function read_tabs_first()
+  local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
+  tabs_first = first[2] and tonumber(first[2]) or false
+  return tabs_first
+end
+
 -- deadline is the store time (µs) after now at which something of the session expires that has
 -- not been announced (the lease, or the earliest presence entry), or 0 when nothing will.
 local function deadline(s, now)
@@ -126,8 +134,7 @@ local function deadline(s, now)
   end
   local t = tabs_first
   if t == nil then
-    local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
-    t = first[2] and tonumber(first[2]) or false
+    t = read_tabs_first()
   end
   if t and (next == 0 or t < next) then
     next = t

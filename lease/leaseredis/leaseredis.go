@@ -107,7 +107,7 @@ func AnswersKept(opTimeout time.Duration) time.Duration {
 type Engine struct {
 	// Immutable after New.
 	client      redis.UniversalClient // not owned: the caller closes it
-	batches     batchers              // send the functions' calls (call)
+	batches     *batchers             // send the functions' calls (call)
 	limits      lease.Limits
 	prefix      string
 	opTimeout   time.Duration
@@ -218,7 +218,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		client:      client,
-		batches:     batchers{client: client},
+		batches:     newBatchers(client),
 		limits:      limits,
 		prefix:      prefix,
 		opTimeout:   timeout,

@@ -103,11 +103,11 @@ end
 -- entry that was as left (reason timeout, at the expiry of its last entry), in the order they
 -- left, then by tab id.
 local function settle_presence(now)
-  local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
-  if first[2] == nil or tonumber(first[2]) > now then
-    tabs_first = first[2] and tonumber(first[2]) or false -- for deadline, unless the call changes them
+  local first = read_tabs_first() -- kept for deadline, unless the call changes the entries
+  if not first or first > now then
     return
   end
+  tabs_first = nil -- some expired: removed below
   local expired = redis.call('ZRANGEBYSCORE', KEY_TABS, '-inf', int(now))
   local before = entries()
   local gone, at = {}, {} -- the tab ids whose entries expired; the last expiry of each

@@ -34,12 +34,13 @@ if not held_by(s, now, tab, epoch) then
 end
 local expires = now + ttl_ms * 1000
 local changed = s.hidden ~= hidden
-if changed or expires < s.expires_us then
+local earlier = expires < s.expires_us
+if changed or earlier then
   settle(s, now)
 end
 
 -- Write state.
-if expires < s.expires_us then
+if earlier then
   deadline_earlier()
 end
 if changed or ttl_ms ~= s.ttl_ms then

@@ -44,17 +44,24 @@ func (h *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		setup := true // the commands go-redis sends on a new connection, before any of the engine's
-		for _, c := range cmds {
-			setup = setup && (c.Name() == "client" || c.Name() == "hello" || c.Name() == "auth" || c.Name() == "select")
-		}
-		if !setup {
+		if !handshake(cmds) {
 			h.mu.Lock()
 			h.names = append(h.names, "pipeline")
 			h.mu.Unlock()
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// handshake reports whether cmds are what go-redis sends on a new connection, before any of the
+// engine's.
+func handshake(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if n := c.Name(); n != "client" && n != "hello" && n != "auth" && n != "select" {
+			return false
+		}
+	}
+	return true
 }
 
 // take answers the commands sent since the last take, a load of the library that a server lacked
