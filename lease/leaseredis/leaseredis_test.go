@@ -1176,3 +1176,81 @@ func TestAServerWithoutTheLibraryGetsItOnce(t *testing.T) {
 		t.Fatalf("the library was loaded %d times for 32 calls, want once", n)
 	}
 }
+
+// TestTheUsualRenewAndCheckReadOnlyTheLease: a renew that only extends the lease its tab holds runs
+// four commands in Redis, and a check that confirms it three, whatever else the state hash holds;
+// with a handoff in progress both read the whole state, and answer the handoff.
+func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := engineOn(t, srv.URL(), "", time.Second)
+	ctx := t.Context()
+	// commands runs op and answers the commands Redis ran for it, by name, FCALL left out.
+	commands := func(op func()) map[string]int {
+		t.Helper()
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		op()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for line := range strings.SplitSeq(info, "\r\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+			if !ok || name == "fcall" || name == "info" || name == "config|resetstat" {
+				continue
+			}
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			got[name] = n
+		}
+		return got
+	}
+	l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: tabA.TabID, Epoch: l.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	l = mustAcquire(t, e, alice, tabA, lease.ModeTry) // the hash holds more than the lease now
+	renew := func() lease.Lease {
+		t.Helper()
+		r, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabA.TabID, Epoch: l.Epoch, TTL: time.Minute})
+		if err != nil || !r.HeldBy(tabA.TabID, l.Epoch) {
+			t.Fatalf("Renew = %+v, %v; want it held by %s at %d", r, err, tabA.TabID, l.Epoch)
+		}
+		return r
+	}
+	check := func() lease.Lease {
+		t.Helper()
+		r, err := e.Check(ctx, alice, tabA.TabID, l.Epoch)
+		if err != nil || !r.HeldBy(tabA.TabID, l.Epoch) {
+			t.Fatalf("Check = %+v, %v; want it held by %s at %d", r, err, tabA.TabID, l.Epoch)
+		}
+		return r
+	}
+	renew() // the first renew may move the hash's expiry (keep); the usual one does not
+	want := map[string]int{"time": 1, "hmget": 1, "hset": 1, "pexpiretime": 1}
+	var r lease.Lease
+	if got := commands(func() { r = renew() }); !maps.Equal(got, want) {
+		t.Errorf("a renew ran %v, want %v", got, want)
+	}
+	if r.Holder != tabA || r.Transitions != l.Transitions || !r.GrantedAt.Equal(l.GrantedAt) || !r.ExpiresAt.After(l.ExpiresAt) {
+		t.Errorf("renew answered %+v after the grant %+v", r, l)
+	}
+	want = map[string]int{"time": 1, "hmget": 1, "pexpiretime": 1}
+	if got := commands(func() { r = check() }); !maps.Equal(got, want) {
+		t.Errorf("a check ran %v, want %v", got, want)
+	}
+	if r.Holder != tabA || r.Transitions != l.Transitions {
+		t.Errorf("check answered %+v after the grant %+v", r, l)
+	}
+
+	if _, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: time.Minute, Mode: lease.ModeHandoff}); !errors.Is(err, lease.ErrHandoffPending) {
+		t.Fatalf("a handoff request: %v, want %v", err, lease.ErrHandoffPending)
+	}
+	for name, op := range map[string]func() lease.Lease{"renew": renew, "check": check} {
+		if r := op(); r.Handoff == nil || r.Handoff.Requester.TabID != tabB.TabID {
+			t.Errorf("a %s during a handoff answered the handoff %+v, want the request of %s", name, r.Handoff, tabB.TabID)
+		}
+	}
+}

@@ -12,12 +12,13 @@
 -- caller asked for, or it answers "LOST" when another call ended the lease in between: ended
 -- leases never come back, so a renew that answered "LOST" never becomes "OK".
 --
--- Events: "updated" when the hidden flag changed, after what settle announces. A renew that only
--- extends the lease (the same hidden flag, an expiry no earlier) announces nothing and does not
--- settle: the lease it extends has not expired, and the presence entries that lapsed are announced
--- by the next call that announces something, or by the settle timers of the watchers (deadline in
--- events.lua), at their expiry all the same. That keeps the renew to four commands: TIME, HMGET,
--- HSET and the PEXPIRETIME of keep.
+-- Events: "updated" when the hidden flag changed, after what settle announces. The usual renew,
+-- which only extends the lease (the same hidden flag, an expiry no earlier, no handoff in
+-- progress), announces nothing and does not settle: the lease it extends has not expired, and the
+-- presence entries that lapsed are announced by the next call that announces something, or by the
+-- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
+-- only the fields it decides and answers with (load_lease), so it is four commands: TIME, HMGET,
+-- HSET and the PEXPIRETIME of keep. Any other renew reads the whole state (load).
 
 -- Validate.
 local tab = ARGV[8]
@@ -25,14 +26,18 @@ local epoch = arg_int(9, 1, MAX_EPOCH)
 local hidden = ARGV[10] == '1'
 local ttl_ms = arg_int(11, 1, MAX_EPOCH)
 
--- Decide; settle expiry when the renew announces something.
+-- Decide; settle expiry when the renew announces something. The usual renew (see above) reads
+-- only load_lease's fields; any other reads the whole state.
 local now = now_us()
-local s = load()
-if not held_by(s, now, tab, epoch) then
-  settle(s, now)
-  return finish(s, now, reply('LOST', s, now))
-end
 local expires = now + ttl_ms * 1000
+local s = load_lease()
+if s.ho_tab ~= '' or not held_by(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
+  s = load()
+  if not held_by(s, now, tab, epoch) then
+    settle(s, now)
+    return finish(s, now, reply('LOST', s, now))
+  end
+end
 local changed = s.hidden ~= hidden
 local earlier = expires < s.expires_us
 if changed or earlier then

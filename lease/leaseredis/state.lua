@@ -237,6 +237,29 @@ local function load()
   return s
 end
 
+-- load_lease reads the fields a holder's renew or check decides and answers with, and no others:
+-- the lease, its block and keep_us (for reply and keep), and ho_tab. What it answers is load's
+-- state for a session with no handoff (ho_tab empty, and the handoff fields then absent); a call
+-- that finds a handoff, or a lease not held by its caller, reads the whole state with load.
+local function load_lease()
+  local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
+    'expires_us', 'ttl_ms', 'transitions', 'block_until_us', 'keep_us', 'ho_tab')
+  return {
+    tab = v[1] or '',
+    label = v[2] or '',
+    hidden = v[3] == '1',
+    epoch = tonumber(v[4]) or 0,
+    granted_us = tonumber(v[5]) or 0,
+    expires_us = tonumber(v[6]) or 0,
+    ttl_ms = tonumber(v[7]) or 0,
+    transitions = tonumber(v[8]) or 0,
+    block_until_us = tonumber(v[9]) or 0,
+    keep_us = tonumber(v[10]) or 0,
+    ho_tab = v[11] or '',
+    ho_until_us = 0,
+  }
+end
+
 local function held(s, now)
   return s.tab ~= '' and s.expires_us > now
 end
