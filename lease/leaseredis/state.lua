@@ -184,66 +184,27 @@ local function replayed()
   return nil
 end
 
--- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
--- whether the hash existed (every write of a script sets one of the fields read first). The fields
--- of a handoff are read only when there is one (ho_tab): most sessions never have one.
-local function load()
-  local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
-    'expires_us', 'ttl_ms', 'transitions', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id',
-    'block_until_us', 'keep_us', 'ho_tab')
-  local exists = false
-  for i = 1, 15 do
-    if v[i] then
-      exists = true
-      break
-    end
+-- LEASE_FIELDS are the fields of the state hash that a holder's renew or check decides and answers
+-- with: the lease, its block and keep_us (for reply and keep), and ho_tab, in the order of
+-- lease_state.
+local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us', 'ttl_ms',
+  'transitions', 'block_until_us', 'keep_us', 'ho_tab'}
+
+-- STATE_FIELDS are LEASE_FIELDS and the other fields load reads first, in the order of load.
+-- (Built with the language alone: Redis gives a library's loading run no library functions.)
+local STATE_FIELDS = {}
+do
+  local n = #LEASE_FIELDS
+  for i = 1, n do
+    STATE_FIELDS[i] = LEASE_FIELDS[i]
   end
-  local s = {
-    exists = exists,
-    tab = v[1] or '',
-    label = v[2] or '',
-    hidden = v[3] == '1',
-    epoch = tonumber(v[4]) or 0,
-    granted_us = tonumber(v[5]) or 0,
-    expires_us = tonumber(v[6]) or 0,
-    ttl_ms = tonumber(v[7]) or 0,
-    transitions = tonumber(v[8]) or 0,
-    rel_tab = v[9] or '',
-    rel_epoch = tonumber(v[10]) or 0,
-    ended_epoch = tonumber(v[11]) or 0,
-    event_id = v[12] or '',
-    block_until_us = tonumber(v[13]) or 0,
-    keep_us = tonumber(v[14]) or 0,
-    ho_tab = v[15] or '',
-    ho_label = '',
-    ho_hidden = false,
-    ho_from_tab = '',
-    ho_from_epoch = 0,
-    ho_until_us = 0,
-    ho_reserved = false,
-    ho_reserve_ms = 0,
-  }
-  if s.ho_tab ~= '' then
-    local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
-      'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
-    s.ho_label = h[1] or ''
-    s.ho_hidden = h[2] == '1'
-    s.ho_from_tab = h[3] or ''
-    s.ho_from_epoch = tonumber(h[4]) or 0
-    s.ho_until_us = tonumber(h[5]) or 0
-    s.ho_reserved = h[6] == '1'
-    s.ho_reserve_ms = tonumber(h[7]) or 0
-  end
-  return s
+  STATE_FIELDS[n + 1], STATE_FIELDS[n + 2], STATE_FIELDS[n + 3], STATE_FIELDS[n + 4] = 'rel_tab',
+    'rel_epoch', 'ended_epoch', 'event_id'
 end
 
--- load_lease reads the fields a holder's renew or check decides and answers with, and no others:
--- the lease, its block and keep_us (for reply and keep), and ho_tab. What it answers is load's
--- state for a session with no handoff (ho_tab empty, and the handoff fields then absent); a call
--- that finds a handoff, or a lease not held by its caller, reads the whole state with load.
-local function load_lease()
-  local v = redis.call('HMGET', KEY_STATE, 'tab', 'label', 'hidden', 'epoch', 'granted_us',
-    'expires_us', 'ttl_ms', 'transitions', 'block_until_us', 'keep_us', 'ho_tab')
+-- lease_state is the state read from the values v of LEASE_FIELDS (HMGET answers false for a field
+-- the hash lacks): that of a session with no handoff.
+local function lease_state(v)
   return {
     tab = v[1] or '',
     label = v[2] or '',
@@ -256,8 +217,54 @@ local function load_lease()
     block_until_us = tonumber(v[9]) or 0,
     keep_us = tonumber(v[10]) or 0,
     ho_tab = v[11] or '',
+    ho_label = '',
+    ho_hidden = false,
+    ho_from_tab = '',
+    ho_from_epoch = 0,
     ho_until_us = 0,
+    ho_reserved = false,
+    ho_reserve_ms = 0,
   }
+end
+
+-- load_lease reads LEASE_FIELDS alone. What it answers is load's state for a session with no
+-- handoff (ho_tab empty: the handoff fields are then absent); a call that finds a handoff, or a
+-- lease not held by its caller, reads the whole state with load.
+local function load_lease()
+  return lease_state(redis.call('HMGET', KEY_STATE, unpack(LEASE_FIELDS)))
+end
+
+-- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
+-- whether the hash existed (every write of a script sets one of the fields read first). The fields
+-- of a handoff are read only when there is one (ho_tab): most sessions never have one.
+local function load()
+  local v = redis.call('HMGET', KEY_STATE, unpack(STATE_FIELDS))
+  local exists = false
+  for i = 1, #STATE_FIELDS do
+    if v[i] then
+      exists = true
+      break
+    end
+  end
+  local s = lease_state(v)
+  s.exists = exists
+  local n = #LEASE_FIELDS
+  s.rel_tab = v[n + 1] or ''
+  s.rel_epoch = tonumber(v[n + 2]) or 0
+  s.ended_epoch = tonumber(v[n + 3]) or 0
+  s.event_id = v[n + 4] or ''
+  if s.ho_tab ~= '' then
+    local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
+      'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
+    s.ho_label = h[1] or ''
+    s.ho_hidden = h[2] == '1'
+    s.ho_from_tab = h[3] or ''
+    s.ho_from_epoch = tonumber(h[4]) or 0
+    s.ho_until_us = tonumber(h[5]) or 0
+    s.ho_reserved = h[6] == '1'
+    s.ho_reserve_ms = tonumber(h[7]) or 0
+  end
+  return s
 end
 
 local function held(s, now)
