@@ -30,7 +30,7 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 	var out, errOut bytes.Buffer
 	p := Program{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
 	code := p.Main(t.Context(), []string{"bench", "--url", base, "--redis", rds.URL(), "--json",
-		"--duration", "300ms", "--concurrency", "2", "--streams", "20", "--takeovers", "5", "--sessions", "20",
+		"--duration", "300ms", "--concurrency", "2", "--streams", "20", "--takeovers", "5", "--sessions", "400",
 		"--pid", "tablease=" + strconv.Itoa(os.Getpid())})
 	if code != 0 {
 		t.Fatalf("bench exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
