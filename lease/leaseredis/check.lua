@@ -19,7 +19,7 @@ if s.ho_tab == '' and held_by(s, now, tab, epoch) then
 end
 
 -- Settle expiry.
-s = load()
+s = load_rest(s)
 settle(s, now)
 
 -- Decide.

@@ -118,23 +118,12 @@ func testShardLinger(t *testing.T, c *redistest.Cluster) {
 	}
 }
 
-// commandCalls sums the calls of the command name over the nodes (INFO commandstats).
+// commandCalls sums the calls of the command name over the nodes.
 func commandCalls(t *testing.T, c *redistest.Cluster, name string) int {
 	t.Helper()
 	n := 0
 	for _, node := range c.Nodes {
-		info, err := node.Client(t).Info(t.Context(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\n") {
-			// cmdstat_ssubscribe:calls=3,usec=…
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
-				calls, _, _ := strings.Cut(v, ",")
-				x, _ := strconv.Atoi(calls)
-				n += x
-			}
-		}
+		n += redistest.CommandCalls(t, node.Client(t))[name]
 	}
 	return n
 }

@@ -1141,17 +1141,7 @@ func TestAServerWithoutTheLibraryGetsItOnce(t *testing.T) {
 	l := mustAcquire(t, e, alice, tabA, lease.ModeTry)
 	loads := func() int {
 		t.Helper()
-		info, err := c.Info(t.Context(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_function|load:calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n
-			}
-		}
-		return 0
+		return redistest.CommandCalls(t, c)["function|load"]
 	}
 	before := loads()
 	if err := c.FunctionFlush(t.Context()).Err(); err != nil {
@@ -1192,18 +1182,9 @@ func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		op()
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]int{}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-			if !ok || name == "fcall" || name == "info" || name == "config|resetstat" {
-				continue
-			}
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			got[name] = n
+		got := redistest.CommandCalls(t, c)
+		for _, name := range []string{"fcall", "info", "config|resetstat"} {
+			delete(got, name)
 		}
 		return got
 	}

@@ -18,7 +18,7 @@
 -- presence entries that lapsed are announced by the next call that announces something, or by the
 -- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
 -- only the fields it decides and answers with (load_lease), so it is four commands: TIME, HMGET,
--- HSET and the PEXPIRETIME of keep. Any other renew reads the whole state (load).
+-- HSET and the PEXPIRETIME of keep. Any other renew reads the rest of the state too (load_rest).
 
 -- Validate.
 local tab = ARGV[8]
@@ -27,12 +27,12 @@ local hidden = ARGV[10] == '1'
 local ttl_ms = arg_int(11, 1, MAX_EPOCH)
 
 -- Decide; settle expiry when the renew announces something. The usual renew (see above) reads
--- only load_lease's fields; any other reads the whole state.
+-- only load_lease's fields; any other reads the rest too.
 local now = now_us()
 local expires = now + ttl_ms * 1000
 local s = load_lease()
 if s.ho_tab ~= '' or not held_by(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
-  s = load()
+  s = load_rest(s)
   if not held_by(s, now, tab, epoch) then
     settle(s, now)
     return finish(s, now, reply('LOST', s, now))

@@ -190,16 +190,17 @@ end
 local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us', 'ttl_ms',
   'transitions', 'block_until_us', 'keep_us', 'ho_tab'}
 
--- STATE_FIELDS are LEASE_FIELDS and the other fields load reads first, in the order of load.
--- (Built with the language alone: Redis gives a library's loading run no library functions.)
+-- REST_FIELDS are the other fields that load reads first, in the order of load_rest.
+local REST_FIELDS = {'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id'}
+
+-- STATE_FIELDS are LEASE_FIELDS then REST_FIELDS: what load reads first. (Built with the language
+-- alone: Redis gives a library's loading run no library functions.)
 local STATE_FIELDS = {}
-do
-  local n = #LEASE_FIELDS
-  for i = 1, n do
-    STATE_FIELDS[i] = LEASE_FIELDS[i]
-  end
-  STATE_FIELDS[n + 1], STATE_FIELDS[n + 2], STATE_FIELDS[n + 3], STATE_FIELDS[n + 4] = 'rel_tab',
-    'rel_epoch', 'ended_epoch', 'event_id'
+for i = 1, #LEASE_FIELDS do
+  STATE_FIELDS[i] = LEASE_FIELDS[i]
+end
+for i = 1, #REST_FIELDS do
+  STATE_FIELDS[#LEASE_FIELDS + i] = REST_FIELDS[i]
 end
 
 -- lease_state is the state read from the values v of LEASE_FIELDS (HMGET answers false for a field
@@ -228,31 +229,19 @@ local function lease_state(v)
 end
 
 -- load_lease reads LEASE_FIELDS alone. What it answers is load's state for a session with no
--- handoff (ho_tab empty: the handoff fields are then absent); a call that finds a handoff, or a
--- lease not held by its caller, reads the whole state with load.
+-- handoff (ho_tab empty: the handoff fields are then absent), exists aside; a call that finds a
+-- handoff, or a lease not held by its caller, reads the rest with load_rest.
 local function load_lease()
   return lease_state(redis.call('HMGET', KEY_STATE, unpack(LEASE_FIELDS)))
 end
 
--- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
--- whether the hash existed (every write of a script sets one of the fields read first). The fields
--- of a handoff are read only when there is one (ho_tab): most sessions never have one.
-local function load()
-  local v = redis.call('HMGET', KEY_STATE, unpack(STATE_FIELDS))
-  local exists = false
-  for i = 1, #STATE_FIELDS do
-    if v[i] then
-      exists = true
-      break
-    end
-  end
-  local s = lease_state(v)
-  s.exists = exists
-  local n = #LEASE_FIELDS
-  s.rel_tab = v[n + 1] or ''
-  s.rel_epoch = tonumber(v[n + 2]) or 0
-  s.ended_epoch = tonumber(v[n + 3]) or 0
-  s.event_id = v[n + 4] or ''
+-- rest_state sets in s the values v[o + 1 …] of REST_FIELDS, and reads the fields of a handoff when
+-- s has one (ho_tab): most sessions never have one.
+local function rest_state(s, v, o)
+  s.rel_tab = v[o + 1] or ''
+  s.rel_epoch = tonumber(v[o + 2]) or 0
+  s.ended_epoch = tonumber(v[o + 3]) or 0
+  s.event_id = v[o + 4] or ''
   if s.ho_tab ~= '' then
     local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
       'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
@@ -265,6 +254,26 @@ local function load()
     s.ho_reserve_ms = tonumber(h[7]) or 0
   end
   return s
+end
+
+-- load_rest completes the state s of load_lease into load's (exists aside).
+local function load_rest(s)
+  return rest_state(s, redis.call('HMGET', KEY_STATE, unpack(REST_FIELDS)), 0)
+end
+
+-- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
+-- whether the hash existed (every write of a script sets one of the fields read first).
+local function load()
+  local v = redis.call('HMGET', KEY_STATE, unpack(STATE_FIELDS))
+  local s = lease_state(v)
+  s.exists = false
+  for i = 1, #STATE_FIELDS do
+    if v[i] then
+      s.exists = true
+      break
+    end
+  end
+  return rest_state(s, v, #LEASE_FIELDS)
 end
 
 local function held(s, now)
