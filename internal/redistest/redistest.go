@@ -16,7 +16,8 @@
 //     sentinels. The test may stop nodes to make the topology fail over.
 //
 // Private servers run with --save "" --appendonly no --bind 127.0.0.1 --maxmemory-policy
-// noeviction in a temporary directory: they persist nothing, so a restart loses every key.
+// noeviction in a temporary directory: they persist nothing (a replica's copy of a full sync is
+// deleted before a restart), so a restart loses every key.
 //
 // A missing redis-server fails the test (t.Fatal): tests that need Redis are never skipped.
 //
@@ -35,9 +36,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,6 +155,17 @@ func (s *Server) Stop(t testing.TB) {
 	}
 }
 
+// Log answers the last few KiB the running process printed, for a failure message; "" when the
+// server is stopped.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return ""
+	}
+	return s.proc.log.String()
+}
+
 // Restart stops the server if it runs and starts it again on the same port. It comes back empty:
 // nothing is persisted.
 func (s *Server) Restart(t testing.TB) {
@@ -250,6 +264,11 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 		// the test binary.
 		defer os.RemoveAll(d)
 		dir = d
+	}
+	// A replica saves the data of a full sync to dump.rdb, and a restarted server would load it:
+	// removed, so that a restart comes back empty, as Restart says.
+	if err := os.Remove(filepath.Join(dir, "dump.rdb")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	var args []string
 	if s.role != nil && s.role.conf != "" {

@@ -15,12 +15,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Timing of the topologies: a node that stops answering for NodeTimeout is failed over. Redis
-// Cluster promotes a replica within about two node timeouts; Sentinel within down-after plus an
-// election.
+// Timing of the topologies: a Cluster node that stops answering for NodeTimeout is failed over,
+// and Redis Cluster promotes its replica within about two node timeouts. Sentinel fails over a
+// primary that answered no PING for SentinelDownAfter, plus an election. Sentinels ping once a
+// second, so a down-after of one second would take a single late answer on a loaded machine for a
+// failure, and fail over a healthy primary, possibly to a replica that has not synced yet.
 const (
-	NodeTimeout     = time.Second
-	topologyTimeout = 30 * time.Second // bound on forming a topology or waiting for a failover
+	NodeTimeout       = time.Second
+	SentinelDownAfter = 3 * time.Second
+	sentinelFailover  = 2 * time.Second  // failover-timeout: a failed attempt is retried after twice this
+	topologyTimeout   = 30 * time.Second // bound on forming a topology or waiting for a failover
 )
 
 // role makes a Server a node of a topology.
@@ -48,6 +52,10 @@ func (r *role) args() []string {
 	}
 	if r.sentinel {
 		a = append(a, "--sentinel")
+	} else {
+		// A replica that joins syncs at once, not after the default 5 s that a primary waits for
+		// more replicas: until it has synced, a failover to it would lose the data.
+		a = append(a, "--repl-diskless-sync-delay", "0")
 	}
 	return a
 }
@@ -285,7 +293,7 @@ func IsPrimary(s *Server) bool {
 }
 
 // Sentinel is a primary, a replica of it and three sentinels monitoring them under the name
-// MasterName, with a down-after of NodeTimeout; every process is stopped in t.Cleanup.
+// MasterName, with a down-after of SentinelDownAfter; every process is stopped in t.Cleanup.
 type Sentinel struct {
 	Primary   *Server // the primary at the start; after a failover, MasterAddr says which is
 	Replica   *Server
@@ -306,7 +314,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		"sentinel down-after-milliseconds %[1]s %[3]d\n"+
 		"sentinel failover-timeout %[1]s %[4]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
-		MasterName, s.Primary.port, NodeTimeout.Milliseconds(), (2 * NodeTimeout).Milliseconds())
+		MasterName, s.Primary.port, SentinelDownAfter.Milliseconds(), sentinelFailover.Milliseconds())
 	for range 3 {
 		s.Sentinels = append(s.Sentinels, startNode(t, &role{sentinel: true}, conf))
 	}
@@ -380,7 +388,7 @@ func (s *Sentinel) KillPrimary(t testing.TB) (killed *Server, promoted time.Time
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("redistest: %v", err)
+		t.Fatalf("redistest: %v\n%s", err, s.logs())
 	}
 	return killed, time.Now()
 }
@@ -423,8 +431,23 @@ func (s *Sentinel) Rejoin(t testing.TB, n *Server) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("redistest: %v", err)
+		t.Fatalf("redistest: %v\n%s", err, s.logs())
 	}
+}
+
+// logs answers the tail of every process's log, for a failure message.
+func (s *Sentinel) logs() string {
+	var b strings.Builder
+	for _, n := range append([]*Server{s.Primary, s.Replica}, s.Sentinels...) {
+		fmt.Fprintf(&b, "--- %s:\n%s\n", n.Addr(), lastLines(n.Log(), 40))
+	}
+	return b.String()
+}
+
+// lastLines answers the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // pairs reads a flat list of names and values, as SENTINEL MASTER answers.
