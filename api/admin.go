@@ -27,8 +27,8 @@ const DefaultMaxBlock = time.Hour
 const MaxCursorLen = 512
 
 type revokeBody struct {
-	Reason  *string         `json:"reason"`
-	BlockMs json.RawMessage `json:"blockMs"`
+	Reason  *string         `json:"reason,omitempty"`
+	BlockMs json.RawMessage `json:"blockMs,omitempty"`
 }
 
 // registerAdmin adds the admin lease routes to v1, each behind mw (authentication, rate limit,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -340,26 +341,7 @@ var tokenByte = func() (t [256]bool) {
 // path session that the token's sid claim does not list. Tokens are never read from the URL.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		req := c.Request()
-		if len(req.Header.Values(echo.HeaderAuthorization)) > 1 {
-			return unauthenticated("send one Authorization header, not several")
-		}
-		header := req.Header.Get(echo.HeaderAuthorization)
-		if header == "" {
-			q := req.URL.Query()
-			if q.Has("access_token") || q.Has("token") {
-				return unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
-			}
-			return unauthenticated("an Authorization: Bearer access token is required")
-		}
-		if len(header) > maxAuthHeaderLen {
-			return unauthenticated("the Authorization header is too large")
-		}
-		token, ok := bearer(header)
-		if !ok {
-			return unauthenticated(`the Authorization header must be "Bearer <access token>"`)
-		}
-		p, err := s.auth.verify(token)
+		p, err := s.principal(c.Request())
 		if err != nil {
 			return err
 		}
@@ -369,6 +351,30 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// principal verifies the access token of req, the one Authorization: Bearer header, and answers
+// who it names.
+func (s *Server) principal(req *http.Request) (*Principal, error) {
+	if len(req.Header.Values(echo.HeaderAuthorization)) > 1 {
+		return nil, unauthenticated("send one Authorization header, not several")
+	}
+	header := req.Header.Get(echo.HeaderAuthorization)
+	if header == "" {
+		q := req.URL.Query()
+		if q.Has("access_token") || q.Has("token") {
+			return nil, unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
+		}
+		return nil, unauthenticated("an Authorization: Bearer access token is required")
+	}
+	if len(header) > maxAuthHeaderLen {
+		return nil, unauthenticated("the Authorization header is too large")
+	}
+	token, ok := bearer(header)
+	if !ok {
+		return nil, unauthenticated(`the Authorization header must be "Bearer <access token>"`)
+	}
+	return s.auth.verify(token)
 }
 
 // RequireScope refuses, with 403 FORBIDDEN, a request whose token lacks scope. It runs after

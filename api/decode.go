@@ -13,13 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
 
 // decodeBody reads the JSON body of c into dst strictly: the Content-Type must be
-// application/json, the body at most MaxBodyBytes, one JSON object with only known fields of the
-// right types, and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized
+// application/json, the body at most MaxBodyBytes and valid UTF-8, one JSON object with only
+// known fields of the right types (none null), and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized
 // body, which is 413 PAYLOAD_TOO_LARGE.
 func decodeBody(c echo.Context, dst any) error {
 	if err := jsonContentType(c); err != nil {
@@ -76,6 +77,10 @@ func readBody(c echo.Context) ([]byte, error) {
 
 // decodeJSON decodes data into dst strictly (see decodeBody).
 func decodeJSON(data []byte, dst any) error {
+	// encoding/json would store each invalid byte as U+FFFD.
+	if !utf8.Valid(data) {
+		return errInvalid("request body is not valid UTF-8")
+	}
 	if err := checkKeys(data, jsonFields(dst)); err != nil {
 		return err
 	}
@@ -96,7 +101,8 @@ func decodeJSON(data []byte, dst any) error {
 }
 
 // checkKeys refuses what encoding/json lets through: a key that matches a field only when case
-// is ignored ("TABID"), and a key given twice. It reads the keys of the top-level object and steps
+// is ignored ("TABID"), a key given twice, and a null (which encoding/json reads as the field left
+// out, where no field of a request may be null: it is left out instead). It reads the keys of the top-level object and steps
 // over their values without decoding them (the decoder's token stream did the same at ten times
 // the cost); anything malformed is left for the decoder to report.
 func checkKeys(data []byte, fields map[string]bool) *Error {
@@ -131,7 +137,10 @@ func checkKeys(data []byte, fields map[string]bool) *Error {
 		if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
 			return nil
 		}
-		if i = skipValue(data, skipSpace(data, i+1)); i < 0 {
+		if i = skipSpace(data, i+1); bytes.HasPrefix(data[i:], []byte("null")) {
+			return fieldError(string(key), "must not be null: leave it out instead")
+		}
+		if i = skipValue(data, i); i < 0 {
 			return nil
 		}
 		if i = skipSpace(data, i); i >= len(data) || data[i] != ',' {

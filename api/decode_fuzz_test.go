@@ -7,14 +7,16 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeJSON decodes the input into each request body type of the API and compares the
 // verdict with an oracle written apart from checkKeys: a body is accepted exactly when it is one
 // JSON object (and nothing but whitespace after it) whose keys are field names of the type, spelled
-// exactly, each at most once, and whose values encoding/json can store in the fields. A refusal is
-// a 400 INVALID_ARGUMENT *Error; an accepted body encodes and decodes back to the same value, and
-// every integer field reads as a JSON integer literal or is refused with its name.
+// exactly, each at most once, none null, in valid UTF-8, and whose values encoding/json can store
+// in the fields. A refusal is a 400 INVALID_ARGUMENT *Error; an accepted body encodes and decodes
+// back to the same value, and every integer field reads as a JSON integer literal or is refused
+// with its name.
 func FuzzDecodeJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"tabId":"t-1","label":"x","ttlMs":1000,"hidden":true,"mode":"try"}`,
@@ -75,6 +77,9 @@ func oracleAccepts(data []byte, newBody func() any) (bool, string) {
 	if !json.Valid(data) {
 		return false, "not JSON"
 	}
+	if !utf8.Valid(data) {
+		return false, "not UTF-8"
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, _ := dec.Token(); tok != json.Delim('{') {
 		return false, "not an object"
@@ -98,6 +103,9 @@ func oracleAccepts(data []byte, newBody func() any) (bool, string) {
 		seen[key] = true
 		var skip json.RawMessage
 		_ = dec.Decode(&skip)
+		if string(skip) == "null" {
+			return false, "null for " + strconv.Quote(key)
+		}
 	}
 	if err := json.Unmarshal(data, newBody()); err != nil {
 		return false, "encoding/json: " + err.Error()

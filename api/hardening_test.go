@@ -273,6 +273,18 @@ func TestFailedAndUnauthenticatedRequestsAreLimitedPerAddress(t *testing.T) {
 	t.Run("a valid token from the same address still passes", func(t *testing.T) {
 		readLease(t, from(attacker, request{path: leasePath("doc-1"), token: h.token("alice")}))
 	})
+	t.Run("requests of no route with a valid token never use the address's bucket", func(t *testing.T) {
+		const shared = "192.0.2.8:4000" // a NAT with a client that mistypes paths
+		alice := h.token("alice")
+		for range 5 {
+			wantError(t, from(shared, request{path: "/v1/nope", token: alice}), http.StatusNotFound, CodeNotFound)
+			wantError(t, from(shared, request{method: http.MethodDelete, path: leasePath("doc-1"), token: alice}),
+				http.StatusMethodNotAllowed, CodeMethodNotAllowed)
+		}
+		wantError(t, from(shared, request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+		wantError(t, from(shared, request{path: "/v1/nope", token: "not-a-jwt"}), http.StatusNotFound, CodeNotFound)
+		wantError(t, from(shared, request{path: "/v1/nope", token: alice + "x"}), http.StatusTooManyRequests, CodeRateLimited)
+	})
 	t.Run("another address has a bucket of its own", func(t *testing.T) {
 		wantError(t, from("198.51.100.1:4000", request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
 	})
@@ -313,7 +325,10 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 		{"net/http's 431", "HTTP/1.1 431 Request Header Fields Too Large" + netHTTPErrorHeaders + "431 Request Header Fields Too Large", "431"},
 		{"net/http's 400", "HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request", "400"},
 		{"net/http's 400 with a reason", "HTTP/1.1 400 Bad Request: missing required Host header" + netHTTPErrorHeaders + "400 Bad Request: missing required Host header", "400"},
-		{"net/http's 501", "HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported transfer encoding", ""},
+		{"net/http's 501", "HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported transfer encoding", "400"},
+		{"net/http's 505", "HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version" + netHTTPErrorHeaders +
+			"505 HTTP Version Not Supported: unsupported protocol version", "400"},
+		{"an answer of a status net/http never writes by itself", "HTTP/1.1 500 Internal Server Error" + netHTTPErrorHeaders + "x", ""},
 		{"a handler's answer", "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\n\r\n{}", ""},
 		{"a handler's text answer", "HTTP/1.1 400 Bad Request\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT" + netHTTPErrorHeaders, ""},
 		{"a chunk of an event stream", "1a\r\nevent: lease\r\ndata: {}\r\n\r\n", ""},
@@ -336,6 +351,9 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 			var e errorAnswer
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || Codes[e.Error.Code] != resp.StatusCode {
 				t.Fatalf("body %+v for status %d: %v", e, resp.StatusCode, err)
+			}
+			if resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("headers %v, want an X-Request-ID and nosniff", resp.Header)
 			}
 		})
 	}

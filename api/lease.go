@@ -19,28 +19,39 @@ const maxTTLMs = 1 << 40
 type acquireBody struct {
 	TabID  string          `json:"tabId"`
 	Label  string          `json:"label"`
-	TTLMs  json.RawMessage `json:"ttlMs"`
+	TTLMs  json.RawMessage `json:"ttlMs,omitempty"`
 	Hidden bool            `json:"hidden"`
-	Mode   lease.Mode      `json:"mode"`
+	Mode   *lease.Mode     `json:"mode,omitempty"` // nil when left out (try)
 }
 
 type renewBody struct {
 	TabID  string          `json:"tabId"`
-	Epoch  json.RawMessage `json:"epoch"`
-	TTLMs  json.RawMessage `json:"ttlMs"`
+	Epoch  json.RawMessage `json:"epoch,omitempty"`
+	TTLMs  json.RawMessage `json:"ttlMs,omitempty"`
 	Hidden bool            `json:"hidden"`
 }
 
 type releaseBody struct {
 	TabID string          `json:"tabId"`
-	Epoch json.RawMessage `json:"epoch"`
+	Epoch json.RawMessage `json:"epoch,omitempty"`
 }
 
 // checkBody is {tabId, epoch} or {token} (see checkToken).
 type checkBody struct {
 	TabID string          `json:"tabId"`
-	Epoch json.RawMessage `json:"epoch"`
-	Token *string         `json:"token"`
+	Epoch json.RawMessage `json:"epoch,omitempty"`
+	Token *string         `json:"token,omitempty"`
+}
+
+// modeFrom is the mode of an acquire body: try when left out, else one of the modes by name.
+func modeFrom(m *lease.Mode) (lease.Mode, error) {
+	if m == nil {
+		return lease.ModeTry, nil
+	}
+	if *m == "" { // lease.ValidateMode reads "" as the Go zero value, try
+		return "", &lease.InvalidError{Field: "mode", Reason: `must be "try", "takeover" or "handoff" (or left out, for "try")`}
+	}
+	return lease.ValidateMode(*m)
 }
 
 // key is the lease key of the request: the token's sub and the path's sid.
@@ -98,7 +109,7 @@ func (s *Server) acquire(c echo.Context) error {
 	if err := lease.ValidateLabel(b.Label); err != nil {
 		return err
 	}
-	mode, err := lease.ValidateMode(b.Mode)
+	mode, err := modeFrom(b.Mode)
 	if err != nil {
 		return err
 	}

@@ -192,17 +192,18 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // limitFailure charges the per-address limit (Options.IPRateLimit) for a request that failed
-// authentication (401) or, without a verified token, matched no route (404, 405), and answers
-// 429 RATE_LIMITED instead of err once the address has no token left. Requests that authenticate
+// authentication (401) or, without a valid token, matched no route (404, 405), and answers 429
+// RATE_LIMITED instead of err once the address has no token left. Requests with a valid token
 // never use the address's bucket: a valid token passes whatever other clients behind the same
-// address (a NAT, a proxy) did.
+// address (a NAT, a proxy) did. (A request of no route has not been authenticated: its token, if
+// any, is verified here.)
 func (s *Server) limitFailure(c echo.Context, err error) error {
 	if s.ipLimit == nil {
 		return err
 	}
 	switch code := errorFor(err).Code; {
 	case code == CodeUnauthenticated:
-	case (code == CodeNotFound || code == CodeMethodNotAllowed) && principalOf(c) == nil:
+	case (code == CodeNotFound || code == CodeMethodNotAllowed) && !s.hasValidToken(c):
 	default:
 		return err
 	}
@@ -218,6 +219,19 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 		Details:    map[string]any{"retryAfterMs": wait.Milliseconds(), "limit": "ip"},
 		RetryAfter: wait,
 	}
+}
+
+// hasValidToken reports whether the request carries a valid access token: one authentication
+// verified, or one verified now.
+func (s *Server) hasValidToken(c echo.Context) bool {
+	if principalOf(c) != nil {
+		return true
+	}
+	if c.Request().Header.Get(echo.HeaderAuthorization) == "" {
+		return false
+	}
+	_, err := s.principal(c.Request())
+	return err == nil
 }
 
 func contextWithTimeout(c echo.Context, d time.Duration) (context.Context, context.CancelFunc) {

@@ -11,13 +11,14 @@ import (
 // # Protocol errors
 //
 // net/http answers some requests before any handler sees them: headers over
-// http.Server.MaxHeaderBytes (431) and requests that are not valid HTTP/1.1 (400: a malformed
-// request line, header or Host, a bad Content-Length…). It writes them straight to the connection
-// as text/plain, in one write with no Date header, then closes the connection. ProtocolErrors
-// wraps the listener so that those answers, and only those, become the JSON error shape with the
-// same status: HEADERS_TOO_LARGE (431) and INVALID_ARGUMENT (400, its message naming what was
-// wrong as net/http says it, which holds nothing of the request). Other such answers (501 for an
-// unknown transfer coding) are left as net/http writes them.
+// http.Server.MaxHeaderBytes (431), requests that are not valid HTTP/1.1 (400: a malformed request
+// line, header or Host, a bad Content-Length…), a transfer coding it does not know (501) and a
+// protocol version it does not serve (505). It writes them straight to the connection as
+// text/plain, in one write with no Date header, then closes the connection. ProtocolErrors wraps
+// the listener so that those answers, and only those, become the JSON error shape every error of
+// the api has, with a new X-Request-ID and nosniff: 431 HEADERS_TOO_LARGE, and 400
+// INVALID_ARGUMENT for the others, its message naming what was wrong as net/http says it (which
+// holds nothing of the request).
 
 // ProtocolErrors wraps ln so that the errors net/http answers by itself are JSON (see above).
 // Serve the api with http.Server.Serve(ProtocolErrors(ln)).
@@ -69,15 +70,17 @@ func jsonProtocolError(p []byte) ([]byte, bool) {
 		return nil, false
 	}
 	var e *Error
+	msg := "malformed HTTP request"
+	if _, reason, ok := bytes.Cut(statusLine, []byte(": ")); ok {
+		msg += ": " + string(reason)
+	}
 	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		e = &Error{Code: CodeHeadersTooLarge, Message: "the request's headers are larger than 16 KiB"}
-	case http.StatusBadRequest:
-		msg := "malformed HTTP request"
-		if _, reason, ok := bytes.Cut(statusLine, []byte(": ")); ok {
-			msg += ": " + string(reason)
-		}
+		e = &Error{Code: CodeHeadersTooLarge, Message: "the request line and headers are larger than 16 KiB"}
+	case http.StatusBadRequest, http.StatusHTTPVersionNotSupported:
 		e = errInvalid(msg)
+	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know
+		e = errInvalid(msg + ": unsupported transfer encoding (only chunked is)")
 	default:
 		return nil, false
 	}
@@ -88,6 +91,7 @@ func jsonProtocolError(p []byte) ([]byte, bool) {
 	var out bytes.Buffer
 	out.WriteString(prefix + strconv.Itoa(e.Status()) + " " + http.StatusText(e.Status()) + "\r\n")
 	out.WriteString("Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n")
+	out.WriteString("X-Request-Id: " + newRequestID() + "\r\n")
 	out.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
 	out.Write(body)
 	return out.Bytes(), true

@@ -29,10 +29,11 @@ import (
 // MaxBodyBytes bounds a request body (16 KiB).
 const MaxBodyBytes = 16 << 10
 
-// MaxHeaderBytes is the http.Server.MaxHeaderBytes to serve the api with (16 KiB): larger headers
-// are refused by net/http itself, before the api sees them (431 HEADERS_TOO_LARGE through
-// ProtocolErrors). An Authorization header is refused with a 401 from 8 KiB (maxAuthHeaderLen).
-const MaxHeaderBytes = 16 << 10
+// MaxHeaderBytes is the http.Server.MaxHeaderBytes to serve the api with: net/http reads up to
+// 4 KiB more than it, so that a request line and headers of more than 16 KiB in all are refused by
+// net/http itself, before the api sees them (431 HEADERS_TOO_LARGE through ProtocolErrors). An
+// Authorization header is refused with a 401 from 8 KiB (maxAuthHeaderLen).
+const MaxHeaderBytes = 16<<10 - 4<<10
 
 // readyTimeout bounds the store ping of /readyz.
 const readyTimeout = 2 * time.Second

@@ -36,6 +36,23 @@ func TestHeadersAreBoundedAt16KiB(t *testing.T) {
 			t.Fatalf("status %d, Content-Type %q, code %q, err %v", resp.StatusCode, resp.Header.Get("Content-Type"), body.Error.Code, err)
 		}
 	})
+	// A request whose line and headers take n bytes in all, the last header padded to fit.
+	sized := func(n int) string {
+		head := "GET /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: " + strings.TrimPrefix(base, "http://") + "\r\nX-Filler: "
+		return head + strings.Repeat("a", n-len(head)-len("\r\n\r\n")) + "\r\n\r\n"
+	}
+	t.Run("a request line and headers of 16 KiB are served", func(t *testing.T) {
+		resp, _ := raw(t, base, sized(16<<10))
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want the 401 of a request without a token", resp.StatusCode)
+		}
+	})
+	t.Run("one byte more is refused, in JSON", func(t *testing.T) {
+		resp, body := raw(t, base, sized(16<<10+1))
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || body.Error.Code != "HEADERS_TOO_LARGE" {
+			t.Fatalf("status %d, body %+v", resp.StatusCode, body)
+		}
+	})
 	t.Run("a 12 KiB Authorization header gets a JSON 401", func(t *testing.T) {
 		resp := get(t, "Authorization", "Bearer "+strings.Repeat("a", 12<<10))
 		var body struct {
@@ -55,32 +72,58 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 		{"a malformed Host", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n"},
 		{"a missing Host", "GET /healthz HTTP/1.1\r\n\r\n"},
 		{"a bad Content-Length", "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: x\r\n\r\n"},
+		{"an unknown transfer coding", "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: gzip\r\n\r\n"},
+		{"a request line of HTTP/2.0", "GET /healthz HTTP/2.0\r\nHost: " + host + "\r\n\r\n"},
 	} {
 		t.Run(tt.name+" gets a JSON 400", func(t *testing.T) {
-			conn, err := net.Dial("tcp", host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if _, err := io.WriteString(conn, tt.request); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var body struct {
-				Error struct {
-					Code    string
-					Message string
-				} `json:"error"`
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusBadRequest ||
-				body.Error.Code != "INVALID_ARGUMENT" || resp.Header.Get("Content-Type") != "application/json" {
-				t.Fatalf("status %d, Content-Type %q, body %+v, err %v", resp.StatusCode, resp.Header.Get("Content-Type"), body, err)
+			resp, body := raw(t, base, tt.request)
+			if resp.StatusCode != http.StatusBadRequest || body.Error.Code != "INVALID_ARGUMENT" {
+				t.Fatalf("status %d, body %+v", resp.StatusCode, body)
 			}
 			t.Logf("message: %s", body.Error.Message)
 		})
 	}
+	t.Run("OPTIONS * gets the JSON 404 of a request of no route", func(t *testing.T) {
+		resp, body := raw(t, base, "OPTIONS * HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		if resp.StatusCode != http.StatusNotFound || body.Error.Code != "NOT_FOUND" {
+			t.Fatalf("status %d, body %+v", resp.StatusCode, body)
+		}
+	})
+}
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error struct {
+		Code    string
+		Message string
+	} `json:"error"`
+}
+
+// raw sends request as it is to the server at base and reads the answer, which must be a JSON
+// error with the headers every answer has; a 401 and a 200 pass with their body unread.
+func raw(t *testing.T, base, request string) (*http.Response, errorBody) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("status %d with headers %v: want an X-Request-ID and nosniff", resp.StatusCode, resp.Header)
+	}
+	var body errorBody
+	if resp.StatusCode >= 400 {
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("status %d, Content-Type %q: the body is not a JSON error: %v", resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		}
+	}
+	return resp, body
 }

@@ -143,7 +143,10 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    api.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// "OPTIONS *" goes to the api, which answers it as any request of no route (net/http
+		// would answer 200 with no headers).
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(api.ProtocolErrors(ln)) }()

@@ -142,12 +142,18 @@ var DefaultInputSchema = json.RawMessage(`{"type":"object"}`)
 // Parse reads a catalog from JSON (see the package documentation for the format) and validates it
 // as New does. Errors are *Error and match ErrInvalid.
 func Parse(data []byte) (*Catalog, error) {
+	if !utf8.Valid(data) { // encoding/json would store each invalid byte as U+FFFD
+		return nil, &Error{Index: -1, Reason: "is not valid UTF-8"}
+	}
 	var doc struct {
-		Version json.RawMessage   `json:"version"` // accepted and ignored
-		Tools   []json.RawMessage `json:"tools"`
+		Version json.RawMessage    `json:"version"` // accepted and ignored
+		Tools   *[]json.RawMessage `json:"tools"`   // nil when left out or null
 	}
 	if err := decodeStrict(data, &doc); err != nil {
 		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
+	}
+	if doc.Tools == nil {
+		return nil, &Error{Index: -1, Field: "tools", Reason: "is required: the list of tools, [] for none"}
 	}
 	if len(doc.Version) > 0 {
 		var v *string
@@ -155,8 +161,8 @@ func Parse(data []byte) (*Catalog, error) {
 			return nil, &Error{Index: -1, Field: "version", Reason: "must be a string (it is ignored: the version is derived from the content)"}
 		}
 	}
-	tools := make([]Tool, 0, len(doc.Tools))
-	for i, raw := range doc.Tools {
+	tools := make([]Tool, 0, len(*doc.Tools))
+	for i, raw := range *doc.Tools {
 		var t Tool
 		if err := decodeStrict(raw, &t); err != nil {
 			var named struct {
