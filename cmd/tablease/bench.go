@@ -97,7 +97,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		defer b.redis.Close()
 	}
 	var results []benchResult
-	for i, w := range works {
+	for _, w := range works {
 		var r []benchResult
 		switch w {
 		case "renew":
@@ -107,7 +107,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		case "streams":
 			r, err = b.idleStreams(ctx)
 		case "memory":
-			r, err = b.memory(ctx, i > 0)
+			r, err = b.memory(ctx)
 		}
 		if err != nil {
 			fmt.Fprintf(p.Stderr, "\ntablease bench: %s: %v\n", w, err)
@@ -498,9 +498,9 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 // they are released, both with and without the answers kept for the retries of the releases,
 // less the memory of the clients' connections (the bench's load opens connections that the
 // sessions do not keep) and of the script cache (loaded by the first calls), neither of which
-// grows with the sessions. after tells that other work ran before, whose answers kept for
-// retries it waits out first.
-func (b *bench) memory(ctx context.Context, after bool) ([]benchResult, error) {
+// grows with the sessions. It waits out first the answers kept for the retries of the calls made
+// before it, by this bench or an earlier one (scripts/bench runs the loads in runs of their own).
+func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	// A connection of its own, opened now: the readings subtract the clients' buffers, and those
 	// of the connection that read commandstats through the loads before vary by kilobytes.
 	rdb := redis.NewClient(b.redis.Options())
@@ -547,10 +547,8 @@ func (b *bench) memory(ctx context.Context, after bool) ([]benchResult, error) {
 		}
 		return nil
 	}
-	if after { // the answers of the loads before would expire while this work reads
-		if err := settled("memory"); err != nil {
-			return nil, err
-		}
+	if err := settled("memory"); err != nil { // the answers of the calls before would expire while it reads
+		return nil, err
 	}
 	m0, err := used()
 	if err != nil {
