@@ -311,11 +311,13 @@ export class TabLease extends EventTarget {
     this._gen++;
     this._clearTimers();
     this._removeLifecycle();
-    this._leaveStream();
     this._handoffWait?.finish({ status: "cancelled" });
     this._endHandoffAsk();
     if (holding) this._learn(epoch + 1);
+    // Stopped before the stream is left, so that losing it is not taken for news missed (which
+    // would renew the lease being given up, and pass through "unconfirmed").
     this._to("stopped", "stopped");
+    this._leaveStream();
     if (!away && this._presenceOn) this._api.request("DELETE", this._tabPath()).catch(() => {});
     if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }).catch(() => {});
   }

@@ -260,3 +260,31 @@ test("the state moves only along named transitions", async () => {
   await lease.stop();
   assert.deepEqual(states, ["viewer:started", "owner:confirmed", "viewer:event", "owner:confirmed", "viewer:away", "away:pagehide", "stopped:stopped"]);
 });
+
+test("stop goes straight to stopped and sends no renew; stop({release: false}) leaves the lease as it was", async () => {
+  for (const release of [true, false]) {
+    const clock = new FakeClock(1000);
+    const server = new FakeServer(clock);
+    const lease = new TabLease(fakeOptions(server, clock, { stream: "fetch" }));
+    await lease.start();
+    await flush();
+    assert.equal(lease.role, "owner");
+    await clock.advance(5000);
+    const expiresAt = server.expiresAt;
+    const renews = server.callsTo("POST", "/lease/renew").length;
+    const states = [];
+    const roles = [];
+    lease.on("state", ({ state, reason }) => states.push(`${state}:${reason}`));
+    lease.on("rolechange", ({ role, reason }) => roles.push(`${role}:${reason}`));
+    await lease.stop({ release });
+    await flush();
+    assert.equal(server.callsTo("POST", "/lease/renew").length, renews, "no renew of the lease being given up");
+    assert.deepEqual(states, ["stopped:stopped"]);
+    assert.deepEqual(roles, ["viewer:stopped"]);
+    if (release) {
+      assert.equal(server.valid(), false, "released");
+    } else {
+      assert.equal(server.expiresAt, expiresAt, "the lease is left to expire when it would have");
+    }
+  }
+});
