@@ -108,7 +108,12 @@ export class SessionApi {
 
   /** The access token (a fresh one from the identity provider when refresh). */
   async token(refresh = false) {
-    const t = await this._getToken(refresh ? { refresh: true } : {});
+    let t;
+    try {
+      t = await this._getToken(refresh ? { refresh: true } : {});
+    } catch (e) {
+      throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken failed: ${e?.message ?? e}`, cause: e });
+    }
     if (typeof t !== "string" || t === "") throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: "tablease: getToken returned no token" });
     this.lastToken = t;
     return t;

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { TabLease, backoffDelay, parseRetryAfter } from "./tablease.js";
+import { TabLease, TabLeaseError, backoffDelay, parseRetryAfter } from "./tablease.js";
 import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
 
 function setup({ server: so = {}, lease: lo = {} } = {}) {
@@ -149,6 +149,32 @@ test("a 401 asks getToken for a fresh token once and retries", async () => {
   const acq = server.callsTo("POST", "/lease");
   assert.deepEqual(acq.map((c) => c.headers.Authorization), ["Bearer token-old", "Bearer token-new"]);
   assert.deepEqual(asked, [false, true]);
+  void clock;
+  await lease.stop({ release: false });
+});
+
+test("a getToken that throws is a TabLeaseError UNAUTHENTICATED, with what it threw as its cause", async () => {
+  let down = true;
+  const getToken = async () => {
+    if (down) throw new Error("idp down");
+    return "token-1";
+  };
+  const { clock, lease } = setup({ lease: { getToken, autoAcquire: false } });
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  const err = await lease.acquire().then(
+    () => null,
+    (e) => e,
+  );
+  assert.ok(err instanceof TabLeaseError, `rejected with ${err}`);
+  assert.equal(err.code, "UNAUTHENTICATED");
+  assert.match(err.message, /getToken failed: idp down/);
+  assert.equal(err.cause.message, "idp down");
+  assert.ok(errors.length > 0 && errors.every((e) => e instanceof TabLeaseError && e.code === "UNAUTHENTICATED"), "error events carry TabLeaseErrors");
+  down = false;
+  await lease.acquire();
+  assert.equal(lease.role, "owner");
   void clock;
   await lease.stop({ release: false });
 });

@@ -120,7 +120,8 @@ export interface TabLeaseOptions {
   baseUrl?: string;
   /** The agent session: 1–128 characters of [A-Za-z0-9._:@|-]. */
   sessionId: string;
-  /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401. */
+  /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401.
+   *  When it throws, the request fails with TabLeaseError UNAUTHENTICATED (the thrown value as its cause). */
   getToken: (opts: { refresh?: boolean }) => string | Promise<string>;
   /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
   label?: string | (() => string);
