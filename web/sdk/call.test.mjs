@@ -141,6 +141,24 @@ test("every way a call ends resolves it with its code: agent cancel, deadline, r
   await lease.stop({ release: false });
 });
 
+test("a mutation cut off by pagehide does not say that another tab controls the session", async () => {
+  const never = () => new Promise(() => {});
+  const { window, lease, reg, tool } = await setup({ handlers: { edit: never } });
+  assert.equal(lease.role, "owner");
+  const editing = tool("edit").execute({}, {});
+  await flush();
+  window.fire("pagehide", { persisted: true });
+  const { error } = await editing;
+  if (error.code === "NOT_LEASE_OWNER") {
+    assert.equal(error.details.holder, null, "this tab released the lease itself: no other tab holds it");
+    assert.doesNotMatch(error.message, /Another tab/);
+  } else {
+    assert.equal(error.code, "UI_CONTEXT_CLOSED");
+  }
+  reg.close();
+  await lease.stop({ release: false });
+});
+
 test("with interactions: \"one\" a second interaction answers INTERACTION_ALREADY_OPEN", async () => {
   const seen = {};
   const { lease, reg, tool } = await setup({ handlers: { ask_user: asking(seen) }, options: { interactions: "one" } });

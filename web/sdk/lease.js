@@ -580,7 +580,9 @@ export class TabLease extends EventTarget {
   _notOwner() {
     const reason = this._whyNotOwner();
     const v = this._view;
-    const held = Boolean(v?.held && v.holder);
+    // A lease this tab lost is not held by this tab, whatever the view (not updated yet by the
+    // release that ended it, as on pagehide) says.
+    const held = Boolean(v?.held && v.holder && !(reason === "lost" && v.holder.tabId === this.tabId));
     let key = reason === "lost" && !held ? "lostFree" : reason;
     if (reason === "stopped" && this._state === "away") key = "away";
     return {
