@@ -262,7 +262,7 @@ function interact(call, open, { exclusive }) {
 export async function runToolCall(handler, call, args, callerCtx) {
   const { lease, scope, instance } = call;
   let input = args && typeof args === "object" && !Array.isArray(args) ? args : args == null ? {} : args;
-  if (typeof input !== "object" || Array.isArray(input)) return toolError("INVALID_ARGUMENT", "The input must be a JSON object.", { path: "(input)" });
+  if (typeof input !== "object" || Array.isArray(input)) return toolError("INVALID_ARGUMENT", "The input must be a JSON object.", { path: "(input)", reason: "must be a JSON object" });
   const bound = bindRouteParams(input, instance.params, call.schema);
   if (bound.answer) return bound.answer;
   input = bound.args;

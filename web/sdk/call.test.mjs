@@ -69,6 +69,10 @@ test("an interaction resolves what the user submits, or {cancelled, reason: user
   assert.deepEqual(await q, { cancelled: true, reason: "user_cancelled" });
   assert.equal(seen.closed, 2);
   assert.equal((await tool("ask_user").execute({ question: "" }, {})).error.code, "INVALID_ARGUMENT", "validated before the handler runs");
+  for (const input of [[1], "text", 5]) {
+    const { error } = await tool("ask_user").execute(input, {});
+    assert.deepEqual([error.code, error.details], ["INVALID_ARGUMENT", { path: "(input)", reason: "must be a JSON object" }], `input ${JSON.stringify(input)}`);
+  }
   assert.equal(seen.opened, 2);
   reg.close();
   await lease.stop({ release: false });
