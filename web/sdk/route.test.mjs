@@ -127,6 +127,11 @@ test("onTool runs the profile of the current page and refuses a tool the page do
   assert.equal((await get({})).event_id, "evt-3", "the same registration runs the event page's profile");
   assert.equal((await get({ event_id: "evt-4" })).error.code, "ENTITY_MISMATCH");
   assert.deepEqual(await registered.get("rename_event")({ name: "New" }), { renamed: "evt-3", name: "New", epoch: lease.epoch });
+  assert.equal(off.route, "/events/evt-3");
+  assert.equal(off.routeTracker.route, "/events/evt-3");
+  const generation = off.generation;
+  await off.documentChanged();
+  assert.equal(off.generation, generation + 1, "documentChanged() counts a generation, as on the other bridges");
   off();
   await lease.stop({ release: false });
 });

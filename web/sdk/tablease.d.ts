@@ -489,12 +489,13 @@ export declare function syncToolRegistry(
   opts: ToolOptions,
 ): RouteBound & { sync(): Promise<void>; close(): void };
 
-/** Registers handlers on an onTool(name, handler) registry; mutations go through guard. */
+/** Registers handlers on an onTool(name, handler) registry; mutations go through guard. Answers a
+ *  function that unregisters them all (also as close()). */
 export declare function bindOnTool(
   lease: TabLease,
   session: { onTool(name: string, handler: (args: any, ctx?: any) => unknown): unknown },
   opts: ToolOptions & { handlers: Record<string, ToolHandler>; tools?: CatalogTool[]; readOnly?: string[] },
-): () => void;
+): (() => void) & RouteBound & { close(): void };
 
 // Building blocks, exported for tests and for apps that need them.
 

@@ -487,7 +487,8 @@ export function syncToolRegistry(lease, registry, options = {}) {
  * through lease.guard, so a viewer tab answers NOT_LEASE_OWNER without running them. A call runs
  * the profile in `tools` for the current route (its schema, timeout and bound parameters); a
  * name whose profiles all belong to other routes answers TOOL_UNAVAILABLE. Returns a function
- * that unregisters them all.
+ * that unregisters them all (also as its close()), which answers route, generation, routeTracker
+ * and documentChanged() as the other bridges do.
  */
 export function bindOnTool(lease, session, options = {}) {
   const { handlers = {}, tools = [], readOnly = [] } = options;
@@ -512,8 +513,15 @@ export function bindOnTool(lease, session, options = {}) {
     const off = session.onTool(name, run);
     offs.push(typeof off === "function" ? off : () => off?.unsubscribe?.());
   }
-  return () => {
+  const unbind = () => {
     for (const off of offs.splice(0)) off();
     scope.close();
   };
+  unbind.close = unbind;
+  // The handlers stay registered: a document change only makes the calls that began before it stale.
+  unbind.documentChanged = () => {
+    scope.bump("document");
+    return Promise.resolve();
+  };
+  return withScope(unbind, scope);
 }
