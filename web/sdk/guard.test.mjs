@@ -270,6 +270,23 @@ test("a handoff the holder never answers times out, and the requester may then t
   await c.stop({ release: false });
 });
 
+test("a wait longer than the server's handoff timeout ends when the request lapses, without asking again", async () => {
+  const { clock, server } = setup();
+  const b = new TabLease(fakeOptions(server, clock));
+  server.takeoverBy("t-stuck", "stuck tab"); // a tab that does not answer
+  wire(server, b);
+  await b.start();
+  const start = clock.now();
+  let result = null;
+  b.requestHandoff({ timeoutMs: 25000 }).then((r) => (result = { ...r, at: clock.now() }));
+  await clock.advance(26000);
+  assert.equal(result?.status, "timeout");
+  assert.ok(result.at - start <= server.handoffTimeoutMs + 100, `timed out ${result.at - start} ms after asking, at the request's lapse (${server.handoffTimeoutMs} ms)`);
+  const asks = server.callsTo("POST", "/lease").filter((c) => c.body.mode === "handoff");
+  assert.ok(asks.length > 0 && asks.every((c) => c.at - start < server.handoffTimeoutMs), "no request filed after the first lapsed");
+  await b.stop({ release: false });
+});
+
 test("other viewers wait while the lease is reserved for the requester", async () => {
   const { clock, server } = setup();
   const a = new TabLease(fakeOptions(server, clock, { label: "A" }));

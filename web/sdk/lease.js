@@ -356,6 +356,7 @@ export class TabLease extends EventTarget {
     const done = new Promise((resolve) => (finish = resolve));
     const wait = {
       deadline: this._clock.now() + timeoutMs,
+      lapseAt: null, // when the request lapses at the server (its handoff timeout)
       wake: null,
       done: false,
       finish: (result) => {
@@ -976,7 +977,11 @@ export class TabLease extends EventTarget {
     let attempt = 0;
     while (!wait.done) {
       if (!this._running()) return wait.finish({ status: "cancelled" });
-      const r = await this._acquire("handoff");
+      // Once the request lapsed at the server, asking in mode handoff would file a new one and
+      // keep the holder handing over past the lapse: a last "try" claims the lease if it was
+      // reserved for this tab meanwhile, and the wait ends.
+      const lapsed = wait.lapseAt != null && this._clock.now() >= wait.lapseAt;
+      const r = await this._acquire(lapsed ? "try" : "handoff");
       if (wait.done) return;
       if (r.lease) return wait.finish({ status: "granted", lease: this.lease });
       const e = r.error;
@@ -989,13 +994,15 @@ export class TabLease extends EventTarget {
         // (its released/expired event wakes us at once).
         const ra = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
         delay = this._streamLive ? Math.min(Math.max(ra, 2000), 5000) : Math.min(Math.max(ra, 250), 2000);
+        // The first answer to the request while the holder still holds says when it lapses.
+        if (e.code === "HANDOFF_PENDING" && !r.pending && wait.lapseAt == null && this._view?.held) wait.lapseAt = this._clock.now() + ra;
         this._emit("handoff", { phase: "waiting", holder: this._view?.holder ?? null });
       } else if (e.retryable) {
         delay = backoffDelay(attempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
       } else {
         return wait.finish({ status: "failed", error: e });
       }
-      const left = wait.deadline - this._clock.now();
+      const left = Math.min(wait.deadline, lapsed ? 0 : wait.lapseAt ?? Infinity) - this._clock.now();
       if (left <= 0) {
         if (!takeoverOnTimeout) return wait.finish({ status: "timeout" });
         const t = await this._acquire("takeover");

@@ -303,7 +303,8 @@ export declare class TabLease extends EventTarget {
   acquire(): Promise<LeaseView>;
   /** Mode "takeover": only on an explicit user action ("Use here"). */
   takeover(): Promise<LeaseView>;
-  /** Mode "handoff": asks the holder to let go at its next safe point. */
+  /** Mode "handoff": asks the holder to let go at its next safe point. Resolves "timeout" after
+   *  timeoutMs (default 15 s), or earlier when the request lapses at the server. */
   requestHandoff(opts?: { timeoutMs?: number; takeoverOnTimeout?: boolean }): Promise<HandoffResult>;
   /** Gives the lease up; no automatic acquire afterwards until acquire/takeover/requestHandoff. */
   release(): Promise<{ released: boolean; error?: TabLeaseError }>;
