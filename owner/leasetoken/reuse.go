@@ -58,8 +58,10 @@ func (r *Reuse) Token(l lease.Lease, sign func(Claims) (string, error)) (string,
 	if err != nil {
 		return "", err
 	}
-	next := reusable{tab: c.Tab, epoch: c.Epoch, iat: c.IssuedAt, exp: c.ExpiresAt,
-		mid: c.IssuedAt.Add(c.ExpiresAt.Sub(c.IssuedAt) / 2), token: tok}
+	// The half-life is the token's own, by the whole seconds it carries, so that a token it reuses
+	// has half its life left by its claims, not only by the lease's times.
+	iat, exp := c.times()
+	next := reusable{tab: c.Tab, epoch: c.Epoch, iat: iat, exp: exp, mid: iat.Add(exp.Sub(iat) / 2), token: tok}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.tokens[l.Key]; !ok && len(r.tokens) >= r.max {

@@ -50,6 +50,21 @@ func TestATokenIsReusedUntilHalfItsLife(t *testing.T) {
 	}
 }
 
+func TestTheHalfLifeIsCountedInTheWholeSecondsATokenCarries(t *testing.T) {
+	r, s := NewReuse(0), &countingSigner{}
+	// Signed at …000.9 s for 3 s: the token says iat …000 and exp …003, so its half-life ends at
+	// …001.5, not at …002.4 as the lease's own times would have it.
+	t0 := time.Unix(1_700_000_000, 900_000_000)
+	const ttl = 3 * time.Second
+	first, _ := r.Token(heldLease("alice", "doc", "a", 7, t0, ttl), s.sign)
+	if got, _ := r.Token(heldLease("alice", "doc", "a", 7, t0.Add(500*time.Millisecond), ttl), s.sign); got != first {
+		t.Fatalf("at …001.4: a new token, want the first reused")
+	}
+	if got, _ := r.Token(heldLease("alice", "doc", "a", 7, t0.Add(700*time.Millisecond), ttl), s.sign); got == first || s.n != 2 {
+		t.Fatalf("at …001.6, past the half-life of the token's claims: the first token reused (%d signatures)", s.n)
+	}
+}
+
 func TestATokenIsNeverReusedForAnotherHolderOrALeaseItWouldOutlive(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	const ttl = 30 * time.Second

@@ -112,6 +112,17 @@ func ClaimsFor(l lease.Lease) Claims {
 	}
 }
 
+// times are the iat and exp a token of c carries: NumericDates of whole seconds here, rounded
+// down, which keeps exp within the lease; a lease with less than a second left gets an iat one
+// second before its exp rather than none.
+func (c Claims) times() (iat, exp time.Time) {
+	iat, exp = c.IssuedAt.Truncate(time.Second), c.ExpiresAt.Truncate(time.Second)
+	if !exp.After(iat) {
+		iat = exp.Add(-time.Second)
+	}
+	return iat, exp
+}
+
 // Key is the lease key the claims are about.
 func (c Claims) Key() lease.Key { return lease.Key{User: c.Subject, Session: c.Session} }
 
@@ -192,12 +203,7 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	if err := c.validate(); err != nil {
 		return "", fmt.Errorf("leasetoken: cannot sign: %w", err)
 	}
-	// NumericDate has whole seconds here. Truncating keeps exp within the lease; a lease with less
-	// than a second left gets an iat one second before its exp rather than none.
-	iat, exp := c.IssuedAt.Truncate(time.Second), c.ExpiresAt.Truncate(time.Second)
-	if !exp.After(iat) {
-		iat = exp.Add(-time.Second)
-	}
+	iat, exp := c.times()
 	key := s.keys.Active()
 	var method jwt.SigningMethod = jwt.SigningMethodEdDSA
 	if key.Algorithm() == AlgES256 {
