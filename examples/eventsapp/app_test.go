@@ -32,6 +32,19 @@ type world struct {
 
 func newWorld(t *testing.T, strict bool) *world {
 	t.Helper()
+	auth := api.AuthConfig{HS256Secret: []byte(secret), Issuer: idp, Audience: audience}
+	return newWorldWith(t, auth, leaseIssuer, false, func(tableaseURL string) Options {
+		return Options{
+			TableaseURL: tableaseURL, LeaseIssuer: leaseIssuer, Strict: strict,
+			AccessSecret: []byte(secret), AccessIssuer: idp, AccessAudience: audience,
+		}
+	})
+}
+
+// newWorldWith is newWorld with tablease's access-token settings, lease issuer and dev mode, and
+// the app's options for the URL tablease listens on.
+func newWorldWith(t *testing.T, auth api.AuthConfig, leaseIssuer string, dev bool, appOpts func(tableaseURL string) Options) *world {
+	t.Helper()
 	eng, err := leasemem.New(leasemem.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -45,12 +58,12 @@ func newWorld(t *testing.T, strict bool) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := api.AuthConfig{HS256Secret: []byte(secret), Issuer: idp, Audience: audience}
 	srv, err := api.New(api.Options{
 		Engine:      eng,
 		Auth:        auth,
 		LeaseKeys:   keys,
 		LeaseIssuer: leaseIssuer,
+		Dev:         dev,
 		Documents:   leasemem.NewDocumentStore(nil),
 		Nonces:      leasemem.NewNonceStore(nil),
 	})
@@ -61,10 +74,7 @@ func newWorld(t *testing.T, strict bool) *world {
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 
-	app, err := newApp(Options{
-		TableaseURL: ts.URL, LeaseIssuer: leaseIssuer, Strict: strict,
-		AccessSecret: []byte(secret), AccessIssuer: idp, AccessAudience: audience,
-	})
+	app, err := newApp(appOpts(ts.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,5 +277,23 @@ func TestTheFenceKeepsTheHighestEpochPerEvent(t *testing.T) {
 	other := rowKey{user: "alice", session: "doc-2", id: "evt-1"}
 	if _, err := tbl.upsert(other, eventBody{Name: "other"}, 1, now); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The package comment's quick start: tablease in dev mode (access and lease tokens of the dev
+// issuer) and the app with nothing set but the shared secret and tablease's URL.
+func TestTheQuickStartDefaultsAcceptTheTokensOfADevModeTablease(t *testing.T) {
+	auth := api.AuthConfig{HS256Secret: []byte(secret), Issuer: api.DevIssuer, Audience: "tablease"}
+	w := newWorldWith(t, auth, api.DevIssuer, true, func(tableaseURL string) Options {
+		env := map[string]string{"TABLEASE_JWT_HS256_SECRET": secret, "TABLEASE_URL": tableaseURL}
+		opts, _, err := optionsFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return opts
+	})
+	tok, _ := w.acquire("tab-a", "try")
+	if code, body := w.call("PUT", w.app+"/api/sessions/doc-1/events/evt-1", tok, map[string]any{"name": "Go meetup", "date": "2026-12-02"}); code != 200 {
+		t.Fatalf("a write with the holder's lease token: %d %v", code, body)
 	}
 }

@@ -14,8 +14,10 @@
 //
 // Environment: EVENTSAPP_ADDR (default 127.0.0.1:8081), TABLEASE_URL (default
 // http://127.0.0.1:8080), EVENTSAPP_STRICT (default false), TABLEASE_LEASE_ISSUER (default
-// tablease), and the access-token settings the app shares with tablease: TABLEASE_JWT_HS256_SECRET,
-// TABLEASE_JWT_ISSUER (default tablease-dev), TABLEASE_JWT_AUDIENCE (default tablease).
+// tablease-dev, as tablease signs in dev mode; set it to the server's TABLEASE_LEASE_ISSUER
+// otherwise), and the access-token settings the app shares with tablease:
+// TABLEASE_JWT_HS256_SECRET, TABLEASE_JWT_ISSUER (default tablease-dev), TABLEASE_JWT_AUDIENCE
+// (default tablease).
 package main
 
 import (
@@ -29,6 +31,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/tablease/tablease/api"
 )
 
 func main() {
@@ -38,40 +42,50 @@ func main() {
 	}
 }
 
-func run() error {
+// optionsFromEnv reads the app's options and address from the environment (getenv). Its defaults
+// are those of the quick start above: a tablease in dev mode on this machine.
+func optionsFromEnv(getenv func(string) string) (Options, string, error) {
 	env := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
+		if v := getenv(k); v != "" {
 			return v
 		}
 		return def
 	}
 	strict, err := strconv.ParseBool(env("EVENTSAPP_STRICT", "false"))
 	if err != nil {
-		return fmt.Errorf("EVENTSAPP_STRICT: %w", err)
+		return Options{}, "", fmt.Errorf("EVENTSAPP_STRICT: %w", err)
+	}
+	return Options{
+		TableaseURL:    env("TABLEASE_URL", "http://127.0.0.1:8080"),
+		LeaseIssuer:    env("TABLEASE_LEASE_ISSUER", api.DevIssuer),
+		Strict:         strict,
+		AccessSecret:   []byte(getenv("TABLEASE_JWT_HS256_SECRET")),
+		AccessIssuer:   env("TABLEASE_JWT_ISSUER", api.DevIssuer),
+		AccessAudience: env("TABLEASE_JWT_AUDIENCE", "tablease"),
+	}, env("EVENTSAPP_ADDR", "127.0.0.1:8081"), nil
+}
+
+func run() error {
+	opts, addr, err := optionsFromEnv(os.Getenv)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	app, err := newApp(Options{
-		TableaseURL:    env("TABLEASE_URL", "http://127.0.0.1:8080"),
-		LeaseIssuer:    env("TABLEASE_LEASE_ISSUER", "tablease"),
-		Strict:         strict,
-		AccessSecret:   []byte(os.Getenv("TABLEASE_JWT_HS256_SECRET")),
-		AccessIssuer:   env("TABLEASE_JWT_ISSUER", "tablease-dev"),
-		AccessAudience: env("TABLEASE_JWT_AUDIENCE", "tablease"),
-		Log:            log,
-	})
+	opts.Log = log
+	app, err := newApp(opts)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv := &http.Server{Addr: env("EVENTSAPP_ADDR", "127.0.0.1:8081"), Handler: app, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: app, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info("eventsapp listening", "addr", srv.Addr, "strict", strict)
+	log.Info("eventsapp listening", "addr", srv.Addr, "strict", opts.Strict)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
