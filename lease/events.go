@@ -237,9 +237,8 @@ type Feed interface {
 	// snapshot (or the replay) and the first event of the watch.
 	//
 	// after is the id of the last event the caller has seen (Last-Event-ID), or empty. When the
-	// log still holds the event after names and every event after it (the id is neither older
-	// than the log's oldest event nor newer than its newest), the watch is Resumed: Replay holds
-	// exactly the events after it. Otherwise (empty, too old, unknown, or the store lost its data)
+	// log still holds the event after names, and so every event after it, the watch is Resumed:
+	// Replay holds exactly the events after it. Otherwise (empty, too old, unknown, or the store lost its data)
 	// the caller must start again from Snapshot and Tabs, and Replay is empty.
 	//
 	// The watch ends when ctx is done, when Watch.Close is called, when the engine is closed

@@ -35,9 +35,8 @@ func (l *eventLog) push(id lease.EventID, ev lease.Event, limit int) {
 	l.head = (l.head + 1) % limit
 }
 
-// after answers the events after id when the log still holds every one of them: when id is
-// neither before the oldest event kept nor after the newest. ok is false otherwise, and for an
-// empty log.
+// after answers the events after id when the log still holds every one of them: when id is the
+// id of an event it keeps. ok is false otherwise (too old, unknown), and for an empty log.
 func (l *eventLog) after(id lease.EventID) (events []lease.Event, ok bool) {
 	n := l.len()
 	if n == 0 {
@@ -48,10 +47,18 @@ func (l *eventLog) after(id lease.EventID) (events []lease.Event, ok bool) {
 	if id.Compare(first) < 0 || id.Compare(last) > 0 {
 		return nil, false
 	}
+	found := false
 	for i := range n {
-		if eid, ev := l.at(i); eid.Compare(id) > 0 {
+		eid, ev := l.at(i)
+		switch c := eid.Compare(id); {
+		case c == 0:
+			found = true
+		case c > 0:
 			events = append(events, ev)
 		}
+	}
+	if !found { // an id the log never had: unknown
+		return nil, false
 	}
 	return events, true
 }

@@ -6,7 +6,7 @@
 -- Answers {lease, position, resumed, replay, tabs, next}:
 --   lease     the lease at the position (see reply in state.lua), status "OK"
 --   position  the id of the log's newest event after settle, or "" when the log is empty
---   resumed   1 when ARGV[8] is neither before the log's oldest event nor after its newest
+--   resumed   1 when ARGV[8] is the id of an event the log holds (so it holds every one after it)
 --   replay    when resumed, the events after ARGV[8] up to position: {id, json, id, json, …}
 --   tabs      the tabs present: {tab, label, hidden (1|0), connected µs, …} (see tabs in presence.lua)
 --   next      the session's next deadline in µs (0: none), for the engine's settle timer
@@ -31,16 +31,17 @@ local resumed, replay = 0, {}
 if after ~= '' and position ~= '' then
   local first = string.match(redis.call('LINDEX', KEY_EVENTS, 0), '^%S+')
   if compare_ids(after, first) >= 0 and compare_ids(after, position) <= 0 then
-    resumed = 1
     -- The entries after ARGV[8] (the list is in the order of the ids), read from the newest back,
-    -- in chunks that double, down to the first entry at or before ARGV[8].
-    local newer, stop, size, done = {}, -1, 8, compare_ids(after, position) == 0
+    -- in chunks that double, down to the first entry at or before ARGV[8], which must be ARGV[8]
+    -- itself: an id the log never had is unknown.
+    local found = compare_ids(after, position) == 0
+    local newer, stop, size, done = {}, -1, 8, found
     while not done do
       local chunk = redis.call('LRANGE', KEY_EVENTS, stop - size + 1, stop)
       for i = #chunk, 1, -1 do
         local id, json = string.match(chunk[i], '^(%S+) (.*)$')
         if compare_ids(id, after) <= 0 then
-          done = true
+          found, done = compare_ids(id, after) == 0, true
           break
         end
         newer[#newer + 1] = id
@@ -49,9 +50,12 @@ if after ~= '' and position ~= '' then
       done = done or #chunk < size
       stop, size = stop - size, size * 2
     end
-    for i = #newer - 1, 1, -2 do
-      replay[#replay + 1] = newer[i]
-      replay[#replay + 1] = newer[i + 1]
+    if found then
+      resumed = 1
+      for i = #newer - 1, 1, -2 do
+        replay[#replay + 1] = newer[i]
+        replay[#replay + 1] = newer[i + 1]
+      end
     end
   end
 end

@@ -251,6 +251,12 @@ func testResume(t *testing.T, newTarget Factory) {
 	f.renew(key, "tab-a", a.Epoch, long, true)
 	seen := w.nextN(2)
 	w.w.Close()
+	last, err := lease.ParseEventID(seen[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The events missed get ids of a later millisecond, so that the ids of the log have a gap.
+	f.waitStore(key, time.UnixMilli(int64(last.Millis)+1))
 
 	// Missed while disconnected.
 	b := f.acquire(key, "tab-b", long, lease.ModeTakeover)
@@ -285,6 +291,11 @@ func testResume(t *testing.T, newTarget Factory) {
 		t.Errorf("a watch after an id from the future was resumed, want a snapshot")
 	} else if !x.w.Snapshot.HeldBy("tab-d", d.Epoch) {
 		t.Errorf("Snapshot = %+v, want tab-d at %d", x.w.Snapshot, d.Epoch)
+	}
+	// So is an id between two events of the log that none of them has.
+	between := lease.EventID{Millis: last.Millis, Seq: last.Seq + 1}
+	if x := f.watch(feed, key, between.String()); x.w.Resumed {
+		t.Errorf("a watch after %s, within the log but not one of its ids, was resumed, want a snapshot", between)
 	}
 	// So is an id of the session's log for a session that has no log.
 	other := lease.Key{User: "alice", Session: "doc-2"}
