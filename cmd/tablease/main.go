@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	redis.SetLogger(redisLog{&serveLog})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Main(ctx, os.Args[1:])
 	stop()

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,5 +256,20 @@ func TestVersionAndUsage(t *testing.T) {
 	}
 	if code := p.Main(context.Background(), []string{"frobnicate"}); code != 2 || !strings.Contains(stderr.String(), "unknown command") {
 		t.Fatalf("unknown command: %d %q", code, stderr.String())
+	}
+}
+
+func TestGoRedisLinesGoIntoTheServiceLog(t *testing.T) {
+	var buf bytes.Buffer
+	var p atomic.Pointer[slog.Logger]
+	p.Store(slog.New(slog.NewJSONHandler(&buf, nil)))
+	redisLog{&p}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s\n", 2, "connection refused")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("not one JSON line: %q: %v", buf.String(), err)
+	}
+	if line["level"] != "WARN" || line["msg"] != "redis client" ||
+		line["detail"] != "redis: connection pool: failed to dial after 2 attempts: connection refused" {
+		t.Fatalf("logged %v", line)
 	}
 }

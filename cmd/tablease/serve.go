@@ -36,6 +36,7 @@ func (p Program) serve(ctx context.Context, args []string) int {
 		return 2
 	}
 	log := newLogger(p, cfg)
+	serveLog.Store(log)
 	if err := p.run(ctx, cfg, log); err != nil {
 		var bad *configError
 		if errors.As(err, &bad) {
