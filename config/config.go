@@ -129,8 +129,16 @@ var ErrHelp = flag.ErrHelp
 
 var variables = []variable{
 	{"TABLEASE_ADDR", "127.0.0.1:8080", "listen address (host:port)", func(c *Config, v string) error {
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
 			return fmt.Errorf("must be host:port (%q)", v)
+		}
+		// What the listen would refuse only once the rest has started.
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("the port must be a number from 0 to 65535 (%q)", v)
+		}
+		if host != "" && strings.Trim(host, "0123456789.") == "" && net.ParseIP(host) == nil {
+			return fmt.Errorf("the host is not an IP address (%q)", v)
 		}
 		c.Addr = v
 		return nil
