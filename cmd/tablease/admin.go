@@ -346,8 +346,12 @@ func validID(field, v string, required bool) error {
 // limitUsage is the help of --limit.
 var limitUsage = fmt.Sprintf("page size, 1 to %d (default: the server's, %d)", lease.MaxPageLimit, lease.DefaultPageLimit)
 
-func pageParams(q url.Values, limit int, cursor string) error {
-	if limit != 0 {
+// pageParams sets the page parameters of q from the flags of fs: --limit, when given, and
+// --cursor.
+func pageParams(q url.Values, fs *flag.FlagSet, limit int, cursor string) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "limit" })
+	if given {
 		if limit < 1 || limit > lease.MaxPageLimit {
 			return usagef("--limit must be from 1 to %d", lease.MaxPageLimit)
 		}
@@ -377,7 +381,7 @@ func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
 	if *sub != "" {
 		q.Set("sub", *sub)
 	}
-	if err := pageParams(q, *limit, *cursor); err != nil {
+	if err := pageParams(q, fs, *limit, *cursor); err != nil {
 		return 0, err
 	}
 	c, err := p.newAdminClient(f)
@@ -565,7 +569,7 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 	if *sid != "" {
 		q.Set("sid", *sid)
 	}
-	if err := pageParams(q, *limit, *cursor); err != nil {
+	if err := pageParams(q, fs, *limit, *cursor); err != nil {
 		return 0, err
 	}
 	c, err := p.newAdminClient(f)

@@ -259,6 +259,7 @@ func TestAdminUsageErrorsExitTwoAndSendNothing(t *testing.T) {
 		{"a bad user is refused", "usage-test-token", []string{"leases", "--sub", "al ice"}, "--sub may contain only"},
 		{"the audit log by session needs the user", "usage-test-token", []string{"audit", "--sid", "doc-1"}, "--sid needs --sub"},
 		{"a limit out of range is refused", "usage-test-token", []string{"leases", "--limit", "501"}, "--limit must be from 1 to 500"},
+		{"a limit of 0 is refused", "usage-test-token", []string{"audit", "--limit", "0"}, "--limit must be from 1 to 500"},
 		{"a stray argument is refused", "usage-test-token", []string{"leases", "alice"}, `unexpected argument "alice"`},
 		{"an unknown flag is refused", "usage-test-token", []string{"leases", "--token", "abc"}, "flag provided but not defined"},
 		{"a URL that is not http is refused", "usage-test-token", []string{"leases", "--url", "ftp://example.com"}, "--url must be"},
