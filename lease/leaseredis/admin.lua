@@ -33,10 +33,11 @@
 -- (XTRIM MINID ~), and the stream expires ARGV[4] ms after its last append: a user's log outlives
 -- the user's sessions by the retention, and no longer.
 --
--- The records of admins (revoke, block: those with adm) are appended, with the same id, to a
--- second stream too, KEYS[9], trimmed and expiring alike but holding only them: however many
--- records the user's own actions append, which may trim the admins' records out of KEYS[6], the
--- last ARGV[3] of them stay in KEYS[9], and audit.lua reads both, as one log.
+-- The records of admins (revoke, block: those with adm) are kept in a second stream, KEYS[9],
+-- trimmed and expiring alike, and not in KEYS[6]: each takes its id from KEYS[6] (appended there,
+-- untrimmed, and deleted at once, which keeps the id taken), so that the ids of both are one
+-- sequence, and each stream holds about ARGV[3] records of its own kind: the user's own actions
+-- never push an admin's record out, nor the other way round. audit.lua reads both, as one log.
 
 local audit_pending -- the audit records of this call not appended yet, in order
 
@@ -74,11 +75,35 @@ local function audit_fields(rec)
   return out
 end
 
+-- trim_then is the arguments of XADD after the key: the trim options, the id, the fields.
+local function trim_then(trim, id, fields)
+  local args = {}
+  for _, v in ipairs(trim) do
+    args[#args + 1] = v
+  end
+  args[#args + 1] = id
+  for _, v in ipairs(fields) do
+    args[#args + 1] = v
+  end
+  return args
+end
+
+-- last_audit_id is the last id KEYS[6] gave, that of a record deleted since (an admin's) included.
+local function last_audit_id()
+  local info = redis.call('XINFO', 'STREAM', KEY_AUDIT)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      return info[i + 1]
+    end
+  end
+  error('tablease: XINFO STREAM answered no last-generated-id')
+end
+
 -- flush_audit appends the queued records to the audit log, trims it and sets its expiry. Each
 -- record's id is "<ms>-*", the store clock's millisecond with the sequence Redis picks (0, or the
--- newest entry's sequence + 1 within its millisecond): the rule of the ids above, without reading
--- the log. Only when the newest entry is later than the clock (the clock stepped back) does Redis
--- refuse that id; the append then reads the newest id and continues from it.
+-- last id's sequence + 1 within its millisecond): the rule of the ids above, without reading the
+-- log. Only when the last id taken is later than the clock (the clock stepped back) does Redis
+-- refuse that id; the append then reads the last id taken and continues from it.
 local function flush_audit(now)
   if #audit_pending == 0 then
     return
@@ -87,24 +112,26 @@ local function flush_audit(now)
   local ms, seq = now_ms, nil -- the id of the next record: "<ms>-*" while seq is nil
   for _, rec in ipairs(audit_pending) do
     local fields = audit_fields(rec)
+    -- An admin's record only takes its id from KEYS[6]: appended without trimming the user's.
+    local trim = rec.adm == nil and {'MAXLEN', '~', int(AUDIT_LEN)} or {}
     local id
     if seq == nil then
-      id = redis.pcall('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), int(ms) .. '-*', unpack(fields))
-      if type(id) == 'table' then -- refused: the log's newest id is after the clock
-        local top = redis.call('XREVRANGE', KEY_AUDIT, '+', '-', 'COUNT', 1)
-        local m, q = string.match(top[1][1], '^(%d+)-(%d+)$')
+      id = redis.pcall('XADD', KEY_AUDIT, unpack(trim_then(trim, int(ms) .. '-*', fields)))
+      if type(id) == 'table' then -- refused: the last id taken is after the clock
+        local m, q = string.match(last_audit_id(), '^(%d+)-(%d+)$')
         ms, seq = tonumber(m), tonumber(q)
       end
     end
     if seq ~= nil then
       seq = seq + 1
       id = int(ms) .. '-' .. int(seq)
-      redis.call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
+      redis.call('XADD', KEY_AUDIT, unpack(trim_then(trim, id, fields)))
     end
     if rec.adm ~= nil then
       if KEY_AUDIT_ADMIN == nil then
         error('tablease: an admin\'s record without the admins\' audit log')
       end
+      redis.call('XDEL', KEY_AUDIT, id) -- the stream keeps the id taken
       redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
       redis.call('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
       redis.call('PEXPIRE', KEY_AUDIT_ADMIN, int(AUDIT_RETENTION_MS))

@@ -548,6 +548,40 @@ func TestAUsersOwnActionsNeverPushAnAdminsRecordsOutOfTheAuditLog(t *testing.T) 
 	}
 }
 
+func TestAdminsRecordsNeverPushAUsersOwnRecordsOutOfTheAuditLog(t *testing.T) {
+	const maxRecords = 10
+	e, c, db := adminEngine(t, Options{AuditMaxRecords: maxRecords})
+	ctx := t.Context()
+	for _, tab := range []lease.Holder{tabA, tabB} {
+		mustAcquire(t, e, alice, tab, lease.ModeTakeover)
+	}
+	// Blocks of another session of alice's, each an admin's record: more than a stream node holds.
+	other := lease.Key{User: "alice", Session: "doc-9"}
+	for i := range 250 {
+		if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: other, Admin: "root", Reason: "why " + strconv.Itoa(i), Block: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.XLen(ctx, db.Prefix()+":{alice}:audit").Val(); n != 2 {
+		t.Errorf("the user's log holds %d records, want her 2 own", n)
+	}
+	if n := c.XLen(ctx, db.Prefix()+":{alice}:audit:admin").Val(); n > maxRecords+100 {
+		t.Errorf("the admins' log of the user holds %d records, want about %d", n, maxRecords)
+	}
+	recs := allAudit(t, e, lease.AuditQuery{User: "alice", Session: "doc-1"})
+	if len(recs) != 2 || recs[0].Action != lease.AuditTakeover || recs[1].Action != lease.AuditGrant {
+		t.Errorf("alice's own records after 250 revokes: %+v, want the takeover and the grant", recs)
+	}
+	// The ids of both logs are one sequence: every record once.
+	seen := map[string]bool{}
+	for _, r := range allAudit(t, e, lease.AuditQuery{User: "alice"}) {
+		if seen[r.ID] {
+			t.Fatalf("Audit answers record %s twice", r.ID)
+		}
+		seen[r.ID] = true
+	}
+}
+
 // TestAnAuditLogAheadOfTheClockIsContinued: the records' ids are "<ms>-*" from the store clock;
 // when the log's newest id is later (the clock stepped back), the next records continue from it.
 func TestAnAuditLogAheadOfTheClockIsContinued(t *testing.T) {
