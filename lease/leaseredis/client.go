@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -89,7 +90,18 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		return nil, fmt.Errorf("leaseredis: bad Redis URL: scheme %q is not redis, rediss or unix", u.Scheme)
 	}
 
+	// u.Query drops a pair it cannot read (a % not followed by two hex digits) without a word.
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return nil, errors.New("leaseredis: bad Redis URL: invalid escape in the query: a % not followed by two hex digits")
+	}
 	q := u.Query()
+	// go-redis dials an addr= without a usable port again and again rather than refuse it.
+	for _, a := range q["addr"] {
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return nil, redact(fmt.Errorf("addr=%q is not host:port with a port from 1 to 65535", a))
+		}
+	}
 	cluster := false
 	if q.Has("cluster") {
 		cluster, err = strconv.ParseBool(q.Get("cluster"))
@@ -107,6 +119,9 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 	case cluster && sentinel:
 		return nil, errors.New("leaseredis: bad Redis URL: cluster=true and master_name exclude each other")
 	case cluster:
+		if p := strings.TrimPrefix(u.Path, "/"); p != "" && p != "0" {
+			return nil, fmt.Errorf("leaseredis: bad Redis URL: a Redis Cluster has database 0 only, not %q", p)
+		}
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
 			return nil, redact(err)

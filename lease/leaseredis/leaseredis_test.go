@@ -962,6 +962,10 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			"redis://u:s3cret@h:6379/0?master_name=m&dial_timeout=soon",
 			"redis://u:s3c%zzret@h:6379/0",
 			"redis://u:s3cret@[::1",
+			"redis://u:s3cret@h:6379/0?master_name=m&addr=bad%zz",
+			"redis://u:s3cret@h:6379?cluster=true&addr=x:notaport",
+			"redis://u:s3cret@h:6379?cluster=true&addr=x",
+			"redis://u:s3cret@h:6379/5?cluster=true",
 		} {
 			c, err := NewClient(u, op)
 			if err == nil {
