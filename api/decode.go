@@ -20,8 +20,8 @@ import (
 
 // decodeBody reads the JSON body of c into dst strictly: the Content-Type must be
 // application/json, the body at most MaxBodyBytes and valid UTF-8, one JSON object with only
-// known fields of the right types (none null), and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized
-// body, which is 413 PAYLOAD_TOO_LARGE.
+// known fields of the right types (none null), and nothing after it. Every failure is 400
+// INVALID_ARGUMENT except an oversized body, which is 413 PAYLOAD_TOO_LARGE.
 func decodeBody(c echo.Context, dst any) error {
 	if err := jsonContentType(c); err != nil {
 		return err
@@ -102,9 +102,9 @@ func decodeJSON(data []byte, dst any) error {
 
 // checkKeys refuses what encoding/json lets through: a key that matches a field only when case
 // is ignored ("TABID"), a key given twice, and a null (which encoding/json reads as the field left
-// out, where no field of a request may be null: it is left out instead). It reads the keys of the top-level object and steps
-// over their values without decoding them (the decoder's token stream did the same at ten times
-// the cost); anything malformed is left for the decoder to report.
+// out, where no field of a request may be null: it is left out instead). It reads the keys of the
+// top-level object and steps over their values without decoding them (the decoder's token stream
+// did the same at ten times the cost); anything malformed is left for the decoder to report.
 func checkKeys(data []byte, fields map[string]bool) *Error {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {

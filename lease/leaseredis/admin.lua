@@ -75,17 +75,13 @@ local function audit_fields(rec)
   return out
 end
 
--- trim_then is the arguments of XADD after the key: the trim options, the id, the fields.
-local function trim_then(trim, id, fields)
-  local args = {}
-  for _, v in ipairs(trim) do
-    args[#args + 1] = v
+-- append_audit appends fields to KEYS[6] under id with call (redis.call or redis.pcall), trimming
+-- it to about ARGV[3] entries; an admin's record only takes its id there, and trims nothing.
+local function append_audit(call, admin, id, fields)
+  if admin then
+    return call('XADD', KEY_AUDIT, id, unpack(fields))
   end
-  args[#args + 1] = id
-  for _, v in ipairs(fields) do
-    args[#args + 1] = v
-  end
-  return args
+  return call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
 end
 
 -- last_audit_id is the last id KEYS[6] gave, that of a record deleted since (an admin's) included.
@@ -112,11 +108,10 @@ local function flush_audit(now)
   local ms, seq = now_ms, nil -- the id of the next record: "<ms>-*" while seq is nil
   for _, rec in ipairs(audit_pending) do
     local fields = audit_fields(rec)
-    -- An admin's record only takes its id from KEYS[6]: appended without trimming the user's.
-    local trim = rec.adm == nil and {'MAXLEN', '~', int(AUDIT_LEN)} or {}
+    local admin = rec.adm ~= nil
     local id
     if seq == nil then
-      id = redis.pcall('XADD', KEY_AUDIT, unpack(trim_then(trim, int(ms) .. '-*', fields)))
+      id = append_audit(redis.pcall, admin, int(ms) .. '-*', fields)
       if type(id) == 'table' then -- refused: the last id taken is after the clock
         local m, q = string.match(last_audit_id(), '^(%d+)-(%d+)$')
         ms, seq = tonumber(m), tonumber(q)
@@ -125,9 +120,9 @@ local function flush_audit(now)
     if seq ~= nil then
       seq = seq + 1
       id = int(ms) .. '-' .. int(seq)
-      redis.call('XADD', KEY_AUDIT, unpack(trim_then(trim, id, fields)))
+      append_audit(redis.call, admin, id, fields)
     end
-    if rec.adm ~= nil then
+    if admin then
       if KEY_AUDIT_ADMIN == nil then
         error('tablease: an admin\'s record without the admins\' audit log')
       end
