@@ -32,14 +32,7 @@ type eventStream struct {
 func openEvents(t *testing.T, base, path, token string) *eventStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	resp, err := getEvents(ctx, base+path, token, "")
 	if err != nil {
 		cancel()
 		t.Fatalf("GET %s: %v", path, err)
@@ -55,30 +48,103 @@ func openEvents(t *testing.T, base, path, token string) *eventStream {
 	go func() {
 		defer close(s.events)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		var cur sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			if line == "" {
-				if cur.name != "" {
-					s.events <- cur
-				}
-				cur = sseEvent{}
-				continue
+		readSSE(resp.Body, func(ev sseEvent) { s.events <- ev })
+	}()
+	return s
+}
+
+// followEvents opens GET base+path as openEvents does, and follows it as an EventSource does: when
+// the stream ends (as the server may end it while Redis fails over), it opens it again, with the
+// id of the last event it read as Last-Event-ID, until the test ends. Its events are those of
+// every connection in turn, each starting with its snapshot.
+func followEvents(t *testing.T, base, path, token string) *eventStream {
+	t.Helper()
+	s := openEvents(t, base, path, token)
+	first := s.events
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	out := &eventStream{t: t, events: make(chan sseEvent, 256), cancel: cancel}
+	forward := func(ev sseEvent) bool {
+		select {
+		case out.events <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	go func() {
+		defer close(out.events)
+		last := ""
+		for ev := range first {
+			if ev.id != "" {
+				last = ev.id
 			}
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "id":
-				cur.id = value
-			case "event":
-				cur.name = value
-			case "data":
-				cur.data = value
+			if !forward(ev) {
+				return
+			}
+		}
+		for ctx.Err() == nil {
+			resp, err := getEvents(ctx, base+path, token, last)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				readSSE(resp.Body, func(ev sseEvent) {
+					if ev.id != "" {
+						last = ev.id
+					}
+					forward(ev)
+				})
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+			select { // the next attempt, as a client would retry
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
 			}
 		}
 	}()
-	return s
+	return out
+}
+
+// getEvents sends GET url with token as a bearer token (none when empty) and lastID as
+// Last-Event-ID (none when empty).
+func getEvents(ctx context.Context, url, token, lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	return (&http.Client{Transport: &http.Transport{}}).Do(req)
+}
+
+// readSSE reads the events of an event stream from body until it ends, handing each to emit.
+func readSSE(body io.Reader, emit func(sseEvent)) {
+	sc := bufio.NewScanner(body)
+	var cur sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if cur.name != "" {
+				emit(cur)
+			}
+			cur = sseEvent{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			cur.id = value
+		case "event":
+			cur.name = value
+		case "data":
+			cur.data = value
+		}
+	}
 }
 
 // next is the next event, or ok false when none came before deadline or the stream ended.

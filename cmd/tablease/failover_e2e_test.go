@@ -97,12 +97,14 @@ func failoverStory(t *testing.T, url, victim string, fail func() time.Time) {
 	bases := []string{base1, base2}
 	hc := &http.Client{Timeout: 10 * time.Second}
 
-	// The victim's session is watched through both instances.
+	// The victim's session is watched through both instances, by clients that reconnect as a
+	// browser's EventSource does: a stream whose watch cannot be made again within a few seconds
+	// ends (api/stream, rewatchFor), and a failover may take longer.
 	vtok := tokenOf(t, victim)
 	const session = "/v1/sessions/doc-1"
 	streams := []*eventStream{
-		openEvents(t, base1, session+"/events?tabId=watch-1", vtok),
-		openEvents(t, base2, session+"/events?tabId=watch-2", vtok),
+		followEvents(t, base1, session+"/events?tabId=watch-1", vtok),
+		followEvents(t, base2, session+"/events?tabId=watch-2", vtok),
 	}
 	for _, s := range streams {
 		s.must("snapshot", 5*time.Second)

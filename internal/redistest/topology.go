@@ -17,11 +17,13 @@ import (
 
 // Timing of the topologies: a Cluster node that stops answering for NodeTimeout is failed over,
 // and Redis Cluster promotes its replica within about two node timeouts. Sentinel fails over a
-// primary that answered no PING for SentinelDownAfter, plus an election. Sentinels ping once a
-// second, so a down-after of one second would take a single late answer on a loaded machine for a
-// failure, and fail over a healthy primary, possibly to a replica that has not synced yet.
+// primary that answered no PING for SentinelDownAfter, plus an election. Both are a few times the
+// period at which the nodes ping each other (Sentinel: a second; Cluster: half the node timeout),
+// so that a late answer on a loaded machine (tests run beside -race builds on two cores) is not
+// taken for a failure: a failover of a healthy primary loses the writes its replica has not
+// received yet, and may promote a replica that has not synced at all.
 const (
-	NodeTimeout       = time.Second
+	NodeTimeout       = 3 * time.Second
 	SentinelDownAfter = 3 * time.Second
 	sentinelFailover  = 2 * time.Second  // failover-timeout: a failed attempt is retried after twice this
 	topologyTimeout   = 30 * time.Second // bound on forming a topology or waiting for a failover
