@@ -67,11 +67,12 @@ type Source struct {
 	now     func() time.Time
 	log     *slog.Logger
 
-	// reading serializes the reads of the store, so that a burst of requests after maxAge makes
-	// one read; it is taken before mu, never while holding mu.
-	reading sync.Mutex
-
-	mu      sync.Mutex // protects the fields below
+	mu sync.Mutex // protects the fields below
+	// reading is the read of the store in progress, nil when none: the callers that need one
+	// meanwhile share it, so that a burst of requests after maxAge makes one read, and a store
+	// that does not answer holds each of them one store timeout, not one per caller before it.
+	reading *read
+	puts    uint64 // the Puts served so far: a read that began before one does not undo it
 	cur     State
 	loaded  bool      // cur has been read from the store (or set by a PUT) at least once
 	readAt  time.Time // when cur was last confirmed against the store (by now)
@@ -114,51 +115,100 @@ func (s *Source) Fresh(ctx context.Context) (State, error) {
 	return s.refresh(ctx, true)
 }
 
+// read is one read of the store, which every caller that needs it waits for; st and err are set
+// before done is closed.
+type read struct {
+	done chan struct{}
+	puts uint64 // Source.puts when it began
+	st   State
+	err  error
+}
+
+// refresh answers the catalog as the store holds it: the cached one when another caller
+// confirmed it within maxAge (unless force), else the result of the read in progress, which it
+// starts when there is none. A forced caller may get a read that began just before its call: the
+// writes it serves are conditional on the version it read, so an older one only makes them fail.
+// Each caller waits at most until ctx ends; the read goes on without it.
 func (s *Source) refresh(ctx context.Context, force bool) (State, error) {
-	s.reading.Lock()
-	defer s.reading.Unlock()
 	s.mu.Lock()
 	if !force && s.loaded && s.now().Sub(s.readAt) < s.maxAge { // another caller just read it
 		st := s.cur
 		s.mu.Unlock()
 		return st, nil
 	}
-	cached := s.cur
+	r := s.reading
+	if r == nil {
+		r = &read{done: make(chan struct{}), puts: s.puts}
+		s.reading = r
+		cached := s.cur
+		// The read is shared: no one caller's end may cut it short. The store bounds it.
+		go s.readStore(context.WithoutCancel(ctx), r, cached)
+	}
 	s.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.st, r.err
+	case <-ctx.Done():
+		return State{}, ctx.Err()
+	}
+}
 
+// readStore makes the read r, starting from the catalog cached, serves what it read (unless a
+// Put was served meanwhile, which is newer: its catalog is the answer), and hands the result to
+// the callers waiting for r.
+func (s *Source) readStore(ctx context.Context, r *read, cached State) {
+	st, err := s.load(ctx, cached)
+	if err == nil {
+		st = s.set(st, false, r.puts)
+	}
+	s.mu.Lock()
+	s.reading = nil
+	s.mu.Unlock()
+	r.st, r.err = st, err
+	close(r.done)
+}
+
+// load reads what the store holds: the version only when it is that of cached, else the
+// document, parsed.
+func (s *Source) load(ctx context.Context, cached State) (State, error) {
 	meta, err := s.docs.StatDocument(ctx, DocumentName)
-	var next State
 	switch {
 	case errors.Is(err, lease.ErrNoDocument):
-		next = State{Catalog: s.file}
+		return State{Catalog: s.file}, nil
 	case err != nil:
 		return State{}, err
 	case meta.Version == cached.DocVersion:
-		next = cached
+		next := cached
 		next.UpdatedAt = meta.UpdatedAt
-	default:
-		doc, err := s.docs.GetDocument(ctx, DocumentName)
-		switch {
-		case errors.Is(err, lease.ErrNoDocument):
-			next = State{Catalog: s.file}
-		case err != nil:
-			return State{}, err
-		default:
-			cat, err := Parse(doc.Data)
-			if err != nil {
-				return State{}, fmt.Errorf("%w (version %q): %w", ErrStoredInvalid, doc.Version, err)
-			}
-			next = State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}
-		}
+		return next, nil
 	}
-	s.set(next)
-	return next, nil
+	doc, err := s.docs.GetDocument(ctx, DocumentName)
+	switch {
+	case errors.Is(err, lease.ErrNoDocument):
+		return State{Catalog: s.file}, nil
+	case err != nil:
+		return State{}, err
+	}
+	cat, err := Parse(doc.Data)
+	if err != nil {
+		return State{}, fmt.Errorf("%w (version %q): %w", ErrStoredInvalid, doc.Version, err)
+	}
+	return State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}, nil
 }
 
 // set makes st the catalog served, confirmed now, and tells the watchers when its version
-// changed. Watchers are called after mu is released, in the caller's goroutine.
-func (s *Source) set(st State) {
+// changed; it answers the catalog served. st is that of a Put (put), or of a read that began when
+// readPuts Puts had been served: when one was served since, st is older than it and is dropped.
+// Watchers are called after mu is released, in the caller's goroutine.
+func (s *Source) set(st State, put bool, readPuts uint64) State {
 	s.mu.Lock()
+	if put {
+		s.puts++
+	} else if s.puts != readPuts {
+		st = s.cur
+		s.mu.Unlock()
+		return st
+	}
 	changed := s.loaded && st.Catalog.Version != s.cur.Catalog.Version
 	s.cur, s.loaded, s.readAt = st, true, s.now()
 	var notify []func(string)
@@ -171,6 +221,7 @@ func (s *Source) set(st State) {
 	for _, fn := range notify {
 		fn(st.Catalog.Version)
 	}
+	return st
 }
 
 // Put stores cat if the stored catalog is still the one of base (its DocVersion, or none), and
@@ -192,9 +243,7 @@ func (s *Source) Put(ctx context.Context, cat *Catalog, base State) (State, erro
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}
-	s.set(st)
-	return st, nil
+	return s.set(State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}, true, 0), nil
 }
 
 // Seed stores the file's catalog when the store holds none yet (the first instance to start
