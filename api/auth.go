@@ -354,17 +354,17 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // principal verifies the access token of req, the one Authorization: Bearer header, and answers
-// who it names.
+// who it names. A request that also carries a token in its URL is refused, header or not: URLs
+// end up in logs and histories, and a client that sends one there should learn it at once.
 func (s *Server) principal(req *http.Request) (*Principal, error) {
+	if q := req.URL.Query(); q.Has("access_token") || q.Has("token") {
+		return nil, unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
+	}
 	if len(req.Header.Values(echo.HeaderAuthorization)) > 1 {
 		return nil, unauthenticated("send one Authorization header, not several")
 	}
 	header := req.Header.Get(echo.HeaderAuthorization)
 	if header == "" {
-		q := req.URL.Query()
-		if q.Has("access_token") || q.Has("token") {
-			return nil, unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
-		}
 		return nil, unauthenticated("an Authorization: Bearer access token is required")
 	}
 	if len(header) > maxAuthHeaderLen {

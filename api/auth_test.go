@@ -95,6 +95,7 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		{name: "a 100 KiB Authorization header is refused unparsed", header: "Bearer " + strings.Repeat("a", 100<<10), status: 401, msg: "too large"},
 		{name: "a token only in access_token of the query is refused", path: leasePath("doc-1") + "?access_token=" + valid, status: 401, msg: "URLs are refused"},
 		{name: "a token only in token of the query is refused", path: leasePath("doc-1") + "?token=" + valid, status: 401, msg: "URLs are refused"},
+		{name: "a token in the query is refused beside a valid header", header: "Bearer " + valid, path: leasePath("doc-1") + "?access_token=" + valid, status: 401, msg: "URLs are refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
