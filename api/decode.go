@@ -13,13 +13,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/internal/jsontext"
 )
 
 // decodeBody reads the JSON body of c into dst strictly: the Content-Type must be
-// application/json, the body at most MaxBodyBytes and valid UTF-8, one JSON object with only
+// application/json, the body at most MaxBodyBytes and valid UTF-8 (no lone surrogate escaped
+// either, see internal/jsontext), one JSON object with only
 // known fields of the right types (none null), and nothing after it. Every failure is 400
 // INVALID_ARGUMENT except an oversized body, which is 413 PAYLOAD_TOO_LARGE.
 func decodeBody(c echo.Context, dst any) error {
@@ -77,9 +79,9 @@ func readBody(c echo.Context) ([]byte, error) {
 
 // decodeJSON decodes data into dst strictly (see decodeBody).
 func decodeJSON(data []byte, dst any) error {
-	// encoding/json would store each invalid byte as U+FFFD.
-	if !utf8.Valid(data) {
-		return errInvalid("request body is not valid UTF-8")
+	// encoding/json would store each invalid byte, and each lone surrogate, as U+FFFD.
+	if err := jsontext.Check(data); err != nil {
+		return errInvalid("request body " + err.Error())
 	}
 	if err := checkKeys(data, jsonFields(dst)); err != nil {
 		return err

@@ -44,6 +44,8 @@ func TestStrictDecoding(t *testing.T) {
 		{name: "a null epoch is refused", path: leasePath("doc-1") + "/renew", body: `{"tabId":"tab-a","epoch":null}`, status: 400, code: CodeInvalidArgument, field: "epoch"},
 		{name: "invalid UTF-8 is refused", body: "{\"tabId\":\"tab-a\",\"label\":\"\xff\"}", status: 400, code: CodeInvalidArgument},
 		{name: "a label in UTF-8 is accepted", body: `{"tabId":"tab-a","label":"Café ☕"}`, status: 200},
+		{name: "a lone surrogate escaped is refused", body: `{"tabId":"tab-a","label":"\udead"}`, status: 400, code: CodeInvalidArgument},
+		{name: "a surrogate pair escaped is accepted", body: `{"tabId":"tab-a","label":"\ud83d\ude00"}`, status: 200},
 		{name: "trailing garbage is refused", body: `{"tabId":"tab-a"} x`, status: 400, code: CodeInvalidArgument},
 		{name: "a second object is refused", body: `{"tabId":"tab-a"}{"tabId":"tab-a"}`, status: 400, code: CodeInvalidArgument},
 		{name: "trailing whitespace is fine", body: "{\"tabId\":\"tab-a\"}\n\t ", status: 200},

@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/owner"
 )
 
@@ -142,8 +143,8 @@ var DefaultInputSchema = json.RawMessage(`{"type":"object"}`)
 // Parse reads a catalog from JSON (see the package documentation for the format) and validates it
 // as New does. Errors are *Error and match ErrInvalid.
 func Parse(data []byte) (*Catalog, error) {
-	if !utf8.Valid(data) { // encoding/json would store each invalid byte as U+FFFD
-		return nil, &Error{Index: -1, Reason: "is not valid UTF-8"}
+	if err := jsontext.Check(data); err != nil { // encoding/json would store U+FFFD instead
+		return nil, &Error{Index: -1, Reason: err.Error()}
 	}
 	var doc struct {
 		Version json.RawMessage    `json:"version"` // accepted and ignored

@@ -243,6 +243,7 @@ func TestParseErrorsNameTheToolAndField(t *testing.T) {
 		{"null tools", `{"version":"v","tools":null}`, `catalog: tools: is required`},
 		{"tools that are not a list", `{"tools":{}}`, `tools: must be`},
 		{"invalid UTF-8", "{\"tools\":[{\"name\":\"x\",\"description\":\"d\xff\"}]}", `catalog: is not valid UTF-8`},
+		{"a lone surrogate escaped", `{"tools":[{"name":"x","description":"d\udead"}]}`, `catalog: escapes a lone UTF-16 surrogate`},
 		{"a name twice without routes", `{"tools":[{"name":"x","description":"d"},{"name":"x","description":"e"}]}`,
 			`catalog: tools[1] "x": conflicts with tools[0]: both have no routes, so both exist on every route`},
 		{"a name on every route and on one", `{"tools":[{"name":"x","description":"d"},{"name":"x","description":"e","routes":["/a"]}]}`,
