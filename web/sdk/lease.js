@@ -43,6 +43,9 @@ export const NOT_LEASE_OWNER = "NOT_LEASE_OWNER";
 
 const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
 
+/** The least time between two reads of the lease by a viewer's timer. */
+const VIEWER_READ_GAP_MS = 1000;
+
 /** The states of a TabLease, and the states each may move to. */
 const TRANSITIONS = Object.freeze({
   stopped: ["viewer"],
@@ -157,6 +160,7 @@ export class TabLease extends EventTarget {
     this._deadline = -Infinity;
     this._confirmedAt = -Infinity; // send time of the answer the deadline comes from
     this._minValidEpoch = 0;
+    this._viewerReadAt = -Infinity; // when the viewer's timer last read the lease
     this._requireConfirmAfter = -Infinity; // the last moment news may have been missed
     this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
@@ -611,7 +615,10 @@ export class TabLease extends EventTarget {
   _setView(lease, at) {
     if (!lease || typeof lease !== "object") return;
     const v = this._view;
-    if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch) return; // older news
+    // Epochs only grow, so a lower one is older news (an answer overtaken by an event), unless it
+    // is 0: the store has no record of the session (it forgot it, or lost its data), and the
+    // holder this tab knew of is gone with it.
+    if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch && lease.epoch !== 0) return;
     this._view = {
       held: Boolean(lease.held),
       holder: lease.held ? lease.holder ?? null : null,
@@ -750,9 +757,13 @@ export class TabLease extends EventTarget {
     if (v?.held && v.remainingMs == null) at = now + 250; // an event named a new holder: learn its time left
     if (!this._streamLive) at = Math.min(at, now + this._viewerPollMs);
     if (at === Infinity) return;
+    // At most one read a second, whatever the answers say: a view that no answer moves forward
+    // must not turn into a loop of requests.
+    at = Math.max(at, this._viewerReadAt + VIEWER_READ_GAP_MS);
     const delay = Math.max(minDelay, Math.max(0, at - now) + Math.floor(this._random() * 500));
     this._timers.viewer = this._clock.setTimeout(async () => {
       this._timers.viewer = null;
+      this._viewerReadAt = this._clock.now();
       let backoff = 0;
       try {
         await this.refresh();

@@ -288,3 +288,44 @@ test("stop goes straight to stopped and sends no renew; stop({release: false}) l
     }
   }
 });
+
+test("after the store lost its data, every tab sees the lease free, one takes it, and none polls in a loop", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { ttlMs: 6000 });
+  // Some jitter, so that a loop of reads would take fake time (without it, one instant: a hang).
+  const tabs = browserTabs(TabLease, 2, server, clock, { random: () => 0.5 });
+  try {
+    for (const t of tabs) await t.start();
+    await run(clock, 500);
+    assert.equal(tabs.filter((t) => t.role === "owner").length, 1);
+    const lost = server.epoch;
+
+    // The store restarts empty: it holds no lease and answers epoch 0 (nothing granted), and its
+    // next grant's epoch is above every earlier one (the floor of the store's clock).
+    server.holder = null;
+    server.epoch = 0;
+    server.transitions = 0;
+    const grant = server.grant.bind(server);
+    server.grant = (body, ttl) => {
+      server.epoch = Math.max(server.epoch, lost + 1000);
+      grant(body, ttl);
+    };
+    server.dropStreams();
+    const before = server.calls.length;
+    await run(clock, 20000);
+
+    const owners = tabs.filter((t) => t.role === "owner");
+    assert.equal(owners.length, 1, "one tab took the free lease by itself (autoAcquire)");
+    assert.equal(server.holder?.tabId, owners[0].tabId);
+    assert.ok(server.epoch > lost);
+    for (const t of tabs) {
+      assert.equal(t.lease.holder?.tabId, owners[0].tabId, "every tab shows the new holder, not the one the store forgot");
+      assert.equal(t.lease.epoch, server.epoch);
+    }
+    const reads = server.calls.slice(before).filter((c) => c.method === "GET" && c.path === "/lease").length;
+    assert.ok(reads <= 20, `the tabs read the lease ${reads} times in 20 s`);
+  } finally {
+    for (const t of tabs) await t.stop({ release: false });
+    await settle(clock);
+  }
+});
