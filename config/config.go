@@ -426,12 +426,14 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 
 func (c *Config) finish() error {
 	if err := c.Limits.Validate(); err != nil {
+		// The fields of lease.Limits, named as their variables.
+		vars := strings.NewReplacer("HiddenMax", "TABLEASE_TTL_HIDDEN_MAX", "Default", "TABLEASE_TTL_DEFAULT",
+			"Min", "TABLEASE_TTL_MIN", "Max", "TABLEASE_TTL_MAX")
 		var ie *lease.InvalidError
-		reason := err.Error()
-		if errors.As(err, &ie) {
-			reason = ie.Reason
+		if !errors.As(err, &ie) {
+			return &Error{Var: "TABLEASE_TTL_MIN", Reason: err.Error()}
 		}
-		return &Error{Var: "TABLEASE_TTL_MIN/DEFAULT/MAX/HIDDEN_MAX", Reason: reason}
+		return &Error{Var: vars.Replace(ie.Field), Reason: vars.Replace(ie.Reason)}
 	}
 	if c.RedisURL != "" && !c.Dev && c.LeaseSigningKey.IsZero() {
 		return &Error{Var: "TABLEASE_LEASE_SIGNING_KEY", Reason: "required with TABLEASE_REDIS_URL (unless --dev): every instance must sign lease tokens with the same key; create one with `tablease keygen --out lease-key.pem`"}

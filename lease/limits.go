@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -17,22 +18,22 @@ type Limits struct {
 var DefaultLimits = Limits{Min: time.Second, Default: 45 * time.Second, Max: 120 * time.Second, HiddenMax: 150 * time.Second}
 
 // Validate checks that the bounds are ordered: 0 < Min <= Default <= Max <= HiddenMax, all in
-// whole milliseconds.
+// whole milliseconds. Its *InvalidError names the field at fault (Min, Default, Max or HiddenMax)
+// and, in its reason, the field it must not be below.
 func (l Limits) Validate() error {
-	for _, d := range []time.Duration{l.Min, l.Default, l.Max, l.HiddenMax} {
-		if d%time.Millisecond != 0 {
-			return &InvalidError{Field: "ttl limits", Reason: "must be whole milliseconds"}
+	fields := []struct {
+		name string
+		d    time.Duration
+	}{{"Min", l.Min}, {"Default", l.Default}, {"Max", l.Max}, {"HiddenMax", l.HiddenMax}}
+	for i, f := range fields {
+		switch {
+		case f.d%time.Millisecond != 0:
+			return &InvalidError{Field: f.name, Reason: "must be whole milliseconds"}
+		case i == 0 && f.d <= 0:
+			return &InvalidError{Field: f.name, Reason: "must be positive"}
+		case i > 0 && f.d < fields[i-1].d:
+			return &InvalidError{Field: f.name, Reason: fmt.Sprintf("must not be below %s (%v)", fields[i-1].name, fields[i-1].d)}
 		}
-	}
-	switch {
-	case l.Min <= 0:
-		return &InvalidError{Field: "ttl limits", Reason: "minimum must be positive"}
-	case l.Default < l.Min:
-		return &InvalidError{Field: "ttl limits", Reason: "default must not be below the minimum"}
-	case l.Max < l.Default:
-		return &InvalidError{Field: "ttl limits", Reason: "maximum must not be below the default"}
-	case l.HiddenMax < l.Max:
-		return &InvalidError{Field: "ttl limits", Reason: "hidden maximum must not be below the maximum"}
 	}
 	return nil
 }

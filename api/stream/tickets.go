@@ -57,7 +57,7 @@ var (
 	// ErrTicketInvalid refuses a ticket that is malformed, forged or signed with another key.
 	ErrTicketInvalid = &TicketError{Reason: "the event ticket is not valid"}
 	errTicketExpired = &TicketError{Reason: "the event ticket has expired; ask for a new one"}
-	errTicketUsed    = &TicketError{Reason: "the event ticket has been used already; ask for a new one"}
+	errTicketUsed    = &TicketError{Reason: "the event ticket has been used already, or was issued before the store lost its data; ask for a new one"}
 	errTicketSession = &TicketError{Reason: "the event ticket was issued for another session"}
 	// ErrTicketTab refuses a ticket, or a stream request, that names another tab than the
 	// ticket's.
