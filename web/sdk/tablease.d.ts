@@ -288,7 +288,8 @@ export declare class TabLease extends EventTarget {
   readonly streamLive: boolean;
   /** Whether this tab runs the browser's event stream for the session (the carrier). */
   readonly streamCarrier: boolean;
-  /** "releasing" (this holder was asked to hand over), "requesting", or null. */
+  /** "releasing" (this holder was asked to hand over, and hands over by itself: not with
+   *  `handoff: "manual"`), "requesting", or null. */
   readonly handoff: "releasing" | "requesting" | null;
   /** Guarded handlers running in the current period of ownership. */
   readonly inFlight: number;
