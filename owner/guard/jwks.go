@@ -119,14 +119,16 @@ func (c *JWKSClient) Fetches() int {
 
 // LookupKey finds kid in the cached set, fetching the set first when it has never been fetched,
 // is older than MaxAge, or lacks kid — unless the last fetch was less than MinRefreshInterval ago.
-// It fails with leasetoken.ErrUnknownKey when kid is not in the set, and
-// leasetoken.ErrKeysUnavailable when no set could ever be fetched.
+// It fails with leasetoken.ErrUnknownKey when kid is not in a set fetched successfully, and
+// leasetoken.ErrKeysUnavailable when no set could ever be fetched, or when kid is not in the set
+// and the latest fetch (this call's, or the last one within MinRefreshInterval) failed.
 func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.PublicKey, error) {
 	k, found, fresh := c.cached(kid)
 	if found && fresh {
 		return k, nil
 	}
-	if err := c.fetch(ctx, true); err != nil && ctx.Err() != nil {
+	err := c.fetch(ctx, true)
+	if err != nil && ctx.Err() != nil {
 		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable, Err: ctx.Err()}
 	}
 	if k, found, _ = c.cached(kid); found {
@@ -134,8 +136,15 @@ func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.Publ
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fetchedAt.IsZero() {
+	switch {
+	case c.fetchedAt.IsZero():
 		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable, Reason: "no JWKS fetched yet", Err: c.lastErr}
+	case err != nil:
+		// The set could not be read now (this fetch, or the last one within MinRefreshInterval,
+		// failed): the kid may be a new key of a rotation, so the answer is "try again", not
+		// "forged".
+		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable,
+			Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", kid), Err: err}
 	}
 	return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrUnknownKey, Reason: fmt.Sprintf("kid %q is not in the JWKS", kid)}
 }

@@ -60,6 +60,22 @@ func TestJWKSClient(t *testing.T) {
 	if jc.Fetches() != 3 {
 		t.Fatalf("Fetches = %d", jc.Fetches())
 	}
+
+	// A kid the set does not have while the set cannot be fetched may be a new key (a rotation
+	// during an outage): the keys are unavailable (503, retry), not the token forged (403). Within
+	// the interval the failure stands; once a fetch succeeds, a kid it lacks is unknown.
+	c0.Add(11 * time.Second)
+	for range 2 {
+		_, err := jc.LookupKey(ctx, "new-key")
+		if !errors.Is(err, leasetoken.ErrKeysUnavailable) || errors.Is(err, leasetoken.ErrUnknownKey) {
+			t.Fatalf("an unknown kid while the JWKS fails: %v, want ErrKeysUnavailable", err)
+		}
+	}
+	status.Store(http.StatusOK)
+	c0.Add(11 * time.Second)
+	if _, err := jc.LookupKey(ctx, "new-key"); !errors.Is(err, leasetoken.ErrUnknownKey) {
+		t.Fatalf("an unknown kid once the JWKS answers: %v, want ErrUnknownKey", err)
+	}
 }
 
 func TestJWKSClientNeverFetched(t *testing.T) {
