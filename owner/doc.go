@@ -3,8 +3,9 @@
 // who is not tablease, and how an application backend refuses mutations from a tab that does not
 // hold the lease.
 //
-// The package itself defines [Role] and [RoleFor]. The rest lives in subpackages, each importing
-// only the standard library, the lease package and golang-jwt:
+// The package itself defines [Role] and [RoleFor]. The rest lives in subpackages, which import
+// the standard library, the lease package, golang-jwt and small internal helpers (guardecho: Echo
+// too), nothing of the server:
 //
 //   - [github.com/tablease/tablease/owner/catalog]: the tool catalog (MCP-style tools with
 //     annotations and route profiles), its parsing, versioning and the per-role, per-route view a
