@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tablease/tablease/internal/browsertest"
+	"github.com/tablease/tablease/internal/redistest"
+)
+
+// The README's complete page, as written, in two tabs of one browser: only its tablease URL is
+// pointed at a test server, and its page's origin (another origin than tablease's) answers its
+// token endpoint. The first tab is owner and hides the banner; the second is a viewer and shows
+// it, and its "Use here" moves control. A newcomer copies this page first.
+func TestTheReadmePageWorksAsWritten(t *testing.T) {
+	browsertest.Chromium(t)
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := readmeBlock(t, string(readme), "A complete page:", "```html\n")
+	const readmeBase = "https://lease.example.com"
+	if !strings.Contains(page, readmeBase) || !strings.Contains(page, `"/auth/tablease-token"`) {
+		t.Fatalf("the README's page no longer names %s and /auth/tablease-token; update this test:\n%s", readmeBase, page)
+	}
+
+	rds := redistest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
+	srv := startDemoServer(t, rds, map[string]string{"TABLEASE_CORS_ORIGINS": origin})
+	page = strings.ReplaceAll(page, readmeBase, srv.base)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, page)
+	})
+	mux.HandleFunc("GET /auth/tablease-token", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"token":%s}`, jsString(srv.api.token))
+	})
+	pages := httptest.NewUnstartedServer(mux)
+	pages.Listener.Close()
+	pages.Listener = ln
+	pages.Start()
+	t.Cleanup(pages.Close)
+
+	const (
+		owner  = `document.body.dataset.role === 'owner' && document.getElementById('banner').hidden`
+		viewer = `document.body.dataset.role === 'viewer' && !document.getElementById('banner').hidden`
+	)
+	b := browsertest.Start(t)
+	first := b.NewTab("first")
+	first.Do("open the README's page", chromedp.Navigate(origin+"/"))
+	if err := first.Until(owner, 15*time.Second); err != nil {
+		t.Fatalf("the first tab is not owner with the banner hidden: %v", err)
+	}
+	second := b.NewTab("second")
+	second.Do("open the README's page again", chromedp.Navigate(origin+"/"))
+	if err := second.Until(viewer, 15*time.Second); err != nil {
+		t.Fatalf("the second tab is not a viewer showing the banner (its Use here button): %v", err)
+	}
+	browsertest.Eval[chromedp.Void](second, `document.querySelector('[data-action=use-here]').click()`)
+	if err := second.Until(owner, 10*time.Second); err != nil {
+		t.Fatalf("Use here did not make the second tab owner: %v", err)
+	}
+	if err := first.Until(viewer, 10*time.Second); err != nil {
+		t.Fatalf("the first tab does not show the banner after the second took control: %v", err)
+	}
+}
+
+// readmeBlock is the first fenced block opening with fence after the line holding marker in doc.
+func readmeBlock(t *testing.T, doc, marker, fence string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(doc, marker)
+	if !ok {
+		t.Fatalf("the README has no %q", marker)
+	}
+	_, block, ok := strings.Cut(after, fence)
+	if !ok {
+		t.Fatalf("no %q block after %q in the README", fence, marker)
+	}
+	block, _, ok = strings.Cut(block, "\n```")
+	if !ok {
+		t.Fatalf("the %q block after %q does not end", fence, marker)
+	}
+	return block
+}
