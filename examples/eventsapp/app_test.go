@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,5 +296,14 @@ func TestTheQuickStartDefaultsAcceptTheTokensOfADevModeTablease(t *testing.T) {
 	tok, _ := w.acquire("tab-a", "try")
 	if code, body := w.call("PUT", w.app+"/api/sessions/doc-1/events/evt-1", tok, map[string]any{"name": "Go meetup", "date": "2026-12-02"}); code != 200 {
 		t.Fatalf("a write with the holder's lease token: %d %v", code, body)
+	}
+}
+
+// Started without the shared secret, as the README's list of commands shows it, the app says which
+// variable to set, in the words of its environment.
+func TestWithoutTheSharedSecretTheAppNamesTheVariable(t *testing.T) {
+	_, _, err := optionsFromEnv(func(string) string { return "" })
+	if err == nil || !strings.HasPrefix(err.Error(), "TABLEASE_JWT_HS256_SECRET: ") {
+		t.Fatalf("optionsFromEnv with nothing set: %v, want an error naming TABLEASE_JWT_HS256_SECRET", err)
 	}
 }

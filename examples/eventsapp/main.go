@@ -55,6 +55,9 @@ func optionsFromEnv(getenv func(string) string) (Options, string, error) {
 	if err != nil {
 		return Options{}, "", fmt.Errorf("EVENTSAPP_STRICT: %w", err)
 	}
+	if len(getenv("TABLEASE_JWT_HS256_SECRET")) < 32 {
+		return Options{}, "", errors.New("TABLEASE_JWT_HS256_SECRET: set it to the secret tablease verifies access tokens with (at least 32 bytes), so that both accept the same tokens")
+	}
 	return Options{
 		TableaseURL:    env("TABLEASE_URL", "http://127.0.0.1:8080"),
 		LeaseIssuer:    env("TABLEASE_LEASE_ISSUER", api.DevIssuer),
