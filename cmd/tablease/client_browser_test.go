@@ -606,9 +606,23 @@ lease.start().then(() => (window.startResult = "started"), (e) => (window.startR
 `))
 
 // startCrossOrigin starts tablease (its origin allowed by TABLEASE_CORS_ORIGINS when allow) and a
-// page server on http://localhost:P, another origin than tablease's http://127.0.0.1:S. The page
-// server answers / with crossOriginPage and /token with an access token of the demo's user.
+// page server on another origin (startOtherOrigin) that answers / with crossOriginPage and /token
+// with an access token of the demo's user.
 func startCrossOrigin(t *testing.T, rds *redistest.Server, allow bool) (demoServer, string) {
+	t.Helper()
+	return startOtherOrigin(t, rds, allow, "/token", func(base string) string {
+		var b strings.Builder
+		if err := crossOriginPage.Execute(&b, struct{ Base string }{base}); err != nil {
+			t.Fatalf("the page on another origin: %v", err)
+		}
+		return b.String()
+	})
+}
+
+// startOtherOrigin starts tablease (its origin allowed by TABLEASE_CORS_ORIGINS when allow) and a
+// page server on http://localhost:P, another origin than tablease's http://127.0.0.1:S. The page
+// server answers / with page(tablease's base URL) and tokenPath with {"token"} of the demo's user.
+func startOtherOrigin(t *testing.T, rds *redistest.Server, allow bool, tokenPath string, page func(base string) string) (demoServer, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -620,27 +634,26 @@ func startCrossOrigin(t *testing.T, rds *redistest.Server, allow bool) (demoServ
 		extra = map[string]string{"TABLEASE_CORS_ORIGINS": origin}
 	}
 	srv := startDemoServer(t, rds, extra)
+	if !strings.HasPrefix(srv.base, "http://127.0.0.1:") {
+		t.Fatalf("tablease listens on %s, want 127.0.0.1 so that localhost is another origin", srv.base)
+	}
+	html := page(srv.base)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if err := crossOriginPage.Execute(w, struct{ Base string }{srv.base}); err != nil {
-			t.Errorf("the page on another origin: %v", err)
-		}
+		fmt.Fprint(w, html)
 	})
-	mux.HandleFunc("GET /token", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+tokenPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		fmt.Fprintf(w, `{"token":%s}`, jsString(srv.api.token))
 	})
-	page := httptest.NewUnstartedServer(mux)
-	page.Listener.Close()
-	page.Listener = ln
-	page.Start()
-	t.Cleanup(page.Close)
-	if !strings.HasPrefix(srv.base, "http://127.0.0.1:") {
-		t.Fatalf("tablease listens on %s, want 127.0.0.1 so that localhost is another origin", srv.base)
-	}
+	server := httptest.NewUnstartedServer(mux)
+	server.Listener.Close()
+	server.Listener = ln
+	server.Start()
+	t.Cleanup(server.Close)
 	return srv, origin
 }
 

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -32,28 +28,9 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 		t.Fatalf("the README's page no longer names %s and /auth/tablease-token; update this test:\n%s", readmeBase, page)
 	}
 
-	rds := redistest.Start(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
-	srv := startDemoServer(t, rds, map[string]string{"TABLEASE_CORS_ORIGINS": origin})
-	page = strings.ReplaceAll(page, readmeBase, srv.base)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, page)
+	_, origin := startOtherOrigin(t, redistest.Start(t), true, "/auth/tablease-token", func(base string) string {
+		return strings.ReplaceAll(page, readmeBase, base)
 	})
-	mux.HandleFunc("GET /auth/tablease-token", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"token":%s}`, jsString(srv.api.token))
-	})
-	pages := httptest.NewUnstartedServer(mux)
-	pages.Listener.Close()
-	pages.Listener = ln
-	pages.Start()
-	t.Cleanup(pages.Close)
 
 	const (
 		owner  = `document.body.dataset.role === 'owner' && document.getElementById('banner').hidden`
