@@ -4,7 +4,7 @@
 // The tab's client (tablease.js, guard(handler)) sends the lease token it got from tablease in the
 // Tablease-Lease header. For each request the guard:
 //
-//  1. reads the token (missing: 403 NOT_LEASE_OWNER);
+//  1. reads the token (missing, or in more than one header: 403 NOT_LEASE_OWNER);
 //  2. verifies it offline — signature against tablease's JWKS (JWKSClient) or given keys,
 //     algorithm, typ, issuer, expiry (invalid, expired or unknown key: 403 NOT_LEASE_OWNER; keys
 //     unreachable: 503);
@@ -188,6 +188,9 @@ func (g *Guard) Check(r *http.Request) (Claims, error) {
 }
 
 func (g *Guard) check(r *http.Request) (Claims, *Error) {
+	if len(r.Header.Values(Header)) > 1 { // which one would the app's proxies and the guard read?
+		return Claims{}, notOwner(ReasonInvalidToken, "Send one Tablease-Lease header, not several.", nil)
+	}
 	token := strings.TrimSpace(r.Header.Get(Header))
 	if token == "" {
 		return Claims{}, notOwner(ReasonMissingToken, "This request changes data and needs the lease of the session: no Tablease-Lease header.", nil)

@@ -174,8 +174,10 @@ func (a *app) do(t *testing.T, method, user, sid, token string) (*httptest.Respo
 	req := httptest.NewRequest(method, "/sessions/"+sid+"/items", strings.NewReader(`{"name":"x"}`))
 	req.Header.Set("X-User", user)
 	req.Header.Set("Authorization", "Bearer access-of-"+user)
-	if token != "" {
-		req.Header.Set(guard.Header, token)
+	for v := range strings.SplitSeq(token, "\n") { // several lines: several headers
+		if v != "" {
+			req.Header.Add(guard.Header, v)
+		}
 	}
 	rec := httptest.NewRecorder()
 	a.handler.ServeHTTP(rec, req)
@@ -242,6 +244,7 @@ func TestGuardOffline(t *testing.T) {
 		{name: "another user's token is refused", user: "bob", sid: "doc-A", token: good, reason: guard.ReasonWrongUser},
 		{name: "a tampered token is refused", user: "alice", sid: "doc-A", token: tampered, reason: guard.ReasonInvalidToken},
 		{name: "garbage is refused", user: "alice", sid: "doc-A", token: "abc", reason: guard.ReasonInvalidToken},
+		{name: "two headers are refused, even both valid", user: "alice", sid: "doc-A", token: good + "\n" + good, reason: guard.ReasonInvalidToken},
 		{name: "a token signed by a key tablease does not publish is refused", user: "alice", sid: "doc-A", token: forged, reason: guard.ReasonUnknownKey},
 		{name: "a request the app cannot attribute is refused", user: "", sid: "doc-A", token: good, reason: guard.ReasonNoTarget},
 		{name: "an expired token is refused", user: "alice", sid: "doc-A", token: expired, reason: guard.ReasonExpiredToken,

@@ -314,6 +314,10 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 			keyErr = &Error{Kind: ErrTokenInvalid, Reason: fmt.Sprintf("typ must be %q", TokenType)}
 			return nil, keyErr
 		}
+		if _, ok := t.Header["crit"]; ok { // RFC 7515 §4.1.11: extensions it does not understand
+			keyErr = &Error{Kind: ErrTokenInvalid, Reason: "crit names header extensions this verifier does not understand"}
+			return nil, keyErr
+		}
 		kid, _ := t.Header["kid"].(string)
 		if kid == "" {
 			keyErr = &Error{Kind: ErrTokenInvalid, Reason: "kid is missing"}

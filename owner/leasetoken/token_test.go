@@ -273,6 +273,8 @@ func TestVerifyRefuses(t *testing.T) {
 		{"HS256 with the JWKS x as secret", signedWith(jwt.SigningMethodHS256, []byte(base64.RawURLEncoding.EncodeToString(pubBytes)), kidHdr, okClaims()), leasetoken.ErrTokenInvalid},
 		{"a wrong typ", signedWith(jwt.SigningMethodEdDSA, priv, map[string]any{"kid": f.key.KeyID(), "typ": "JWT"}, okClaims()), leasetoken.ErrTokenInvalid},
 		{"no kid", signedWith(jwt.SigningMethodEdDSA, priv, map[string]any{"typ": leasetoken.TokenType}, okClaims()), leasetoken.ErrTokenInvalid},
+		{"a crit extension (RFC 7515 §4.1.11: not understood, so refused)", signedWith(jwt.SigningMethodEdDSA, priv,
+			map[string]any{"kid": f.key.KeyID(), "typ": leasetoken.TokenType, "crit": []string{"exp-ext"}, "exp-ext": true}, okClaims()), leasetoken.ErrTokenInvalid},
 		{"an unknown kid", withHeader(func(h map[string]any) { h["kid"] = otherKey.KeyID() }), leasetoken.ErrUnknownKey},
 		{"a key we do not know", signedWith(jwt.SigningMethodEdDSA, mustPriv(t, otherKey), map[string]any{"kid": otherKey.KeyID(), "typ": leasetoken.TokenType}, okClaims()), leasetoken.ErrUnknownKey},
 		{"another key under our kid", signedWith(jwt.SigningMethodEdDSA, mustPriv(t, otherKey), kidHdr, okClaims()), leasetoken.ErrTokenInvalid},
