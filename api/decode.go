@@ -20,10 +20,10 @@ import (
 )
 
 // decodeBody reads the JSON body of c into dst strictly: the Content-Type must be
-// application/json, the body at most MaxBodyBytes and valid UTF-8 (no lone surrogate escaped
-// either, see internal/jsontext), one JSON object with only
-// known fields of the right types (none null), and nothing after it. Every failure is 400
-// INVALID_ARGUMENT except an oversized body, which is 413 PAYLOAD_TOO_LARGE.
+// application/json, the body at most MaxBodyBytes and valid text (internal/jsontext: UTF-8, no
+// lone surrogate escaped), one JSON object with only known fields of the right types (none null),
+// and nothing after it. Every failure is 400 INVALID_ARGUMENT except an oversized body, which is
+// 413 PAYLOAD_TOO_LARGE.
 func decodeBody(c echo.Context, dst any) error {
 	if err := jsonContentType(c); err != nil {
 		return err

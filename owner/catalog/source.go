@@ -72,7 +72,6 @@ type Source struct {
 	// meanwhile share it, so that a burst of requests after maxAge makes one read, and a store
 	// that does not answer holds each of them one store timeout, not one per caller before it.
 	reading *read
-	puts    uint64 // the Puts served so far: a read that began before one does not undo it
 	cur     State
 	loaded  bool      // cur has been read from the store (or set by a PUT) at least once
 	readAt  time.Time // when cur was last confirmed against the store (by now)
@@ -118,10 +117,10 @@ func (s *Source) Fresh(ctx context.Context) (State, error) {
 // read is one read of the store, which every caller that needs it waits for; st and err are set
 // before done is closed.
 type read struct {
-	done chan struct{}
-	puts uint64 // Source.puts when it began
-	st   State
-	err  error
+	done  chan struct{}
+	stale bool // a Put was served while it read, so what it read is older (protected by Source.mu)
+	st    State
+	err   error
 }
 
 // refresh answers the catalog as the store holds it: the cached one when another caller
@@ -138,7 +137,7 @@ func (s *Source) refresh(ctx context.Context, force bool) (State, error) {
 	}
 	r := s.reading
 	if r == nil {
-		r = &read{done: make(chan struct{}), puts: s.puts}
+		r = &read{done: make(chan struct{})}
 		s.reading = r
 		cached := s.cur
 		// The read is shared: no one caller's end may cut it short. The store bounds it.
@@ -158,12 +157,20 @@ func (s *Source) refresh(ctx context.Context, force bool) (State, error) {
 // the callers waiting for r.
 func (s *Source) readStore(ctx context.Context, r *read, cached State) {
 	st, err := s.load(ctx, cached)
-	if err == nil {
-		st = s.set(st, false, r.puts)
-	}
+	var tell []func(string)
 	s.mu.Lock()
 	s.reading = nil
+	switch {
+	case err != nil:
+	case r.stale:
+		st = s.cur
+	default:
+		tell = s.serve(st)
+	}
 	s.mu.Unlock()
+	for _, fn := range tell {
+		fn(st.Catalog.Version)
+	}
 	r.st, r.err = st, err
 	close(r.done)
 }
@@ -196,32 +203,18 @@ func (s *Source) load(ctx context.Context, cached State) (State, error) {
 	return State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}, nil
 }
 
-// set makes st the catalog served, confirmed now, and tells the watchers when its version
-// changed; it answers the catalog served. st is that of a Put (put), or of a read that began when
-// readPuts Puts had been served: when one was served since, st is older than it and is dropped.
-// Watchers are called after mu is released, in the caller's goroutine.
-func (s *Source) set(st State, put bool, readPuts uint64) State {
-	s.mu.Lock()
-	if put {
-		s.puts++
-	} else if s.puts != readPuts {
-		st = s.cur
-		s.mu.Unlock()
-		return st
-	}
+// serve makes st the catalog served, confirmed now, and answers the watchers to tell when its
+// version changed; the caller calls them after it released mu, in its goroutine. s.mu must be
+// held.
+func (s *Source) serve(st State) (tell []func(string)) {
 	changed := s.loaded && st.Catalog.Version != s.cur.Catalog.Version
 	s.cur, s.loaded, s.readAt = st, true, s.now()
-	var notify []func(string)
 	if changed {
 		for _, fn := range s.watches {
-			notify = append(notify, fn)
+			tell = append(tell, fn)
 		}
 	}
-	s.mu.Unlock()
-	for _, fn := range notify {
-		fn(st.Catalog.Version)
-	}
-	return st
+	return tell
 }
 
 // Put stores cat if the stored catalog is still the one of base (its DocVersion, or none), and
@@ -243,7 +236,17 @@ func (s *Source) Put(ctx context.Context, cat *Catalog, base State) (State, erro
 	if err != nil {
 		return State{}, err
 	}
-	return s.set(State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}, true, 0), nil
+	st := State{Catalog: cat, DocVersion: doc.Version, UpdatedAt: doc.UpdatedAt}
+	s.mu.Lock()
+	if s.reading != nil {
+		s.reading.stale = true // it began before this Put: it must not bring the older catalog back
+	}
+	tell := s.serve(st)
+	s.mu.Unlock()
+	for _, fn := range tell {
+		fn(st.Catalog.Version)
+	}
+	return st, nil
 }
 
 // Seed stores the file's catalog when the store holds none yet (the first instance to start
