@@ -81,7 +81,7 @@ local function append_audit(call, admin, id, fields)
   if admin then
     return call('XADD', KEY_AUDIT, id, unpack(fields))
   end
-  return call('XADD', KEY_AUDIT, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
+  return call('XADD', KEY_AUDIT, 'MAXLEN', '~', AUDIT_LEN_S, id, unpack(fields))
 end
 
 -- last_audit_id is the last id KEYS[6] gave, that of a record deleted since (an admin's) included.
@@ -127,13 +127,13 @@ local function flush_audit(now)
         error('tablease: an admin\'s record without the admins\' audit log')
       end
       redis.call('XDEL', KEY_AUDIT, id) -- the stream keeps the id taken
-      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', int(AUDIT_LEN), id, unpack(fields))
+      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', AUDIT_LEN_S, id, unpack(fields))
       redis.call('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
-      redis.call('PEXPIRE', KEY_AUDIT_ADMIN, int(AUDIT_RETENTION_MS))
+      redis.call('PEXPIRE', KEY_AUDIT_ADMIN, AUDIT_RETENTION_S)
     end
   end
   redis.call('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
-  redis.call('PEXPIRE', KEY_AUDIT, int(AUDIT_RETENTION_MS))
+  redis.call('PEXPIRE', KEY_AUDIT, AUDIT_RETENTION_S)
   audit_pending = {}
 end
 

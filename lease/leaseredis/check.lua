@@ -1,10 +1,13 @@
 -- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing but what settle
 -- announces, and the usual check, which confirms, settles nothing.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[1..7]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
+--             state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
 -- ARGV[9]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
+-- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
+-- changing nothing, for any other.
 
 -- Validate.
 local tab = ARGV[8]
@@ -16,6 +19,9 @@ local now = now_us()
 local s = load_lease()
 if s.ho_tab == '' and held_by(s, now, tab, epoch) then
   return finish(s, now, reply('OK', s, now))
+end
+if LEASE_ONLY then
+  return 'DEFER'
 end
 
 -- Settle expiry.

@@ -192,9 +192,9 @@ local function append(s, now)
       '","ev":' .. json .. ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
   end
   if len > LOG_LEN then
-    redis.call('LTRIM', KEY_EVENTS, int(-LOG_LEN), -1)
+    redis.call('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
   end
-  redis.call('PEXPIRE', KEY_EVENTS, int(LOG_TTL_MS))
+  redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   redis.call('HSET', KEY_STATE, 'event_id', id)
   s.event_id = id
   pending = {}
@@ -223,7 +223,7 @@ end
 local function finish(s, now, r)
   flush(s, now)
   if KEY_REPLY ~= nil then
-    redis.call('SET', KEY_REPLY, cmsgpack.pack(r), 'PX', int(REPLY_TTL_MS))
+    redis.call('SET', KEY_REPLY, cmsgpack.pack(r), 'PX', REPLY_TTL_S)
   end
   return r
 end

@@ -1,5 +1,6 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[1..7]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
+--             state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
 -- ARGV[9]  epoch
@@ -19,6 +20,8 @@
 -- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
 -- only the fields it decides and answers with (load_lease), so it is four commands: TIME, HMGET,
 -- HSET and the PEXPIRETIME of keep. Any other renew reads the rest of the state too (load_rest).
+-- Called in the lease form (see state.lua), it does the usual renew, and answers "DEFER",
+-- changing nothing, for any other.
 
 -- Validate.
 local tab = ARGV[8]
@@ -32,6 +35,9 @@ local now = now_us()
 local expires = now + ttl_ms * 1000
 local s = load_lease()
 if s.ho_tab ~= '' or not held_by(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
+  if LEASE_ONLY then
+    return 'DEFER'
+  end
   s = load_rest(s)
   if not held_by(s, now, tab, epoch) then
     settle(s, now)

@@ -79,13 +79,15 @@ type function struct {
 	// fields the state hash has, so that guards and holders keep working while grants are
 	// refused. The others are refused then, with Redis's OOM error.
 	allowOOM bool
+	// leaseForm lets the function be called with the lease's keys alone (see state.lua).
+	leaseForm bool
 }
 
 var (
 	acquireFn = &function{name: "acquire", body: acquireLua}
-	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true}
+	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true, leaseForm: true}
 	releaseFn = &function{name: "release", body: releaseLua}
-	checkFn   = &function{name: "check", body: checkLua, allowOOM: true}
+	checkFn   = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
 	getFn     = &function{name: "get", body: getLua, allowOOM: true}
 	watchFn   = &function{name: "watch", body: watchLua, allowOOM: true}
 	settleFn  = &function{name: "settle", body: settleLua, allowOOM: true}
@@ -102,7 +104,8 @@ var (
 )
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
-// function per script that takes the call's keys and arguments (begin, in state.lua), starts with
+// function per script that takes the call's keys and arguments (begin, in state.lua, told whether
+// the function takes the lease form), starts with
 // nothing queued, and runs the script's body. It sets the fcall name of each of fns.
 func newLibrary(fns ...*function) string {
 	var b strings.Builder
@@ -116,8 +119,8 @@ func newLibrary(fns ...*function) string {
 			flags = "'allow-oom'"
 		}
 		fmt.Fprintf(&b, "redis.register_function{function_name = LIBRARY .. '_%s', flags = {%s},\n"+
-			"  callback = function(keys, argv)\n  begin(keys, argv)\n  audit_begin()\n  events_begin()\n%s\nend}\n",
-			f.name, flags, f.body)
+			"  callback = function(keys, argv)\n  begin(keys, argv, %t)\n  audit_begin()\n  events_begin()\n%s\nend}\n",
+			f.name, flags, f.leaseForm, f.body)
 	}
 	src := b.String()
 	sum := sha1.Sum([]byte(src))
@@ -139,6 +142,7 @@ const (
 	statusReleased  = "RELEASED"  // release: this call, or the call it retries, ended the lease
 	statusKept      = "KEPT"      // release: nothing to release
 	statusFull      = "FULL"      // acquire, join: the user is at the limit of sessions
+	statusDefer     = "DEFER"     // renew, check in the lease form: call again with every key
 )
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
