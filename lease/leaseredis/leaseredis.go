@@ -518,10 +518,12 @@ func (e *Engine) eval(ctx context.Context, op string, f *function, key lease.Key
 	return e.call(ctx, op, f, e.sessionKeys(key), args)
 }
 
-// usual runs f, renew or check, in the lease form (see state.lua), which costs Redis a third less
-// than eval and does the usual renew or check, and runs it again with every key, as eval, when it
-// answers that the call needs more.
+// usual runs f, renew or check, in the lease form (see state.lua), which does the usual renew or
+// check with two keys instead of seven, and runs it again with every key, as eval, when it answers
+// that the call needs more. Both calls together are bounded by OpTimeout.
 func (e *Engine) usual(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
 	v, err := e.call(ctx, op, f, []string{e.stateKey(key), e.knownKey(key.User)}, args)
 	if s, ok := v.(string); ok && s == statusDefer && err == nil {
 		return e.eval(ctx, op, f, key, args...)
