@@ -69,7 +69,7 @@ type Error struct {
 	Details   map[string]any
 	// RetryAfter, when positive, is sent as a Retry-After header (whole seconds, rounded up).
 	RetryAfter time.Duration
-	// Err is the cause, for the log of internal errors; never sent.
+	// Err is the cause, for the log of internal and store errors; never sent.
 	Err error
 }
 
@@ -224,6 +224,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	ae := errorFor(err)
 	c.Set(keyErrCode, ae.Code)
+	if ae.Code == CodeStoreUnavailable && ae.Err != nil {
+		// The cause goes into the request's log line: a Redis that refuses every call (NOPERM,
+		// READONLY) looks like an outage to clients, and only the log tells which it is.
+		c.Set(keyErrCause, ae.Err.Error())
+	}
 	if ae.Code == CodeInternal {
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "internal error",
 			slog.String("request_id", requestID(c)),

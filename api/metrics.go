@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route", "method"}),
 		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_lease_operations_total",
-			Help: "Lease operations, by operation (acquire, renew, release, get, check) and result (ok, held, lost, invalid, handoff_pending, blocked, unavailable, error).",
+			Help: "Lease operations, by operation (acquire, renew, release, get, check, admin_list, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, unavailable, error).",
 		}, []string{"op", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_store_errors_total",

@@ -20,6 +20,7 @@ const (
 	keyRequestID = "tablease.requestID"
 	keyPrincipal = "tablease.principal"
 	keyErrCode   = "tablease.errCode"
+	keyErrCause  = "tablease.errCause"
 	keyIPLimited = "tablease.ipLimited" // true when the per-address limit refused the request
 )
 
@@ -153,6 +154,9 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 	}
 	if code, ok := c.Get(keyErrCode).(string); ok {
 		attrs = append(attrs, slog.String("code", code))
+	}
+	if cause, ok := c.Get(keyErrCause).(string); ok {
+		attrs = append(attrs, slog.String("error", cause))
 	}
 	s.log.LogAttrs(req.Context(), level, "request", attrs...)
 }

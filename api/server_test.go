@@ -118,6 +118,10 @@ func TestStoreTroubleIsNeverLoss(t *testing.T) {
 			}
 		})
 	}
+	// The request lines name the cause, which the answers never do.
+	if logs := h.logs.String(); !strings.Contains(logs, `"code":"STORE_UNAVAILABLE","error":"lease: store unavailable during acquire`) {
+		t.Errorf("the log does not name the store's error:\n%s", logs)
+	}
 	metrics := h.get("/metrics", "").Body.String()
 	for _, want := range []string{
 		`tablease_store_errors_total{op="acquire"} 1`,

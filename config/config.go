@@ -209,7 +209,7 @@ var variables = []variable{
 	}},
 	{"TABLEASE_RATE_LIMIT", "50", "requests per second per user (burst twice that); 0 = off", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1e6 {
+		if err != nil || !(f >= 0 && f <= 1e6) { // NaN is neither
 			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
 		}
 		c.RateLimit = f
@@ -217,7 +217,7 @@ var variables = []variable{
 	}},
 	{"TABLEASE_IP_RATE_LIMIT", "10", "requests per second per client address (burst twice that) that fail authentication or match no route; 0 = off", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1e6 {
+		if err != nil || !(f >= 0 && f <= 1e6) { // NaN is neither
 			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
 		}
 		c.IPRateLimit = f
@@ -402,15 +402,15 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		return Config{}, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "dev" {
+			values["TABLEASE_DEV"] = strconv.FormatBool(*dev) // --dev=false wins over TABLEASE_DEV too
+		}
 		for env, p := range flagValues {
 			if FlagName(env) == f.Name {
 				values[env] = *p
 			}
 		}
 	})
-	if *dev {
-		values["TABLEASE_DEV"] = "true"
-	}
 
 	var c Config
 	for _, v := range variables {

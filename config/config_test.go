@@ -42,6 +42,22 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	}
 }
 
+// TestTheDevFlagWinsBothWays: --dev=false turns off the dev mode TABLEASE_DEV asks for, as every
+// flag wins over its variable.
+func TestTheDevFlagWinsBothWays(t *testing.T) {
+	prod := map[string]string{"TABLEASE_DEV": "true", "TABLEASE_JWT_HS256_SECRET": goodSecret,
+		"TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "tablease"}
+	if c, err := Load([]string{"--dev=false"}, env(prod), io.Discard); err != nil || c.Dev {
+		t.Errorf("--dev=false with TABLEASE_DEV=true: dev mode %v, %v; want it off", c.Dev, err)
+	}
+	if c, err := Load(nil, env(prod), io.Discard); err != nil || !c.Dev {
+		t.Errorf("TABLEASE_DEV=true alone: dev mode %v, %v; want it on", c.Dev, err)
+	}
+	if c, err := Load([]string{"--dev"}, env(nil), io.Discard); err != nil || !c.Dev {
+		t.Errorf("--dev: dev mode %v, %v; want it on", c.Dev, err)
+	}
+}
+
 func TestBadValuesNameTheirVariable(t *testing.T) {
 	base := map[string]string{"TABLEASE_JWT_HS256_SECRET": goodSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud"}
 	cases := []struct {
@@ -61,6 +77,8 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"a Cluster URL with a bad option is refused", "TABLEASE_REDIS_URL", "redis://n:6379?cluster=true&pool_size=many", "TABLEASE_REDIS_URL"},
 		{"a Redis URL with an unknown option is refused", "TABLEASE_REDIS_URL", "redis://n:6379?pool=9", "TABLEASE_REDIS_URL"},
 		{"a negative rate limit is refused", "TABLEASE_RATE_LIMIT", "-1", "TABLEASE_RATE_LIMIT"},
+		{"a rate limit that is not a number is refused", "TABLEASE_RATE_LIMIT", "NaN", "TABLEASE_RATE_LIMIT"},
+		{"an address rate limit that is not a number is refused", "TABLEASE_IP_RATE_LIMIT", "nan", "TABLEASE_IP_RATE_LIMIT"},
 		{"an unknown log format is refused", "TABLEASE_LOG_FORMAT", "xml", "TABLEASE_LOG_FORMAT"},
 		{"a handoff timeout of an hour is refused", "TABLEASE_HANDOFF_TIMEOUT", "1h", "TABLEASE_HANDOFF_TIMEOUT"},
 		{"a handoff reserve that is not a duration is refused", "TABLEASE_HANDOFF_RESERVE", "soon", "TABLEASE_HANDOFF_RESERVE"},

@@ -47,20 +47,25 @@ func (p Program) keygen(args []string) int {
 		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
 		return 1
 	}
-	if *out == "" {
-		if _, err := p.Stdout.Write(priv); err != nil {
-			fmt.Fprintln(p.Stderr, "tablease keygen:", err)
-			return 1
-		}
-	} else if err := writeNew(*out, priv, 0o600); err != nil {
-		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
-		return 1
-	}
+	// The public key first: when the private key cannot be written, the public one is removed, so
+	// that a failed run leaves neither half and can be run again as it was.
 	if *pubOut != "" {
 		if err := writeNew(*pubOut, pub, 0o644); err != nil {
 			fmt.Fprintln(p.Stderr, "tablease keygen:", err)
 			return 1
 		}
+	}
+	if *out == "" {
+		_, err = p.Stdout.Write(priv)
+	} else {
+		err = writeNew(*out, priv, 0o600)
+	}
+	if err != nil {
+		if *pubOut != "" {
+			_ = os.Remove(*pubOut)
+		}
+		fmt.Fprintln(p.Stderr, "tablease keygen:", err)
+		return 1
 	}
 	fmt.Fprintf(p.Stderr, "tablease keygen: Ed25519 lease-token key, kid %s\n", key.KeyID())
 	return 0

@@ -71,6 +71,15 @@ func TestKeygenWritesASigningKeyOnlyItsOwnerCanRead(t *testing.T) {
 		t.Fatal("keygen replaced an existing key")
 	}
 
+	// A run that cannot write the private key leaves no public key behind.
+	pub2 := filepath.Join(dir, "k2.pub.pem")
+	if code := p.Main(context.Background(), []string{"keygen", "--out", priv, "--public-out", pub2}); code != 1 {
+		t.Fatalf("keygen onto an existing key answered %d", code)
+	}
+	if _, err := os.Stat(pub2); !os.IsNotExist(err) {
+		t.Errorf("a failed keygen left %s behind (%v)", pub2, err)
+	}
+
 	// Without --out the key goes to stdout.
 	stdout.Reset()
 	if code := p.Main(context.Background(), []string{"keygen"}); code != 0 {

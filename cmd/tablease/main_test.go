@@ -246,6 +246,22 @@ func TestTokenCommandMintsAVerifiableToken(t *testing.T) {
 	if code := p.Main(context.Background(), []string{"token", "--sub", "bad sub"}); code != 2 {
 		t.Fatalf("a bad sub must be a usage error, got %d", code)
 	}
+	for _, args := range [][]string{{"--sub", "alice", "--ttl", "1ms"}, {"--sub", "alice", "extra"}} {
+		if code := p.Main(context.Background(), append([]string{"token"}, args...)); code != 2 {
+			t.Errorf("token %q answered %d, want a usage error", args, code)
+		}
+	}
+
+	// The secret is trimmed as the server trims it, so that the server accepts the token.
+	env["TABLEASE_JWT_HS256_SECRET"] = " " + testSecret + "\n"
+	stdout.Reset()
+	if code := p.Main(context.Background(), []string{"token", "--sub", "alice"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if _, err := jwt.Parse(strings.TrimSpace(stdout.String()), func(*jwt.Token) (any, error) { return []byte(testSecret), nil },
+		jwt.WithValidMethods([]string{"HS256"})); err != nil {
+		t.Errorf("a token signed with a secret given with spaces around it: %v", err)
+	}
 }
 
 func TestVersionAndUsage(t *testing.T) {

@@ -217,6 +217,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	defer cancel()
+	if err := e.ServerMismatch(checkCtx); err != nil {
+		_ = e.Close()
+		client.Close()
+		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+	}
 	switch policy, err := e.EvictionPolicy(checkCtx); {
 	case err != nil:
 		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)

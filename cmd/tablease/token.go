@@ -25,20 +25,26 @@ func (p Program) token(args []string) int {
 		}
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(p.Stderr, "tablease token: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
 	if err := lease.ValidateID("sub", *sub); err != nil {
 		fmt.Fprintln(p.Stderr, "tablease token: --sub:", err)
 		return 2
 	}
-	if *ttl <= 0 || *ttl > 30*24*time.Hour {
+	if *ttl < time.Second || *ttl > 30*24*time.Hour {
 		fmt.Fprintln(p.Stderr, "tablease token: --ttl must be between 1s and 720h")
 		return 2
 	}
-	secret := p.Getenv("TABLEASE_JWT_HS256_SECRET")
+	// Trimmed as the server trims every variable, so that both sign with the same secret.
+	secret := strings.TrimSpace(p.Getenv("TABLEASE_JWT_HS256_SECRET"))
 	if len(secret) < 32 {
 		fmt.Fprintln(p.Stderr, "tablease token: TABLEASE_JWT_HS256_SECRET must be set to the server's secret (at least 32 bytes)")
 		return 2
 	}
-	cfg := api.AuthConfig{HS256Secret: []byte(secret), Issuer: p.Getenv("TABLEASE_JWT_ISSUER"), Audience: p.Getenv("TABLEASE_JWT_AUDIENCE")}
+	cfg := api.AuthConfig{HS256Secret: []byte(secret), Issuer: strings.TrimSpace(p.Getenv("TABLEASE_JWT_ISSUER")),
+		Audience: strings.TrimSpace(p.Getenv("TABLEASE_JWT_AUDIENCE"))}
 	if cfg.Issuer == "" {
 		cfg.Issuer = api.DevIssuer
 	}

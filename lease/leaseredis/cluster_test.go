@@ -91,6 +91,27 @@ func TestConformanceOnCluster(t *testing.T) {
 	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes))
 	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
 	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
+	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {
+		engine := func(url string) *leaseredis.Engine {
+			client, err := leaseredis.NewClient(url, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = client.Close() })
+			e, err := leaseredis.New(client, leaseredis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			return e
+		}
+		if err := engine(c.Nodes[0].URL()).ServerMismatch(t.Context()); err == nil || !strings.Contains(err.Error(), "cluster=true") {
+			t.Errorf("ServerMismatch = %v, want it to ask for cluster=true", err)
+		}
+		if err := engine(clusterURL(c)).ServerMismatch(t.Context()); err != nil {
+			t.Errorf("ServerMismatch of the Cluster's URL = %v, want none", err)
+		}
+	})
 }
 
 // testShardLinger watches a session, stops, and watches it again: one SSUBSCRIBE in all.

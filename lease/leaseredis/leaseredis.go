@@ -511,6 +511,31 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
+// ServerMismatch reports what a URL of one server (neither Sentinel nor Cluster) gets wrong about
+// the server it reached: a Cluster node, whose functions publish on shard channels that the plain
+// client does not hear (events would be lost), or a replica, which refuses every change with
+// READONLY. It answers nil for Sentinel and Cluster clients, which find their nodes themselves,
+// and when the server does not answer: there is nothing to tell yet.
+func (e *Engine) ServerMismatch(ctx context.Context) error {
+	c, ok := e.client.(*redis.Client)
+	if !ok || e.closed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	info, err := c.Info(ctx, "cluster", "replication").Result()
+	if err != nil {
+		return nil
+	}
+	switch {
+	case strings.Contains(info, "cluster_enabled:1"):
+		return errors.New("the server is a node of a Redis Cluster; add cluster=true to the URL")
+	case strings.Contains(info, "role:slave"):
+		return errors.New("the server is a replica, which refuses every change; name the primary, or its Sentinels")
+	}
+	return nil
+}
+
 // eval runs one session script that does not change the session (it may announce what expired,
 // which is the same whoever runs it, however often) on the keys of key with the common arguments
 // (see state.lua) and then args, bounded by OpTimeout.

@@ -1266,3 +1266,24 @@ func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
 		t.Errorf("an acquire in the lease form: %v, want it refused", err)
 	}
 }
+
+// TestServerMismatchNamesAReplica: a URL of one server that reached a replica is a mismatch; one
+// that reached a primary is not, nor one whose server does not answer.
+func TestServerMismatchNamesAReplica(t *testing.T) {
+	primary, replica := redistest.Start(t), redistest.Start(t)
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	if err := replica.Client(t).SlaveOf(t.Context(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := engineOn(t, replica.URL(), "", time.Second).ServerMismatch(t.Context()); err == nil || !strings.Contains(err.Error(), "replica") {
+		t.Errorf("ServerMismatch of a replica = %v, want it named", err)
+	}
+	if err := engineOn(t, primary.URL(), "", time.Second).ServerMismatch(t.Context()); err != nil {
+		t.Errorf("ServerMismatch of a primary = %v, want none", err)
+	}
+	down := engineOn(t, primary.URL(), "", 200*time.Millisecond)
+	primary.Stop(t)
+	if err := down.ServerMismatch(t.Context()); err != nil {
+		t.Errorf("ServerMismatch of a server that does not answer = %v, want none", err)
+	}
+}
