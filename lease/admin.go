@@ -45,9 +45,9 @@ type Admin interface {
 	// it ends earlier or later; a zero Block leaves the current block as it is. A blocked session
 	// is always free: the revoke that blocks it ends its lease first, and nothing grants it.
 	//
-	// A revoke with a RequestID is answered once: a revoke with the Admin and RequestID of the
-	// last revoke of the session that had a RequestID changes nothing and answers exactly what that
-	// one answered, whatever happened since (engines remember it for at least RevokeRetryWindow).
+	// A revoke with a RequestID is answered once: a revoke with the Admin and RequestID of a
+	// revoke of the session within RevokeRetryWindow changes nothing and answers exactly what that
+	// one answered, whatever happened since, other revokes of the session included.
 	// This holds for a revoke that found the lease free too, so that a retry never revokes a tab
 	// that was granted the lease after the first attempt.
 	Revoke(ctx context.Context, req RevokeRequest) (RevokeResult, error)
@@ -88,8 +88,8 @@ const (
 	DefaultAuditMaxRecords = 10_000
 )
 
-// RevokeRetryWindow is how long, at least, an engine remembers the last revoke with a RequestID of
-// each session, to answer its retries.
+// RevokeRetryWindow is how long, at least, an engine remembers each revoke with a RequestID, to
+// answer its retries.
 const RevokeRetryWindow = 10 * time.Minute
 
 // ListQuery selects leases to list. An empty User lists every user's leases.

@@ -17,8 +17,9 @@ import (
 // A revoke is one critical section like every call: it announces an expiry first (settle), then
 // mints the epoch, clears the holder, marks the new epoch ended (so that no expiry is ever
 // announced for it), appends the EventRevoked and the audit records. The block of a session and its
-// last revoke with a RequestID live in the session's entry; the sweep keeps an entry while it is
-// blocked and for lease.RevokeRetryWindow after that revoke.
+// revokes with a RequestID of the last lease.RevokeRetryWindow live in the session's entry; the
+// sweep keeps an entry while it is blocked and for lease.RevokeRetryWindow after its last such
+// revoke.
 //
 // # Audit log
 //
@@ -48,17 +49,40 @@ type auditLog struct {
 	admins  int
 }
 
-// revokeMemo is the last revoke of a session that had a RequestID, and what it answered.
+// revokeID names a revoke for its retries: the admin and the RequestID.
+type revokeID struct{ admin, requestID string }
+
+// revokeMemo is a revoke of a session that had a RequestID, and what it answered.
 type revokeMemo struct {
-	admin, requestID string
-	at               time.Time // the engine time of the revoke
-	result           lease.RevokeResult
+	at     time.Time // the engine time of the revoke
+	result lease.RevokeResult
 }
 
 // keptByAdmin reports whether the sweep must keep s although its lease is free: it is blocked, or
 // it remembers a revoke that may still be retried.
 func (s *entry) keptByAdmin(now time.Time) bool {
-	return s.blockedUntil.After(now) || (s.revoke != nil && now.Sub(s.revoke.at) <= lease.RevokeRetryWindow)
+	if s.blockedUntil.After(now) {
+		return true
+	}
+	for _, m := range s.revokes {
+		if now.Sub(m.at) <= lease.RevokeRetryWindow {
+			return true
+		}
+	}
+	return false
+}
+
+// retriedRevoke answers the revoke of s that id names, when it was made within
+// lease.RevokeRetryWindow, and forgets those made before: a session keeps only the revokes that
+// may still be retried.
+func (s *entry) retriedRevoke(id revokeID, now time.Time) (lease.RevokeResult, bool) {
+	for k, m := range s.revokes {
+		if now.Sub(m.at) > lease.RevokeRetryWindow {
+			delete(s.revokes, k)
+		}
+	}
+	m, ok := s.revokes[id]
+	return cloneResult(m.result), ok
 }
 
 // blocked answers the *lease.RetryError of an acquire while grants of s are blocked, and nil
@@ -152,9 +176,10 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	e.sweep(now)
 
 	s := e.settled(req.Key, now)
-	if s != nil {
-		if m := s.revoke; req.RequestID != "" && m != nil && m.requestID == req.RequestID && m.admin == req.Admin {
-			return cloneResult(m.result), nil
+	id := revokeID{admin: req.Admin, requestID: req.RequestID}
+	if s != nil && req.RequestID != "" {
+		if res, ok := s.retriedRevoke(id, now); ok {
+			return res, nil
 		}
 	}
 	if s == nil && (req.Block > 0 || req.RequestID != "") {
@@ -191,7 +216,10 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 			res.BlockedUntil = s.blockedUntil
 		}
 		if req.RequestID != "" {
-			s.revoke = &revokeMemo{admin: req.Admin, requestID: req.RequestID, at: now, result: cloneResult(res)}
+			if s.revokes == nil {
+				s.revokes = map[revokeID]revokeMemo{}
+			}
+			s.revokes[id] = revokeMemo{at: now, result: cloneResult(res)}
 		}
 	}
 	return res, nil

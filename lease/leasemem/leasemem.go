@@ -150,8 +150,9 @@ type entry struct {
 
 	// blockedUntil is when grants open again after an admin's block (zero: never blocked).
 	blockedUntil time.Time
-	// revoke is the last revoke of the session with a RequestID, for its retries; nil if none.
-	revoke *revokeMemo
+	// revokes are the revokes of the session with a RequestID within the last
+	// lease.RevokeRetryWindow, by admin and RequestID, for their retries; nil if none.
+	revokes map[revokeID]revokeMemo
 	// handoff is the session's handoff request or reservation, nil if none (see handoff.go).
 	handoff *handoff
 }

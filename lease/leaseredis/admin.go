@@ -23,8 +23,8 @@ import (
 // # Revokes and blocks
 //
 // A revoke is one session script, revoke.lua, like every change: it settles, answers a retry from
-// the state hash (the last revoke with a request id and its answer, kept with the store time it
-// ran and honoured for lease.RevokeRetryWindow), revokes a held lease (a new epoch, no holder, the
+// the key that keeps the answer of the admin's revoke with that request id (named by session,
+// admin and request id, expiring after lease.RevokeRetryWindow), revokes a held lease (a new epoch, no holder, the
 // epoch marked ended, a "revoked" event and an audit record), and blocks. The block is a field of
 // the state hash, block_until_us, which acquire.lua checks after it settles.
 //
@@ -212,6 +212,10 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		return lease.RevokeResult{}, err
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
+	if req.RequestID != "" {
+		// The answer of the admin's revoke with this request id (KEYS[10], see state.lua).
+		keys = append(keys, e.prefix+":{"+req.Key.User+"}:revoke:"+req.Key.Session+"/"+req.Admin+"/"+req.RequestID)
+	}
 	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {

@@ -372,11 +372,15 @@ func TestAuditCursorsThatNoPageMadeAreInvalid(t *testing.T) {
 	}
 }
 
-func TestARevokeRemembersItsAnswerInTheStateHashForTheRetryWindow(t *testing.T) {
+// TestARevokeKeepsItsAnswerForTheRetryWindow: a revoke with a request id keeps its answer in a key
+// of its own, named by session, admin and request id, that expires with the retry window; the
+// state hash is kept as long (keep_us). Once the key is gone, the same request id is a new revoke.
+func TestARevokeKeepsItsAnswerForTheRetryWindow(t *testing.T) {
 	e, c, db := adminEngine(t, Options{})
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
-	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	answerKey := db.Prefix() + ":{alice}:revoke:doc-1/root/req-1"
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
 	req := lease.RevokeRequest{Key: alice, Admin: "root", Reason: "r", Block: time.Hour, RequestID: "req-1"}
 	r, err := e.Revoke(ctx, req)
 	if err != nil || !r.Revoked {
@@ -390,10 +394,8 @@ func TestARevokeRemembersItsAnswerInTheStateHashForTheRetryWindow(t *testing.T) 
 	at := g.ExpiresAt.UnixMicro() // the time of the revoke
 	for f, v := range map[string]string{
 		"block_until_us": strconv.FormatInt(at+time.Hour.Microseconds(), 10),
-		"rv_admin":       "root", "rv_req": "req-1", "rv_at_us": strconv.FormatInt(at, 10),
-		"rv_revoked": "1", "rv_epoch": strconv.FormatInt(r.Epoch, 10), "rv_until_us": h["block_until_us"],
-		"rv_ptab": "tab-a", "rv_pep": strconv.FormatInt(a.Epoch, 10),
-		"ended_epoch": strconv.FormatInt(r.Epoch, 10),
+		"keep_us":        strconv.FormatInt(at+lease.RevokeRetryWindow.Microseconds(), 10),
+		"ended_epoch":    strconv.FormatInt(r.Epoch, 10),
 	} {
 		if h[f] != v {
 			t.Errorf("field %s = %q, want %q (hash %v)", f, h[f], v, h)
@@ -402,14 +404,16 @@ func TestARevokeRemembersItsAnswerInTheStateHashForTheRetryWindow(t *testing.T) 
 	if _, ok := h["tab"]; ok {
 		t.Errorf("the revoked lease keeps its holder: %v", h)
 	}
+	if ttl := c.PTTL(ctx, answerKey).Val(); ttl <= lease.RevokeRetryWindow-time.Minute || ttl > lease.RevokeRetryWindow {
+		t.Errorf("the answer's key %s lives %v, want the retry window %v", answerKey, ttl, lease.RevokeRetryWindow)
+	}
 
-	// Within the window a retry answers the same; once the window passed (here: the revoke's time
-	// moved back), the same request id is a new revoke.
+	// Within the window a retry answers the same; once the window passed (here: the answer's key
+	// deleted, as its expiry would), the same request id is a new revoke.
 	if again, err := e.Revoke(ctx, req); err != nil || again.Epoch != r.Epoch || !again.Revoked {
 		t.Fatalf("the retry = %+v, %v; want %+v", again, err, r)
 	}
-	past := at - lease.RevokeRetryWindow.Microseconds() - 1000
-	if err := c.HSet(ctx, key, "rv_at_us", strconv.FormatInt(past, 10)).Err(); err != nil {
+	if err := c.Del(ctx, answerKey).Err(); err != nil {
 		t.Fatal(err)
 	}
 	late, err := e.Revoke(ctx, req)

@@ -1031,7 +1031,7 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 		}
 		// Keys are named once, in state.lua, whose header declares every one it uses.
 		if name == "state.lua" {
-			for i := 1; i <= 9; i++ {
+			for i := 1; i <= 10; i++ {
 				k := "KEYS[" + strconv.Itoa(i) + "]"
 				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 8 && !used) {
 					t.Errorf("state.lua: %s is used without a header line, or named and unused", k)
@@ -1272,7 +1272,7 @@ func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
 func TestServerMismatchNamesAReplica(t *testing.T) {
 	primary, replica := redistest.Start(t), redistest.Start(t)
 	host, port, _ := net.SplitHostPort(primary.Addr())
-	if err := replica.Client(t).SlaveOf(t.Context(), host, port).Err(); err != nil {
+	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := engineOn(t, replica.URL(), "", time.Second).ServerMismatch(t.Context()); err == nil || !strings.Contains(err.Error(), "replica") {

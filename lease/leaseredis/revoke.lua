@@ -2,6 +2,8 @@
 -- KEYS[1..7]  the keys of the session and of its user (see state.lua)
 -- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
 -- KEYS[9]     the admins' audit log of the user (see state.lua and admin.lua)
+-- KEYS[10]    where the answer of this revoke is kept for the retries of its request id, when it
+--             has one (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  the admin's sub
 -- ARGV[9]  the reason
@@ -14,15 +16,15 @@
 -- when they are not; the holder revoked ("" and 0 when none). Status "EXHAUSTED" (and the rest as
 -- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
 --
--- In this order, in one step: settle; the retry of the last revoke with a request id (same admin
--- and request id, within the window of ARGV[12] counted from rv_at_us against TIME) answers what
--- that revoke answered and changes nothing; a held lease is revoked: a new epoch
+-- In this order, in one step: settle; the retry of a revoke with a request id (same session, admin
+-- and request id, within the window of ARGV[12]: KEYS[10] expires with it) answers what that
+-- revoke answered and changes nothing, whatever revokes of the session came in between; a held lease is revoked: a new epoch
 -- (lease.NextEpoch, as a grant mints it), no holder, granted_us = expires_us = now, one more
 -- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
 -- the handoff in progress, if any, ends (a request with the lease revoked, or the reservation of a
 -- free lease), silently: clear_handoff deletes its fields whether or not a lease is revoked; a
 -- positive block sets block_until_us to now + the block, replacing the old block whether it ends
--- earlier or later; a request id remembers the answer (rv_* fields, see state.lua).
+-- earlier or later; a request id keeps the answer in KEYS[10] for the window.
 --
 -- Events: what settle announces; then "revoked" (the new epoch, no holder, the holder revoked as
 -- prev, the reason) when a lease was revoked; nothing else (a revoke of a free lease, a block and a
@@ -41,6 +43,9 @@ local window_ms = arg_int(12, 0, MAX_EPOCH)
 if admin == '' or reason == '' then
   error('tablease: ARGV[8] and ARGV[9] must not be empty')
 end
+if (request ~= '') ~= (KEY_REVOKE ~= nil) then
+  error('tablease: the key of the revoke\'s answer is given with a request id, and only then')
+end
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()
@@ -55,12 +60,10 @@ settle(s, now)
 
 -- Answer a retry as the revoke it retries was answered.
 if request ~= '' then
-  local m = redis.call('HMGET', KEY_STATE, 'rv_admin', 'rv_req', 'rv_at_us', 'rv_revoked',
-    'rv_epoch', 'rv_until_us', 'rv_ptab', 'rv_pep')
-  local at = tonumber(m[3])
-  if m[1] == admin and m[2] == request and at ~= nil and now - at <= window_ms * 1000 then
-    return finish(s, now, {'OK', tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
-      m[7] or '', tonumber(m[8]) or 0, now})
+  local m = redis.call('GET', KEY_REVOKE)
+  if m then
+    local a = cmsgpack.unpack(m) -- {revoked, epoch, until_us, previous tab, previous epoch}
+    return finish(s, now, {'OK', a[1], a[2], a[3], a[4], a[5], now})
   end
 end
 
@@ -103,10 +106,10 @@ local ptab, pep = '', 0
 if previous ~= nil then
   ptab, pep = previous.tab, previous.epoch
 end
-if request ~= '' then
-  redis.call('HSET', KEY_STATE, 'rv_admin', admin, 'rv_req', request, 'rv_at_us', int(now),
-    'rv_revoked', revoked and '1' or '0', 'rv_epoch', int(s.epoch), 'rv_until_us', int(until_us),
-    'rv_ptab', ptab, 'rv_pep', int(pep), 'keep_us', int(now + window_ms * 1000))
+if request ~= '' and window_ms > 0 then
+  redis.call('SET', KEY_REVOKE, cmsgpack.pack({revoked and 1 or 0, s.epoch, until_us, ptab, pep}),
+    'PX', int(window_ms))
+  redis.call('HSET', KEY_STATE, 'keep_us', int(now + window_ms * 1000))
   s.keep_us = now + window_ms * 1000
 end
 return finish(s, now, {'OK', revoked and 1 or 0, s.epoch, until_us, ptab, pep, now})

@@ -20,8 +20,13 @@
 -- The scripts that change a session (acquire, release, revoke, join, leave; renew.lua says why not
 -- renew) get one more:
 --   KEYS[8]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
--- and revoke.lua, the one script that records admins' actions, a ninth:
+-- and revoke.lua, the one script that records admins' actions, a ninth, and a tenth when the
+-- revoke has a request id:
 --   KEYS[9]  <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
+--   KEYS[10] <prefix>:{<sub>}:revoke:<sid>/<admin>/<request id>
+--                                            the answer of the revoke the admin made with that
+--                                            request id, for its retries (revoke.lua); "/" is in no
+--                                            identifier, so the name is read one way only
 -- All get the same first seven ARGV, the engine's options:
 --   ARGV[1]  the length of the event log (LTRIM; see events.lua)
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
@@ -64,14 +69,9 @@
 --                        must exceed it even when the log was trimmed or expired (events.lua)
 --   block_until_us       store time (µs) until which an admin blocked grants (revoke.lua); grants
 --                        are refused while it is after now
---   rv_admin, rv_req,    the last revoke that had a request id: its admin, its request id and its
---   rv_at_us             store time (µs); a retry within the retry window (rv_at_us plus the
---                        window, against TIME) is answered as that revoke was (revoke.lua):
---   rv_revoked, rv_epoch, rv_until_us, rv_ptab, rv_pep
---                        its answer: revoked ("1"|"0"), the epoch, the end of the block (0: none),
---                        and the holder revoked ("" and 0: none)
 --   keep_us              store time (µs) when the retry window of the last revoke with a request
---                        id ends: the hash is kept at least until then (keep in admin.lua)
+--                        id ends: the hash is kept at least until then (keep in admin.lua), as
+--                        that revoke's answer is (KEYS[10])
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -100,7 +100,7 @@
 -- another's).
 local KEYS, ARGV
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY
-local KEY_AUDIT_ADMIN
+local KEY_AUDIT_ADMIN, KEY_REVOKE
 local PREFIX, USER, SESSION
 local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 -- CHANNEL is where every event of every session under the prefix is published (events.lua);
@@ -157,14 +157,14 @@ local function begin(keys, argv, lease_form)
   end
   if LEASE_ONLY then
     KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_REPLY = nil, nil, nil, nil, nil, nil
-    KEY_AUDIT_ADMIN, KEY_KNOWN = nil, KEYS[2]
+    KEY_AUDIT_ADMIN, KEY_REVOKE, KEY_KNOWN = nil, nil, KEYS[2]
     if KEY_KNOWN ~= TAG .. 'known' then
       error('tablease: KEYS[2] is not the sessions kept of the user of KEYS[1]')
     end
   else
     KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[2], KEYS[3], KEYS[4]
     KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-    KEY_AUDIT_ADMIN = KEYS[9]
+    KEY_AUDIT_ADMIN, KEY_REVOKE = KEYS[9], KEYS[10]
     if KEY_EVENTS ~= TAG .. 'log:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
         or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
       error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
@@ -177,6 +177,12 @@ local function begin(keys, argv, lease_form)
     end
     if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
       error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
+    end
+    if KEY_REVOKE ~= nil then
+      local head = TAG .. 'revoke:' .. SESSION .. '/'
+      if string.sub(KEY_REVOKE, 1, #head) ~= head or #KEY_REVOKE == #head then
+        error('tablease: KEYS[10] is not a revoke of the session of KEYS[1]')
+      end
     end
   end
   if PREFIX ~= CHANNEL_PREFIX then

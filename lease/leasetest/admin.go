@@ -537,6 +537,10 @@ func testRevokeRetried(t *testing.T, newTarget Factory) {
 	if !r2.Revoked || r2.Previous == nil || *r2.Previous != (lease.Previous{TabID: "tab-b", Epoch: b.Epoch}) {
 		t.Errorf("a revoke by another admin with the same request id = %s, want tab-b at %d revoked", showResult(r2), b.Epoch)
 	}
+	// A retry is answered as the first whatever revokes of the session came in between.
+	if again := f.revoke(adm, req1); !sameResult(again, r1) {
+		t.Errorf("the retried revoke after another revoke = %s, want the first answer %s", showResult(again), showResult(r1))
+	}
 
 	// A retry of a revoke that found the lease free answers false again, whoever holds it now.
 	req3 := revokeReq(key, "nothing yet")
@@ -564,6 +568,9 @@ func testRevokeRetried(t *testing.T, newTarget Factory) {
 	r5 := f.revoke(adm, revokeReq(key, "plain"))
 	if !r5.Revoked || r5.Previous == nil || r5.Previous.TabID != "tab-c" {
 		t.Errorf("a revoke without a request id = %s, want tab-c revoked", showResult(r5))
+	}
+	if again := f.revoke(adm, req3); !sameResult(again, r3) {
+		t.Errorf("the retried revoke after a revoke without a request id = %s, want the first answer %s", showResult(again), showResult(r3))
 	}
 
 	// A retried block answers the first block's end and records nothing more.
