@@ -1,12 +1,13 @@
 # tablease as a small non-root image: a static binary built in a Go image, copied into Alpine
 # (which brings wget for the healthchecks of docker-compose.yml and CA certificates for rediss://).
-#   docker build -t tablease .
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t tablease .
 FROM golang:1.26-alpine AS build
+ARG VERSION=devel
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tablease ./cmd/tablease
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/tablease ./cmd/tablease
 
 FROM alpine:3.22
 RUN apk add --no-cache ca-certificates && adduser -D -H -u 10001 tablease

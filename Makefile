@@ -6,5 +6,8 @@ test: ## every test: installs redis-server if missing, go vet, go test -race
 run: ## tablease on the embedded memory engine, in dev mode
 	go run ./cmd/tablease serve --dev
 
-build:
-	go build -o bin/tablease ./cmd/tablease
+# VERSION is what `tablease version` prints: the commit, from git, unless given.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+build: ## bin/tablease, its version the commit it was built from
+	go build -ldflags "-X main.version=$(VERSION)" -o bin/tablease ./cmd/tablease

@@ -388,7 +388,11 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		if v.env == "TABLEASE_DEV" {
 			continue // a boolean flag, below
 		}
-		flagValues[v.env] = fs.String(FlagName(v.env), "", v.help+" ("+v.env+")")
+		help := v.help + " (" + v.env
+		if v.def != "" {
+			help += "; default " + v.def // the flag's own default is "": unset, so the variable counts
+		}
+		flagValues[v.env] = fs.String(FlagName(v.env), "", help+")")
 	}
 	dev := fs.Bool("dev", false, "dev mode (TABLEASE_DEV=true)")
 	fs.Usage = func() {

@@ -32,7 +32,8 @@ func (l Limits) Validate() error {
 		case i == 0 && f.d <= 0:
 			return &InvalidError{Field: f.name, Reason: "must be positive"}
 		case i > 0 && f.d < fields[i-1].d:
-			return &InvalidError{Field: f.name, Reason: fmt.Sprintf("must not be below %s (%v)", fields[i-1].name, fields[i-1].d)}
+			// Both values, since either may be the one set wrong.
+			return &InvalidError{Field: f.name, Reason: fmt.Sprintf("%v must not be below %s (%v)", f.d, fields[i-1].name, fields[i-1].d)}
 		}
 	}
 	return nil
