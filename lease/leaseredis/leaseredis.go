@@ -514,8 +514,9 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 // ServerMismatch reports what a URL of one server (neither Sentinel nor Cluster) gets wrong about
 // the server it reached: a Cluster node, whose functions publish on shard channels that the plain
 // client does not hear (events would be lost), or a replica, which refuses every change with
-// READONLY. It answers nil for Sentinel and Cluster clients, which find their nodes themselves,
-// and when the server does not answer: there is nothing to tell yet.
+// READONLY. It answers nil for a Cluster client, and a Sentinel client asks the primary the
+// Sentinels name, which passes; also nil when the server does not answer (nothing to tell yet)
+// or refuses INFO.
 func (e *Engine) ServerMismatch(ctx context.Context) error {
 	c, ok := e.client.(*redis.Client)
 	if !ok || e.closed.Load() {
