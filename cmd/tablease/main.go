@@ -12,12 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	redis.SetLogger(redisLog{&serveLog})
+	redis.SetLogger(redisLog{log: &serveLog, limit: newLogLimit(time.Now)})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Main(ctx, os.Args[1:])
 	stop()

@@ -279,7 +279,7 @@ func TestGoRedisLinesGoIntoTheServiceLog(t *testing.T) {
 	var buf bytes.Buffer
 	var p atomic.Pointer[slog.Logger]
 	p.Store(slog.New(slog.NewJSONHandler(&buf, nil)))
-	redisLog{&p}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s\n", 2, "connection refused")
+	redisLog{log: &p}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s\n", 2, "connection refused")
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatalf("not one JSON line: %q: %v", buf.String(), err)
@@ -287,5 +287,34 @@ func TestGoRedisLinesGoIntoTheServiceLog(t *testing.T) {
 	if line["level"] != "WARN" || line["msg"] != "redis client" ||
 		line["detail"] != "redis: connection pool: failed to dial after 2 attempts: connection refused" {
 		t.Fatalf("logged %v", line)
+	}
+}
+
+// TestGoRedisLinesRepeatedWithinASecondAreCounted: while Redis is out of reach go-redis writes the
+// same line many times a second; one a second of each format is logged, with the number left out.
+func TestGoRedisLinesRepeatedWithinASecondAreCounted(t *testing.T) {
+	var buf bytes.Buffer
+	var p atomic.Pointer[slog.Logger]
+	p.Store(slog.New(slog.NewJSONHandler(&buf, nil)))
+	now := time.Unix(1_800_000_000, 0)
+	r := redisLog{log: &p, limit: newLogLimit(func() time.Time { return now })}
+	const dial = "redis: failed to dial %s\n"
+	for range 25 {
+		r.Printf(context.Background(), dial, "127.0.0.1:6379")
+	}
+	r.Printf(context.Background(), "redis: sentinel %s does not answer\n", "s1") // another format
+	now = now.Add(time.Second)
+	r.Printf(context.Background(), dial, "127.0.0.1:6379")
+	var lines []map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 3 || lines[0]["repeated"] != nil || lines[1]["detail"] != "redis: sentinel s1 does not answer" ||
+		lines[2]["repeated"] != float64(24) {
+		t.Fatalf("logged %v; want the first dial line, the sentinel line, then a dial line saying 24 were left out", lines)
 	}
 }

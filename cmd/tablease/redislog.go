@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // redisLog carries go-redis's own log lines (a pool that cannot dial, a sentinel that does not
@@ -13,17 +15,61 @@ import (
 // go-redis writes to stderr. go-redis has one logger per process: main installs a redisLog of
 // serveLog, which serve points at its logger. Tests, which run many servers in one process, leave
 // go-redis's own.
+//
+// While Redis is out of reach go-redis writes the same line many times a second (every dial of
+// every pool, every sentinel asked), so a line whose format was logged within the last second is
+// only counted, and the next one logged says how many were left out ("repeated").
 type redisLog struct {
-	log *atomic.Pointer[slog.Logger] // nil until a serve starts: slog's default then
+	log   *atomic.Pointer[slog.Logger] // nil until a serve starts: slog's default then
+	limit *logLimit
 }
 
 // serveLog is the logger of the running serve.
 var serveLog atomic.Pointer[slog.Logger]
 
+// logLimit is the last time each format of go-redis's lines was logged, and how many lines of it
+// were left out since. go-redis has a few dozen formats, so the map stays small.
+type logLimit struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	last map[string]time.Time
+	left map[string]int
+}
+
+func newLogLimit(now func() time.Time) *logLimit {
+	return &logLimit{now: now, last: map[string]time.Time{}, left: map[string]int{}}
+}
+
+// allow reports whether a line of format may be logged now, and how many were left out before it.
+func (l *logLimit) allow(format string) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if last, ok := l.last[format]; ok && now.Sub(last) < time.Second {
+		l.left[format]++
+		return false, 0
+	}
+	left := l.left[format]
+	l.last[format], l.left[format] = now, 0
+	return true, left
+}
+
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	repeated := 0
+	if r.limit != nil {
+		ok, left := r.limit.allow(format)
+		if !ok {
+			return
+		}
+		repeated = left
+	}
 	log := r.log.Load()
 	if log == nil {
 		log = slog.Default()
 	}
-	log.WarnContext(ctx, "redis client", "detail", strings.TrimSpace(fmt.Sprintf(format, v...)))
+	attrs := []any{"detail", strings.TrimSpace(fmt.Sprintf(format, v...))}
+	if repeated > 0 {
+		attrs = append(attrs, "repeated", repeated)
+	}
+	log.WarnContext(ctx, "redis client", attrs...)
 }

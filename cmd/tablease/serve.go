@@ -269,8 +269,10 @@ func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *s
 	defer cancel()
 	st, err := srv.SeedCatalog(sctx)
 	switch {
+	case err != nil && cfg.CatalogFile == "":
+		log.Warn("could not read the stored catalog; serving an empty one until the store answers", "err", err)
 	case err != nil:
-		log.Warn("could not read the stored catalog; serving the file's catalog until the store answers", "err", err)
+		log.Warn("could not read the stored catalog; serving the file's catalog until the store answers", "err", err, "file", cfg.CatalogFile)
 	case st.Source == catalog.FromNone:
 		log.Info("no tool catalog: serving an empty one (set TABLEASE_CATALOG_FILE or PUT /v1/admin/catalog)")
 	case st.Seeded:
