@@ -18,9 +18,10 @@
 --
 -- In this order, in one step: settle; the retry of a revoke with a request id (same session, admin
 -- and request id, within the window of ARGV[12]: KEYS[10] expires with it) answers what that
--- revoke answered and changes nothing, whatever revokes of the session came in between; a held lease is revoked: a new epoch
--- (lease.NextEpoch, as a grant mints it), no holder, granted_us = expires_us = now, one more
--- transition, and the epoch marked ended (ended_epoch) so that no expiry is ever announced of it;
+-- revoke answered and changes nothing, whatever revokes of the session came in between; a held
+-- lease is revoked: a new epoch (lease.NextEpoch, as a grant mints it), no holder, granted_us =
+-- expires_us = now, one more transition, and the epoch marked ended (ended_epoch) so that no
+-- expiry is ever announced of it;
 -- the handoff in progress, if any, ends (a request with the lease revoked, or the reservation of a
 -- free lease), silently: clear_handoff deletes its fields whether or not a lease is revoked; a
 -- positive block sets block_until_us to now + the block, replacing the old block whether it ends
