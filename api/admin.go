@@ -182,8 +182,10 @@ func (s *Server) adminRevoke(c echo.Context) error {
 		Reason: reason,
 		Block:  time.Duration(blockMs) * time.Millisecond,
 	}
-	// A client that retries with the same X-Request-ID gets the first answer again.
-	if id := requestID(c); lease.ValidateID("requestId", id) == nil {
+	// A client that retries with the same X-Request-ID gets the first answer again. Only the
+	// client's own id names the revoke: one the server made up for this request can never be sent
+	// again, so remembering its answer would only cost the store.
+	if id := c.Request().Header.Get(echo.HeaderXRequestID); saneRequestID(id) && lease.ValidateID("requestId", id) == nil {
 		req.RequestID = id
 	}
 	res, err := s.admin.Revoke(c.Request().Context(), req)
