@@ -28,6 +28,9 @@ const (
 	// CodeTooManySessions (409): the user has state for as many sessions as
 	// TABLEASE_SESSIONS_PER_USER allows, and the call would add one.
 	CodeTooManySessions = "TOO_MANY_SESSIONS"
+	// CodeTooManyTabs (409): the session's presence list holds lease.MaxPresence connections and
+	// this one is new; details.limit.
+	CodeTooManyTabs = "TOO_MANY_TABS"
 	// CodePreconditionFailed (412): If-Match names a version that is no longer current.
 	CodePreconditionFailed = "PRECONDITION_FAILED"
 	// CodePreconditionRequired (428): a conditional write came without If-Match.
@@ -51,6 +54,7 @@ var Codes = map[string]int{
 	CodeHandoffPending:       http.StatusConflict,
 	CodeSessionBlocked:       http.StatusLocked,
 	CodeTooManySessions:      http.StatusConflict,
+	CodeTooManyTabs:          http.StatusConflict,
 	CodePreconditionFailed:   http.StatusPreconditionFailed,
 	CodePreconditionRequired: http.StatusPreconditionRequired,
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
@@ -110,6 +114,7 @@ var domainErrors = []struct {
 	{lease.ErrHandoffPending, CodeHandoffPending, true, "a handoff is in progress: the holder was asked to let go, or the lease is reserved for the tab that asked"},
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrTooManySessions, CodeTooManySessions, false, "this user has as many sessions as allowed; a session is forgotten ten minutes after its last use"},
+	{lease.ErrTooManyTabs, CodeTooManyTabs, false, "this session lists as many tab connections as allowed; an entry lapses when its tab stops refreshing it"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
 	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},
 	{catalog.ErrTooLarge, CodePayloadTooLarge, false, "the catalog is larger than 1 MiB once normalized"},
@@ -136,6 +141,7 @@ func errorFor(err error) *Error {
 			retry *lease.RetryError
 			vm    *lease.VersionMismatchError
 			limit *lease.SessionLimitError
+			tabs  *lease.TabLimitError
 		)
 		switch {
 		case errors.As(err, &inv):
@@ -160,6 +166,8 @@ func errorFor(err error) *Error {
 			out.Details = map[string]any{"version": vm.Current}
 		case errors.As(err, &limit):
 			out.Details = map[string]any{"limit": limit.Limit}
+		case errors.As(err, &tabs):
+			out.Details = map[string]any{"limit": tabs.Limit}
 		}
 		if row.code == CodeStoreUnavailable {
 			out.RetryAfter = storeRetryAfter

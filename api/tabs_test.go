@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -337,4 +338,21 @@ func TestThePresenceAnswerHasItsDocumentedKeys(t *testing.T) {
 	if m["tabId"] != "t1" {
 		t.Fatalf("%s", rec.Body)
 	}
+}
+
+// TestASessionListsAtMostMaxPresenceTabs: a PUT of one tab more than the session may list is 409
+// TOO_MANY_TABS with the limit, and a PUT of a listed tab still refreshes it.
+func TestASessionListsAtMostMaxPresenceTabs(t *testing.T) {
+	onEachEngine(t, 0, nil, func(t *testing.T, h *harness) {
+		alice := h.token("alice")
+		for i := range lease.MaxPresence {
+			h.putTab(alice, "doc-1", fmt.Sprintf("tab-%d", i), "")
+		}
+		rec := h.do(request{method: http.MethodPut, path: tabPath("doc-1", "tab-new"), token: alice})
+		e := wantError(t, rec, http.StatusConflict, CodeTooManyTabs)
+		if e.Error.Details["limit"] != float64(lease.MaxPresence) || *e.Error.Retryable {
+			t.Errorf("details %v, retryable %v; want the limit %d, not retryable", e.Error.Details, *e.Error.Retryable, lease.MaxPresence)
+		}
+		h.putTab(alice, "doc-1", "tab-7", `{"label":"still here"}`)
+	})
 }

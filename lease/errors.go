@@ -22,7 +22,22 @@ var (
 	ErrUnavailable = errors.New("lease: store unavailable")
 	// ErrTooManySessions: the user has state for as many sessions as the engine allows.
 	ErrTooManySessions = errors.New("lease: too many sessions")
+	// ErrTooManyTabs: the session's presence list holds MaxPresence connections already.
+	ErrTooManyTabs = errors.New("lease: too many tabs")
 )
+
+// TabLimitError says that a Presence.Join would list one connection more than Limit in the
+// session's presence list (see MaxPresence).
+type TabLimitError struct {
+	Limit int
+}
+
+func (e *TabLimitError) Error() string {
+	return fmt.Sprintf("lease: the session lists %d connections already, the most allowed", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooManyTabs) true.
+func (e *TabLimitError) Is(target error) bool { return target == ErrTooManyTabs }
 
 // SessionLimitError says that a call would give its user one session more than Limit (see
 // SessionLimit).

@@ -85,6 +85,13 @@ func RenewAfter(ttl time.Duration) time.Duration {
 // lost its data. The audit log is kept apart and outlives the sessions it records.
 const DefaultIdleRetention = 10 * time.Minute
 
+// MaxPresence bounds the presence list of a session: a Presence.Join of a connection the list
+// does not hold fails with *TabLimitError (ErrTooManyTabs) while it holds MaxPresence live
+// connections, and changes nothing; a refresh of a listed connection never fails so. One user's
+// tabs on one session are a handful; the bound keeps a client that invents tab ids from making
+// every join, snapshot and presence answer of the session ever larger.
+const MaxPresence = 100
+
 // Engines may bound the number of sessions each user has state for (held, or free and not yet
 // forgotten, see DefaultIdleRetention; an admin's revoke is never refused by the bound):
 // an Acquire or Presence.Join that would give the user one more fails with *SessionLimitError

@@ -41,6 +41,9 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 
 	pk := presenceKey{tab.TabID, conn}
 	p := s.present[pk]
+	if p == nil && len(s.present) >= lease.MaxPresence { // settle dropped the expired entries
+		return 0, &lease.TabLimitError{Limit: lease.MaxPresence}
+	}
 	listed := s.listed(tab.TabID)
 	if p == nil {
 		p = &presenceEntry{connectedAt: now}

@@ -7,9 +7,12 @@
 -- ARGV[10] label
 -- ARGV[11] "1" when the tab is hidden, "0" when visible
 -- ARGV[12] the presence TTL in milliseconds
+-- ARGV[13] the most connections the session's presence list may hold (lease.MaxPresence)
 -- Answers {"OK", now}: the entry lives until now + TTL; the connection keeps the time it first
 -- joined. Answers {"FULL", now} and changes nothing when the session has no state and the user is
--- at the limit of sessions (admit in admin.lua).
+-- at the limit of sessions (admit in admin.lua); {"TABS_FULL", now} and changes nothing when the
+-- connection is not listed and the list holds ARGV[13] live connections (settle dropped the
+-- others) already.
 --
 -- Events: what settle announces; then "joined" when the tab was not listed, nothing otherwise (a
 -- refresh, or a second connection of a listed tab).
@@ -18,6 +21,7 @@
 local conn, tab, label = ARGV[8], ARGV[9], ARGV[10]
 local hidden = ARGV[11] == '1' and '1' or '0'
 local ttl_ms = arg_int(12, 1, MAX_EPOCH)
+local max_conns = arg_int(13, 1, MAX_EPOCH)
 if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
   error('tablease: ARGV[8] and ARGV[9] must be identifiers')
 end
@@ -44,6 +48,9 @@ local member = tab .. '/' .. conn
 local connected = now
 local old = redis.call('HGET', KEY_TABINFO, member)
 local listed = true
+if not old and redis.call('ZCARD', KEY_TABS) >= max_conns then
+  return finish(s, now, {'TABS_FULL', now})
+end
 if old then
   connected = tonumber(cjson.decode(old).c) or now
 else

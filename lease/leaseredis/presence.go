@@ -18,7 +18,8 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	if err := lease.ValidateJoin(key, conn, tab); err != nil {
 		return 0, err
 	}
-	v, err := e.change(ctx, op, joinFn, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds())
+	v, err := e.change(ctx, op, joinFn, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds(),
+		lease.MaxPresence)
 	if err != nil {
 		return 0, err
 	}
@@ -31,6 +32,8 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 		return e.presenceTTL, nil
 	case statusFull:
 		return 0, &lease.SessionLimitError{Limit: e.perUser}
+	case statusTabsFull:
+		return 0, &lease.TabLimitError{Limit: lease.MaxPresence}
 	}
 	return 0, unexpected(op, fmt.Sprint(a[0]))
 }

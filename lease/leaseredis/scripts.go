@@ -143,6 +143,7 @@ const (
 	statusKept      = "KEPT"      // release: nothing to release
 	statusFull      = "FULL"      // acquire, join: the user is at the limit of sessions
 	statusDefer     = "DEFER"     // renew, check in the lease form: call again with every key
+	statusTabsFull  = "TABS_FULL" // join: the session lists lease.MaxPresence connections
 )
 
 // replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,

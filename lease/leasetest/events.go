@@ -32,6 +32,7 @@ var eventTests = []struct {
 	{"invalid arguments to watches and presence are refused", testEventsInvalid},
 	{"presence lists the connected tabs and announces joins and leaves", testPresence},
 	{"presence entries that are not refreshed expire and their tabs leave", testPresenceExpiry},
+	{"a session lists at most lease.MaxPresence connections; refreshes go on", testPresenceLimit},
 	{"events and presence reach another instance", testPeerEvents},
 	{"an expiry is announced once when two instances watch the session", testPeerExpiry},
 }
@@ -887,5 +888,41 @@ func testPeerExpiry(t *testing.T, newTarget Factory) {
 	c := f.acquire(key, "tab-last", long, lease.ModeTry)
 	for i, w := range ws {
 		wantEvents(t, fmt.Sprintf("watcher %d after the rounds", i), []lease.Event{w.next()}, granted(c.Epoch, holder("tab-last")))
+	}
+}
+
+func testPresenceLimit(t *testing.T, newTarget Factory) {
+	f := start(t, newTarget, limits)
+	p := f.presence()
+	key := lease.Key{User: "alice", Session: "doc-1"}
+	conn := func(i int) string { return fmt.Sprintf("conn-%d", i) }
+	tab := func(i int) lease.Tab { return lease.Tab{TabID: fmt.Sprintf("tab-%d", i%7)} }
+	for i := range lease.MaxPresence {
+		if _, err := p.Join(f.ctx(), key, conn(i), tab(i)); err != nil {
+			t.Fatalf("Join of connection %d: %v", i, err)
+		}
+	}
+	_, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0))
+	var le *lease.TabLimitError
+	if !errors.Is(err, lease.ErrTooManyTabs) || !errors.As(err, &le) || le.Limit != lease.MaxPresence {
+		t.Fatalf("Join of one connection more = %v, want a *lease.TabLimitError of %d", err, lease.MaxPresence)
+	}
+	// A listed connection is refreshed; the refused one was not listed.
+	if _, err := p.Join(f.ctx(), key, conn(3), tab(3)); err != nil {
+		t.Errorf("a refresh of a listed connection at the limit: %v", err)
+	}
+	if tabs, err := p.Tabs(f.ctx(), key); err != nil || len(tabs) != 7 {
+		t.Errorf("Tabs = %d tabs, %v; want the 7 tabs of the listed connections", len(tabs), err)
+	}
+	// Once one leaves, a new one is listed.
+	if err := p.Leave(f.ctx(), key, conn(5), tab(5).TabID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0)); err != nil {
+		t.Errorf("a Join after a Leave at the limit: %v", err)
+	}
+	// Another session of the user is not bounded by this one's list.
+	if _, err := p.Join(f.ctx(), lease.Key{User: "alice", Session: "doc-2"}, conn(0), tab(0)); err != nil {
+		t.Errorf("a Join on another session: %v", err)
 	}
 }
