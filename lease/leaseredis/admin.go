@@ -213,8 +213,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
 	if req.RequestID != "" {
-		// The answer of the admin's revoke with this request id (KEYS[10], see state.lua).
-		keys = append(keys, e.prefix+":{"+req.Key.User+"}:revoke:"+req.Key.Session+"/"+req.Admin+"/"+req.RequestID)
+		keys = append(keys, e.revokeAnswerKey(req))
 	}
 	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
@@ -390,8 +389,7 @@ func (e *Engine) prune(ctx context.Context, users []string) error {
 		err := e.store(ctx, opList, func(ctx context.Context) error {
 			_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, u := range candidates {
-					tag := e.prefix + ":{" + u + "}:"
-					counts[i] = p.Exists(ctx, e.indexKey(u), e.auditKey(u), e.adminAuditKey(u), tag+"known")
+					counts[i] = p.Exists(ctx, e.indexKey(u), e.auditKey(u), e.adminAuditKey(u), e.knownKey(u))
 				}
 				return nil
 			})

@@ -274,6 +274,12 @@ func (e *Engine) sessionKeys(k lease.Key) []string {
 		e.indexKey(k.User), e.auditKey(k.User), e.knownKey(k.User)}
 }
 
+// revokeAnswerKey is where the answer of req, a revoke with a request id, is kept for its retries
+// (KEYS[10] of revoke.lua, see state.lua).
+func (e *Engine) revokeAnswerKey(req lease.RevokeRequest) string {
+	return e.prefix + ":{" + req.Key.User + "}:revoke:" + req.Key.Session + "/" + req.Admin + "/" + req.RequestID
+}
+
 // knownKey is the key of the sessions of user whose state is kept (see state.lua).
 func (e *Engine) knownKey(user string) string { return e.prefix + ":{" + user + "}:known" }
 
