@@ -235,7 +235,7 @@ func (e *Engine) runTimer() {
 		case <-e.wake:
 			timer.Stop()
 		case <-e.done:
-			return
+			// The loop's top sees e.closed and marks the timer stopped.
 		}
 	}
 }
