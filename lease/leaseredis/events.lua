@@ -10,10 +10,17 @@
 -- nothing: scripts validate first).
 --
 -- The log, KEYS[2], is a list of the last ARGV[1] events, oldest first: each entry is one string,
--- the event's id, a space and the event as JSON ("<ms>-<seq> {…}"). Each append pushes its events
--- and trims the list to exactly ARGV[1] entries, and the list expires ARGV[2] ms after its last
--- append. (A list, not a stream: a stream's first node takes 4 KB, stream-node-max-bytes, however
--- few events it holds, where a list of one event takes about 300 bytes.) Event ids are those of
+-- the event's id, a space and the event as JSON ("<ms>-<seq> {…}"). It is kept only for sessions
+-- that are watched, since only a watch reads it (watch.lua: the replay of a resumed watch): the
+-- watch and settle scripts, which the engine runs for the sessions it has watchers for, create it
+-- when it is missing and keep it ARGV[2] ms more (keep_log), and an append pushes onto it only
+-- when it exists (RPUSHX), trims it to exactly ARGV[1] entries and keeps it ARGV[2] ms after that
+-- event. So the log of a session nobody watched in the last ARGV[2] ms takes no memory, and a
+-- watcher's log holds every event since its watch began. keep_log creates the log with a mark:
+-- the id of the session's last event alone ("<ms>-<seq>", no JSON; "0-0" when it had none), which
+-- stands for the log's start (the events before it are not in the log) and is never replayed.
+-- (A list, not a stream: a stream's first node takes 4 KB, stream-node-max-bytes, however few
+-- events it holds, where a list of one event takes about 300 bytes.) Event ids are those of
 -- lease.NextEventID: the store clock in ms with sequence 0 when it is after the last id, else the
 -- last id with sequence+1, so the entries are in the order of their ids. The last id is kept in the
 -- state hash (event_id) as well as in the list, so ids keep increasing after the log expired.
@@ -108,13 +115,29 @@ local function compare_ids(a, b)
   return 0
 end
 
--- last_entry_id is the id of the newest entry of the log, or ''.
+-- NO_EVENT is the id of the mark of a log created before the session's first event (keep_log).
+local NO_EVENT = '0-0'
+
+-- last_entry_id is the id of the newest entry of the log (its mark's when it has no event since
+-- its creation), or '' when the session has no event in it.
 local function last_entry_id()
   local top = redis.call('LINDEX', KEY_EVENTS, -1)
   if top then
-    return string.match(top, '^%S+')
+    local id = string.match(top, '^%S+')
+    if id ~= NO_EVENT then
+      return id
+    end
   end
   return ''
+end
+
+-- keep_log keeps the log of the watched session s ARGV[2] ms more, creating it with its mark when
+-- it is missing (see above). The watch and settle scripts call it.
+local function keep_log(s)
+  if redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S) == 0 then
+    redis.call('RPUSH', KEY_EVENTS, s.event_id ~= '' and s.event_id or NO_EVENT)
+    redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
+  end
 end
 
 -- read_tabs_first reads the expiry of the session's earliest presence entry into tabs_first, and
@@ -157,7 +180,7 @@ local function clear_handoff(s)
 end
 
 -- append appends the queued audit records (admin.lua), then the queued events to the log with
--- their ids, and publishes the events (or the hint).
+-- their ids when the session has a log, and publishes the events (or the hint).
 local function append(s, now)
   flush_audit(now)
   if #pending == 0 then
@@ -177,7 +200,8 @@ local function append(s, now)
   end
   ms, seq = ms or 0, seq or 0
   local now_ms = math.floor(now / 1000)
-  local id, len
+  local id
+  local len = nil -- the log's length after a push; 0 once a push found no log
   for _, ev in ipairs(pending) do
     if now_ms > ms then
       ms, seq = now_ms, 0
@@ -186,15 +210,19 @@ local function append(s, now)
     end
     id = int(ms) .. '-' .. int(seq)
     local json = cjson.encode(ev)
-    len = redis.call('RPUSH', KEY_EVENTS, id .. ' ' .. json)
+    if len ~= 0 then
+      len = redis.call('RPUSHX', KEY_EVENTS, id .. ' ' .. json)
+    end
     -- The message of publish above, with the event's JSON as encoded for the log.
     publish('{"u":' .. cjson.encode(USER) .. ',"s":' .. cjson.encode(SESSION) .. ',"id":"' .. id ..
       '","ev":' .. json .. ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
   end
-  if len > LOG_LEN then
-    redis.call('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
+  if len ~= 0 then
+    if len > LOG_LEN then
+      redis.call('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
+    end
+    redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
-  redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   redis.call('HSET', KEY_STATE, 'event_id', id)
   s.event_id = id
   pending = {}

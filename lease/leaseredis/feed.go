@@ -231,7 +231,8 @@ func (e *Engine) register(key lease.Key, x *watcher) bool {
 
 // start makes x ready once its watch script answered position: it delivers the held events after
 // position, or ends the watch with lease.ErrResync when one of them was dropped, and schedules the
-// session's settle timer at next (store µs, read at nowUS; 0 for none).
+// session's settle timer at next (store µs, read at nowUS; 0 for none), or sooner to keep its log
+// (keepLog).
 func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -259,9 +260,23 @@ func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next i
 			return
 		}
 	}
-	if next > 0 {
-		e.schedule(key, s, nowUS, next)
+	e.schedule(key, s, nowUS, e.keepLog(nowUS, next))
+}
+
+// keepLogEvery is the shortest time between two runs of the settle script that keep a watched
+// session's log (keepLog), whatever EventLogTTL.
+const keepLogEvery = 100 * time.Millisecond
+
+// keepLog is when the settle timer of a watched session must fire, given its next deadline next
+// (store µs; 0 for none) as read at nowUS: at next, or sooner, a third of the event log's TTL
+// after nowUS (at least keepLogEvery), since the settle script keeps the log of a watched session
+// (settle.lua), which would expire otherwise after a quiet spell and log no more events.
+func (e *Engine) keepLog(nowUS, next int64) int64 {
+	keep := nowUS + max(e.logTTL/3, keepLogEvery).Microseconds()
+	if next > 0 && next < keep {
+		return next
 	}
+	return keep
 }
 
 // forget removes x from the watchers of key, if it is still there: the caller closed the watch or
@@ -381,8 +396,8 @@ func (e *Engine) setTimer(key lease.Key, s *watched, d time.Duration) {
 	s.timer.Reset(d)
 }
 
-// fire runs the settle script of a watched session at its deadline, and schedules the next one.
-// A failed script is retried after settleRetry.
+// fire runs the settle script of a watched session at its deadline (or to keep its log), and
+// schedules the next one. A failed script is retried after settleRetry.
 func (e *Engine) fire(key lease.Key, s *watched) {
 	e.mu.Lock()
 	if e.shut || e.sessions[key] != s {
@@ -407,8 +422,8 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 			s.dueUS = math.MaxInt64
 			e.setTimer(key, s, settleRetry)
 		}
-	case next > 0:
-		e.schedule(key, s, nowUS, next)
+	default:
+		e.schedule(key, s, nowUS, e.keepLog(nowUS, next))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,6 +195,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	ctx := t.Context()
+	mustWatch(t, e, alice, "") // a session has an event log while it is watched
 
 	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
 	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
@@ -505,5 +507,91 @@ func TestEachEventNamesTheSessionsNextDeadline(t *testing.T) {
 	}
 	if now, next := published("the second join"); next != now+ttl {
 		t.Errorf("after the second join, next is %d, want the entry's expiry %d", next, now+ttl)
+	}
+}
+
+// TestASessionHasAnEventLogWhileWatched checks that the log is kept only for watched sessions
+// (events.lua): none for a session nobody watches, one from a watch on, with the session's last
+// event as its mark, kept through a quiet spell longer than its TTL while the watch lasts, and
+// gone its TTL after the last watch.
+func TestASessionHasAnEventLogWhileWatched(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	e, c, db := sharedEngine(t, Options{EventLogTTL: ttl})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:log:doc-1"
+	entries := func() []string { return c.LRange(ctx, log, 0, -1).Val() }
+	resume := func(after string, want ...lease.Event) {
+		t.Helper()
+		w, err := e.Watch(ctx, alice, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if !w.Resumed || len(w.Replay)+len(want) > 0 && !reflect.DeepEqual(w.Replay, want) {
+			t.Fatalf("a watch after %s: Resumed %v, Replay %v; want resumed with %v", after, w.Resumed, w.Replay, want)
+		}
+	}
+
+	// Unwatched: no log, but the events have their ids all the same.
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	mustReleaseLease(t, e, alice, "tab-a", a.Epoch)
+	if n := c.Exists(ctx, log).Val(); n != 0 {
+		t.Fatalf("a session nobody watched has an event log: %q", entries())
+	}
+	released := c.HGet(ctx, db.Prefix()+":{alice}:lease:doc-1", "event_id").Val()
+
+	// A watch starts the log with its mark: the last event, from which it resumes.
+	w := mustWatch(t, e, alice, "")
+	if w.Position != released || !slices.Equal(entries(), []string{released}) {
+		t.Fatalf("the first watch: Position %q, log %q; want the release's id %q as both", w.Position, entries(), released)
+	}
+	resume(released)
+	granted := mustAcquire(t, e, alice, tabB, lease.ModeTry)
+	ev := next(t, w)
+	if got := entries(); len(got) != 2 || !strings.HasPrefix(got[1], ev.ID+" {") {
+		t.Fatalf("the log after a grant = %q, want the mark and the %s event %s", got, ev.Type, ev.ID)
+	}
+	resume(released, ev)
+
+	// A quiet spell twice the log's TTL: the watch keeps the log, which holds the next event.
+	quiet := time.Now()
+	for time.Since(quiet) < 2*ttl {
+		if n := c.Exists(ctx, log).Val(); n != 1 {
+			t.Fatalf("the log of a watched session expired %v into a quiet spell (TTL %v)", time.Since(quiet), ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: "tab-b", Epoch: granted.Epoch, TTL: time.Minute, Hidden: true}); err != nil {
+		t.Fatal(err)
+	}
+	updated := next(t, w)
+	resume(ev.ID, updated)
+
+	// Unwatched again: the log expires, and events are not logged.
+	w.Close()
+	eventually(t, "the log's expiry after the last watch", func() bool { return c.Exists(ctx, log).Val() == 0 })
+	mustReleaseLease(t, e, alice, "tab-b", granted.Epoch)
+	if n := c.Exists(ctx, log).Val(); n != 0 {
+		t.Fatalf("a session nobody watches logged its release: %q", entries())
+	}
+
+	// A session with no event yet: the mark is "0-0", the position empty, and the first event
+	// is replayed after it.
+	bob := lease.Key{User: "bob", Session: "doc-2"}
+	bobLog := db.Prefix() + ":{bob}:log:doc-2"
+	wb := mustWatch(t, e, bob, "")
+	if got := c.LRange(ctx, bobLog, 0, -1).Val(); wb.Position != "" || !slices.Equal(got, []string{"0-0"}) {
+		t.Fatalf("a watch of a session without events: Position %q, log %q; want none and the mark 0-0", wb.Position, got)
+	}
+	mustAcquire(t, e, bob, tabA, lease.ModeTry)
+	first := next(t, wb)
+	w2, err := e.Watch(ctx, bob, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	if !w2.Resumed || len(w2.Replay) != 0 || w2.Position != first.ID {
+		t.Fatalf("a watch after the first event: Resumed %v, Replay %v, Position %q; want resumed at %s with nothing to replay",
+			w2.Resumed, w2.Replay, w2.Position, first.ID)
 	}
 }

@@ -260,7 +260,10 @@ func logTypes(t *testing.T, c *redis.Client, db *redistest.DB, key lease.Key) []
 			} `json:"requester"`
 			Reason string `json:"reason"`
 		}
-		_, data, _ := strings.Cut(en, " ") // "<id> <event JSON>"
+		_, data, isEvent := strings.Cut(en, " ") // "<id> <event JSON>", or the log's mark "<id>"
+		if !isEvent {
+			continue
+		}
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -291,6 +294,7 @@ func TestAHandoffIsIdempotentWhenTheDriverRetriesIt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	c := db.Client(t)
+	mustWatch(t, e, alice, "") // a session has an event log while it is watched
 
 	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
 	// Sent twice: the second finds the first's request pending, and answers its time left.

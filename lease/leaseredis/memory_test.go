@@ -15,7 +15,7 @@ import (
 
 // TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel measures, on a private redis-server, what
 // n sessions of one user cost (INFO used_memory): held with a 200-character label, then released,
-// then once the idle retention has passed. The memory figures of docs/engines.md are these logs
+// then once the idle retention has passed; and the event log of the one session watched. The memory figures of docs/engines.md are these logs
 // (the README's are those of tablease bench). It checks what the figures rest on: a free
 // session's state hash does not grow with the label it had, and once the retention has passed
 // nothing of the sessions is left but the user's audit log.
@@ -54,6 +54,12 @@ func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 		return usedMemory(t, ctx, c)
 	}
 
+	// One session is watched, so that it has an event log to measure; the others have none.
+	w, err := e.Watch(ctx, key(0), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
 	base := used("before")
 	var epochs []int64
 	for i := range n {
@@ -66,6 +72,7 @@ func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 	held := used("held")
 	heldHash := c.MemoryUsage(ctx, "m:{alice}:lease:doc-0").Val()
 	heldLog := c.MemoryUsage(ctx, "m:{alice}:log:doc-0").Val()
+	w.Close()
 	for i := range n {
 		if _, err := e.Release(ctx, lease.ReleaseRequest{Key: key(i), TabID: "tab-" + strconv.Itoa(i), Epoch: epochs[i]}); err != nil {
 			t.Fatal(err)
@@ -106,7 +113,7 @@ func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 	}
 	forgotten := used("forgotten")
 
-	t.Logf("%d sessions of one user, %d-character labels, Redis %s: held %d B each (state hash %d B, event log %d B), "+
+	t.Logf("%d sessions of one user, %d-character labels, Redis %s: held %d B each (state hash %d B; the event log of the watched one %d B), "+
 		"free %d B each (state hash %d B), after the idle retention %d B each (the user's audit log)",
 		n, len(label), redisVersion(t, ctx, c), (held-base)/n, heldHash, heldLog, (free-base)/n, freeHash, (forgotten-base)/n)
 }

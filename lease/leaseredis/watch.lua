@@ -11,7 +11,8 @@
 --   tabs      the tabs present: {tab, label, hidden (1|0), connected µs, …} (see tabs in presence.lua)
 --   next      the session's next deadline in µs (0: none), for the engine's settle timer
 --
--- Events: what settle announces, appended before the position is read.
+-- Events: what settle announces, appended before the position is read. The log is created when
+-- missing and kept (keep_log in events.lua): the session is watched from now on.
 
 -- Validate.
 local after = ARGV[8]
@@ -24,6 +25,7 @@ local now = now_us()
 local s = load()
 settle(s, now)
 flush(s, now)
+keep_log(s)
 
 -- Read the log, the lease and the tabs.
 local position = last_entry_id()
@@ -33,13 +35,14 @@ if after ~= '' and position ~= '' then
   if compare_ids(after, first) >= 0 and compare_ids(after, position) <= 0 then
     -- The entries after ARGV[8] (the list is in the order of the ids), read from the newest back,
     -- in chunks that double, down to the first entry at or before ARGV[8], which must be ARGV[8]
-    -- itself: an id the log never had is unknown.
+    -- itself: an id the log never had is unknown. The log's mark, its oldest entry when it has
+    -- one, is at or before ARGV[8] (first above), so it is never replayed.
     local found = compare_ids(after, position) == 0
     local newer, stop, size, done = {}, -1, 8, found
     while not done do
       local chunk = redis.call('LRANGE', KEY_EVENTS, stop - size + 1, stop)
       for i = #chunk, 1, -1 do
-        local id, json = string.match(chunk[i], '^(%S+) (.*)$')
+        local id, json = string.match(chunk[i], '^(%S+) ?(.*)$')
         if compare_ids(id, after) <= 0 then
           found, done = compare_ids(id, after) == 0, true
           break
