@@ -42,9 +42,9 @@ type Watch struct {
 	Snapshot Lease
 	// Tabs are the tabs present at Position (see Presence.Tabs); nil when there are none.
 	Tabs []Tab
-	// Position is the id of the last event in the session's log when the watch started, or empty
-	// when the log was empty. Snapshot and Tabs include every event up to it; Events delivers the
-	// events after it. It is the SSE id of a snapshot.
+	// Position is the id of the session's last event when the watch started, or empty when the
+	// session had none (or the store forgot it). Snapshot and Tabs include every event up to it;
+	// Events delivers the events after it. It is the SSE id of a snapshot.
 	Position string
 	// Resumed reports that the log still held every event after the caller's after: Replay holds
 	// them (possibly none), and the caller need not start from Snapshot.
