@@ -35,7 +35,7 @@ const MaxBodyBytes = 16 << 10
 // Authorization header is refused with a 401 from 8 KiB (maxAuthHeaderLen).
 const MaxHeaderBytes = 16<<10 - 4<<10
 
-// readyTimeout bounds the store ping of /readyz.
+// readyTimeout bounds the store probe of /readyz (lease.Engine.Ping).
 const readyTimeout = 2 * time.Second
 
 // Options configure a Server. New checks them and names the field that is wrong.

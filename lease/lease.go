@@ -227,7 +227,7 @@ type Engine interface {
 	// Check answers the current lease when tabID holds it at epoch, and *LostError (ErrLost)
 	// otherwise. Guards call it before they let a mutation through.
 	Check(ctx context.Context, key Key, tabID string, epoch int64) (Lease, error)
-	// Ping reports whether the store answers.
+	// Ping reports whether the store answers the engine's calls (a *UnavailableError when not).
 	Ping(ctx context.Context) error
 	// Close releases the engine's resources (not the leases).
 	Close() error

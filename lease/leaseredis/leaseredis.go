@@ -451,15 +451,20 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 	return lease.Lease{}, unexpected("check", status)
 }
 
-// Ping implements lease.Engine: PING, bounded by OpTimeout.
+// pingKey is the session whose keys Ping names (ping.lua reads none of them).
+var pingKey = lease.Key{User: "tablease", Session: "ping"}
+
+// Ping implements lease.Engine: it calls ping.lua, a function of the library that touches no key,
+// so that a Redis that answers PING but would refuse the engine's calls (no @scripting for the
+// ACL user, a read-only replica) is not ready. Bounded by OpTimeout.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.closed.Load() {
-		return &lease.UnavailableError{Op: "ping", Err: ErrClosed}
+	const op = "ping"
+	v, err := e.call(ctx, op, pingFn, []string{e.stateKey(pingKey), e.knownKey(pingKey.User)}, nil)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
-	defer cancel()
-	if err := e.client.Ping(ctx).Err(); err != nil {
-		return &lease.UnavailableError{Op: "ping", Err: err}
+	if v != "PONG" {
+		return &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
 	}
 	return nil
 }

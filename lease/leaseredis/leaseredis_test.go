@@ -1279,3 +1279,55 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 		t.Errorf("ServerMismatch of a server that does not answer = %v, want none", err)
 	}
 }
+
+// TestPingFailsWhereTheCallsWould checks that Ping runs a function of the library: ready on a
+// primary (loading the library when it is missing), not ready for an ACL user that may not run
+// scripts, nor on a read-only replica, though both answer PING.
+func TestPingFailsWhereTheCallsWould(t *testing.T) {
+	primary, replica := redistest.Start(t), redistest.Start(t)
+	c := primary.Client(t)
+	e := engineOn(t, primary.URL(), "", time.Second)
+	if err := e.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping of a primary = %v", err)
+	}
+	if err := c.FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping of a primary without the library = %v, want it loaded", err)
+	}
+	if libs := c.FunctionList(t.Context(), redis.FunctionListQuery{}).Val(); len(libs) != 1 {
+		t.Errorf("libraries after Ping = %d, want the engine's", len(libs))
+	}
+
+	if err := c.Do(t.Context(), "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	noScripts := engineOn(t, "redis://noscripts:pw@"+primary.Addr()+"/0", "", time.Second)
+	if err := noScripts.client.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING as an ACL user without @scripting: %v, want PONG", err)
+	}
+	if err := noScripts.Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Ping as an ACL user without @scripting = %v, want unavailable with NOPERM", err)
+	}
+
+	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	onReplica := engineOn(t, replica.URL(), "", time.Second)
+	if err := replica.Client(t).Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING of the replica: %v", err)
+	}
+	// Once synced, the replica has the library (functions are replicated), and refuses to run it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(replica.Client(t).FunctionList(t.Context(), redis.FunctionListQuery{}).Val()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not get the library")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := onReplica.Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Errorf("Ping of a replica = %v, want unavailable with READONLY", err)
+	}
+}

@@ -15,7 +15,8 @@ import (
 
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
 // script but document.lua, leases.lua, audit.lua and catalog.lua) take the same seven keys (and
-// those whose answer is kept for retries an eighth) and the same first seven arguments. They are
+// those whose answer is kept for retries an eighth; ping.lua, the readiness probe, the two of the
+// lease form, see state.lua) and the same first seven arguments. They are
 // one Redis Functions library (library below): four preludes that define what every session
 // script uses — state.lua (the keys, the common arguments, the state hash and the lease answer),
 // admin.lua (the user's index of held leases and audit log), events.lua (the event log,
@@ -49,6 +50,8 @@ var (
 	watchLua string
 	//go:embed settle.lua
 	settleLua string
+	//go:embed ping.lua
+	pingLua string
 	//go:embed join.lua
 	joinLua string
 	//go:embed leave.lua
@@ -95,12 +98,13 @@ var (
 	leaveFn   = &function{name: "leave", body: leaveLua}
 	tabsFn    = &function{name: "tabs", body: tabsLua, allowOOM: true}
 	revokeFn  = &function{name: "revoke", body: revokeLua}
+	pingFn    = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
 	// library is the source of the library. Its name is "tablease_" and the start of the SHA-1
 	// of the source, so that instances of different versions sharing a Redis each call their own
 	// functions, named <library name>_<function> (function.fcall).
 	library = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
-		settleFn, joinFn, leaveFn, tabsFn, revokeFn)
+		settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
 )
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
