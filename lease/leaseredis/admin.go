@@ -905,8 +905,16 @@ func parseAuditEntry(user string, x any) (auditEntry, error) {
 	if until != 0 {
 		rec.Until = micros(until)
 	}
-	if tab, ok := f["ptab"]; ok {
-		rec.Previous = &lease.Previous{TabID: tab, Epoch: pep}
+	// A release's holder before it, and an expiry's epoch before it, are implied (admin.lua).
+	ptab, hasPrevious := f["ptab"]
+	if !hasPrevious && rec.Action == lease.AuditRelease {
+		ptab, hasPrevious = rec.TabID, true
+	}
+	if _, ok := f["pep"]; !ok {
+		pep = epoch
+	}
+	if hasPrevious {
+		rec.Previous = &lease.Previous{TabID: ptab, Epoch: pep}
 	}
 	return auditEntry{pos: pos, rec: rec}, nil
 }

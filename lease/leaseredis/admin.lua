@@ -22,7 +22,11 @@
 --   tab     the acting tab (grant, takeover, handoff, release)
 --   adm     the acting admin (revoke, block)
 --   ptab    the holder before the change, and its epoch in pep (takeover, handoff: the tab that
---           handed the lease over, release, expire, revoke)
+--           handed the lease over, expire, revoke). A release's holder before it is its tab and its
+--           epoch e, and an expiry's epoch before it is e: those are not written again (pep absent
+--           means e; ptab absent in a release means tab), which keeps the two records of most
+--           sessions, grant and release, to the same five fields, whose names a stream node then
+--           stores once. (Records written before this rule have them; both read alike.)
 --   r       the admin's reason (revoke, block)
 --   until   the end of a block in µs (block)
 -- Entry ids are "<ms>-<seq>" by the rule of lease.NextEventID (the store clock in ms, or the newest

@@ -608,3 +608,55 @@ func TestAnAuditLogAheadOfTheClockIsContinued(t *testing.T) {
 		t.Fatalf("Audit = %+v, want the takeover, the grant, then the entry ahead of the clock", recs)
 	}
 }
+
+// TestAReleaseRecordsNoFieldItImplies checks the audit entries of the usual session, a grant and a
+// release: the same five fields, the release's holder before it implied by its tab and epoch
+// (admin.lua), and that a release or expiry recorded with ptab and pep, as earlier versions wrote
+// them, reads the same.
+func TestAReleaseRecordsNoFieldItImplies(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:audit"
+	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	mustReleaseLease(t, e, alice, "tab-a", a.Epoch)
+	entries := c.XRange(ctx, log, "-", "+").Val()
+	if len(entries) != 2 {
+		t.Fatalf("the audit log = %+v, want the grant and the release", entries)
+	}
+	for _, en := range entries {
+		var fields []string
+		for f := range en.Values {
+			fields = append(fields, f)
+		}
+		slices.Sort(fields)
+		if !slices.Equal(fields, []string{"a", "at", "e", "s", "tab"}) {
+			t.Errorf("the %v record's fields = %q, want a, at, e, s, tab", en.Values["a"], fields)
+		}
+	}
+
+	// The same records as earlier versions wrote them, and an expiry with its epoch written twice.
+	epoch := strconv.FormatInt(a.Epoch, 10)
+	at := strconv.FormatInt(a.GrantedAt.UnixMicro(), 10)
+	for _, values := range [][]any{
+		{"s", "doc-2", "a", "release", "e", epoch, "at", at, "tab", "tab-a", "ptab", "tab-a", "pep", epoch},
+		{"s", "doc-2", "a", "expire", "e", epoch, "at", at, "ptab", "tab-b", "pep", epoch},
+		{"s", "doc-2", "a", "expire", "e", epoch, "at", at, "ptab", "tab-b"},
+	} {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := allAudit(t, e, lease.AuditQuery{User: "alice"})
+	if len(recs) != 5 {
+		t.Fatalf("Audit answered %d records, want 5", len(recs))
+	}
+	want := []lease.Previous{{TabID: "tab-b", Epoch: a.Epoch}, {TabID: "tab-b", Epoch: a.Epoch}, {TabID: "tab-a", Epoch: a.Epoch}, {TabID: "tab-a", Epoch: a.Epoch}}
+	for i, w := range want { // newest first: the two expiries, the old release, the new one
+		if p := recs[i].Previous; p == nil || *p != w {
+			t.Errorf("record %d (%s of %s) Previous = %+v, want %+v", i, recs[i].Action, recs[i].Key.Session, p, w)
+		}
+	}
+	if recs[4].Action != lease.AuditGrant || recs[4].Previous != nil {
+		t.Errorf("the grant = %+v, want no holder before it", recs[4])
+	}
+}
