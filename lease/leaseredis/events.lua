@@ -12,8 +12,9 @@
 -- The log, KEYS[2], is a list of the last ARGV[1] events, oldest first: each entry is one string,
 -- the event's id, a space and the event as JSON ("<ms>-<seq> {…}"). It is kept only for sessions
 -- that are watched, since only a watch reads it (watch.lua: the replay of a resumed watch): the
--- watch and settle scripts, which the engine runs for the sessions it has watchers for, create it
--- when it is missing and keep it ARGV[2] ms more (keep_log), and an append pushes onto it only
+-- watch and settle scripts, which the engine runs for the sessions it has watchers for (settle at
+-- least every tenth of ARGV[2]), create it when it is missing and keep it ARGV[2] ms more
+-- (keep_log), and an append pushes onto it only
 -- when it exists (RPUSHX), trims it to exactly ARGV[1] entries and keeps it ARGV[2] ms after that
 -- event. So the log of a session nobody watched in the last ARGV[2] ms takes no memory, and a
 -- watcher's log holds every event since its watch began. keep_log creates the log with a mark:

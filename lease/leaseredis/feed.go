@@ -268,11 +268,13 @@ func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next i
 const keepLogEvery = 100 * time.Millisecond
 
 // keepLog is when the settle timer of a watched session must fire, given its next deadline next
-// (store µs; 0 for none) as read at nowUS: at next, or sooner, a third of the event log's TTL
+// (store µs; 0 for none) as read at nowUS: at next, or sooner, a tenth of the event log's TTL
 // after nowUS (at least keepLogEvery), since the settle script keeps the log of a watched session
-// (settle.lua), which would expire otherwise after a quiet spell and log no more events.
+// (settle.lua), which would expire otherwise after a quiet spell and log no more events. A tenth,
+// so that the log outlives the last watcher by at least nine tenths of its TTL; a settle script
+// a minute per watched session costs Redis less than the presence refreshes of its streams.
 func (e *Engine) keepLog(nowUS, next int64) int64 {
-	keep := nowUS + max(e.logTTL/3, keepLogEvery).Microseconds()
+	keep := nowUS + max(e.logTTL/10, keepLogEvery).Microseconds()
 	if next > 0 && next < keep {
 		return next
 	}

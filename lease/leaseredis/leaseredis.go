@@ -53,8 +53,8 @@ type Options struct {
 	// EventLogTTL is how long a session's log is kept after its last event or its last watcher
 	// (default DefaultEventLogTTL): a watch that resumes after it starts from a snapshot. A session
 	// has a log only from its first watch on (events.lua), which each engine watching it keeps
-	// every third of this TTL, or every 100 ms when that is shorter: a TTL under 300 ms may lose
-	// the log of a quiet watched session. It must be zero or at least a millisecond; it is
+	// every tenth of this TTL (every 100 ms when that is longer), so that it outlives the last
+	// watcher by at least nine tenths of it. It must be zero or at least a millisecond; it is
 	// truncated to whole milliseconds.
 	EventLogTTL time.Duration
 	// WatchBuffer is the number of events a watch buffers for a reader that is behind (default
