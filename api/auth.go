@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tablease/tablease/internal/jwk"
+	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -76,22 +77,11 @@ type accessClaims struct {
 	SID   sidClaim   `json:"sid"`
 }
 
-// UnmarshalJSON reads the claims, refusing an exp, nbf or iat that is not a JSON number: the jwt
-// package would read "9999999999" as a date.
+// UnmarshalJSON reads the claims, refusing an exp, nbf or iat that is not a JSON number
+// (numericdate.Check).
 func (c *accessClaims) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
+	if err := numericdate.Check(b); err != nil {
 		return err
-	}
-	for _, name := range []string{"exp", "nbf", "iat"} {
-		v, ok := raw[name]
-		if !ok || string(v) == "null" {
-			continue
-		}
-		var n json.Number
-		if v[0] == '"' || json.Unmarshal(v, &n) != nil {
-			return fmt.Errorf("%s must be a number", name)
-		}
 	}
 	type plain accessClaims // without this method
 	return json.Unmarshal(b, (*plain)(c))

@@ -31,12 +31,14 @@ package leasetoken
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -157,6 +159,16 @@ type wireClaims struct {
 	Sid   string `json:"sid"`
 	Tab   string `json:"tab"`
 	Epoch int64  `json:"epoch"`
+}
+
+// UnmarshalJSON reads the claims, refusing an exp or iat that is not a JSON number
+// (numericdate.Check).
+func (w *wireClaims) UnmarshalJSON(b []byte) error {
+	if err := numericdate.Check(b); err != nil {
+		return err
+	}
+	type plain wireClaims // without this method
+	return json.Unmarshal(b, (*plain)(w))
 }
 
 // Validate is called by golang-jwt after the signature and the registered claims checked out.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -283,6 +284,8 @@ func TestVerifyRefuses(t *testing.T) {
 		{"no iat", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "iat", nil)), leasetoken.ErrTokenInvalid},
 		{"an iat in the future", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "iat", t0.Add(10*time.Second).Unix())), leasetoken.ErrTokenInvalid},
 		{"no sid", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "sid", nil)), leasetoken.ErrTokenInvalid},
+		{"an exp as a string", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "exp", strconv.FormatInt(t0.Add(time.Minute).Unix(), 10))), leasetoken.ErrTokenInvalid},
+		{"an iat as a string", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "iat", strconv.FormatInt(t0.Unix(), 10))), leasetoken.ErrTokenInvalid},
 		{"an epoch as a string", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", "5")), leasetoken.ErrTokenInvalid},
 		{"a fractional epoch", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", 5.5)), leasetoken.ErrTokenInvalid},
 		{"a negative epoch", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", -1)), leasetoken.ErrTokenInvalid},

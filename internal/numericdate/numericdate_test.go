@@ -1,0 +1,22 @@
+package numericdate
+
+import "testing"
+
+func TestCheck(t *testing.T) {
+	for payload, ok := range map[string]bool{
+		`{"exp":1796337361,"nbf":1796337300,"iat":1796337300}`: true,
+		`{"exp":1796337361.5}`:                                 true,
+		`{"exp":null}`:                                         true,
+		`{"sub":"u"}`:                                          true,
+		`not json`:                                             true, // the decoder's to report
+		`{"exp":"1796337361"}`:                                 false,
+		`{"iat":"1"}`:                                          false,
+		`{"nbf":true}`:                                         false,
+		`{"exp":{"n":1}}`:                                      false,
+		`{"exp":[1]}`:                                          false,
+	} {
+		if err := Check([]byte(payload)); (err == nil) != ok {
+			t.Errorf("Check(%s) = %v, want ok %v", payload, err, ok)
+		}
+	}
+}
