@@ -569,7 +569,11 @@ export class TabLease extends EventTarget {
       }, Math.max(0, this._deadline - this._clock.now()));
     }
     if (changed) this._scheduleViewerRefresh();
-    else if (reason === "confirmed" || reason === "refresh" || reason === "event") this._emit("lease", { lease: this.lease, reason, event });
+    // An answer that confirmed this tab only up to a deadline already past (it arrived late: the
+    // page was frozen, the network slow) is not news of a lease this tab holds now.
+    else if ((reason === "confirmed" && next === "owner") || reason === "refresh" || reason === "event") {
+      this._emit("lease", { lease: this.lease, reason, event });
+    }
   }
 
   _whyNotOwner() {

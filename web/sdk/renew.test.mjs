@@ -232,3 +232,22 @@ test("bad options are refused with a clear message", () => {
   assert.throws(() => new TabLease({ sessionId: "..", getToken: () => "t" }), /sessionId/);
   assert.throws(() => new TabLease({ sessionId: "doc-1" }), /getToken/);
 });
+
+test("a renew answer that arrives after its deadline announces no confirmed lease", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  const confirmed = [];
+  lease.addEventListener("lease", (e) => {
+    if (e.detail.reason === "confirmed") confirmed.push({ at: clock.now(), state: lease.state });
+  });
+  // The renew sent at 16000 is answered 50 s later (a frozen page, a stalled network), when the
+  // deadline it gives (16000 + 45000 - 1500) has passed: news of a lease this tab no longer knows
+  // it holds.
+  server.latencyMs = 50000;
+  await clock.advance(65001);
+  const [renew] = server.callsTo("POST", "/lease/renew");
+  assert.equal(renew.at, 16000);
+  assert.equal(lease.state, "unconfirmed");
+  assert.deepEqual(confirmed, [], "no lease event said this tab's lease was confirmed");
+  await lease.stop({ release: false });
+});
