@@ -9,10 +9,10 @@ import (
 	"fmt"
 )
 
-// Names are the claims Check looks at.
-var Names = []string{"exp", "nbf", "iat"}
+// names are the claims Check looks at.
+var names = []string{"exp", "nbf", "iat"}
 
-// Check answers an error naming the first of Names that payload, a JSON object, has with a value
+// Check answers an error naming the first of names that payload, a JSON object, has with a value
 // that is neither a JSON number nor null; nil otherwise, and for a payload that is not a JSON
 // object (the JSON decoder reports that).
 func Check(payload []byte) error {
@@ -20,7 +20,7 @@ func Check(payload []byte) error {
 	if err := json.Unmarshal(payload, &raw); err != nil {
 		return nil
 	}
-	for _, name := range Names {
+	for _, name := range names {
 		v, ok := raw[name]
 		if !ok || string(v) == "null" {
 			continue

@@ -14,9 +14,8 @@
 -- that are watched, since only a watch reads it (watch.lua: the replay of a resumed watch): the
 -- watch and settle scripts, which the engine runs for the sessions it has watchers for (settle at
 -- least every tenth of ARGV[2]), create it when it is missing and keep it ARGV[2] ms more
--- (keep_log), and an append pushes onto it only
--- when it exists (RPUSHX), trims it to exactly ARGV[1] entries and keeps it ARGV[2] ms after that
--- event. So the log of a session nobody watched in the last ARGV[2] ms takes no memory, and a
+-- (keep_log), and an append pushes onto it only when it exists (RPUSHX), trims it to exactly
+-- ARGV[1] entries and keeps it ARGV[2] ms after that event. So the log of a session nobody watched in the last ARGV[2] ms takes no memory, and a
 -- watcher's log holds every event since its watch began. keep_log creates the log with a mark:
 -- the id of the session's last event alone ("<ms>-<seq>", no JSON; "0-0" when it had none), which
 -- stands for the log's start (the events before it are not in the log) and is never replayed.
@@ -201,8 +200,8 @@ local function append(s, now)
   end
   ms, seq = ms or 0, seq or 0
   local now_ms = math.floor(now / 1000)
-  local id
-  local len = nil -- the log's length after a push; 0 once a push found no log
+  local id, len
+  local logged = true -- until a push finds no log
   for _, ev in ipairs(pending) do
     if now_ms > ms then
       ms, seq = now_ms, 0
@@ -211,14 +210,15 @@ local function append(s, now)
     end
     id = int(ms) .. '-' .. int(seq)
     local json = cjson.encode(ev)
-    if len ~= 0 then
+    if logged then
       len = redis.call('RPUSHX', KEY_EVENTS, id .. ' ' .. json)
+      logged = len > 0
     end
     -- The message of publish above, with the event's JSON as encoded for the log.
     publish('{"u":' .. cjson.encode(USER) .. ',"s":' .. cjson.encode(SESSION) .. ',"id":"' .. id ..
       '","ev":' .. json .. ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
   end
-  if len ~= 0 then
+  if logged then
     if len > LOG_LEN then
       redis.call('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
     end

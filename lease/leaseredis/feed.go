@@ -232,7 +232,7 @@ func (e *Engine) register(key lease.Key, x *watcher) bool {
 // start makes x ready once its watch script answered position: it delivers the held events after
 // position, or ends the watch with lease.ErrResync when one of them was dropped, and schedules the
 // session's settle timer at next (store µs, read at nowUS; 0 for none), or sooner to keep its log
-// (keepLog).
+// (nextSettle).
 func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -260,20 +260,20 @@ func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next i
 			return
 		}
 	}
-	e.schedule(key, s, nowUS, e.keepLog(nowUS, next))
+	e.schedule(key, s, nowUS, e.nextSettle(nowUS, next))
 }
 
 // keepLogEvery is the shortest time between two runs of the settle script that keep a watched
-// session's log (keepLog), whatever EventLogTTL.
+// session's log (nextSettle), whatever EventLogTTL.
 const keepLogEvery = 100 * time.Millisecond
 
-// keepLog is when the settle timer of a watched session must fire, given its next deadline next
+// nextSettle is when the settle timer of a watched session must fire, given its next deadline next
 // (store µs; 0 for none) as read at nowUS: at next, or sooner, a tenth of the event log's TTL
 // after nowUS (at least keepLogEvery), since the settle script keeps the log of a watched session
 // (settle.lua), which would expire otherwise after a quiet spell and log no more events. A tenth,
 // so that the log outlives the last watcher by at least nine tenths of its TTL; a settle script
 // a minute per watched session costs Redis less than the presence refreshes of its streams.
-func (e *Engine) keepLog(nowUS, next int64) int64 {
+func (e *Engine) nextSettle(nowUS, next int64) int64 {
 	keep := nowUS + max(e.logTTL/10, keepLogEvery).Microseconds()
 	if next > 0 && next < keep {
 		return next
@@ -425,7 +425,7 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 			e.setTimer(key, s, settleRetry)
 		}
 	default:
-		e.schedule(key, s, nowUS, e.keepLog(nowUS, next))
+		e.schedule(key, s, nowUS, e.nextSettle(nowUS, next))
 	}
 }
 
