@@ -1,6 +1,6 @@
 -- acquire.lua: grant the lease of a session to a tab, or ask its holder to hand it over.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
+-- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
 -- ARGV[9]  label
@@ -18,7 +18,7 @@
 -- the limit of sessions (admit in admin.lua).
 --
 -- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch;
--- a call go-redis resends after losing its answer is answered from KEYS[8] and changes nothing).
+-- a call go-redis resends after losing its answer is answered from KEYS[9] and changes nothing).
 --
 -- Handoff: see lease.ModeHandoff. After the holder's own acquire, this script checks, for a lease
 -- another tab holds: in mode handoff, a request pending (pending_handoff) answers "PENDING" and
@@ -53,7 +53,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 
 -- Refuse a session the user has no state for when the user is at the limit of sessions.
@@ -76,7 +76,7 @@ if held(s, now) then
     if expires < s.expires_us then
       deadline_earlier()
     end
-    redis.call('HSET', KEY_STATE, 'label', label, 'hidden', hidden and '1' or '0',
+    state_set('label', label, 'hidden', hidden and '1' or '0',
       'expires_us', int(expires), 'ttl_ms', int(ttl_ms))
     s.label, s.hidden, s.expires_us, s.ttl_ms = label, hidden, expires, ttl_ms
     index_add()
@@ -94,7 +94,7 @@ if held(s, now) then
     s.ho_from_tab, s.ho_from_epoch = s.tab, s.epoch
     s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = now + handoff_timeout_ms * 1000, false,
       handoff_reserve_ms
-    redis.call('HSET', KEY_STATE, 'ho_tab', tab, 'ho_label', label,
+    state_set('ho_tab', tab, 'ho_label', label,
       'ho_hidden', hidden and '1' or '0', 'ho_from_tab', s.tab, 'ho_from_epoch', int(s.epoch), 'ho_until_us', int(s.ho_until_us),
       'ho_reserved', '0', 'ho_reserve_ms', int(handoff_reserve_ms))
     local ev = lease_event('handoff_requested', s, now)
@@ -124,11 +124,23 @@ end
 s.tab, s.label, s.hidden = tab, label, hidden
 s.epoch, s.granted_us, s.expires_us, s.ttl_ms = epoch, now, expires, ttl_ms
 s.transitions = s.transitions + 1
-redis.call('HSET', KEY_STATE, 'tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
-  'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
-  'transitions', int(s.transitions))
+if s.parked then
+  -- The grant writes the whole state of a parked session, with the end of its last epoch, so that
+  -- flush moves it to the hash by deleting its field alone (unpark): the event_id is append's.
+  state_set('tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
+    'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
+    'transitions', int(s.transitions), 'ended_epoch', int(s.ended_epoch))
+  s.whole = true
+else
+  state_set('tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
+    'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
+    'transitions', int(s.transitions))
+end
 if s.rel_tab ~= '' then
-  redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+  if not s.parked then
+    redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+  end
+  s.rel_tab, s.rel_epoch = '', 0
 end
 clear_handoff(s) -- a new grant ends every handoff in progress
 index_add()

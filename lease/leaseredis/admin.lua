@@ -37,7 +37,7 @@
 -- (XTRIM MINID ~), and the stream expires ARGV[4] ms after its last append: a user's log outlives
 -- the user's sessions by the retention, and no longer.
 --
--- The records of admins (revoke, block: those with adm) are kept in a second stream, KEYS[9],
+-- The records of admins (revoke, block: those with adm) are kept in a second stream, KEYS[10],
 -- trimmed and expiring alike, and not in KEYS[6]: each takes its id from KEYS[6] (appended there,
 -- untrimmed, and deleted at once, which keeps the id taken), so that the ids of both are one
 -- sequence, and each stream holds about ARGV[3] records of its own kind: the user's own actions
@@ -143,38 +143,78 @@ end
 
 -- admit reports whether the user may have the state s of this session kept: it is kept already
 -- (s.exists), or the user has state for fewer than MAX_SESSIONS sessions (0: no limit).
+-- It forgets the sessions whose state expired: their entries in KEYS[7], and their parked state
+-- in KEYS[8] (see state.lua), up to EXPIRED_LIMIT of those at once (the others go with KEYS[8]).
+local EXPIRED_LIMIT = 256
 local function admit(s, now)
   if MAX_SESSIONS == 0 or s.exists then
     return true
   end
-  redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', int(math.floor(now / 1000)))
+  local now_ms = int(math.floor(now / 1000))
+  local expired = redis.call('ZRANGE', KEY_KNOWN, '-inf', now_ms, 'BYSCORE', 'LIMIT', 0, EXPIRED_LIMIT)
+  if #expired > 0 then
+    redis.call('HDEL', KEY_FREE, unpack(expired))
+    if #expired < EXPIRED_LIMIT then
+      redis.call('ZREM', KEY_KNOWN, unpack(expired))
+    else
+      redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', now_ms)
+    end
+  end
   return redis.call('ZCARD', KEY_KNOWN) < MAX_SESSIONS
 end
 
--- keep sets when the state hash expires (see state.lua): IDLE_MS after the latest of the lease's
--- end, an admin's block, a handoff's end, keep_us (the retry window of the last revoke) and, when
--- changed, now, and up to an eighth of IDLE_MS later: an expiry already set within that eighth is
--- left alone, and a new one is set at its end, so that the renews of a lease move it once in many
--- rather than every time. It sets none while the last epoch is not below the clock at that time
--- (epochs run ahead of the clock only by the grants of one microsecond). The session's score in
--- the known set, KEYS[7], is the same time.
-local function keep(s, now, changed)
+-- keep_until is when the state of s expires, before keep's slack (below): IDLE_MS after the latest
+-- of the lease's end, an admin's block, a handoff's end, keep_us (the retry window of the last
+-- revoke) and, when changed, now; nil while the last epoch is not below the clock at that time
+-- (epochs run ahead of the clock only by the grants of one microsecond): the state is then kept
+-- with no expiry.
+local function keep_until(s, now, changed)
   local until_us = math.max(s.expires_us, s.block_until_us, s.ho_until_us, s.keep_us)
   if changed then
     until_us = math.max(until_us, now)
   end
   local at_ms = math.floor(until_us / 1000) + IDLE_MS
   if s.epoch >= at_ms * 1000 then
-    return
+    return nil
+  end
+  return at_ms
+end
+
+-- keep sets when the state of s expires (see state.lua): at keep_until, and up to an eighth of
+-- IDLE_MS later: an expiry already set within that eighth is left alone, and a new one is set at
+-- its end, so that the renews of a lease move it once in many rather than every time. current is
+-- the expiry the state has (PEXPIRETIME's answer for the hash: -1 for none, -2 for no hash; the
+-- field's for parked state), or had before flush moved it between the hash and a field (fresh:
+-- the state is in a hash or field just written, with no expiry yet). The state is the hash, or the
+-- field of s.parked, which keep writes when fresh or rewrite (its values changed), or when its
+-- expiry moves. The session's score in the known set, KEYS[7], is the same time; the set and
+-- KEYS[8] expire with the latest (and KEYS[8] no earlier than any of its fields).
+local function keep(s, now, changed, current, fresh, rewrite)
+  local at_ms = keep_until(s, now, changed)
+  if at_ms == nil or current == -2 then
+    return -- kept with no expiry, or no state
   end
   local slack = math.floor(IDLE_MS / 8)
-  local current = redis.call('PEXPIRETIME', KEY_STATE)
-  if current == -2 or (current >= at_ms and current <= at_ms + slack) then
-    return -- no state, or kept as long already
+  local moved = current < at_ms or current > at_ms + slack
+  at_ms = moved and at_ms + slack or current
+  if s.parked then
+    if moved or fresh or rewrite then
+      redis.call('HSET', KEY_FREE, SESSION, pack_free(s, at_ms))
+      s.parked = at_ms
+    end
+    if fresh and not moved and redis.call('PEXPIRETIME', KEY_FREE) < at_ms then
+      redis.call('PEXPIREAT', KEY_FREE, int(at_ms))
+    end
+  elseif moved or fresh then
+    redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
   end
-  at_ms = at_ms + slack
-  redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
-  redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
-  local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES') -- the set goes with its last hash
-  redis.call('PEXPIREAT', KEY_KNOWN, last[2])
+  if moved then
+    redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
+    local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES') -- the set goes with its last state
+    redis.call('PEXPIREAT', KEY_KNOWN, last[2])
+    if KEY_FREE ~= nil then
+      redis.call('PEXPIREAT', KEY_FREE, last[2])
+    end
+  end
 end
+

@@ -1,6 +1,6 @@
 -- check.lua: confirm that a tab holds the lease at an epoch. It writes nothing but what settle
 -- announces, and the usual check, which confirms, settles nothing.
--- KEYS[1..7]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
+-- KEYS[1..8]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
 --             state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
@@ -25,7 +25,7 @@ if LEASE_ONLY then
 end
 
 -- Settle expiry.
-s = load_rest(s)
+s = load_rest(s, now)
 settle(s, now)
 
 -- Decide.

@@ -52,12 +52,16 @@ local function events_begin()
   pending, moved_earlier, dropped, tabs_first = {}, false, false, nil
 end
 
--- drop_holder deletes the holder of s and the other fields named, once its lease ended and the end
--- is announced: a free lease keeps no holder. Redis never shrinks a hash that a long value (a
--- label) turned into a hashtable, so flush writes it anew then, as the small listpack it now fits.
+-- drop_holder deletes the holder of s and the other fields named (of s too), once its lease ended
+-- and the end is announced: a free lease keeps no holder. Redis never shrinks a hash that a long
+-- value (a label) turned into a hashtable, so flush writes it anew then, as the small listpack it
+-- now fits, unless it parks the session.
 local function drop_holder(s, ...)
   redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
   s.tab, s.label, s.hidden = '', '', false
+  for _, f in ipairs({...}) do
+    s[f] = type(s[f]) == 'string' and '' or 0
+  end
   dropped = true
 end
 
@@ -224,30 +228,90 @@ local function append(s, now)
     end
     redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
-  redis.call('HSET', KEY_STATE, 'event_id', id)
+  state_set('event_id', id)
   s.event_id = id
   pending = {}
 end
 
+-- parkable reports whether the session s may be parked at now (see state.lua): it has no holder,
+-- no handoff, no block in force and no revoke's retry window, so that it has only the fields that
+-- pack_free holds, and the call has every key.
+local function parkable(s, now)
+  return KEY_FREE ~= nil and s.tab == '' and s.ho_tab == '' and s.block_until_us <= now and
+    s.keep_us <= now
+end
+
+-- unpark moves the parked state s to the state hash, to which the call wrote the rest: the hash
+-- gets the fields of pack_free, as s has them now (unless the call wrote them all: s.whole), and
+-- the field is deleted.
+local function unpark(s)
+  if s.whole then
+    redis.call('HDEL', KEY_FREE, SESSION)
+    s.parked = nil
+    return
+  end
+  local fields = {'epoch', int(s.epoch), 'granted_us', int(s.granted_us), 'expires_us',
+    int(s.expires_us), 'ttl_ms', int(s.ttl_ms), 'transitions', int(s.transitions), 'ended_epoch',
+    int(s.ended_epoch)}
+  local function add(f, v)
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+  if s.rel_tab ~= '' then
+    add('rel_tab', s.rel_tab)
+    add('rel_epoch', int(s.rel_epoch))
+  end
+  if s.event_id ~= '' then
+    add('event_id', s.event_id)
+  end
+  state_set(unpack(fields))
+  redis.call('HDEL', KEY_FREE, SESSION)
+  s.parked = nil
+end
+
 -- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
--- (with its requester's label), appends and publishes the queued records and events, compacts the
--- hash after drop_holder, and sets how long the state hash is kept (keep in admin.lua), counting
--- now as its last change when the script changes sessions or appended something.
+-- (with its requester's label), appends and publishes the queued records and events, parks the
+-- session when it may be and the call changed it (or moves a parked session that may no longer be
+-- back to its hash), compacts the hash after drop_holder, and sets how long the state is kept (keep
+-- in admin.lua), counting now as its last change when the script changes sessions or appended
+-- something.
 local function flush(s, now)
   local changed = KEY_REPLY ~= nil or #pending > 0 or #audit_pending > 0
   if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
     clear_handoff(s)
   end
   append(s, now)
-  if dropped and redis.call('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
+  local park = s.tab == '' and parkable(s, now) and keep_until(s, now, changed) ~= nil
+  if s.parked then
+    local current = s.parked
+    if not park then
+      unpark(s)
+      keep(s, now, changed, current, true, false)
+    elseif state_written then
+      redis.call('DEL', KEY_STATE) -- what the call wrote is in s, and goes to the field (keep)
+      keep(s, now, changed, current, false, true)
+    else
+      keep(s, now, changed, current, false, false)
+    end
+    return
+  end
+  local current = redis.call('PEXPIRETIME', KEY_STATE)
+  if park and current ~= -2 and (dropped or changed) then
+    redis.call('DEL', KEY_STATE)
+    s.parked = current
+    keep(s, now, changed, current, true, true)
+    return
+  end
+  if dropped and current ~= -2 and redis.call('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
     local fields = redis.call('HGETALL', KEY_STATE)
     redis.call('DEL', KEY_STATE)
     redis.call('HSET', KEY_STATE, unpack(fields))
+    current = -1
   end
-  keep(s, now, changed)
+  keep(s, now, changed, current, false, false)
 end
 
--- finish flushes, stores the answer r for the retries of a changing call (KEYS[8], see state.lua),
+-- finish flushes, stores the answer r for the retries of a changing call (KEYS[9], see state.lua),
 -- and answers r.
 local function finish(s, now, r)
   flush(s, now)
@@ -272,7 +336,7 @@ local function reserve_handoff(s, end_us)
     return nil
   end
   s.ho_reserved, s.ho_until_us = true, end_us + s.ho_reserve_ms * 1000
-  redis.call('HSET', KEY_STATE, 'ho_reserved', '1', 'ho_until_us', int(s.ho_until_us))
+  state_set('ho_reserved', '1', 'ho_until_us', int(s.ho_until_us))
   return {tab = s.ho_tab, label = s.ho_label, hidden = s.ho_hidden}
 end
 
@@ -283,7 +347,7 @@ end
 -- and the "expired" event carries its requester. A release and a revoke mark their own epoch.
 local function settle_lease(s, now)
   if s.tab ~= '' and s.epoch ~= 0 and s.ended_epoch ~= s.epoch and s.expires_us <= now then
-    redis.call('HSET', KEY_STATE, 'ended_epoch', int(s.epoch))
+    state_set('ended_epoch', int(s.epoch))
     s.ended_epoch = s.epoch
     index_remove()
     emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},

@@ -538,7 +538,7 @@ func TestASessionHasAnEventLogWhileWatched(t *testing.T) {
 	if n := c.Exists(ctx, log).Val(); n != 0 {
 		t.Fatalf("a session nobody watched has an event log: %q", entries())
 	}
-	released := c.HGet(ctx, db.Prefix()+":{alice}:lease:doc-1", "event_id").Val()
+	released := parkedState(t, c.HGet(ctx, db.Prefix()+":{alice}:free", "doc-1").Val())["event_id"]
 
 	// A watch starts the log with its mark: the last event, from which it resumes.
 	w := mustWatch(t, e, alice, "")

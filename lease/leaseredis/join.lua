@@ -1,6 +1,6 @@
 -- join.lua: list a connection of a tab as present, or refresh it.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
+-- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  connection id
 -- ARGV[9]  tab id
@@ -34,7 +34,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 
 -- Decide.

@@ -269,16 +269,17 @@ func (e *Engine) stateKey(k lease.Key) string {
 }
 
 // sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
-// the event log, the two presence keys, the user's index of held leases, the user's audit log and
-// the user's sessions whose state is kept (see state.lua), all under the user's hash tag.
+// the event log, the two presence keys, the user's index of held leases, the user's audit log, the
+// user's sessions whose state is kept and the state of the user's free sessions (see state.lua),
+// all under the user's hash tag.
 func (e *Engine) sessionKeys(k lease.Key) []string {
 	tag := e.prefix + ":{" + k.User + "}:"
 	return []string{e.stateKey(k), tag + "log:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
-		e.indexKey(k.User), e.auditKey(k.User), e.knownKey(k.User)}
+		e.indexKey(k.User), e.auditKey(k.User), e.knownKey(k.User), tag + "free"}
 }
 
 // revokeAnswerKey is where the answer of req, a revoke with a request id, is kept for its retries
-// (KEYS[10] of revoke.lua, see state.lua).
+// (KEYS[11] of revoke.lua, see state.lua).
 func (e *Engine) revokeAnswerKey(req lease.RevokeRequest) string {
 	return e.prefix + ":{" + req.Key.User + "}:revoke:" + req.Key.Session + "/" + req.Admin + "/" + req.RequestID
 }
@@ -287,7 +288,7 @@ func (e *Engine) revokeAnswerKey(req lease.RevokeRequest) string {
 func (e *Engine) knownKey(user string) string { return e.prefix + ":{" + user + "}:known" }
 
 // replyKey is a new key, unique to one call, under which a script that changes a session of user
-// keeps its answer for the retries of that call (KEYS[8], see state.lua).
+// keeps its answer for the retries of that call (KEYS[9], see state.lua).
 func (e *Engine) replyKey(user string) string {
 	return e.prefix + ":{" + user + "}:reply:" + rand.Text()
 }
@@ -559,7 +560,7 @@ func (e *Engine) eval(ctx context.Context, op string, f *function, key lease.Key
 }
 
 // usual runs f, renew or check, in the lease form (see state.lua), which does the usual renew or
-// check with two keys instead of seven, and runs it again with every key, as eval, when it answers
+// check with two keys instead of eight, and runs it again with every key, as eval, when it answers
 // that the call needs more. Both calls together are bounded by OpTimeout.
 func (e *Engine) usual(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
@@ -572,7 +573,7 @@ func (e *Engine) usual(ctx context.Context, op string, f *function, key lease.Ke
 }
 
 // change runs one session script that changes the session, like eval, with a reply key of its
-// own (KEYS[8]): when go-redis sends the script again after losing its answer, the script answers
+// own (KEYS[9]): when go-redis sends the script again after losing its answer, the script answers
 // what it answered the first time and changes nothing, whatever ran in between.
 func (e *Engine) change(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
 	return e.call(ctx, op, f, append(e.sessionKeys(key), e.replyKey(key.User)), args)

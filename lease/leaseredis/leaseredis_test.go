@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,31 +137,55 @@ func TestStateKeyPutsEveryKeyOfAUserInOneHashTagThatIdentifiersCannotForge(t *te
 	}
 }
 
-func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
+// TestTheStateIsKeptForTheIdleRetentionAfterItsLastUse follows the state of a session through a
+// grant, a renew, a release, a grant and an expiry: a hash while the lease is held, the session's
+// field of the user's free hash while it is free (parked, see state.lua), kept the idle retention
+// after the lease ended or the last change, with the same expiry as the session's score in the
+// user's known sessions.
+func TestTheStateIsKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 	const idle = 1500 * time.Millisecond
 	e, c, db := sharedEngine(t, Options{IdleRetention: idle})
 	ctx := t.Context()
 	key := db.Prefix() + ":{alice}:lease:doc-1"
 	log := db.Prefix() + ":{alice}:log:doc-1"
-	// The keys of the user and of the prefix that admins read (see admin_test.go), and the user's
-	// sessions whose state is kept.
+	// The keys of the user and of the prefix that admins read (see admin_test.go), the user's
+	// sessions whose state is kept and the state of its free sessions.
 	index, audit, users := db.Prefix()+":{alice}:sessions", db.Prefix()+":{alice}:audit", db.Prefix()+":users"
-	known := db.Prefix() + ":{alice}:known"
+	known, free := db.Prefix()+":{alice}:known", db.Prefix()+":{alice}:free"
 
-	// wantHash checks the keys after a change: the hash is kept until the idle retention after
+	// wantState checks the keys after a change: the state is kept until the idle retention after
 	// keptFrom (the end of the lease, or the change), and the user's known sessions say the same;
-	// held says whether the lease is held, and so listed in the user's index.
-	wantHash := func(when string, held bool, keptFrom time.Time) map[string]string {
+	// held says whether the lease is held, and so listed in the user's index, with its state in a
+	// hash rather than parked. It answers the fields of the state.
+	wantState := func(when string, held bool, keptFrom time.Time) map[string]string {
 		t.Helper()
-		if typ := c.Type(ctx, key).Val(); typ != "hash" {
-			t.Fatalf("%s: TYPE %s = %q, want hash", when, key, typ)
+		var at time.Duration
+		var fields map[string]string
+		want := []string{users, audit, known}
+		if held {
+			if typ := c.Type(ctx, key).Val(); typ != "hash" {
+				t.Fatalf("%s: TYPE %s = %q, want hash", when, key, typ)
+			}
+			at = c.PExpireTime(ctx, key).Val()
+			fields = c.HGetAll(ctx, key).Val()
+			want = append(want, key, index)
+		} else {
+			v, err := c.HGet(ctx, free, "doc-1").Result()
+			if err != nil {
+				t.Fatalf("%s: HGET %s doc-1: %v, want the parked state", when, free, err)
+			}
+			fields = parkedState(t, v)
+			at = time.Duration(mustInt(t, fields["at_ms"])) * time.Millisecond
+			if kept := c.PExpireTime(ctx, free).Val(); kept != c.PExpireTime(ctx, known).Val() || kept < at {
+				t.Fatalf("%s: PEXPIRETIME %s = %v, want that of %s, and not before the field's %v", when, free, kept, known, at)
+			}
+			want = append(want, free)
 		}
-		at := c.PExpireTime(ctx, key).Val()
 		if want := time.Duration(keptFrom.UnixMilli())*time.Millisecond + idle; at < want-time.Millisecond || at > want+time.Second {
-			t.Fatalf("%s: PEXPIRETIME %s = %v, want the idle retention after %v (%v)", when, key, at, keptFrom, want)
+			t.Fatalf("%s: the state expires at %v, want the idle retention after %v (%v)", when, at, keptFrom, want)
 		}
 		if score := c.ZScore(ctx, known, "doc-1").Val(); int64(score) != at.Milliseconds() {
-			t.Fatalf("%s: the session's score in %s = %v, want the hash's expiry %d", when, known, score, at.Milliseconds())
+			t.Fatalf("%s: the session's score in %s = %v, want the state's expiry %d", when, known, score, at.Milliseconds())
 		}
 		// Nobody watches the session: it has no event log (TestASessionHasAnEventLogWhileWatched).
 		keys, err := c.Keys(ctx, db.Prefix()+"*").Result()
@@ -171,29 +194,25 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 		}
 		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, db.Prefix()+":{alice}:reply:") })
 		slices.Sort(keys)
-		want := []string{users, audit, key, known}
-		if held {
-			want = append(want, index)
-		}
 		slices.Sort(want)
 		if !slices.Equal(keys, want) {
 			t.Fatalf("%s: keys under the prefix = %q, want %q", when, keys, want)
 		}
-		return c.HGetAll(ctx, key).Val()
+		return fields
 	}
 
 	if _, err := e.Get(ctx, alice); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.Exists(ctx, key, log, known).Val(); n != 0 {
-		t.Fatal("Get created the state key, the log or the known sessions; only a grant should")
+	if n := c.Exists(ctx, key, log, known, free).Val(); n != 0 {
+		t.Fatal("Get created the state, the log or the known sessions; only a grant should")
 	}
 
 	a, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: lease.Holder{TabID: "tab-a", Label: "L", Hidden: true}, TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := wantHash("after a grant", true, a.ExpiresAt)
+	h := wantState("after a grant", true, a.ExpiresAt)
 	want := map[string]string{
 		"tab": "tab-a", "label": "L", "hidden": "1",
 		"epoch":       strconv.FormatInt(a.Epoch, 10),
@@ -202,7 +221,8 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 		"ttl_ms":      "1500",
 		"transitions": "1",
 	}
-	if !regexp.MustCompile(`^[0-9]+-0$`).MatchString(h["event_id"]) {
+	grantEvent, err := lease.ParseEventID(h["event_id"])
+	if err != nil || grantEvent.Seq != 0 {
 		t.Errorf("field event_id = %q, want the id of the grant's event", h["event_id"])
 	}
 	for f, v := range want {
@@ -218,26 +238,38 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantHash("after a renew", true, r1.ExpiresAt)
+	wantState("after a renew", true, r1.ExpiresAt)
 	r, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch})
 	if err != nil || !r.Released {
 		t.Fatalf("Release = %+v, %v", r, err)
 	}
-	h = wantHash("after a release", false, r.Lease.ExpiresAt)
-	if _, ok := h["tab"]; ok || h["label"] != "" || h["epoch"] != want["epoch"] || h["rel_tab"] != "tab-a" || h["rel_epoch"] != want["epoch"] ||
-		h["ended_epoch"] != want["epoch"] {
-		t.Errorf("hash after a release = %v, want no holder, the epoch kept, the release recorded and its end announced", h)
+	h = wantState("after a release", false, r.Lease.ExpiresAt)
+	wantFree := map[string]string{
+		"epoch": want["epoch"], "granted_us": want["granted_us"], "expires_us": strconv.FormatInt(r.Lease.ExpiresAt.UnixMicro(), 10),
+		"ttl_ms": "1200", "transitions": "1", "rel_tab": "tab-a", "rel_epoch": want["epoch"], "ended_epoch": want["epoch"],
+	}
+	for f, v := range wantFree {
+		if h[f] != v {
+			t.Errorf("parked field %s = %q, want %q (state %v)", f, h[f], v, h)
+		}
+	}
+	if id, err := lease.ParseEventID(h["event_id"]); err != nil || id.Compare(grantEvent) <= 0 {
+		t.Errorf("parked event_id = %q, want the release's event, after the grant's %q", h["event_id"], grantEvent)
+	}
+	// The retried release is answered as the first, from the parked state.
+	if again, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch}); err != nil || !again.Released || again.Lease.Epoch != a.Epoch {
+		t.Errorf("a retried Release = %+v, %v; want released, at epoch %d", again, err, a.Epoch)
 	}
 
 	b, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: lease.DefaultLimits.Min})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = wantHash("after a second grant", true, b.ExpiresAt)
-	if _, ok := h["rel_tab"]; ok {
-		t.Errorf("hash after a new grant = %v, want the last release forgotten", h)
+	h = wantState("after a second grant", true, b.ExpiresAt)
+	if _, ok := h["rel_tab"]; ok || h["transitions"] != "2" || h["ended_epoch"] != want["epoch"] || h["event_id"] == "" {
+		t.Errorf("hash after a new grant = %v, want the last release forgotten, two transitions, the first epoch's end and the last event", h)
 	}
-	// Expiry is a comparison with the store clock: the hash stays, with its epoch.
+	// Expiry is a comparison with the store clock: the state stays, with its epoch.
 	deadline := time.Now().Add(10 * time.Second)
 	var announced lease.Lease
 	for {
@@ -257,20 +289,16 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The Get that found it expired announced it, marked its epoch ended and dropped the holder.
-	h = wantHash("after expiry", false, announced.Now)
-	if h["ended_epoch"] != strconv.FormatInt(b.Epoch, 10) {
-		t.Errorf("hash after expiry = %v, want ended_epoch %d", h, b.Epoch)
-	}
-	for _, f := range []string{"tab", "label", "hidden"} {
-		if _, ok := h[f]; ok {
-			t.Errorf("hash after expiry = %v, want no %s: a free session keeps no holder", h, f)
-		}
+	// The Get that found it expired announced it, marked its epoch ended and parked the session,
+	// which keeps no holder.
+	h = wantState("after expiry", false, announced.Now)
+	if h["ended_epoch"] != strconv.FormatInt(b.Epoch, 10) || h["transitions"] != "2" || h["rel_tab"] != "" {
+		t.Errorf("state after expiry = %v, want ended_epoch %d, two transitions and no release", h, b.Epoch)
 	}
 	// Idle for the retention, the session is forgotten; the epoch floor keeps the next grant above.
-	for c.Exists(ctx, key).Val() == 1 {
+	for c.Exists(ctx, free).Val() == 1 {
 		if time.Now().After(deadline.Add(idle)) {
-			t.Fatalf("the hash is still there %v after its expiry", time.Until(deadline))
+			t.Fatalf("the parked state is still there %v after its expiry", time.Until(deadline))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -278,11 +306,55 @@ func TestTheStateIsOneHashKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 		t.Fatalf("Get of a forgotten session = %+v, %v; want epoch 0 and no transitions", g, err)
 	}
 	if n := c.Exists(ctx, known).Val(); n != 0 {
-		t.Errorf("the user's known sessions outlive the last of their hashes")
+		t.Errorf("the user's known sessions outlive the last of their states")
 	}
 	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); l.Epoch <= b.Epoch {
 		t.Errorf("epoch %d after the session was forgotten, want above its last epoch %d", l.Epoch, b.Epoch)
 	}
+}
+
+// parkedState reads the field v of a parked session (pack_free in state.lua) into the fields of
+// the state hash it stands for (those it has), and at_ms, its expiry.
+func parkedState(t *testing.T, v string) map[string]string {
+	t.Helper()
+	p := strings.SplitN(v, " ", 10)
+	if len(p) != 10 {
+		t.Fatalf("parked state %q: %d fields, want 10", v, len(p))
+	}
+	epoch := mustInt(t, p[0])
+	granted := epoch + mustInt(t, p[1])
+	expires := granted + mustInt(t, p[2])
+	endMS := expires / 1000
+	f := map[string]string{
+		"epoch": p[0], "granted_us": strconv.FormatInt(granted, 10), "expires_us": strconv.FormatInt(expires, 10),
+		"ttl_ms": p[3], "transitions": p[4], "at_ms": strconv.FormatInt(endMS+mustInt(t, p[8]), 10),
+	}
+	if p[5] != "" {
+		f["rel_epoch"] = strconv.FormatInt(epoch-mustInt(t, p[5]), 10)
+	}
+	if p[6] != "" {
+		f["ended_epoch"] = strconv.FormatInt(epoch-mustInt(t, p[6]), 10)
+	}
+	if p[7] != "" {
+		i := strings.LastIndexByte(p[7], '-')
+		if i <= 0 {
+			t.Fatalf("parked state %q: event id %q", v, p[7])
+		}
+		f["event_id"] = strconv.FormatInt(endMS+mustInt(t, p[7][:i]), 10) + "-" + p[7][i+1:]
+	}
+	if p[9] != "" {
+		f["rel_tab"] = p[9]
+	}
+	return f
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%q is not an integer", s)
+	}
+	return n
 }
 
 func TestLeaseNowIsTheStoreTimeOfTheAnswer(t *testing.T) {
@@ -1023,9 +1095,9 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 		}
 		// Keys are named once, in state.lua, whose header declares every one it uses.
 		if name == "state.lua" {
-			for i := 1; i <= 10; i++ {
+			for i := 1; i <= 11; i++ {
 				k := "KEYS[" + strconv.Itoa(i) + "]"
-				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 8 && !used) {
+				if used, named := strings.Contains(body, k), strings.Contains(h, k); used != named || (i <= 9 && !used) {
 					t.Errorf("state.lua: %s is used without a header line, or named and unused", k)
 				}
 			}
@@ -1038,12 +1110,12 @@ func TestScriptsDeclareTheirKeysAndArgumentsAndNeverPrintNumbers(t *testing.T) {
 			}
 			continue
 		}
-		if !strings.Contains(h, "-- KEYS[1..7]") || !strings.Contains(h, "-- ARGV[1..7]") {
+		if !strings.Contains(h, "-- KEYS[1..8]") || !strings.Contains(h, "-- ARGV[1..7]") {
 			t.Errorf("%s: the header does not name the session's KEYS and the common ARGV:\n%s", name, h)
 		}
-		// A script that changes the session answers the retries of its call from KEYS[8].
-		if changes := strings.Contains(body, "replayed()"); changes != strings.Contains(h, "-- KEYS[8]") {
-			t.Errorf("%s: replayed() is called without a KEYS[8] header line, or the reverse", name)
+		// A script that changes the session answers the retries of its call from KEYS[9].
+		if changes := strings.Contains(body, "replayed()"); changes != strings.Contains(h, "-- KEYS[9]") {
+			t.Errorf("%s: replayed() is called without a KEYS[9] header line, or the reverse", name)
 		}
 		for i := 1; i <= 16; i++ {
 			arg := "ARGV[" + strconv.Itoa(i) + "]"

@@ -1,6 +1,6 @@
 -- leave.lua: remove a connection of a tab from the session's presence.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
+-- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  connection id
 -- ARGV[9]  tab id
@@ -22,7 +22,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 
 -- Decide.

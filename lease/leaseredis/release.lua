@@ -1,6 +1,6 @@
 -- release.lua: end the lease held by a tab at an epoch.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
+-- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
 -- ARGV[9]  epoch
@@ -28,7 +28,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 
 -- Decide.
@@ -39,10 +39,10 @@ end
 
 -- Write state: the end of this epoch is announced here, so it is marked ended.
 local requester = reserve_handoff(s, now)
-redis.call('HSET', KEY_STATE, 'expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
+state_set('expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
   'ended_epoch', int(epoch))
 drop_holder(s)
-s.expires_us, s.ended_epoch = now, epoch
+s.expires_us, s.rel_tab, s.rel_epoch, s.ended_epoch = now, tab, epoch, epoch
 index_remove()
 
 -- Append event and audit record.

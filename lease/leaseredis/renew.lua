@@ -1,5 +1,5 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
--- KEYS[1..7]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
+-- KEYS[1..8]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
 --             state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  tab id
@@ -38,7 +38,7 @@ if s.ho_tab ~= '' or not held_by(s, now, tab, epoch) or s.hidden ~= hidden or ex
   if LEASE_ONLY then
     return 'DEFER'
   end
-  s = load_rest(s)
+  s = load_rest(s, now)
   if not held_by(s, now, tab, epoch) then
     settle(s, now)
     return finish(s, now, reply('LOST', s, now))
@@ -54,6 +54,7 @@ end
 if earlier then
   deadline_earlier()
 end
+-- (The lease is held, so its state is the hash, never parked: HSET rather than state_set.)
 if changed or ttl_ms ~= s.ttl_ms then
   redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', int(expires),
     'ttl_ms', int(ttl_ms))

@@ -1,8 +1,8 @@
 -- revoke.lua: an admin ends the lease of a session, whoever holds it, and may block grants.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
--- KEYS[8]     where the answer of this call is kept for its retries (see state.lua)
--- KEYS[9]     the admins' audit log of the user (see state.lua and admin.lua)
--- KEYS[10]    where the answer of this revoke is kept for the retries of its request id, when it
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
+-- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
+-- KEYS[10]    the admins' audit log of the user (see state.lua and admin.lua)
+-- KEYS[11]    where the answer of this revoke is kept for the retries of its request id, when it
 --             has one (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  the admin's sub
@@ -17,7 +17,7 @@
 -- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
 --
 -- In this order, in one step: settle; the retry of a revoke with a request id (same session, admin
--- and request id, within the window of ARGV[12]: KEYS[10] expires with it) answers what that
+-- and request id, within the window of ARGV[12]: KEYS[11] expires with it) answers what that
 -- revoke answered and changes nothing, whatever revokes of the session came in between; a held
 -- lease is revoked: a new epoch (lease.NextEpoch, as a grant mints it), no holder, granted_us =
 -- expires_us = now, one more transition, and the epoch marked ended (ended_epoch) so that no
@@ -25,7 +25,7 @@
 -- the handoff in progress, if any, ends (a request with the lease revoked, or the reservation of a
 -- free lease), silently: clear_handoff deletes its fields whether or not a lease is revoked; a
 -- positive block sets block_until_us to now + the block, replacing the old block whether it ends
--- earlier or later; a request id keeps the answer in KEYS[10] for the window.
+-- earlier or later; a request id keeps the answer in KEYS[11] for the window.
 --
 -- Events: what settle announces; then "revoked" (the new epoch, no holder, the holder revoked as
 -- prev, the reason) when a lease was revoked; nothing else (a revoke of a free lease, a block and a
@@ -56,7 +56,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 
 -- Answer a retry as the revoke it retries was answered.
@@ -84,7 +84,7 @@ clear_handoff(s)
 if revoked then
   s.epoch, s.granted_us, s.expires_us, s.ended_epoch = epoch, now, now, epoch
   s.transitions = s.transitions + 1
-  redis.call('HSET', KEY_STATE, 'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(now),
+  state_set('epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(now),
     'transitions', int(s.transitions), 'ended_epoch', int(epoch))
   drop_holder(s, 'rel_tab', 'rel_epoch')
   index_remove()
@@ -97,7 +97,7 @@ end
 -- Write state: block.
 if block_ms > 0 then
   s.block_until_us = now + block_ms * 1000
-  redis.call('HSET', KEY_STATE, 'block_until_us', int(s.block_until_us))
+  state_set('block_until_us', int(s.block_until_us))
   record({a = 'block', e = s.epoch, at = now, adm = admin, r = reason, ['until'] = s.block_until_us})
 end
 
@@ -110,7 +110,7 @@ end
 if request ~= '' and window_ms > 0 then
   redis.call('SET', KEY_REVOKE, cmsgpack.pack({revoked and 1 or 0, s.epoch, until_us, ptab, pep}),
     'PX', int(window_ms))
-  redis.call('HSET', KEY_STATE, 'keep_us', int(now + window_ms * 1000))
+  state_set('keep_us', int(now + window_ms * 1000))
   s.keep_us = now + window_ms * 1000
 end
 return finish(s, now, {'OK', revoked and 1 or 0, s.epoch, until_us, ptab, pep, now})

@@ -14,8 +14,8 @@ import (
 )
 
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
-// script but document.lua, leases.lua, audit.lua and catalog.lua) take the same seven keys (and
-// those whose answer is kept for retries an eighth; ping.lua, the readiness probe, the two of the
+// script but document.lua, leases.lua, audit.lua and catalog.lua) take the same eight keys (and
+// those whose answer is kept for retries a ninth; ping.lua, the readiness probe, the two of the
 // lease form, see state.lua) and the same first seven arguments. They are
 // one Redis Functions library (library below): four preludes that define what every session
 // script uses — state.lua (the keys, the common arguments, the state hash and the lease answer),

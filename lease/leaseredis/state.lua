@@ -12,19 +12,21 @@
 --   KEYS[5]  <prefix>:{<sub>}:sessions       the user's index of held leases, a sorted set (admin.lua)
 --   KEYS[6]  <prefix>:{<sub>}:audit          the user's audit log, a stream (admin.lua)
 --   KEYS[7]  <prefix>:{<sub>}:known          the user's sessions whose state is kept (keep, below)
+--   KEYS[8]  <prefix>:{<sub>}:free           the state of the user's free sessions, a hash of one
+--                                            field per session (parked, below)
 -- renew and check may be called first with two keys alone, the lease form: KEYS[1] the state hash
 -- and KEYS[2] the user's sessions whose state is kept (KEYS[7] above). In that form they do the
 -- usual renew or check, which touches nothing else, and answer "DEFER", having changed nothing,
 -- when the call needs more (renew.lua, check.lua); the engine then calls them with every key.
--- Each key costs Redis a string and a check on every call: two instead of seven take about 7 % of
+-- Each key costs Redis a string and a check on every call: two instead of eight take about 7 % of
 -- the instructions of the usual renew (scripts/redis-instructions).
 -- The scripts that change a session (acquire, release, revoke, join, leave; renew.lua says why not
 -- renew) get one more:
---   KEYS[8]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
--- and revoke.lua, the one script that records admins' actions, a ninth, and a tenth when the
+--   KEYS[9]  <prefix>:{<sub>}:reply:<id>     the answer of this call, for its retries (replayed)
+-- and revoke.lua, the one script that records admins' actions, a tenth, and an eleventh when the
 -- revoke has a request id:
---   KEYS[9]  <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
---   KEYS[10] <prefix>:{<sub>}:revoke:<sid>/<admin>/<request id>
+--   KEYS[10] <prefix>:{<sub>}:audit:admin    the admins' records of the user, a stream (admin.lua)
+--   KEYS[11] <prefix>:{<sub>}:revoke:<sid>/<admin>/<request id>
 --                                            the answer of the revoke the admin made with that
 --                                            request id, for its retries (revoke.lua); "/" is in no
 --                                            identifier, so the name is read one way only
@@ -33,13 +35,13 @@
 --   ARGV[2]  how long the event log is kept after its last event, in milliseconds
 --   ARGV[3]  the length of the audit log (XADD MAXLEN ~; see admin.lua)
 --   ARGV[4]  how long an audit record is kept, in milliseconds
---   ARGV[5]  how long the answer of a changing call is kept in KEYS[8], in milliseconds
+--   ARGV[5]  how long the answer of a changing call is kept in KEYS[9], in milliseconds
 --   ARGV[6]  the idle retention in milliseconds: how long the state of a session is kept after the
 --            last thing in it ended (keep, below)
 --   ARGV[7]  the most sessions a user may have state for, 0 for no limit (admit, below)
 -- A script's own arguments follow, from ARGV[8]; its header names them.
 --
--- A call that changes a session is answered once: the engine names a new KEYS[8] for each call,
+-- A call that changes a session is answered once: the engine names a new KEYS[9] for each call,
 -- and finish (events.lua) stores the answer there for ARGV[5] ms, so that when go-redis sends the
 -- script again after losing its answer (a connection reset after Redis ran it), the script finds
 -- the answer and returns it unchanged (replayed), whatever other calls ran in between, instead of
@@ -50,7 +52,22 @@
 -- and the last change it had. The epoch counter may go with it, because epochs are floored at the
 -- store's clock (lease.NextEpoch): the hash expires only once the clock has passed its last epoch,
 -- so the next grant's epoch is higher all the same. KEYS[7] holds each session of the user whose
--- hash is kept, scored with the time in ms when the hash expires.
+-- state is kept, scored with the time in ms when it expires.
+--
+-- A free session is parked: when a call leaves the session with no holder, no handoff, no block in
+-- force and no revoke's retry window (parkable), its state moves from the hash to one field of the
+-- user's hash KEYS[8], named by the session, and the hash is deleted. A key of its own costs Redis
+-- some 270 bytes however little it holds (the key's name, its entries in the key tables and its
+-- expiry), a field of a shared hash about its value; most sessions are free most of the time. The
+-- field holds what a free session has (pack_free): epoch, granted_us, expires_us, ttl_ms,
+-- transitions, rel_tab, rel_epoch, ended_epoch and event_id, and when it expires, in ms (what the
+-- hash's own expiry says of a hash: the same as its score in KEYS[7]). load reads it when the
+-- session has no hash, as if the hash held it. A call that writes the state of a parked session
+-- writes to the hash as ever (state_set), and flush (events.lua) then parks the session again or,
+-- when it is no longer parkable (a grant), writes the rest of its state to the hash and deletes
+-- the field. A field past its expiry is read as no state; admit deletes those it finds, and KEYS[8]
+-- expires with KEYS[7]. A session that is parkable but not parked (it was before this rule, or a
+-- block of it ended) works from its hash alike, and is parked by the next call that changes it.
 -- Fields:
 --   tab, label, hidden   the holder ("1" when hidden); absent once the lease ended and its end was
 --                        announced (only the holder of a lease whose expiry is not announced yet
@@ -72,7 +89,7 @@
 --                        are refused while it is after now
 --   keep_us              store time (µs) when the retry window of the last revoke with a request
 --                        id ends: the hash is kept at least until then (keep in admin.lua), as
---                        that revoke's answer is (KEYS[10])
+--                        that revoke's answer is (KEYS[11])
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -100,8 +117,8 @@
 -- every call (the library's functions run one at a time, so one call's values never meet
 -- another's).
 local KEYS, ARGV
-local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY
-local KEY_AUDIT_ADMIN, KEY_REVOKE
+local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE
+local KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE
 local PREFIX, USER, SESSION
 local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 -- CHANNEL is where every event of every session under the prefix is published (events.lua);
@@ -114,6 +131,8 @@ local LOG_TRIM_S, LOG_TTL_S, AUDIT_LEN_S, AUDIT_RETENTION_S, REPLY_TTL_S
 -- COMMON holds ARGV[1..7] of the last call whose values begin read into the names above: an engine
 -- gives all its calls the same, so they are read once rather than on every call.
 local COMMON = {}
+-- state_written is true once the call wrote a field of the state hash (state_set).
+local state_written
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -144,6 +163,7 @@ end
 local LEASE_ONLY
 local function begin(keys, argv, lease_form)
   KEYS, ARGV = keys, argv
+  state_written = false
   LEASE_ONLY = #KEYS == 2
   if LEASE_ONLY and not lease_form then
     error('tablease: this function takes the keys of the session and of its user')
@@ -158,31 +178,32 @@ local function begin(keys, argv, lease_form)
   end
   if LEASE_ONLY then
     KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_REPLY = nil, nil, nil, nil, nil, nil
-    KEY_AUDIT_ADMIN, KEY_REVOKE, KEY_KNOWN = nil, nil, KEYS[2]
+    KEY_AUDIT_ADMIN, KEY_REVOKE, KEY_KNOWN, KEY_FREE = nil, nil, KEYS[2], nil
     if KEY_KNOWN ~= TAG .. 'known' then
       error('tablease: KEYS[2] is not the sessions kept of the user of KEYS[1]')
     end
   else
     KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[2], KEYS[3], KEYS[4]
-    KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_REPLY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-    KEY_AUDIT_ADMIN, KEY_REVOKE = KEYS[9], KEYS[10]
+    KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+    KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE = KEYS[9], KEYS[10], KEYS[11]
     if KEY_EVENTS ~= TAG .. 'log:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
         or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
       error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
     end
-    if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known' then
-      error('tablease: KEYS[5..7] are not the keys of the user of KEYS[1]')
+    if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known'
+        or KEY_FREE ~= TAG .. 'free' then
+      error('tablease: KEYS[5..8] are not the keys of the user of KEYS[1]')
     end
     if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
-      error('tablease: KEYS[8] is not a reply key of the user of KEYS[1]')
+      error('tablease: KEYS[9] is not a reply key of the user of KEYS[1]')
     end
     if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
-      error('tablease: KEYS[9] is not the admins\' audit log of the user of KEYS[1]')
+      error('tablease: KEYS[10] is not the admins\' audit log of the user of KEYS[1]')
     end
     if KEY_REVOKE ~= nil then
       local head = TAG .. 'revoke:' .. SESSION .. '/'
       if string.sub(KEY_REVOKE, 1, #head) ~= head or #KEY_REVOKE == #head then
-        error('tablease: KEYS[10] is not a revoke of the session of KEYS[1]')
+        error('tablease: KEYS[11] is not a revoke of the session of KEYS[1]')
       end
     end
   end
@@ -219,6 +240,81 @@ local function replayed()
   return nil
 end
 
+-- state_set sets fields of the state hash (HSET's arguments), as every write of the state does: it
+-- notes that the call wrote the state, which flush reads for a parked session (see above).
+local function state_set(...)
+  redis.call('HSET', KEY_STATE, ...)
+  state_written = true
+end
+
+-- pack_free is the field of KEYS[8] that holds the parked state s until at_ms (see above). Its
+-- numbers are written as differences from those they are usually equal or close to (the epoch is
+-- the grant's time, the ids and the expiry are counted from the lease's end), which keeps it to
+-- about 45 bytes and the tab's id: Redis keeps a hash whose values are all up to 64 bytes as one
+-- compact listpack. Fields, separated by a space: epoch, granted_us - epoch,
+-- expires_us - granted_us, ttl_ms, transitions, epoch - rel_epoch and epoch - ended_epoch (each
+-- empty for 0), event_id as its ms - end_ms, "-" and its seq (empty for none), at_ms - end_ms,
+-- and last rel_tab (empty for none), where end_ms is expires_us in whole ms.
+local function epoch_delta(epoch, v)
+  if v == 0 then
+    return ''
+  elseif v == epoch then
+    return '0'
+  end
+  return int(epoch - v)
+end
+
+local function pack_free(s, at_ms)
+  local end_ms = math.floor(s.expires_us / 1000)
+  local event = ''
+  if s.event_id ~= '' then
+    local ms, seq = string.match(s.event_id, '^(%d+)-(%d+)$')
+    event = int(tonumber(ms) - end_ms) .. '-' .. seq
+  end
+  return string.format('%d %d %d %d %d %s %s %s %d %s', s.epoch, s.granted_us - s.epoch,
+    s.expires_us - s.granted_us, s.ttl_ms, s.transitions, epoch_delta(s.epoch, s.rel_epoch),
+    epoch_delta(s.epoch, s.ended_epoch), event, at_ms - end_ms, s.rel_tab)
+end
+
+-- read_parked reads the parked state of the session into s, which has no state hash: s is then
+-- what the hash would hold, s.exists true and s.parked the field's expiry in ms. s is left as it
+-- is when the session has no field, or one past its expiry (then it has no state), and in the
+-- lease form, which does not read parked state.
+local function read_parked(s, now)
+  if KEY_FREE == nil then
+    return s
+  end
+  local v = redis.call('HGET', KEY_FREE, SESSION)
+  if not v then
+    return s
+  end
+  local epoch, granted, expires, ttl, transitions, rel, ended, event, at, rel_tab = string.match(v,
+    '^(%d+) (%-?%d+) (%-?%d+) (%d+) (%d+) (%-?%d*) (%-?%d*) (%S*) (%-?%d+) (.*)$')
+  if epoch == nil then
+    error('tablease: the parked state of ' .. SESSION .. ' does not parse')
+  end
+  epoch = tonumber(epoch)
+  local granted_us = epoch + tonumber(granted)
+  local expires_us = granted_us + tonumber(expires)
+  local end_ms = math.floor(expires_us / 1000)
+  local at_ms = end_ms + tonumber(at)
+  if at_ms * 1000 <= now then
+    return s
+  end
+  s.epoch, s.granted_us, s.expires_us = epoch, granted_us, expires_us
+  s.ttl_ms, s.transitions = tonumber(ttl), tonumber(transitions)
+  s.rel_epoch = rel ~= '' and epoch - tonumber(rel) or 0
+  s.ended_epoch = ended ~= '' and epoch - tonumber(ended) or 0
+  s.event_id = ''
+  if event ~= '' then
+    local ms, seq = string.match(event, '^(%-?%d+)%-(%d+)$')
+    s.event_id = int(end_ms + tonumber(ms)) .. '-' .. seq
+  end
+  s.rel_tab = rel_tab
+  s.exists, s.parked = true, at_ms
+  return s
+end
+
 -- LEASE_FIELDS are the fields of the state hash that a holder's renew or check decides and answers
 -- with: the lease, its block and keep_us (for reply and keep), and ho_tab, in the order of
 -- lease_state.
@@ -238,10 +334,21 @@ for i = 1, #REST_FIELDS do
   STATE_FIELDS[#LEASE_FIELDS + i] = REST_FIELDS[i]
 end
 
+-- found reports whether any of the values v[1..n] of HMGET is a field the hash has.
+local function found(v, n)
+  for i = 1, n do
+    if v[i] then
+      return true
+    end
+  end
+  return false
+end
+
 -- lease_state is the state read from the values v of LEASE_FIELDS (HMGET answers false for a field
--- the hash lacks): that of a session with no handoff.
+-- the hash lacks): that of a session with no handoff. It keeps v, for load_rest.
 local function lease_state(v)
   return {
+    read = v,
     tab = v[1] or '',
     label = v[2] or '',
     hidden = v[3] == '1',
@@ -264,7 +371,7 @@ local function lease_state(v)
 end
 
 -- load_lease reads LEASE_FIELDS alone. What it answers is load's state for a session with no
--- handoff (ho_tab empty: the handoff fields are then absent), exists aside; a call that finds a
+-- handoff (ho_tab empty: the handoff fields are then absent) and a hash; a call that finds a
 -- handoff, or a lease not held by its caller, reads the rest with load_rest.
 local function load_lease()
   return lease_state(redis.call('HMGET', KEY_STATE, unpack(LEASE_FIELDS)))
@@ -291,24 +398,28 @@ local function rest_state(s, v, o)
   return s
 end
 
--- load_rest completes the state s of load_lease into load's (exists aside).
-local function load_rest(s)
-  return rest_state(s, redis.call('HMGET', KEY_STATE, unpack(REST_FIELDS)), 0)
+-- load_rest completes the state s that load_lease read at now into load's.
+local function load_rest(s, now)
+  local v = redis.call('HMGET', KEY_STATE, unpack(REST_FIELDS))
+  rest_state(s, v, 0)
+  if found(s.read, #LEASE_FIELDS) or found(v, #REST_FIELDS) then
+    s.exists = true
+    return s
+  end
+  return read_parked(s, now)
 end
 
--- load reads the state hash; a session that never had a lease reads as zeros, and exists tells
--- whether the hash existed (every write of a script sets one of the fields read first).
-local function load()
+-- load reads the state of the session at now: its hash, or its parked state when it has no hash.
+-- A session that has neither (it never had a lease, or was forgotten) reads as zeros, and exists
+-- tells whether it had state (every write of a script sets one of the fields read first).
+local function load(now)
   local v = redis.call('HMGET', KEY_STATE, unpack(STATE_FIELDS))
-  local s = lease_state(v)
-  s.exists = false
-  for i = 1, #STATE_FIELDS do
-    if v[i] then
-      s.exists = true
-      break
-    end
+  local s = rest_state(lease_state(v), v, #LEASE_FIELDS)
+  if found(v, #STATE_FIELDS) then
+    s.exists = true
+    return s
   end
-  return rest_state(s, v, #LEASE_FIELDS)
+  return read_parked(s, now)
 end
 
 local function held(s, now)

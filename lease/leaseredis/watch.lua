@@ -1,6 +1,6 @@
 -- watch.lua: the step that starts a watch: the lease, the tabs and the position of the log, and
 -- the events after the caller's last one when the log still holds them all.
--- KEYS[1..7]  the keys of the session and of its user (see state.lua)
+-- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  the id of the last event the caller has seen ("<ms>-<seq>"), or ""
 -- Answers {lease, position, resumed, replay, tabs, next}:
@@ -22,7 +22,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load()
+local s = load(now)
 settle(s, now)
 flush(s, now)
 keep_log(s)
