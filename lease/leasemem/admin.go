@@ -133,6 +133,20 @@ func (e *Engine) trimAudit(l *auditLog, now time.Time) {
 	if ownOver <= 0 && adminOver <= 0 {
 		return
 	}
+	// The usual case, a log at its bound that grew by a record of the user: the records to drop
+	// are the oldest, all the user's own, and go from the front at once rather than by copying the
+	// log, which would make every change of a busy user's session cost the length of its log.
+	if adminOver <= 0 {
+		n := 0
+		for n < ownOver && l.entries[n].rec.Admin == "" {
+			n++
+		}
+		if n == ownOver {
+			clear(l.entries[:n])
+			l.entries = l.entries[n:]
+			return
+		}
+	}
 	kept := l.entries[:0]
 	for _, a := range l.entries {
 		switch {

@@ -350,3 +350,30 @@ func TestAUsersOwnActionsNeverPushAnAdminsRecordsOut(t *testing.T) {
 		t.Errorf("the oldest record kept = %+v, want the revoke: the log stays in the order of the changes", got[len(got)-1])
 	}
 }
+
+// BenchmarkAcquireReleaseOfAUserAtTheAuditBound is the usual change of a busy user, whose audit log
+// is at AuditMaxRecords: each record drops the oldest, which must not cost the log's length.
+func BenchmarkAcquireReleaseOfAUserAtTheAuditBound(b *testing.B) {
+	e, err := New(Options{Limits: testLimits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close() })
+	ctx := b.Context()
+	cycle := func() {
+		l, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: lease.Holder{TabID: "tab-a"}, Mode: lease.ModeTry})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: l.Epoch}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range lease.DefaultAuditMaxRecords / 2 {
+		cycle()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		cycle()
+	}
+}
