@@ -57,7 +57,9 @@ end
 -- value (a label) turned into a hashtable, so flush writes it anew then, as the small listpack it
 -- now fits, unless it parks the session.
 local function drop_holder(s, ...)
-  redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+  if not parking then
+    redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+  end
   s.tab, s.label, s.hidden = '', '', false
   for _, f in ipairs({...}) do
     s[f] = type(s[f]) == 'string' and '' or 0
@@ -296,7 +298,7 @@ local function flush(s, now)
     return
   end
   local current = redis.call('PEXPIRETIME', KEY_STATE)
-  if park and current ~= -2 and (dropped or changed) then
+  if parking or (park and current ~= -2 and (dropped or changed)) then
     redis.call('DEL', KEY_STATE)
     s.parked = current
     keep(s, now, changed, current, true, true)

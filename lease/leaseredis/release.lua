@@ -37,12 +37,15 @@ if not held_by(s, now, tab, epoch) then
   return finish(s, now, reply(retried and 'RELEASED' or 'KEPT', s, now))
 end
 
--- Write state: the end of this epoch is announced here, so it is marked ended.
+-- Write state: the end of this epoch is announced here, so it is marked ended. A session that
+-- is then parkable is parked (flush), and its hash, deleted, is not written first.
 local requester = reserve_handoff(s, now)
+s.expires_us, s.rel_tab, s.rel_epoch, s.ended_epoch = now, tab, epoch, epoch
+s.tab = ''
+parking = parkable(s, now) and keep_until(s, now, true) ~= nil
 state_set('expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
   'ended_epoch', int(epoch))
 drop_holder(s)
-s.expires_us, s.rel_tab, s.rel_epoch, s.ended_epoch = now, tab, epoch, epoch
 index_remove()
 
 -- Append event and audit record.

@@ -131,8 +131,10 @@ local LOG_TRIM_S, LOG_TTL_S, AUDIT_LEN_S, AUDIT_RETENTION_S, REPLY_TTL_S
 -- COMMON holds ARGV[1..7] of the last call whose values begin read into the names above: an engine
 -- gives all its calls the same, so they are read once rather than on every call.
 local COMMON = {}
--- state_written is true once the call wrote a field of the state hash (state_set).
-local state_written
+-- state_written is true once the call wrote a field of the state hash (state_set). parking is true
+-- once the call decided that flush parks the session, which deletes its hash: writes to the hash
+-- are then skipped (state_set, drop_holder), as s holds what they would write.
+local state_written, parking
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -163,7 +165,7 @@ end
 local LEASE_ONLY
 local function begin(keys, argv, lease_form)
   KEYS, ARGV = keys, argv
-  state_written = false
+  state_written, parking = false, false
   LEASE_ONLY = #KEYS == 2
   if LEASE_ONLY and not lease_form then
     error('tablease: this function takes the keys of the session and of its user')
@@ -241,8 +243,12 @@ local function replayed()
 end
 
 -- state_set sets fields of the state hash (HSET's arguments), as every write of the state does: it
--- notes that the call wrote the state, which flush reads for a parked session (see above).
+-- notes that the call wrote the state, which flush reads for a parked session (see above), and
+-- writes nothing once the call is parking the session.
 local function state_set(...)
+  if parking then
+    return
+  end
   redis.call('HSET', KEY_STATE, ...)
   state_written = true
 end
