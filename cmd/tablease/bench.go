@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leaseredis"
 )
 
@@ -46,6 +47,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
 	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work) and the time its functions take per operation")
 	fs.StringVar(&o.prefix, "prefix", "bench", "prefix of the users and sessions the bench creates")
+	fs.StringVar(&o.memTab, "tab-id", "t", "the tab id of the memory work's leases (the browser client's are \"t-\" and a UUID, 38 characters)")
 	fs.DurationVar(&o.answersKept, "answers-kept", 0, "how long the server keeps the answers of acquires and releases for their retries, which the memory work waits out (default: as a server with this environment's TABLEASE_REDIS_TIMEOUT keeps them)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	pids := pidFlag{}
@@ -67,6 +69,10 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	}
 	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 {
 		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams and --answers-kept not negative, --duration positive")
+		return 2
+	}
+	if err := lease.ValidateID("--tab-id", o.memTab); err != nil {
+		fmt.Fprintln(p.Stderr, "tablease bench:", err)
 		return 2
 	}
 	cfg, err := benchAuth(p.Getenv)
@@ -138,7 +144,7 @@ type benchOptions struct {
 	concurrency, streams, takeovers, sessions int
 	sessionsPerUser                           int
 	answersKept                               time.Duration
-	redisURL, prefix                          string
+	redisURL, prefix, memTab                  string
 	pids                                      pidFlag
 	auth                                      api.AuthConfig
 }
@@ -560,7 +566,7 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	}
 	epochs := make([]int64, b.sessions)
 	if err := b.each(ctx, b.sessions, "memory: acquire", func(ctx context.Context, i int) (err error) {
-		epochs[i], err = b.acquire(ctx, b.memUser(i), b.prefix+"-mem-"+strconv.Itoa(i), "t", "try")
+		epochs[i], err = b.acquire(ctx, b.memUser(i), b.prefix+"-mem-"+strconv.Itoa(i), b.memTab, "try")
 		return err
 	}); err != nil {
 		return nil, err
@@ -573,7 +579,7 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 		return nil, err
 	}
 	if err := b.each(ctx, b.sessions, "memory: release", func(ctx context.Context, i int) error {
-		return b.release(ctx, b.memUser(i), b.prefix+"-mem-"+strconv.Itoa(i), "t", epochs[i])
+		return b.release(ctx, b.memUser(i), b.prefix+"-mem-"+strconv.Itoa(i), b.memTab, epochs[i])
 	}); err != nil {
 		return nil, err
 	}
