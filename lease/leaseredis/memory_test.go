@@ -120,16 +120,7 @@ func TestMemoryPerSessionIsBoundedAndFreeSessionsKeepNoLabel(t *testing.T) {
 
 func usedMemory(t *testing.T, ctx context.Context, c *redis.Client) int64 {
 	t.Helper()
-	return usedMemoryOf(t, infoField(t, ctx, c, "memory", "used_memory"))
-}
-
-func usedMemoryOf(t *testing.T, v string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("INFO used_memory = %q", v)
-	}
-	return n
+	return mustInt(t, infoField(t, ctx, c, "memory", "used_memory"))
 }
 
 func redisVersion(t *testing.T, ctx context.Context, c *redis.Client) string {
