@@ -217,4 +217,3 @@ local function keep(s, now, changed, current, fresh, rewrite)
     end
   end
 end
-
