@@ -321,26 +321,35 @@ func parkedState(t *testing.T, v string) map[string]string {
 	if len(p) != 10 {
 		t.Fatalf("parked state %q: %d fields, want 10", v, len(p))
 	}
-	epoch := mustInt(t, p[0])
-	granted := epoch + mustInt(t, p[1])
-	expires := granted + mustInt(t, p[2])
+	hex := func(s string) int64 {
+		t.Helper()
+		n, err := strconv.ParseInt(s, 16, 64)
+		if err != nil {
+			t.Fatalf("parked state %q: %q is not a hex integer", v, s)
+		}
+		return n
+	}
+	dec := func(n int64) string { return strconv.FormatInt(n, 10) }
+	epoch := hex(p[0])
+	granted := epoch + hex(p[1])
+	expires := granted + hex(p[2])
 	endMS := expires / 1000
 	f := map[string]string{
-		"epoch": p[0], "granted_us": strconv.FormatInt(granted, 10), "expires_us": strconv.FormatInt(expires, 10),
-		"ttl_ms": p[3], "transitions": p[4], "at_ms": strconv.FormatInt(endMS+mustInt(t, p[8]), 10),
+		"epoch": dec(epoch), "granted_us": dec(granted), "expires_us": dec(expires),
+		"ttl_ms": dec(hex(p[3])), "transitions": dec(hex(p[4])), "at_ms": dec(endMS + hex(p[8])),
 	}
 	if p[5] != "" {
-		f["rel_epoch"] = strconv.FormatInt(epoch-mustInt(t, p[5]), 10)
+		f["rel_epoch"] = dec(epoch - hex(p[5]))
 	}
 	if p[6] != "" {
-		f["ended_epoch"] = strconv.FormatInt(epoch-mustInt(t, p[6]), 10)
+		f["ended_epoch"] = dec(epoch - hex(p[6]))
 	}
 	if p[7] != "" {
 		i := strings.LastIndexByte(p[7], '-')
 		if i <= 0 {
 			t.Fatalf("parked state %q: event id %q", v, p[7])
 		}
-		f["event_id"] = strconv.FormatInt(endMS+mustInt(t, p[7][:i]), 10) + "-" + p[7][i+1:]
+		f["event_id"] = dec(endMS+hex(p[7][:i])) + "-" + dec(hex(p[7][i+1:]))
 	}
 	if p[9] != "" {
 		f["rel_tab"] = p[9]

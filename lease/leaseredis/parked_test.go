@@ -2,6 +2,8 @@ package leaseredis
 
 import (
 	"maps"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,4 +142,69 @@ func TestAnAdmittedSessionDeletesTheParkedStateThatExpired(t *testing.T) {
 	if n := c.ZCard(ctx, known).Val(); n != 2 {
 		t.Errorf("known sessions after the admit: %d, want 2 (doc-b and doc-c): %v", n, c.ZRange(ctx, known, 0, -1).Val())
 	}
+}
+
+// TestAParkedSessionStaysWithinACompactHashWhateverItsTabIDs checks the bound of pack_free
+// (state.lua): a session released by a tab with a long id (up to 128 characters), or after a lease
+// held for a day and a thousand grants, is parked in at most 64 bytes,
+// so that the user's free hash stays a listpack; the tab of its last release is kept as a mark
+// that still tells a retried release from another tab's, and a hash written before the marks, with
+// the whole id, answers a retried release alike.
+func TestAParkedSessionStaysWithinACompactHashWhateverItsTabIDs(t *testing.T) {
+	e, c, db := sharedEngine(t, Options{})
+	ctx := t.Context()
+	free := db.Prefix() + ":{alice}:free"
+	long := lease.Holder{TabID: strings.Repeat("t-0b6f3c2e-8d1a-4f7b-9c3e-2a5d7e9f1b4c|", 4)[:lease.MaxIDLen]}
+	other := lease.Holder{TabID: long.TabID[:lease.MaxIDLen-1] + "x"} // the same id but its last character
+	key := lease.Key{User: "alice", Session: "doc-long"}
+	fits := func(what string) string {
+		t.Helper()
+		v := c.HGet(ctx, free, key.Session).Val()
+		if len(v) == 0 || len(v) > 64 {
+			t.Errorf("%s: parked state %q has %d bytes, want 1 to 64", what, v, len(v))
+		}
+		if enc := c.ObjectEncoding(ctx, free).Val(); enc != "listpack" {
+			t.Errorf("%s: the free hash is a %s, want a listpack", what, enc)
+		}
+		return v
+	}
+
+	a := mustAcquire(t, e, key, long, lease.ModeTry)
+	mustReleaseLease(t, e, key, long.TabID, a.Epoch)
+	mark := parkedState(t, fits("released by a 128-character tab"))["rel_tab"]
+	if len(mark) != 9 || mark[0] != '#' {
+		t.Errorf("rel_tab of a 128-character tab = %q, want # and 8 hex digits", mark)
+	}
+	if r, err := e.Release(ctx, lease.ReleaseRequest{Key: key, TabID: other.TabID, Epoch: a.Epoch}); err != nil || r.Released {
+		t.Errorf("release by another tab with the epoch = %+v, %v; want kept: the mark tells the tabs apart", r, err)
+	}
+	mustReleaseLease(t, e, key, long.TabID, a.Epoch) // retried: released, as the first
+
+	// A lease held for a day that ended a minute ago, its session granted a thousand times, in the
+	// hash layout with the whole id as versions before the marks wrote it: a retried release
+	// answers as the first, and parks it within the bound.
+	const day = int64(24 * time.Hour / time.Microsecond)
+	epoch := storeMicros(t, c) - day - int64(time.Minute/time.Microsecond)
+	stateKey := db.Prefix() + ":{alice}:lease:" + key.Session
+	if err := c.HDel(ctx, free, key.Session).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, stateKey, map[string]any{
+		"epoch": epoch, "granted_us": epoch, "expires_us": epoch + day,
+		"ttl_ms": 3600000, "transitions": 1000, "rel_tab": long.TabID, "rel_epoch": epoch, "ended_epoch": epoch,
+		"event_id": strconv.FormatInt((epoch+day)/1000, 10) + "-12",
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustReleaseLease(t, e, key, long.TabID, epoch); r.Lease.Transitions != 1000 {
+		t.Errorf("retried release, the whole id in rel_tab = %+v, want a thousand transitions", r)
+	}
+	if c.Exists(ctx, stateKey).Val() != 0 {
+		t.Fatal("the retried release left the hash: want it parked")
+	}
+	p := parkedState(t, fits("a day-long lease, a thousand grants"))
+	if p["transitions"] != "1000" || p["epoch"] != strconv.FormatInt(epoch, 10) || p["rel_tab"] != mark {
+		t.Errorf("parked state %v, want the hash's epoch %d, a thousand transitions and the mark %q", p, epoch, mark)
+	}
+	mustReleaseLease(t, e, key, long.TabID, epoch) // retried once more, from the parked mark
 }

@@ -33,17 +33,17 @@ settle(s, now)
 
 -- Decide.
 if not held_by(s, now, tab, epoch) then
-  local retried = not held(s, now) and s.rel_tab == tab and s.rel_epoch == epoch
+  local retried = not held(s, now) and released_by(s, tab, epoch)
   return finish(s, now, reply(retried and 'RELEASED' or 'KEPT', s, now))
 end
 
 -- Write state: the end of this epoch is announced here, so it is marked ended. A session that
 -- is then parkable is parked (flush), and its hash, deleted, is not written first.
 local requester = reserve_handoff(s, now)
-s.expires_us, s.rel_tab, s.rel_epoch, s.ended_epoch = now, tab, epoch, epoch
+s.expires_us, s.rel_tab, s.rel_epoch, s.ended_epoch = now, tab_mark(tab), epoch, epoch
 s.tab = ''
 parking = parkable(s, now) and keep_until(s, now, true) ~= nil
-state_set('expires_us', int(now), 'rel_tab', tab, 'rel_epoch', int(epoch),
+state_set('expires_us', int(now), 'rel_tab', s.rel_tab, 'rel_epoch', int(epoch),
   'ended_epoch', int(epoch))
 drop_holder(s)
 index_remove()

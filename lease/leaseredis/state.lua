@@ -79,7 +79,8 @@
 --   ttl_ms               TTL of the last grant or renew
 --   transitions          number of epochs minted (by grants and by admin revokes)
 --   rel_tab, rel_epoch   the lease the last release ended, until the next grant, so that a
---                        retried release gets the answer of the first
+--                        retried release gets the answer of the first; rel_tab is the tab's mark
+--                        (tab_mark), which is its id when the id is short
 --   ended_epoch          the expiry marker: the last epoch whose end (release or expiry) was
 --                        announced. An expired lease whose epoch is not ended_epoch still has its
 --                        "expired" event to come (see settle_lease in events.lua).
@@ -253,33 +254,71 @@ local function state_set(...)
   state_written = true
 end
 
--- pack_free is the field of KEYS[8] that holds the parked state s until at_ms (see above). Its
--- numbers are written as differences from those they are usually equal or close to (the epoch is
--- the grant's time, the ids and the expiry are counted from the lease's end), which keeps it to
--- about 45 bytes and the tab's id: Redis keeps a hash whose values are all up to 64 bytes as one
--- compact listpack. Fields, separated by a space: epoch, granted_us - epoch,
--- expires_us - granted_us, ttl_ms, transitions, epoch - rel_epoch and epoch - ended_epoch (each
--- empty for 0), event_id as its ms - end_ms, "-" and its seq (empty for none), at_ms - end_ms,
--- and last rel_tab (empty for none), where end_ms is expires_us in whole ms.
+-- tab_mark is what rel_tab keeps of the tab whose release ended the last lease: its id when that
+-- has at most 9 characters, otherwise "#" and the first 8 hex digits of the id's SHA-1. A tab id
+-- may have 128 characters, and a parked session's field (pack_free) must stay within 64 bytes for
+-- the user's free hash to stay a compact listpack; rel_tab only has to tell a retried release from
+-- another tab's asking to release the same epoch (released_by), for which 32 bits are plenty, and
+-- "#" is not a character of ids, so a mark is never the id of a short tab.
+local function tab_mark(tab)
+  if #tab <= 9 then
+    return tab
+  end
+  return '#' .. string.sub(redis.sha1hex(tab), 1, 8)
+end
+
+-- released_by reports whether the last release of s ended tab's lease epoch (rel_tab written as
+-- a mark, or as the whole id by versions before the marks).
+local function released_by(s, tab, epoch)
+  return s.rel_epoch == epoch and (s.rel_tab == tab_mark(tab) or s.rel_tab == tab)
+end
+
+-- pack_free is the field of KEYS[8] that holds the parked state s until at_ms (see above): about
+-- 45 bytes and the tab's mark (at most 9), within the 64 bytes up to which Redis keeps a hash as
+-- one compact listpack (a value above them makes the user's free hash a hashtable, larger per
+-- field, until it is deleted: a session's state stays within them for a lease held up to a day, a
+-- thousand grants and the default idle retention). Its numbers are written in hex (a "-" before a
+-- negative one), as differences from those they are usually equal or close to (the epoch is the
+-- grant's time, the ids and the expiry are counted from the lease's end). Fields, separated by a
+-- space: epoch, granted_us - epoch, expires_us - granted_us, ttl_ms, transitions,
+-- epoch - rel_epoch and epoch - ended_epoch (each empty for 0), event_id as its ms - end_ms, "-"
+-- and its seq (empty for none), at_ms - end_ms, and rel_tab as a mark (tab_mark: a hash written
+-- before the marks has the whole id; empty for none), where end_ms is expires_us in whole ms.
+
+-- sign is "-" for a negative n, "" otherwise: pack_free writes |n| in hex after it, in one
+-- string.format.
+local function sign(n)
+  return n < 0 and '-' or ''
+end
+
 local function epoch_delta(epoch, v)
   if v == 0 then
     return ''
   elseif v == epoch then
     return '0'
   end
-  return int(epoch - v)
+  return string.format('%x', epoch - v) -- rel_epoch and ended_epoch are epochs up to epoch
 end
 
 local function pack_free(s, at_ms)
   local end_ms = math.floor(s.expires_us / 1000)
+  local abs = math.abs
   local event = ''
   if s.event_id ~= '' then
     local ms, seq = string.match(s.event_id, '^(%d+)-(%d+)$')
-    event = int(tonumber(ms) - end_ms) .. '-' .. seq
+    local d = tonumber(ms) - end_ms
+    event = string.format('%s%x-%x', sign(d), abs(d), tonumber(seq))
   end
-  return string.format('%d %d %d %d %d %s %s %s %d %s', s.epoch, s.granted_us - s.epoch,
-    s.expires_us - s.granted_us, s.ttl_ms, s.transitions, epoch_delta(s.epoch, s.rel_epoch),
-    epoch_delta(s.epoch, s.ended_epoch), event, at_ms - end_ms, s.rel_tab)
+  local granted, expires, at = s.granted_us - s.epoch, s.expires_us - s.granted_us, at_ms - end_ms
+  return string.format('%x %s%x %s%x %x %x %s %s %s %s%x %s', s.epoch, sign(granted), abs(granted),
+    sign(expires), abs(expires), s.ttl_ms, s.transitions, epoch_delta(s.epoch, s.rel_epoch),
+    epoch_delta(s.epoch, s.ended_epoch), event, sign(at), abs(at), tab_mark(s.rel_tab))
+end
+
+-- from_hex reads a number pack_free wrote: its sign ("-" or "") and its digits.
+local function from_hex(sg, digits)
+  local n = tonumber(digits, 16)
+  return sg == '-' and -n or n
 end
 
 -- read_parked reads the parked state of the session into s, which has no state hash: s is then
@@ -294,27 +333,27 @@ local function read_parked(s, now)
   if not v then
     return s
   end
-  local epoch, granted, expires, ttl, transitions, rel, ended, event, at, rel_tab = string.match(v,
-    '^(%d+) (%-?%d+) (%-?%d+) (%d+) (%d+) (%-?%d*) (%-?%d*) (%S*) (%-?%d+) (.*)$')
+  local epoch, gs, granted, es, expires, ttl, transitions, rel, ended, event, as, at, rel_tab =
+    string.match(v, '^(%x+) (%-?)(%x+) (%-?)(%x+) (%x+) (%x+) (%x*) (%x*) (%S*) (%-?)(%x+) (.*)$')
   if epoch == nil then
     error('tablease: the parked state of ' .. SESSION .. ' does not parse')
   end
-  epoch = tonumber(epoch)
-  local granted_us = epoch + tonumber(granted)
-  local expires_us = granted_us + tonumber(expires)
+  epoch = tonumber(epoch, 16)
+  local granted_us = epoch + from_hex(gs, granted)
+  local expires_us = granted_us + from_hex(es, expires)
   local end_ms = math.floor(expires_us / 1000)
-  local at_ms = end_ms + tonumber(at)
+  local at_ms = end_ms + from_hex(as, at)
   if at_ms * 1000 <= now then
     return s
   end
   s.epoch, s.granted_us, s.expires_us = epoch, granted_us, expires_us
-  s.ttl_ms, s.transitions = tonumber(ttl), tonumber(transitions)
-  s.rel_epoch = rel ~= '' and epoch - tonumber(rel) or 0
-  s.ended_epoch = ended ~= '' and epoch - tonumber(ended) or 0
+  s.ttl_ms, s.transitions = tonumber(ttl, 16), tonumber(transitions, 16)
+  s.rel_epoch = rel ~= '' and epoch - tonumber(rel, 16) or 0
+  s.ended_epoch = ended ~= '' and epoch - tonumber(ended, 16) or 0
   s.event_id = ''
   if event ~= '' then
-    local ms, seq = string.match(event, '^(%-?%d+)%-(%d+)$')
-    s.event_id = int(end_ms + tonumber(ms)) .. '-' .. seq
+    local es, ms, seq = string.match(event, '^(%-?)(%x+)%-(%x+)$')
+    s.event_id = int(end_ms + from_hex(es, ms)) .. '-' .. int(tonumber(seq, 16))
   end
   s.rel_tab = rel_tab
   s.exists, s.parked = true, at_ms
