@@ -47,7 +47,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
 	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work) and the time its functions take per operation")
 	fs.StringVar(&o.prefix, "prefix", "bench", "prefix of the users and sessions the bench creates")
-	fs.StringVar(&o.memTab, "tab-id", "t", "the tab id of the memory work's leases (the browser client's are \"t-\" and a UUID, 38 characters)")
+	fs.StringVar(&o.memTab, "tab-id", "t", "the tab id of the memory work's leases (the browser client's are \"t-\" and 22 random characters)")
 	fs.DurationVar(&o.answersKept, "answers-kept", 0, "how long the server keeps the answers of acquires and releases for their retries, which the memory work waits out (default: as a server with this environment's TABLEASE_REDIS_TIMEOUT keeps them)")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	pids := pidFlag{}

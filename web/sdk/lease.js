@@ -56,7 +56,10 @@ const TRANSITIONS = Object.freeze({
   away: ["viewer", "stopped"],
 });
 
-/** A fresh tab id: random per page load, kept in memory only (never in sessionStorage). */
+/**
+ * A fresh tab id: "t-" and a randomId (24 characters), random per page load, kept in memory only
+ * (never in sessionStorage).
+ */
 export function newTabId() {
   return "t-" + randomId();
 }

@@ -518,6 +518,7 @@ export declare const browserClock: Clock;
 export declare function backoffDelay(attempt: number, opts?: { baseMs?: number; maxMs?: number; random?: () => number; retryAfterMs?: number | null }): number;
 export declare function parseRetryAfter(value: string | null | undefined, wallNow?: number): number | null;
 export declare function isReadOnlyTool(tool: CatalogTool): boolean;
+/** A fresh tab id: "t-" and 22 random characters of A-Z a-z 0-9 - _ (132 bits), 24 in all. */
 export declare function newTabId(): string;
 export declare function tokenSubject(token: string): string;
 
