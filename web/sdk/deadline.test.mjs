@@ -134,6 +134,28 @@ test("while the stream is down the owner is read-only until a renew sent after t
   await lease.stop({ release: false });
 });
 
+test("when the stream is back after an outage, the owner renews at once instead of waiting out its backoff", async () => {
+  const { clock, server, lease } = setup({ server: { latencyMs: 50 }, lease: { stream: "fetch" } });
+  const p = lease.start();
+  await clock.advance(50);
+  await p;
+  assert.equal(lease.role, "owner");
+  server.down = true;
+  server.dropStreams();
+  await clock.advance(7000); // renews and stream reconnects fail, each backing off on its own
+  assert.equal(lease.role, "viewer");
+  server.down = false;
+  for (let t = 0; !lease.streamLive && t < 30000; t += 10) await clock.advance(10);
+  assert.equal(lease.streamLive, true, "the stream reconnects");
+  const back = clock.now();
+  await clock.advance(120); // one renew: sent at once, answered 50 ms later
+  assert.equal(lease.role, "owner", "owner again a round trip after the stream is back");
+  const renews = server.callsTo("POST", "/lease/renew").filter((c) => c.at >= back);
+  assert.equal(renews.length, 1, "one renew, when the stream came back");
+  assert.ok(renews[0].at - back <= 10, `renewed ${renews[0].at - back} ms after the stream came back`);
+  await lease.stop({ release: false });
+});
+
 test("after resume the tab is read-only until a renew confirms", async () => {
   const { clock, server, lease } = setup({ server: { latencyMs: 50 } });
   const p = lease.start();

@@ -1116,6 +1116,11 @@ export class TabLease extends EventTarget {
       this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
       this._update("stream_down");
       if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ fresh: true });
+    } else if (live && this._running() && this._holdsEpoch() && !this._pageFrozen() && this._computeState() === "unconfirmed") {
+      // The server answers again (an outage ended): confirm now rather than when the renew's
+      // backoff, which grew while the stream's did, comes round.
+      this._attempts.renew = 0;
+      this._renewNow({ fresh: true });
     }
     this._emit("stream", { live, carrier: this.streamCarrier });
     this._scheduleViewerRefresh();
