@@ -395,6 +395,38 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			t.Errorf("a guarded mutation in the tab back online answered %s, want ran; client: %v", got, lifecycleOf(owner))
 		}
 	})
+
+	t.Run("an owner tab is owner again a round trip after its event stream is back from a server restart", func(t *testing.T) {
+		const session = "restart"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), session)
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+		browsertest.Eval[bool](owner, `(() => {
+			window.restart = {};
+			tablease.on("stream", (d) => { if (d.live && window.restart.stopped && window.restart.streamAt === undefined) window.restart.streamAt = performance.now(); });
+			tablease.on("rolechange", (d) => { if (d.role === "owner" && window.restart.stopped && window.restart.ownerAt === undefined) window.restart.ownerAt = performance.now(); });
+			return true;
+		})()`)
+
+		browsertest.Eval[bool](owner, `window.restart.stopped = true`)
+		srv.stop()
+		owner.WaitFor("the tab to be read-only", `!tablease.streamLive && tablease.role === 'viewer'`, 10*time.Second)
+		// The renews and the stream's reconnects back off, each on its own: after five failed
+		// renews the next is seconds away.
+		owner.WaitFor("the renews to back off", `tablease._attempts.renew >= 5`, 30*time.Second)
+		srv.start()
+		owner.WaitFor("the stream to be back and the tab owner", `window.restart.streamAt !== undefined && window.restart.ownerAt !== undefined`, lateBound)
+		gap := browsertest.Eval[float64](owner, `window.restart.ownerAt - window.restart.streamAt`)
+		t.Logf("the tab was owner again %.0f ms after its event stream was back", gap)
+		if gap > 1000 {
+			t.Errorf("the tab was owner again only %.0f ms after its event stream was back, want within a round trip (1 s); client: %v", gap, lifecycleOf(owner))
+		}
+		srv.mustHold(session, owner.id)
+		if got := guardAnswer(owner); got != "ran" {
+			t.Errorf("a guarded mutation in the owner tab after the restart answered %s, want ran; client: %v", got, lifecycleOf(owner))
+		}
+	})
 }
 
 const (

@@ -382,6 +382,8 @@ type demoServer struct {
 	logs  *syncBuffer
 	api   client // the demo's user
 	admin client // scope lease:admin
+	env   map[string]string
+	proc  *served // the running server, which restart replaces
 }
 
 func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]string) demoServer {
@@ -399,7 +401,8 @@ func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]strin
 	for k, v := range extra {
 		env[k] = v
 	}
-	base, logs := startServer(t, env)
+	proc := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	base, logs := "http://"+proc.addr, proc.logs
 	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
 	issue := func(sub string, scopes ...string) string {
 		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
@@ -411,7 +414,17 @@ func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]strin
 	return demoServer{t: t, base: base, logs: logs,
 		api:   client{t: t, base: base, token: issue(demoSub)},
 		admin: client{t: t, base: base, token: issue("root", api.ScopeAdmin)},
+		env:   env, proc: &proc,
 	}
+}
+
+// stop stops the server as SIGTERM does; start serves again on the same address, with the same
+// configuration and Redis (the leases are kept), as a restarted instance would.
+func (s demoServer) stop() { s.proc.stop() }
+
+func (s demoServer) start() {
+	s.t.Helper()
+	*s.proc = serveAt(s.t, s.env, s.proc.addr, s.logs)
 }
 
 // demoTab is a tab showing the demo.

@@ -44,7 +44,21 @@ func (s *syncBuffer) String() string {
 // stopped (as by SIGTERM) at cleanup, and must exit 0 within its shutdown timeout.
 func startServer(t *testing.T, env map[string]string) (string, *syncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	s := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	return "http://" + s.addr, s.logs
+}
+
+// served is a `tablease serve` that serveAt started.
+type served struct {
+	addr string
+	logs *syncBuffer
+	stop func() // stops the server as SIGTERM does and waits until it exited 0; then does nothing
+}
+
+// serveAt runs `tablease serve --addr addr` in-process with env, logging to logs, until stop or
+// the test's cleanup.
+func serveAt(t *testing.T, env map[string]string, addr string, logs *syncBuffer) served {
+	t.Helper()
 	addrs := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := Program{
@@ -54,27 +68,31 @@ func startServer(t *testing.T, env map[string]string) (string, *syncBuffer) {
 		OnListen: func(addr string) { addrs <- addr },
 	}
 	done := make(chan int, 1)
-	go func() { done <- p.Main(ctx, []string{"serve", "--addr", "127.0.0.1:0"}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d; logs:\n%s", code, logs)
+	go func() { done <- p.Main(ctx, []string{"serve", "--addr", addr}) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("serve exited %d; logs:\n%s", code, logs)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s of the signal")
 			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("serve did not stop within 15s of the signal")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case addr := <-addrs:
-		return "http://" + addr, logs
+		return served{addr: addr, logs: logs, stop: stop}
 	case code := <-done:
 		t.Fatalf("serve exited %d before listening; logs:\n%s", code, logs)
 	case <-time.After(15 * time.Second):
 		t.Fatalf("serve did not listen within 15s; logs:\n%s", logs)
 	}
-	return "", nil
+	return served{}
 }
 
 type client struct {
