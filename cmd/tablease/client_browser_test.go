@@ -396,7 +396,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		}
 	})
 
-	t.Run("an owner tab is owner again a round trip after its event stream is back from a server restart", func(t *testing.T) {
+	t.Run("after a server restart an owner tab is owner again, and its event stream back, within a round trip of each other", func(t *testing.T) {
 		const session = "restart"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
@@ -417,10 +417,12 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		owner.WaitFor("the renews to back off", `tablease._attempts.renew >= 5`, 30*time.Second)
 		srv.start()
 		owner.WaitFor("the stream to be back and the tab owner", `window.restart.streamAt !== undefined && window.restart.ownerAt !== undefined`, lateBound)
+		// Whichever reaches the server first, the renew or the stream's reconnect, brings the
+		// other at once, not when its own backoff ends.
 		gap := browsertest.Eval[float64](owner, `window.restart.ownerAt - window.restart.streamAt`)
 		t.Logf("the tab was owner again %.0f ms after its event stream was back", gap)
-		if gap > 1000 {
-			t.Errorf("the tab was owner again only %.0f ms after its event stream was back, want within a round trip (1 s); client: %v", gap, lifecycleOf(owner))
+		if gap > 1000 || gap < -1000 {
+			t.Errorf("the tab was owner again %.0f ms after its event stream was back, want within a round trip (1 s) of it; client: %v", gap, lifecycleOf(owner))
 		}
 		srv.mustHold(session, owner.id)
 		if got := guardAnswer(owner); got != "ran" {

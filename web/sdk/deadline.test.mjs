@@ -156,6 +156,27 @@ test("when the stream is back after an outage, the owner renews at once instead 
   await lease.stop({ release: false });
 });
 
+test("when a renew reaches the server again after an outage, the stream reconnects at once instead of waiting out its backoff", async () => {
+  const { clock, server, lease } = setup({ server: { latencyMs: 50 }, lease: { stream: "fetch" } });
+  const p = lease.start();
+  await clock.advance(50);
+  await p;
+  server.down = true;
+  server.dropStreams();
+  await clock.advance(3700); // renews and stream reconnects fail: the renew's next try comes first
+  server.down = false;
+  const up = clock.now();
+  for (let t = 0; !(lease.streamLive && lease.role === "owner") && t < 30000; t += 10) await clock.advance(10);
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.streamLive, true);
+  const [renew] = server.callsTo("POST", "/lease/renew").filter((c) => c.at >= up);
+  const [open] = server.callsTo("GET", "/events").filter((c) => c.at >= up);
+  assert.ok(renew.at < open.at, `the renew (${renew.at - up} ms after the server was back) came first`);
+  // The stream connects as the renew's answer comes in (50 ms), not when its backoff ends.
+  assert.ok(open.at - renew.at <= 60, `reconnected ${open.at - renew.at} ms after the renew was sent`);
+  await lease.stop({ release: false });
+});
+
 test("after resume the tab is read-only until a renew confirms", async () => {
   const { clock, server, lease } = setup({ server: { latencyMs: 50 } });
   const p = lease.start();

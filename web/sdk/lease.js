@@ -718,7 +718,11 @@ export class TabLease extends EventTarget {
   async _call(method, path, body = undefined, opts = {}) {
     try {
       const r = await this._api.request(method, path, body, opts);
-      this._unreachable = false;
+      if (this._unreachable) {
+        this._unreachable = false;
+        // The server answers again: the stream need not wait out the backoff it grew meanwhile.
+        this._stream?.hub.reconnectNow();
+      }
       return r;
     } catch (e) {
       if (e?.code !== "NETWORK") this._unreachable = false;

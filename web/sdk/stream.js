@@ -43,6 +43,7 @@ export class StreamRunner {
     this._onStatus = onStatus;
     this.live = false;
     this._ac = null;
+    this._nap = null; // the wait before the next connection: {ac, unanswered}
   }
 
   start() {
@@ -62,6 +63,15 @@ export class StreamRunner {
     if (this.live === live) return;
     this.live = live;
     this._onStatus?.(live);
+  }
+
+  /**
+   * Connects now if the runner is waiting after a connection that ended without an answer from
+   * the server (it went away, or could not be reached): its caller heard from the server again. A
+   * wait the server asked for (an answer with a status: Retry-After, 403, 404) is kept.
+   */
+  retryNow() {
+    if (this._nap?.unanswered) this._nap.ac.abort();
   }
 
   async _loop(signal) {
@@ -97,7 +107,13 @@ export class StreamRunner {
       let delay = backoffDelay(attempt++, { baseMs: this._baseMs, maxMs: this._maxMs, random: this._random, retryAfterMs: error?.retryAfterMs ?? null });
       if (error?.status === 404 || error?.status === 405) delay = Math.max(delay, this._notFoundMs);
       if (error?.status === 403) delay = Math.max(delay, this._maxMs);
-      await sleep(this._clock, delay, signal);
+      const nap = { ac: new AbortController(), unanswered: !error || error.code === "NETWORK" };
+      const onStop = () => nap.ac.abort();
+      signal.addEventListener("abort", onStop, { once: true });
+      this._nap = nap;
+      await sleep(this._clock, delay, nap.ac.signal);
+      this._nap = null;
+      signal.removeEventListener("abort", onStop);
     }
   }
 }
@@ -142,6 +158,17 @@ export class StreamHub {
 
   get shared() {
     return Boolean(this._locks?.request && this._BC);
+  }
+
+  /**
+   * A subscriber heard from the server again after it could not reach it: the stream, if it is
+   * down and waits to reconnect after losing the server, connects now, in this tab or, asked over
+   * the channel, in the carrier's.
+   */
+  reconnectNow() {
+    if (this.live) return;
+    if (this.carrier) this._runner?.retryNow();
+    else if (this.shared) this._post({ t: "reconnect" });
   }
 
   add(sub) {
@@ -341,6 +368,10 @@ export class StreamHub {
     if (!m || typeof m !== "object" || m.from === this.id || this._frozen) return;
     if (m.t === "hello" || m.t === "ping") {
       if (this.carrier) this._post({ t: "beat", live: this.live });
+      return;
+    }
+    if (m.t === "reconnect") {
+      if (this.carrier) this._runner?.retryNow();
       return;
     }
     if (typeof m.term !== "number" || !this._fromCarrier(m)) return;

@@ -124,6 +124,43 @@ test("the runner reports live on open and down on a failure, then backs off", as
   assert.deepEqual(status, [[true, 0], [false, 0]]);
 });
 
+test("retryNow ends the runner's wait after a failure without an answer, and keeps a wait the server asked for", async () => {
+  const clock = new FakeClock(0);
+  const failures = [
+    Object.assign(new Error("fetch failed"), { code: "NETWORK" }),
+    Object.assign(new Error("fetch failed"), { code: "NETWORK" }),
+    Object.assign(new Error("503"), { code: "STORE_UNAVAILABLE", status: 503, retryAfterMs: 4000 }),
+  ];
+  const opens = [];
+  const runner = new StreamRunner({
+    clock,
+    random: () => 0,
+    baseMs: 1000,
+    open: async () => {
+      opens.push(clock.now());
+      throw failures.shift() ?? new Error("no more");
+    },
+  });
+  runner.start();
+  await flush();
+  assert.deepEqual(opens, [0]);
+  await clock.advance(100);
+  runner.retryNow(); // the first wait (500 ms) follows a network failure
+  await flush();
+  assert.deepEqual(opens, [0, 100], "connected at once");
+  await clock.advance(100);
+  runner.retryNow(); // so does the second
+  await flush();
+  assert.deepEqual(opens, [0, 100, 200]);
+  await clock.advance(100);
+  runner.retryNow(); // the third follows a 503 with Retry-After: 4 s
+  await flush();
+  assert.deepEqual(opens, [0, 100, 200], "Retry-After kept");
+  await clock.advance(3900);
+  assert.deepEqual(opens, [0, 100, 200, 4200]);
+  runner.stop();
+});
+
 test("tokenSubject reads sub from a JWT without verifying it", () => {
   assert.equal(tokenSubject(fakeJWT("alice")), "alice");
   assert.equal(tokenSubject("not-a-jwt"), "");
