@@ -554,6 +554,8 @@ export declare class StreamRunner {
   readonly live: boolean;
   lastEventId: string;
   start(): void;
+  /** Connects now if waiting after a connection that ended without an answer from the server (a wait the server asked for is kept). */
+  retryNow(): void;
   stop(): void;
 }
 
