@@ -27,6 +27,8 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 		{"redis://app:hunter2-secret@cache:6379/db7", "invalid database number"},
 		{"redis://sentinel:hunter2-secret@s1:26379/0?master_name=tablease&dial_timeout=soon", "invalid dial_timeout"},
 		{"redis://app:hunter2-secret@n1:6379?cluster=true&addr=n2:6379&pool_size=many", "invalid pool_size"},
+		{"rediss://app:hunter2-secret@cache:6380/0?ca_file=/nonexistent/redis-ca.pem", "ca_file: open /nonexistent/redis-ca.pem"},
+		{"redis://app:hunter2-secret@cache:6379/0?ca_file=/etc/ssl/ca.pem", "ca_file is for rediss:// only"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

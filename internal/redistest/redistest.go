@@ -72,6 +72,8 @@ type Server struct {
 	// role, when set, makes the server a node of a topology (topology.go): it names the config
 	// file read first and the arguments that follow the common ones.
 	role *role
+	// tls, when set, makes the server serve TLS too, on a port of its own (StartTLS).
+	tls *tlsPort
 
 	// mu protects the fields below.
 	mu     sync.Mutex
@@ -90,11 +92,33 @@ type process struct {
 // when redis-server is not in PATH or does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return launch(t, nil)
+}
+
+// tlsPort is the TLS side of a server: its certificate and key (PEM files), and its port.
+type tlsPort struct {
+	cert, key string
+	port      int // fixed after the first start, as the plain port is
+}
+
+// StartTLS starts a private redis-server for t as Start does, that serves TLS as well, on a port
+// of its own (TLSAddr), with the certificate and key of the PEM files given. It asks clients for
+// no certificate; the plain port stays, for the helper's own commands.
+func StartTLS(t testing.TB, certFile, keyFile string) *Server {
+	t.Helper()
+	return launch(t, &tlsPort{cert: certFile, key: keyFile})
+}
+
+// TLSAddr is the host:port of a StartTLS server's TLS side.
+func (s *Server) TLSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tls.port)) }
+
+func launch(t testing.TB, tls *tlsPort) *Server {
+	t.Helper()
 	bin, err := lookPath("tests of the Redis engine need it")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), dbs: 16}
+	s := &Server{bin: bin, dir: t.TempDir(), dbs: 16, tls: tls}
 	// Registered after TempDir, so it runs first: the server is gone before its directory.
 	t.Cleanup(func() {
 		if err := s.kill(); err != nil {
@@ -229,6 +253,13 @@ func (s *Server) start() error {
 			}
 			port = p
 		}
+		if !fixed && s.tls != nil {
+			tp, err := freePort()
+			if err != nil {
+				return err
+			}
+			s.tls.port = tp
+		}
 		if !fixed && s.role != nil && s.role.cluster {
 			// The cluster bus needs a port of its own, picked again with the client port.
 			bus, err := freePort()
@@ -287,6 +318,10 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 	)
 	if s.role != nil {
 		args = append(args, s.role.args()...)
+	}
+	if s.tls != nil {
+		args = append(args, "--tls-port", strconv.Itoa(s.tls.port), "--tls-cert-file", s.tls.cert,
+			"--tls-key-file", s.tls.key, "--tls-auth-clients", "no")
 	}
 	cmd := exec.Command(s.bin, args...)
 	log := &tailBuffer{max: 8 << 10}

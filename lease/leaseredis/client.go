@@ -2,10 +2,13 @@ package leaseredis
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +29,10 @@ import (
 //
 // master_name selects Sentinel (the user and password of the URL are the Sentinel's; the
 // username and password options are the primary's); cluster=true, which is this function's own
-// option, selects Cluster. Other options are go-redis's (max_retries, pool_size, read_timeout…)
-// and an unknown one is an error.
+// option, selects Cluster. ca_file=/path/ca.pem, also its own, verifies a rediss:// server (and
+// every node or sentinel) against the CA certificates of that PEM file instead of the system's;
+// go-redis's skip_verify=true verifies nothing. Other options are go-redis's (max_retries,
+// pool_size, read_timeout…) and an unknown one is an error.
 //
 // Whatever the URL says, the client honours context deadlines (ContextTimeoutEnabled), and its
 // dial, read, write and pool timeouts are at most opTimeout. Unless the URL sets them, it retries a
@@ -102,6 +107,24 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 			return nil, redact(fmt.Errorf("addr=%q is not host:port with a port from 1 to 65535", a))
 		}
 	}
+	// ca_file, this function's own option, names a PEM file of the CAs to verify a rediss://
+	// server's certificate against, instead of the system's.
+	var roots *x509.CertPool
+	if q.Has("ca_file") {
+		if u.Scheme != "rediss" {
+			return nil, errors.New("leaseredis: bad Redis URL: ca_file is for rediss:// only")
+		}
+		if roots, err = readCAFile(q.Get("ca_file")); err != nil {
+			return nil, fmt.Errorf("leaseredis: bad Redis URL: ca_file: %v", err)
+		}
+		q.Del("ca_file")
+		u.RawQuery = q.Encode()
+	}
+	trust := func(c *tls.Config) {
+		if c != nil && roots != nil {
+			c.RootCAs = roots
+		}
+	}
 	cluster := false
 	if q.Has("cluster") {
 		cluster, err = strconv.ParseBool(q.Get("cluster"))
@@ -132,6 +155,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = clusterReloadInterval
 		}
+		trust(o.TLSConfig)
 		return func() redis.UniversalClient {
 			c := redis.NewClusterClient(o)
 			c.AddHook(reloadOnLoss{c})
@@ -145,6 +169,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
+		trust(o.TLSConfig)
 		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	}
 	o, err := redis.ParseURL(u.String())
@@ -154,7 +179,21 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 		&o.ContextTimeoutEnabled})
+	trust(o.TLSConfig)
 	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
+}
+
+// readCAFile reads the certificates of a PEM file into a pool.
+func readCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // knobs point at the fields of one of go-redis's option types that NewClient sets.

@@ -1,0 +1,123 @@
+package leaseredis
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+)
+
+// TestARedissURLVerifiesTheServerAgainstItsCAFile checks ca_file (NewClient): a Redis serving TLS
+// with a certificate of a private CA is reached, and the engine works over it, when the URL names
+// the CA's file; without it the system's CAs refuse the certificate; skip_verify=true (go-redis's)
+// verifies nothing; and a ca_file that cannot serve is refused before any client is made.
+func TestARedissURLVerifiesTheServerAgainstItsCAFile(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writePKI(t, dir)
+	srv := redistest.StartTLS(t, certFile, keyFile)
+	base := "rediss://" + srv.TLSAddr() + "/0"
+	withCA := base + "?ca_file=" + url.QueryEscape(caFile)
+	ping := func(u string) error {
+		t.Helper()
+		c, err := NewClient(u, 2*time.Second)
+		if err != nil {
+			t.Fatalf("NewClient(%s): %v", u, err)
+		}
+		defer c.Close()
+		return c.Ping(t.Context()).Err()
+	}
+
+	if err := ping(withCA); err != nil {
+		t.Fatalf("PING over TLS with ca_file: %v", err)
+	}
+	var unknown x509.UnknownAuthorityError
+	if err := ping(base); err == nil || (!errors.As(err, &unknown) && !strings.Contains(err.Error(), "unknown authority")) {
+		t.Errorf("PING over TLS without ca_file = %v, want the certificate refused (unknown authority)", err)
+	}
+	if err := ping(base + "?skip_verify=true"); err != nil {
+		t.Errorf("PING over TLS with skip_verify=true: %v", err)
+	}
+
+	c, err := NewClient(withCA, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); !l.Held {
+		t.Errorf("acquire over TLS = %+v, want held", l)
+	}
+
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"redis://" + srv.Addr() + "/0?ca_file=" + url.QueryEscape(caFile), "ca_file is for rediss:// only"},
+		{base + "?ca_file=" + url.QueryEscape(filepath.Join(dir, "missing.pem")), "ca_file: open "},
+		{base + "?ca_file=" + url.QueryEscape(notPEM), "holds no PEM certificate"},
+	} {
+		if err := CheckURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckURL(%s) = %v, want an error with %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+// writePKI writes a CA certificate, and a certificate and key for 127.0.0.1 that it signed, as
+// PEM files in dir, and answers their paths.
+func writePKI(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tablease test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, kind string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("redis.pem", "CERTIFICATE", leafDER), write("redis.key", "EC PRIVATE KEY", keyDER)
+}
