@@ -118,7 +118,7 @@ local function flush_audit(now)
       id = append_audit(redis.pcall, admin, int(ms) .. '-*', fields)
       if type(id) == 'table' then -- refused: the last id taken is after the clock
         local m, q = string.match(last_audit_id(), '^(%d+)-(%d+)$')
-        ms, seq = tonumber(m), tonumber(q)
+        ms, seq = m + 0, q + 0
       end
     end
     if seq ~= nil then

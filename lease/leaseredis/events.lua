@@ -105,7 +105,7 @@ local function parse_id(id)
   if ms == nil then
     return nil, nil
   end
-  return tonumber(ms), tonumber(seq)
+  return ms + 0, seq + 0
 end
 
 -- compare_ids answers -1, 0 or 1 as the id a is before, equal to or after b (both valid).
@@ -150,7 +150,7 @@ end
 -- answers it.
 local function read_tabs_first()
   local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
-  tabs_first = first[2] and tonumber(first[2]) or false
+  tabs_first = first[2] and first[2] + 0 or false
   return tabs_first
 end
 

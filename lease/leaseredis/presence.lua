@@ -31,7 +31,7 @@ local function entries()
     list[#list + 1] = {
       member = member,
       tab = string.match(member, '^([^/]+)/') or member,
-      expires = tonumber(z[i + 1]),
+      expires = z[i + 1] + 0,
       label = d.l or '',
       hidden = d.h == '1',
       connected = tonumber(d.c) or 0,

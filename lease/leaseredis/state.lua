@@ -139,11 +139,18 @@ local state_written, parking
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
+-- A decimal number read from Redis (a field, a score, TIME) is made a number by arithmetic, as in
+-- `(v or 0) + 0`, rather than by tonumber, which parses the string twice (lua_isnumber, then
+-- lua_tonumber): a renew reads nine, and this is 6 % of its instructions (scripts/redis-
+-- instructions). Those numbers are written by these scripts, so they parse; one that did not would
+-- raise an error, where tonumber would have read it as 0. Arguments (arg_int) keep tonumber, for
+-- the error it raises on a bad one.
+
 -- now_us is the store clock in microseconds. Redis 7 replicates the effects of scripts, so a
 -- script may read TIME and then write.
 local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
 local function int(n)
@@ -306,8 +313,8 @@ local function pack_free(s, at_ms)
   local event = ''
   if s.event_id ~= '' then
     local ms, seq = string.match(s.event_id, '^(%d+)-(%d+)$')
-    local d = tonumber(ms) - end_ms
-    event = string.format('%s%x-%x', sign(d), abs(d), tonumber(seq))
+    local d = ms - end_ms
+    event = string.format('%s%x-%x', sign(d), abs(d), seq + 0)
   end
   local granted, expires, at = s.granted_us - s.epoch, s.expires_us - s.granted_us, at_ms - end_ms
   return string.format('%x %s%x %s%x %x %x %s %s %s %s%x %s', s.epoch, sign(granted), abs(granted),
@@ -397,13 +404,13 @@ local function lease_state(v)
     tab = v[1] or '',
     label = v[2] or '',
     hidden = v[3] == '1',
-    epoch = tonumber(v[4]) or 0,
-    granted_us = tonumber(v[5]) or 0,
-    expires_us = tonumber(v[6]) or 0,
-    ttl_ms = tonumber(v[7]) or 0,
-    transitions = tonumber(v[8]) or 0,
-    block_until_us = tonumber(v[9]) or 0,
-    keep_us = tonumber(v[10]) or 0,
+    epoch = (v[4] or 0) + 0,
+    granted_us = (v[5] or 0) + 0,
+    expires_us = (v[6] or 0) + 0,
+    ttl_ms = (v[7] or 0) + 0,
+    transitions = (v[8] or 0) + 0,
+    block_until_us = (v[9] or 0) + 0,
+    keep_us = (v[10] or 0) + 0,
     ho_tab = v[11] or '',
     ho_label = '',
     ho_hidden = false,
@@ -426,8 +433,8 @@ end
 -- s has one (ho_tab): most sessions never have one.
 local function rest_state(s, v, o)
   s.rel_tab = v[o + 1] or ''
-  s.rel_epoch = tonumber(v[o + 2]) or 0
-  s.ended_epoch = tonumber(v[o + 3]) or 0
+  s.rel_epoch = (v[o + 2] or 0) + 0
+  s.ended_epoch = (v[o + 3] or 0) + 0
   s.event_id = v[o + 4] or ''
   if s.ho_tab ~= '' then
     local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
@@ -435,10 +442,10 @@ local function rest_state(s, v, o)
     s.ho_label = h[1] or ''
     s.ho_hidden = h[2] == '1'
     s.ho_from_tab = h[3] or ''
-    s.ho_from_epoch = tonumber(h[4]) or 0
-    s.ho_until_us = tonumber(h[5]) or 0
+    s.ho_from_epoch = (h[4] or 0) + 0
+    s.ho_until_us = (h[5] or 0) + 0
     s.ho_reserved = h[6] == '1'
-    s.ho_reserve_ms = tonumber(h[7]) or 0
+    s.ho_reserve_ms = (h[7] or 0) + 0
   end
   return s
 end
