@@ -587,8 +587,13 @@ func (e *Engine) call(ctx context.Context, op string, f *function, keys []string
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.opTimeout {
+		// A deadline within OpTimeout (usual's) bounds the call as it is: a second timer cost a
+		// renew 1.5 % of tablease's CPU (pprof), five allocations and 470 bytes, for nothing.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.opTimeout)
+		defer cancel()
+	}
 	// FCALL name numkeys keys... common... args..., as go-redis's FCall makes it.
 	cmdArgs := make([]any, 0, 3+len(keys)+len(e.common)+len(args))
 	cmdArgs = append(cmdArgs, "fcall", f.fcall, len(keys))
