@@ -2,11 +2,13 @@ package main
 
 import (
 	"io"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tablease/tablease/api"
@@ -138,5 +140,49 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 		if (strings.Contains(line, "error") || strings.Contains(line, "exception")) && !strings.Contains(line, "dev/token") {
 			t.Errorf("the console reported a problem: %s", line)
 		}
+	}
+}
+
+// TestAdminConsoleAsksForADevTokenOnlyUnderALoopbackName: reached as 127.0.0.1, the console of a
+// dev-mode server takes a /dev/token token by itself; reached under another name that resolves to
+// the same server (console.test, mapped by Chromium's host rules), it asks /dev/token nothing,
+// which would only fail there, and asks for a token instead. The page's fetch is wrapped before
+// its scripts run, to count what it asks.
+func TestAdminConsoleAsksForADevTokenOnlyUnderALoopbackName(t *testing.T) {
+	browsertest.Chromium(t)
+	base, _ := startServer(t, map[string]string{"TABLEASE_DEV": "true"})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := browsertest.Start(t, chromedp.Flag("host-resolver-rules", "MAP console.test 127.0.0.1"))
+	const count = `window.devTokenAsks = 0;
+		const fetchOf = window.fetch;
+		window.fetch = function (input, init) {
+			if (String(input instanceof Request ? input.url : input).includes('/dev/token')) window.devTokenAsks++;
+			return fetchOf.call(this, input, init);
+		};`
+	if _, err := chromedp.Call(b.Context(), page.AddScriptToEvaluateOnNewDocument,
+		page.AddScriptToEvaluateOnNewDocumentParams{Source: count}); err != nil {
+		t.Fatal(err)
+	}
+
+	b.Do("open the console as 127.0.0.1", chromedp.Navigate(base+"/admin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.WaitFor("the dev-mode token", `document.getElementById('token-state').textContent.startsWith('Dev mode: using a token for “admin”')`, 10*time.Second)
+	if n := browsertest.Eval[int](b, `window.devTokenAsks`); n != 1 {
+		t.Errorf("under 127.0.0.1 the console asked /dev/token %d times, want 1", n)
+	}
+
+	other := "http://console.test:" + u.Port() + "/admin"
+	b.Do("open the console as console.test", chromedp.Navigate(other), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.WaitFor("the request for a token", `document.getElementById('status').textContent === 'Enter an admin access token to begin.'`, 10*time.Second)
+	if href := browsertest.Eval[string](b, `location.href`); href != other {
+		t.Fatalf("the page is %s, want %s", href, other)
+	}
+	if n := browsertest.Eval[int](b, `window.devTokenAsks`); n != 0 {
+		t.Errorf("under console.test, not a loopback name, the console asked /dev/token %d times, want 0", n)
+	}
+	if state := browsertest.Eval[string](b, `document.getElementById('token-state').textContent`); state != "No token yet." {
+		t.Errorf("the token state reads %q, want No token yet.", state)
 	}
 }

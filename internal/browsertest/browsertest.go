@@ -118,9 +118,10 @@ type Page interface {
 
 func (t *Tab) tab() *Tab { return t }
 
-// Start starts Chromium. At cleanup it logs the page's console and the browser's output when the
-// test failed, and stops the browser.
-func Start(t testing.TB) *Browser {
+// Start starts Chromium, with Flags and then opts (such as a chromedp.Flag of a test's own). At
+// cleanup it logs the page's console and the browser's output when the test failed, and stops the
+// browser.
+func Start(t testing.TB, opts ...chromedp.ExecAllocatorOption) *Browser {
 	t.Helper()
 	path := Chromium(t)
 	dataDir, err := os.MkdirTemp("", "tablease-chromium-")
@@ -128,16 +129,17 @@ func Start(t testing.TB) *Browser {
 		t.Fatal(err)
 	}
 	b := &Browser{t: t, output: &lockedBuffer{}}
-	opts := []chromedp.ExecAllocatorOption{
+	all := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(dataDir),
 		chromedp.WindowSize(1280, 900),
 		chromedp.CombinedOutput(b.output),
 	}
 	for _, f := range Flags {
-		opts = append(opts, chromedp.Flag(f, true))
+		all = append(all, chromedp.Flag(f, true))
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	all = append(all, opts...)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), all...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(format string, args ...any) {
 		b.note("chromedp error: " + fmt.Sprintf(format, args...))
 	}))

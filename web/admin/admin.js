@@ -176,7 +176,18 @@ function useToken(token, how) {
   }
 }
 
+// loopbackPage reports whether the page was reached by a loopback name (localhost, a name under
+// .localhost, a loopback address): the only names a dev-mode server answers /dev/token for
+// (loopbackHost in api/dev.go). Under any other name the console does not ask, so that a deployment's
+// console makes no request that can only fail.
+function loopbackPage() {
+  const host = location.hostname.toLowerCase().replace(/\.$/, '');
+  return host === 'localhost' || host.endsWith('.localhost') || host === '[::1]' ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
 async function devToken() {
+  if (!loopbackPage()) return '';
   try {
     const res = await fetch('/dev/token?sub=admin&scope=lease:admin', { cache: 'no-store', credentials: 'omit' });
     if (!res.ok) return '';
@@ -573,7 +584,7 @@ async function start() {
   let token = sessionStorage.getItem(TOKEN_KEY) || '';
   let how = 'Using';
   if (!token) {
-    token = await devToken(); // only a dev-mode server on loopback answers it; anything else is ignored
+    token = await devToken(); // only a dev-mode server on a loopback name answers it
     how = 'Dev mode: using';
   }
   if (token) {
