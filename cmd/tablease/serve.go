@@ -92,7 +92,12 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		return err
 	}
 
-	store, err := openStore(ctx, cfg, log)
+	// The start's calls to the store (the server check, the eviction policy, the catalog) share one
+	// TABLEASE_REDIS_TIMEOUT: a Redis that does not answer delays listening by that much at most,
+	// and the server then answers 503 (and /readyz 503) until it does.
+	startCtx, cancelStart := context.WithTimeout(ctx, cfg.RedisTimeout)
+	defer cancelStart()
+	store, err := openStore(startCtx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -130,7 +135,8 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	seedCatalog(ctx, srv, cfg, log)
+	seedCatalog(startCtx, srv, cfg, log)
+	cancelStart()
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -195,7 +201,8 @@ type store struct {
 }
 
 // openStore opens the lease engine and the stores beside it: the Redis engine is all three; the
-// memory engine has memory stores of this process beside it (one instance).
+// memory engine has memory stores of this process beside it (one instance). ctx bounds its checks
+// of the Redis server.
 func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, error) {
 	if cfg.RedisURL == "" {
 		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
@@ -215,14 +222,12 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		client.Close()
 		return store{}, err
 	}
-	checkCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
-	defer cancel()
-	if err := e.ServerMismatch(checkCtx); err != nil {
+	if err := e.ServerMismatch(ctx); err != nil {
 		_ = e.Close()
 		client.Close()
 		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
-	switch policy, err := e.EvictionPolicy(checkCtx); {
+	switch policy, err := e.EvictionPolicy(ctx); {
 	case err != nil:
 		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
 	case policy != "noeviction":
@@ -265,9 +270,7 @@ func leaseKeySet(cfg config.Config, log *slog.Logger) (*leasetoken.KeySet, error
 // seedCatalog stores the file's catalog when the store holds none, and says which catalog is
 // served. A store that does not answer is only logged: the file's catalog is served meanwhile.
 func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) {
-	sctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
-	defer cancel()
-	st, err := srv.SeedCatalog(sctx)
+	st, err := srv.SeedCatalog(ctx)
 	switch {
 	case err != nil && cfg.CatalogFile == "":
 		log.Warn("could not read the stored catalog; serving an empty one until the store answers", "err", err)
