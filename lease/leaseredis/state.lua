@@ -139,12 +139,12 @@ local state_written, parking
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
--- A decimal number read from Redis (a field, a score, TIME) is made a number by arithmetic, as in
--- `(v or 0) + 0`, rather than by tonumber, which parses the string twice (lua_isnumber, then
--- lua_tonumber): a renew reads nine, and this is 6 % of its instructions (scripts/redis-
--- instructions). Those numbers are written by these scripts, so they parse; one that did not would
--- raise an error, where tonumber would have read it as 0. Arguments (arg_int) keep tonumber, for
--- the error it raises on a bad one.
+-- In this library, a decimal number read from Redis (a field, a score, TIME) is made a number by
+-- arithmetic, as in `(v or 0) + 0`, rather than by tonumber, which parses the string twice
+-- (lua_isnumber, then lua_tonumber): a renew reads nine, and this is 6 % of its instructions
+-- (scripts/redis-instructions). Those numbers are written by these scripts, so they parse; one that
+-- did not would raise an error, where tonumber would have read it as 0. Arguments (arg_int) keep
+-- tonumber, for the error it raises on a bad one.
 
 -- now_us is the store clock in microseconds. Redis 7 replicates the effects of scripts, so a
 -- script may read TIME and then write.
