@@ -153,18 +153,8 @@ local function now_us()
   return t[1] * 1000000 + t[2]
 end
 
--- int is n as the commands take it. It keeps the last two numbers it formatted, as a call formats
--- the same few (its now, the epoch) again and again, and each string.format is a C sprintf.
-local int_a, int_as, int_b, int_bs
 local function int(n)
-  if n == int_a then
-    return int_as
-  elseif n == int_b then
-    return int_bs
-  end
-  local s = string.format('%d', n)
-  int_b, int_bs, int_a, int_as = int_a, int_as, n, s
-  return s
+  return string.format('%d', n)
 end
 
 -- arg_int reads ARGV[i] as an integer in [lo, hi), or raises an error before anything is written.
