@@ -36,6 +36,11 @@ type releaseBody struct {
 	Epoch json.RawMessage `json:"epoch,omitempty"`
 }
 
+// releaseAnswer is the answer of a release.
+type releaseAnswer struct {
+	Released bool `json:"released"`
+}
+
 // checkBody is {tabId, epoch} or {token} (see checkToken).
 type checkBody struct {
 	TabID string          `json:"tabId"`
@@ -189,7 +194,7 @@ func (s *Server) release(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]bool{"released": res.Released})
+	return c.JSON(http.StatusOK, releaseAnswer{Released: res.Released})
 }
 
 func (s *Server) get(c echo.Context) error {
