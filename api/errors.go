@@ -120,6 +120,13 @@ var domainErrors = []struct {
 	{catalog.ErrTooLarge, CodePayloadTooLarge, false, "the catalog is larger than 1 MiB once normalized"},
 }
 
+// retryAfterMs is d for details.retryAfterMs: whole milliseconds, rounded up like the Retry-After
+// header's seconds, so that a client that waits that long finds the wait over (a wait under a
+// millisecond, as a fast rate limit gives, would otherwise read 0: retry at once).
+func retryAfterMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // storeRetryAfter is the Retry-After sent with STORE_UNAVAILABLE.
 const storeRetryAfter = time.Second
 
@@ -160,7 +167,7 @@ func errorFor(err error) *Error {
 			}
 			out.Details = map[string]any{"holder": holder, "epoch": lost.Current.Epoch}
 		case errors.As(err, &retry):
-			out.Details = map[string]any{"retryAfterMs": retry.RetryAfter.Milliseconds()}
+			out.Details = map[string]any{"retryAfterMs": retryAfterMs(retry.RetryAfter)}
 			out.RetryAfter = retry.RetryAfter
 		case errors.As(err, &vm):
 			out.Details = map[string]any{"version": vm.Current}

@@ -140,7 +140,7 @@ func streamError(err error) error {
 			Code:       CodeRateLimited,
 			Message:    limit.Error(),
 			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": stream.LimitRetryAfter.Milliseconds(), "limit": limit.Limit, "max": limit.Max},
+			Details:    map[string]any{"retryAfterMs": retryAfterMs(stream.LimitRetryAfter), "limit": limit.Limit, "max": limit.Max},
 			RetryAfter: stream.LimitRetryAfter,
 		}
 	}

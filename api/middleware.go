@@ -187,7 +187,7 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 				Code:       CodeRateLimited,
 				Message:    "too many requests for this user; retry after the Retry-After delay",
 				Retryable:  true,
-				Details:    map[string]any{"retryAfterMs": wait.Milliseconds()},
+				Details:    map[string]any{"retryAfterMs": retryAfterMs(wait)},
 				RetryAfter: wait,
 			}
 		}
@@ -220,7 +220,7 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 		Code:       CodeRateLimited,
 		Message:    "too many failed or unauthenticated requests from this address; retry after the Retry-After delay",
 		Retryable:  true,
-		Details:    map[string]any{"retryAfterMs": wait.Milliseconds(), "limit": "ip"},
+		Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": "ip"},
 		RetryAfter: wait,
 	}
 }

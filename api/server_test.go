@@ -216,6 +216,29 @@ func TestMetricsExposeTheCounters(t *testing.T) {
 	})
 }
 
+// A rate limit fast enough that the next token is less than a millisecond away still answers a
+// wait a client can honour: retryAfterMs is rounded up, never 0 ("retry at once").
+func TestRateLimitWaitsUnderAMillisecondAnswerOne(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.RateLimit = 2000 }) // a token every 0.5 ms, burst 4000
+	alice := h.token("alice")
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		rec := h.get(leasePath("doc-1"), alice)
+		if rec.Code == http.StatusOK {
+			continue
+		}
+		e := wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited)
+		if ms, _ := e.Error.Details["retryAfterMs"].(float64); ms != 1 {
+			t.Fatalf("retryAfterMs = %v, want 1 (the wait rounded up); body %s", e.Error.Details["retryAfterMs"], rec.Body)
+		}
+		if ra := rec.Header().Get("Retry-After"); ra != "1" {
+			t.Fatalf("Retry-After = %q, want 1", ra)
+		}
+		return
+	}
+	t.Fatal("the limit of 2,000 requests per second never answered 429 within 20 s")
+}
+
 func TestOpenAPIIsServed(t *testing.T) {
 	h := newHarness(t)
 	rec := h.get("/openapi.yaml", "")
@@ -238,7 +261,7 @@ func TestRateLimit(t *testing.T) {
 	if ra := rec.Header().Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After = %q, want 1", ra)
 	}
-	if !*e.Error.Retryable || e.Error.Details["retryAfterMs"] == nil {
+	if ms, _ := e.Error.Details["retryAfterMs"].(float64); !*e.Error.Retryable || ms < 1 || ms > 1000 {
 		t.Fatalf("429 answer %s", rec.Body)
 	}
 	t.Run("another user has a bucket of their own", func(t *testing.T) {
