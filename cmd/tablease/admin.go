@@ -273,6 +273,8 @@ type cliLease struct {
 	TTLMs       int64      `json:"ttlMs"`
 	RemainingMs int64      `json:"remainingMs"`
 	Transitions int64      `json:"transitions"`
+	// BlockedUntil is the end of an admin's block in force; nil when there is none.
+	BlockedUntil *string `json:"blockedUntil"`
 }
 
 type cliPrevious struct {
@@ -467,6 +469,9 @@ func (p Program) adminLease(ctx context.Context, args []string) (int, error) {
 			}
 		}
 		fmt.Fprintf(w, "transitions\t%d\n", l.Transitions)
+		if l.BlockedUntil != nil {
+			fmt.Fprintf(w, "grants blocked until\t%s\n", deref(l.BlockedUntil))
+		}
 		return nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +179,28 @@ func TestAdminLeaseExitsThreeWhenTheSessionIsFree(t *testing.T) {
 	code, out, _ = e.run(t, e.token, "lease", "--sub", "bob", "--sid", "doc-1", "--json")
 	if code != 3 || !strings.Contains(out, `"held":false`) {
 		t.Fatalf("--json of a free lease: exit %d %q", code, out)
+	}
+}
+
+// A block in force shows in the table, as it does in --json (blockedUntil).
+func TestAdminLeaseShowsABlockInForce(t *testing.T) {
+	e := newCLIEnv(t)
+	key := lease.Key{User: "alice", Session: "doc-1"}
+	if _, err := e.engine.Revoke(context.Background(), lease.RevokeRequest{Key: key, Admin: "root", Reason: "stuck tab", Block: 5 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.engine.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := l.BlockedUntil.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	code, out, errOut := e.run(t, e.token, "lease", "--sub", "alice", "--sid", "doc-1")
+	if code != 3 || !regexp.MustCompile(`(?m)^grants blocked until +`+regexp.QuoteMeta(want)+`$`).MatchString(out) {
+		t.Fatalf("a blocked free session: exit %d, want 3 and its block until %s\n%s%s", code, want, out, errOut)
+	}
+	code, out, _ = e.run(t, e.token, "lease", "--sub", "bob", "--sid", "doc-1")
+	if code != 3 || strings.Contains(out, "blocked") {
+		t.Fatalf("a session with no block: exit %d\n%s", code, out)
 	}
 }
 
