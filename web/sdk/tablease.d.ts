@@ -98,16 +98,6 @@ export interface LeaseContext {
   headers: Record<string, string>;
 }
 
-/** What a read-only tool handler receives as its second argument (no token). */
-export interface ReadContext {
-  tabId: string;
-  sessionId: string;
-  epoch: number | null;
-  token: null;
-  signal: null;
-  headers: Record<string, never>;
-}
-
 export interface Clock {
   /** Monotonic milliseconds (performance.now()). */
   now(): number;
@@ -408,7 +398,8 @@ export interface ToolOptions {
   /** Handlers by tool name; tools without one are not exposed. */
   handlers?: Record<string, ToolHandler>;
   /** The route: a RouteTracker (shared by adapters), a function giving it (followed through
-   *  navigation), or a fixed string. Default: a RouteTracker on location.pathname. */
+   *  navigation), or a fixed string. Default: a RouteTracker on location.pathname; for
+   *  toolDefinitions, "" (no route: the catalog's tools without routes, no parameters bound). */
   route?: string | (() => string) | RouteTracker;
   /** The path prefix the app is mounted under ("/demo"), for the default tracker. */
   base?: string;
@@ -590,4 +581,7 @@ export declare class StreamHub {
   remove(sub: StreamSubscriber): boolean;
   /** When news may have been missed from because the carrier went silent; -Infinity if not. */
   missedSince(now?: number): number;
+  /** A subscriber heard from the server again: a stream waiting to reconnect connects now (in
+   *  this tab, or asked over the channel, in the carrier's). */
+  reconnectNow(): void;
 }
