@@ -126,8 +126,7 @@ local function flush_audit(now)
     if seq == nil then
       id = append_audit(redis.pcall, admin, int(ms) .. '-*', fields)
       if type(id) == 'table' then -- refused: the last id taken is after the clock
-        local m, q = string.match(last_audit_id(), '^(%d+)-(%d+)$')
-        ms, seq = m + 0, q + 0
+        ms, seq = parse_id(last_audit_id())
       end
     end
     if seq ~= nil then

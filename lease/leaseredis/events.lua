@@ -99,15 +99,6 @@ local function lease_event(t, s, at)
     at = int(at)}
 end
 
--- parse_id reads "<ms>-<seq>"; nil, nil for anything else.
-local function parse_id(id)
-  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
-  if ms == nil then
-    return nil, nil
-  end
-  return ms + 0, seq + 0
-end
-
 -- compare_ids answers -1, 0 or 1 as the id a is before, equal to or after b (both valid).
 local function compare_ids(a, b)
   local ams, aseq = parse_id(a)

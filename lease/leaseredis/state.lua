@@ -157,6 +157,15 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- parse_id reads an event or audit id, "<ms>-<seq>"; nil, nil for anything else.
+local function parse_id(id)
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  if ms == nil then
+    return nil, nil
+  end
+  return ms + 0, seq + 0
+end
+
 -- arg_int reads ARGV[i] as an integer in [lo, hi), or raises an error before anything is written.
 local function arg_int(i, lo, hi)
   local n = tonumber(ARGV[i])
@@ -312,9 +321,9 @@ local function pack_free(s, at_ms)
   local abs = math.abs
   local event = ''
   if s.event_id ~= '' then
-    local ms, seq = string.match(s.event_id, '^(%d+)-(%d+)$')
+    local ms, seq = parse_id(s.event_id)
     local d = ms - end_ms
-    event = string.format('%s%x-%x', sign(d), abs(d), seq + 0)
+    event = string.format('%s%x-%x', sign(d), abs(d), seq)
   end
   local granted, expires, at = s.granted_us - s.epoch, s.expires_us - s.granted_us, at_ms - end_ms
   return string.format('%x %s%x %s%x %x %x %s %s %s %s%x %s', s.epoch, sign(granted), abs(granted),

@@ -433,10 +433,9 @@ export function registerWebMCPTools(lease, options = {}) {
  * For apps with their own registry (the seeds' `registry.sync(definitions)` pattern): calls
  * registry.sync(defs) with the definitions this tab may expose on rolechange, catalog and route
  * changes, and whenever sync() is called (once after start(): a tab that starts as viewer has no
- * rolechange). Each definition has {name, title?,
- * description, inputSchema, outputSchema?, annotations, timeoutMs?, readOnly, route, params,
- * signal, execute(args, ctx)}; the same instance keeps the same object, so a registry can compare
- * them; mutation executes go through lease.guard.
+ * rolechange). Each definition has {name, title?, description, inputSchema, outputSchema?,
+ * annotations, timeoutMs?, readOnly, route, params, signal, execute(args, ctx)}; the same instance
+ * keeps the same object, so a registry can compare them; mutation executes go through lease.guard.
  */
 /**
  * @param {import("./tablease.js").TabLease} lease
