@@ -211,9 +211,10 @@ local function append(s, now)
       len = redis.call('RPUSHX', KEY_EVENTS, id .. ' ' .. json)
       logged = len > 0
     end
-    -- The message of publish above, with the event's JSON as encoded for the log.
-    publish('{"u":' .. cjson.encode(USER) .. ',"s":' .. cjson.encode(SESSION) .. ',"id":"' .. id ..
-      '","ev":' .. json .. ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
+    -- The message of publish above, with the event's JSON as encoded for the log. The user and
+    -- session are identifiers, of characters JSON writes as they are (lease.ValidateID).
+    publish('{"u":"' .. USER .. '","s":"' .. SESSION .. '","id":"' .. id .. '","ev":' .. json ..
+      ',"now":"' .. int(now) .. '","next":"' .. next .. '"}')
   end
   if logged then
     if len > LOG_LEN then
@@ -309,7 +310,7 @@ end
 local function finish(s, now, r)
   flush(s, now)
   if KEY_REPLY ~= nil then
-    redis.call('SET', KEY_REPLY, cmsgpack.pack(r), 'PX', REPLY_TTL_S)
+    redis.call('SET', KEY_REPLY, pack_answer(r), 'PX', REPLY_TTL_S)
   end
   return r
 end

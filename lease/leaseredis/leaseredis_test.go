@@ -543,7 +543,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 			before: func(t *testing.T, e *Engine) { mustAcquire(t, e, alice, tabB, lease.ModeTry) },
 			script: acquireFn,
 			args: func(e *Engine) []any {
-				return []any{"tab-a", "", "0", int64(60000), "takeover", ms(e.handoffTimeout), ms(e.handoffReserve)}
+				return []any{"tab-a", "Tab A: plans ✓", "0", int64(60000), "takeover", ms(e.handoffTimeout), ms(e.handoffReserve)}
 			},
 			between: func(t *testing.T, e *Engine) { mustAcquire(t, e, alice, tabB, lease.ModeTakeover) },
 			check: func(t *testing.T, e *Engine, c *redis.Client, first any) {
