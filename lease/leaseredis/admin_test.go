@@ -200,8 +200,8 @@ func TestTheAuditLogIsOneStreamPerUserTrimmedToAboutItsLengthAndExpiringWithItsR
 	if n < maxRecords || n > maxRecords+100 {
 		t.Errorf("the audit log holds %d records after 300, want about %d (MAXLEN ~ %d)", n, maxRecords, maxRecords)
 	}
-	if ttl := c.PTTL(ctx, log).Val(); ttl <= retention-time.Minute || ttl > retention {
-		t.Errorf("PTTL %s = %v, want the retention %v", log, ttl, retention)
+	if ttl := c.PTTL(ctx, log).Val(); ttl <= retention-time.Minute || ttl > retention+retention/8 {
+		t.Errorf("PTTL %s = %v, want the retention %v and up to an eighth more", log, ttl, retention)
 	}
 	recs := allAudit(t, e, lease.AuditQuery{User: "alice", Limit: lease.MaxPageLimit})
 	if int64(len(recs)) != n || recs[0].Action != lease.AuditTakeover || recs[0].Previous == nil {
@@ -215,6 +215,39 @@ func TestTheAuditLogIsOneStreamPerUserTrimmedToAboutItsLengthAndExpiringWithItsR
 	}
 	if want := top[0].ID + "-" + "YWxpY2U"; recs[0].ID != want {
 		t.Errorf("the newest record's ID = %q, want its stream id and its user %q", recs[0].ID, want)
+	}
+}
+
+// TestTheAuditLogsExpiryMovesOnlyWhenItWouldEndWithinTheRetention: an append sets the log to
+// expire the retention and an eighth after it only when the log would otherwise expire within the
+// retention; other appends leave the expiry, which still covers them, alone (admin.lua).
+func TestTheAuditLogsExpiryMovesOnlyWhenItWouldEndWithinTheRetention(t *testing.T) {
+	const retention = time.Hour
+	e, c, db := adminEngine(t, Options{AuditRetention: retention})
+	ctx := t.Context()
+	log := db.Prefix() + ":{alice}:audit"
+	expiry := func() int64 { return c.PExpireTime(ctx, log).Val().Milliseconds() }
+
+	first := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	set := expiry()
+	if want := first.Now.Add(retention + retention/8).UnixMilli(); set != want {
+		t.Fatalf("the first record set the log to expire at %d, want %d: the retention and an eighth after it", set, want)
+	}
+	second := mustAcquire(t, e, alice, tabB, lease.ModeTakeover)
+	if got := expiry(); got != set {
+		t.Fatalf("a record within the slack moved the expiry from %d to %d", set, got)
+	}
+	if set < second.Now.Add(retention).UnixMilli() {
+		t.Fatalf("the expiry %d does not cover the second record's retention", set)
+	}
+	// As if the slack had passed: the log would expire within the retention of the next record.
+	soon := second.Now.Add(retention - time.Minute)
+	if err := c.PExpireAt(ctx, log, soon).Err(); err != nil {
+		t.Fatal(err)
+	}
+	third := mustAcquire(t, e, alice, tabA, lease.ModeTakeover)
+	if got, want := expiry(), third.Now.Add(retention+retention/8).UnixMilli(); got != want {
+		t.Fatalf("a record the expiry no longer covered set it to %d, want %d", got, want)
 	}
 }
 
