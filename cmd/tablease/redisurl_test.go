@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tablease/tablease/internal/redistest"
 )
 
 // TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem: a Redis URL the engine cannot use is a
@@ -58,6 +61,36 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 				t.Fatalf("stdout %q, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo: a URL of one server that reaches a
+// replica is a bad value that only the start can find, once Redis answers: exit code 2, and the
+// last line names it, as config.Load's lines do.
+func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
+	primary, replica := redistest.Start(t), redistest.Start(t)
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{
+		"TABLEASE_REDIS_URL":         replica.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_ADDR":              "127.0.0.1:0",
+	}
+	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
+		OnListen: func(string) { t.Error("serve listened on a replica") }}
+	if code := p.Main(t.Context(), []string{"serve"}); code != 2 {
+		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	const want = "tablease: configuration: TABLEASE_REDIS_URL: the server is a replica"
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, want) {
+		t.Fatalf("last line %q, want %q…; stderr %q", last, want, stderr.String())
 	}
 }
 

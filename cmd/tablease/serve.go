@@ -225,7 +225,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 	if err := e.ServerMismatch(ctx); err != nil {
 		_ = e.Close()
 		client.Close()
-		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
+		return store{}, &configError{fmt.Errorf("TABLEASE_REDIS_URL: %w", err)}
 	}
 	switch policy, err := e.EvictionPolicy(ctx); {
 	case err != nil:
