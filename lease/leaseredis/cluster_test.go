@@ -33,8 +33,9 @@ const topologyOpTimeout = time.Second
 
 // topologyTarget is the conformance factory of a topology reached by url: each Target gets a key
 // prefix of its own, LoseData flushes every primary, and Outage pauses every process (SIGSTOP), so
-// that the store hangs and no failover starts.
-func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Server) leasetest.Factory {
+// that the store hangs and no failover starts. On a Cluster each Target runs as an ACL user with
+// the README's rules for its prefix, on every node (aclUser).
+func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Server, cluster bool) leasetest.Factory {
 	n := 0
 	return func(t *testing.T, limits lease.Limits) leasetest.Target {
 		n++
@@ -47,6 +48,10 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 		newEngine := func(t *testing.T) *leaseredis.Engine {
+			url := url
+			if cluster {
+				url = aclUser(t, url, nodes, opts.Prefix, true)
+			}
 			client, err := leaseredis.NewClient(url, topologyOpTimeout)
 			if err != nil {
 				t.Fatal(err)
@@ -88,7 +93,7 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 // replica each, the sessions of the suite's users spread over its shards.
 func TestConformanceOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes))
+	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes, true))
 	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
 	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
 	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {

@@ -20,7 +20,8 @@ const conformanceOpTimeout = time.Second
 // subtests one after the other, so each Target may FLUSHALL it (LoseData) and pause it with SIGSTOP
 // (Outage: the store hangs rather than refuses, the harder case, and keeps its data). Each Target
 // also gets a key prefix of its own, so that no subtest could see another's keys or events (the
-// users index and the audit logs included). Its Peer is a second engine, with a client of its own,
+// users index and the audit logs included), and runs as an ACL user with the README's rules for
+// that prefix (aclUser). Its Peer is a second engine, with a client of its own,
 // on the same server and prefix, as a second tablease instance would be.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
@@ -36,7 +37,8 @@ func TestConformance(t *testing.T) {
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 		newEngine := func(t *testing.T, opts leaseredis.Options) *leaseredis.Engine {
-			client, err := leaseredis.NewClient(srv.URL(), conformanceOpTimeout)
+			url := aclUser(t, srv.URL(), []*redistest.Server{srv}, opts.Prefix, false)
+			client, err := leaseredis.NewClient(url, conformanceOpTimeout)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1363,7 +1363,7 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 
 // TestPingFailsWhereTheCallsWould checks that Ping runs a function of the library: ready on a
 // primary (loading the library when it is missing), not ready for an ACL user that may not run
-// scripts, nor on a read-only replica, though both answer PING.
+// scripts or TIME, nor on a read-only replica, though they answer PING.
 func TestPingFailsWhereTheCallsWould(t *testing.T) {
 	primary, replica := redistest.Start(t), redistest.Start(t)
 	c := primary.Client(t)
@@ -1391,6 +1391,14 @@ func TestPingFailsWhereTheCallsWould(t *testing.T) {
 	}
 	if err := noScripts.Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Ping as an ACL user without @scripting = %v, want unavailable with NOPERM", err)
+	}
+	// TIME, which every session script reads first, is in no category but @fast.
+	if err := c.Do(t.Context(), "ACL", "SETUSER", "notime", "on", ">pw", "~*", "&*", "+@all", "-time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := engineOn(t, "redis://notime:pw@"+primary.Addr()+"/0", "", time.Second).Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "can't run this command") {
+		t.Errorf("Ping as an ACL user without TIME = %v, want unavailable, the script refused its command", err)
 	}
 
 	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {

@@ -12,5 +12,5 @@ import (
 func TestConformanceOnSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	nodes := append([]*redistest.Server{s.Primary, s.Replica}, s.Sentinels...)
-	leasetest.Run(t, topologyTarget(sentinelURL(s), s.Primary.Flush, nodes))
+	leasetest.Run(t, topologyTarget(sentinelURL(s), s.Primary.Flush, nodes, false))
 }
