@@ -32,6 +32,8 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 		{"redis://app:hunter2-secret@n1:6379?cluster=true&addr=n2:6379&pool_size=many", "invalid pool_size"},
 		{"rediss://app:hunter2-secret@cache:6380/0?ca_file=/nonexistent/redis-ca.pem", "ca_file: open /nonexistent/redis-ca.pem"},
 		{"redis://app:hunter2-secret@cache:6379/0?ca_file=/etc/ssl/ca.pem", "ca_file is for rediss:// only"},
+		{"rediss://app:hunter2-secret@cache:6380/0?cert_file=/nonexistent/c.pem&key_file=/nonexistent/c.key", "cert_file and key_file: open /nonexistent/c.pem"},
+		{"rediss://app:hunter2-secret@cache:6380/0?cert_file=/etc/ssl/c.pem", "cert_file and key_file go together"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -98,7 +98,8 @@ func Start(t testing.TB) *Server {
 // tlsPort is the TLS side of a server: its certificate and key (PEM files), and its port.
 type tlsPort struct {
 	cert, key string
-	port      int // fixed after the first start, as the plain port is
+	clientCA  string // when set, the CA that signs the certificates clients must show (StartMutualTLS)
+	port      int    // fixed after the first start, as the plain port is
 }
 
 // StartTLS starts a private redis-server for t as Start does, that serves TLS as well, on a port
@@ -107,6 +108,13 @@ type tlsPort struct {
 func StartTLS(t testing.TB, certFile, keyFile string) *Server {
 	t.Helper()
 	return launch(t, &tlsPort{cert: certFile, key: keyFile})
+}
+
+// StartMutualTLS starts a server as StartTLS does, whose TLS side asks every client for a
+// certificate that the CA of the PEM file caFile signed (tls-auth-clients yes, Redis's default).
+func StartMutualTLS(t testing.TB, certFile, keyFile, caFile string) *Server {
+	t.Helper()
+	return launch(t, &tlsPort{cert: certFile, key: keyFile, clientCA: caFile})
 }
 
 // TLSAddr is the host:port of a StartTLS server's TLS side.
@@ -321,7 +329,12 @@ func (s *Server) run(port int, deadline time.Time) (*process, error) {
 	}
 	if s.tls != nil {
 		args = append(args, "--tls-port", strconv.Itoa(s.tls.port), "--tls-cert-file", s.tls.cert,
-			"--tls-key-file", s.tls.key, "--tls-auth-clients", "no")
+			"--tls-key-file", s.tls.key)
+		if s.tls.clientCA != "" {
+			args = append(args, "--tls-ca-cert-file", s.tls.clientCA, "--tls-auth-clients", "yes")
+		} else {
+			args = append(args, "--tls-auth-clients", "no")
+		}
 	}
 	cmd := exec.Command(s.bin, args...)
 	log := &tailBuffer{max: 8 << 10}

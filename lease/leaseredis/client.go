@@ -31,7 +31,9 @@ import (
 // username and password options are the primary's); cluster=true, which is this function's own
 // option, selects Cluster. ca_file=/path/ca.pem, also its own, verifies a rediss:// server (and
 // every node or sentinel) against the CA certificates of that PEM file instead of the system's;
-// go-redis's skip_verify=true verifies nothing. Other options are go-redis's (max_retries,
+// go-redis's skip_verify=true verifies nothing. cert_file=/path/cert.pem&key_file=/path/key.pem,
+// its own too, give a rediss:// client the certificate that a Redis asking for one (its
+// tls-auth-clients yes, the default) verifies. Other options are go-redis's (max_retries,
 // pool_size, read_timeout…) and an unknown one is an error.
 //
 // Whatever the URL says, the client honours context deadlines (ContextTimeoutEnabled), and its
@@ -120,10 +122,33 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		q.Del("ca_file")
 		u.RawQuery = q.Encode()
 	}
+	// cert_file and key_file, also this function's own, name the PEM files of a client certificate
+	// and its key, for a Redis that asks for one (tls-auth-clients yes, Redis's default).
+	var certs []tls.Certificate
+	if q.Has("cert_file") || q.Has("key_file") {
+		if u.Scheme != "rediss" {
+			return nil, errors.New("leaseredis: bad Redis URL: cert_file and key_file are for rediss:// only")
+		}
+		if !q.Has("cert_file") || !q.Has("key_file") {
+			return nil, errors.New("leaseredis: bad Redis URL: cert_file and key_file go together")
+		}
+		cert, err := tls.LoadX509KeyPair(q.Get("cert_file"), q.Get("key_file"))
+		if err != nil {
+			return nil, fmt.Errorf("leaseredis: bad Redis URL: cert_file and key_file: %v", err)
+		}
+		certs = []tls.Certificate{cert}
+		q.Del("cert_file")
+		q.Del("key_file")
+		u.RawQuery = q.Encode()
+	}
 	trust := func(c *tls.Config) {
-		if c != nil && roots != nil {
+		if c == nil {
+			return
+		}
+		if roots != nil {
 			c.RootCAs = roots
 		}
+		c.Certificates = certs
 	}
 	cluster := false
 	if q.Has("cluster") {
