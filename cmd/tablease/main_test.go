@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -305,6 +306,29 @@ func TestGoRedisLinesGoIntoTheServiceLog(t *testing.T) {
 	if line["level"] != "WARN" || line["msg"] != "redis client" ||
 		line["detail"] != "redis: connection pool: failed to dial after 2 attempts: connection refused" {
 		t.Fatalf("logged %v", line)
+	}
+}
+
+// TestGoRedisSentinelNewsIsInfo: what the sentinels answered at every start (the primary they
+// name, another sentinel) is logged at info; their failures stay warnings.
+func TestGoRedisSentinelNewsIsInfo(t *testing.T) {
+	var buf bytes.Buffer
+	var p atomic.Pointer[slog.Logger]
+	p.Store(slog.New(slog.NewJSONHandler(&buf, nil)))
+	r := redisLog{log: &p}
+	r.Printf(context.Background(), "sentinel: new master=%q addr=%q", "tablease", "10.0.0.1:6379")
+	r.Printf(context.Background(), "sentinel: discovered new sentinel=%q for master=%q", "s2", "tablease")
+	r.Printf(context.Background(), "sentinel: GetMasterAddrByName name=%q failed: %s", "tablease", "i/o timeout")
+	var levels []any
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+		levels = append(levels, m["level"])
+	}
+	if !slices.Equal(levels, []any{"INFO", "INFO", "WARN"}) {
+		t.Fatalf("levels %v, want INFO, INFO, WARN; log %s", levels, buf.String())
 	}
 }
 

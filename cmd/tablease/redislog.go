@@ -11,7 +11,8 @@ import (
 )
 
 // redisLog carries go-redis's own log lines (a pool that cannot dial, a sentinel that does not
-// answer) into the service's log, as warnings in the configured format, instead of the plain text
+// answer) into the service's log, as warnings (those of infoFormats at info) in the configured
+// format, instead of the plain text
 // go-redis writes to stderr. go-redis has one logger per process: main installs a redisLog of
 // serveLog, which serve points at its logger. Tests, which run many servers in one process, leave
 // go-redis's own.
@@ -71,5 +72,16 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	if repeated > 0 {
 		attrs = append(attrs, "repeated", repeated)
 	}
-	log.WarnContext(ctx, "redis client", attrs...)
+	level := slog.LevelWarn
+	for _, f := range infoFormats {
+		if strings.HasPrefix(format, f) {
+			level = slog.LevelInfo
+		}
+	}
+	log.Log(ctx, level, "redis client", attrs...)
 }
+
+// infoFormats start the formats of go-redis's lines that tell of what the sentinels answered (the
+// primary they named, another sentinel) rather than of a failure: every start on Sentinel writes
+// them, so they are logged at info, the others as warnings.
+var infoFormats = []string{"sentinel: new master=", "sentinel: selected addr=", "sentinel: discovered new sentinel="}
