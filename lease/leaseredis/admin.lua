@@ -36,17 +36,18 @@
 -- removes whole stream nodes, so a few more may stay). An append after which the stream would
 -- expire less than ARGV[4] ms later (PEXPIRETIME) drops the entries older than ARGV[4] ms (XTRIM
 -- MINID ~) and sets it to expire ARGV[4] ms and an eighth of that after the append; the others
--- leave both alone, which spares most appends two commands (about 4 % of the instructions of an
--- acquire or a release: scripts/redis-instructions). So the stream expires between ARGV[4] ms and
+-- leave both alone, which spares most appends two commands for one (3 % of the instructions of
+-- an acquire or a release: scripts/redis-instructions). So the stream expires between ARGV[4] ms and
 -- an eighth more after its last append, and keeps entries past the retention for at most an eighth
 -- of it (audit.lua never reads them): a user's log outlives the user's sessions by about the
 -- retention.
 --
 -- The records of admins (revoke, block: those with adm) are kept in a second stream, KEYS[10],
--- trimmed and expiring alike, and not in KEYS[6]: each takes its id from KEYS[6] (appended there,
--- untrimmed, and deleted at once, which keeps the id taken), so that the ids of both are one
--- sequence, and each stream holds about ARGV[3] records of its own kind: the user's own actions
--- never push an admin's record out, nor the other way round. audit.lua reads both, as one log.
+-- trimmed by length and age and set to expire ARGV[4] ms later at each of its (rare) appends, and
+-- not in KEYS[6]: each takes its id from KEYS[6] (appended there, untrimmed, and deleted at once,
+-- which keeps the id taken), so that the ids of both are one sequence, and each stream holds about
+-- ARGV[3] records of its own kind: the user's own actions never push an admin's record out, nor
+-- the other way round. audit.lua reads both, as one log.
 
 local audit_pending -- the audit records of this call not appended yet, in order
 

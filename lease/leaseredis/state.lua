@@ -247,9 +247,10 @@ local function begin(keys, argv, lease_form)
 end
 
 -- LEASE_ANSWER marks the answers of reply (below), which finish keeps with struct.pack in the
--- layout LEASE_PACKED, for its eighteen fields: at half the instructions of cmsgpack.pack, which
--- keeps the other answers. A kept answer is read back by its first byte: a lease answer starts
--- with its status (capitals), a packed table with a byte of 0x80 or more.
+-- layout LEASE_PACKED, for its eighteen fields (its strings as zero-terminated: no tab id, label or
+-- status holds a zero byte): at half the instructions of cmsgpack.pack, which keeps the other
+-- answers. A kept answer is read back by its first byte: a lease answer starts with its status
+-- (capitals), a packed table with a byte of 0x80 or more.
 local LEASE_ANSWER = {}
 local LEASE_PACKED = '>sBssBdddddddBssBdd'
 
