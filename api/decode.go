@@ -9,10 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -83,8 +81,8 @@ func decodeJSON(data []byte, dst any) error {
 	if err := jsontext.Check(data); err != nil {
 		return errInvalid("request body " + err.Error())
 	}
-	if err := checkKeys(data, jsonFields(dst)); err != nil {
-		return err
+	if err := jsontext.Keys(data, jsontext.Fields(dst)); err != nil {
+		return keyError(err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -102,149 +100,12 @@ func decodeJSON(data []byte, dst any) error {
 	return nil
 }
 
-// checkKeys refuses what encoding/json lets through: a key that matches a field only when case
-// is ignored ("TABID"), a key given twice, and a null (which encoding/json reads as the field left
-// out, where no field of a request may be null: it is left out instead). It reads the keys of the
-// top-level object and steps over their values without decoding them (the decoder's token stream
-// did the same at ten times the cost); anything malformed is left for the decoder to report.
-func checkKeys(data []byte, fields map[string]bool) *Error {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return nil
+// keyError is the answer to a key jsontext.Keys refused.
+func keyError(err *jsontext.KeyError) *Error {
+	if err.Reason == jsontext.UnknownKey {
+		return errInvalid(fmt.Sprintf("request body: unknown field %q", err.Key))
 	}
-	var buf [16][]byte
-	seen := buf[:0]
-	for i = skipSpace(data, i+1); i < len(data) && data[i] == '"'; {
-		end, escaped := stringEnd(data, i)
-		if end < 0 {
-			return nil
-		}
-		key := data[i+1 : end-1]
-		if escaped {
-			var k string
-			if json.Unmarshal(data[i:end], &k) != nil {
-				return nil
-			}
-			key = []byte(k)
-		}
-		if !fields[string(key)] {
-			return errInvalid(fmt.Sprintf("request body: unknown field %q", key))
-		}
-		for _, k := range seen {
-			if bytes.Equal(k, key) {
-				return fieldError(string(key), "is given twice")
-			}
-		}
-		seen = append(seen, key)
-		if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
-			return nil
-		}
-		if i = skipSpace(data, i+1); bytes.HasPrefix(data[i:], []byte("null")) {
-			return fieldError(string(key), "must not be null: leave it out instead")
-		}
-		if i = skipValue(data, i); i < 0 {
-			return nil
-		}
-		if i = skipSpace(data, i); i >= len(data) || data[i] != ',' {
-			return nil
-		}
-		i = skipSpace(data, i+1)
-	}
-	return nil
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// stringEnd answers the index after the closing quote of the JSON string that starts at data[i],
-// and whether it holds an escape; -1 when it does not end.
-func stringEnd(data []byte, i int) (int, bool) {
-	escaped := false
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			return j + 1, escaped
-		}
-	}
-	return -1, escaped
-}
-
-// skipValue answers the index after the JSON value that starts at data[i], -1 when it does not
-// end. It does not validate the value: the decoder does.
-func skipValue(data []byte, i int) int {
-	depth := 0
-	for i < len(data) {
-		switch data[i] {
-		case '"':
-			end, _ := stringEnd(data, i)
-			if end < 0 || depth == 0 {
-				return end
-			}
-			i = end
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i
-			}
-			if depth--; depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	if depth == 0 {
-		return i
-	}
-	return -1
-}
-
-// fieldsByType caches jsonFields by type: request types are few and fixed.
-var fieldsByType sync.Map // reflect.Type → map[string]bool, read-only once stored
-
-// jsonFields lists the JSON names of the fields of the struct dst points to.
-func jsonFields(dst any) map[string]bool {
-	t := reflect.TypeOf(dst)
-	if f, ok := fieldsByType.Load(t); ok {
-		return f.(map[string]bool)
-	}
-	fields := structFields(t)
-	fieldsByType.Store(t, fields)
-	return fields
-}
-
-func structFields(t reflect.Type) map[string]bool {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	fields := make(map[string]bool)
-	if t.Kind() != reflect.Struct {
-		return fields
-	}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = true
-	}
-	return fields
+	return fieldError(err.Key, string(err.Reason))
 }
 
 func decodeError(err error) *Error {

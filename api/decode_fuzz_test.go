@@ -13,7 +13,7 @@ import (
 )
 
 // FuzzDecodeJSON decodes the input into each request body type of the API and compares the
-// verdict with an oracle written apart from checkKeys: a body is accepted exactly when it is one
+// verdict with an oracle written apart from jsontext.Keys: a body is accepted exactly when it is one
 // JSON object (and nothing but whitespace after it) whose keys are field names of the type, spelled
 // exactly, each at most once, none null, in valid UTF-8 without lone surrogates, and whose values encoding/json can store
 // in the fields. A refusal is a 400 INVALID_ARGUMENT *Error; an accepted body encodes and decodes

@@ -150,6 +150,9 @@ func Parse(data []byte) (*Catalog, error) {
 		Version json.RawMessage    `json:"version"` // accepted and ignored
 		Tools   *[]json.RawMessage `json:"tools"`   // nil when left out or null
 	}
+	if err := keyError(jsontext.Keys(data, jsontext.Fields(&doc)), ""); err != nil {
+		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
+	}
 	if err := decodeStrict(data, &doc); err != nil {
 		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
 	}
@@ -165,7 +168,11 @@ func Parse(data []byte) (*Catalog, error) {
 	tools := make([]Tool, 0, len(*doc.Tools))
 	for i, raw := range *doc.Tools {
 		var t Tool
-		if err := decodeStrict(raw, &t); err != nil {
+		err := toolKeys(raw)
+		if err == nil {
+			err = decodeStrict(raw, &t)
+		}
+		if err != nil {
 			var named struct {
 				Name string `json:"name"`
 			}
@@ -175,6 +182,41 @@ func Parse(data []byte) (*Catalog, error) {
 		tools = append(tools, t)
 	}
 	return New(tools)
+}
+
+// toolKeys checks the keys of the tool raw and of its annotations with jsontext.Keys: names of
+// exactly the case of the fields, each once, none null. encoding/json alone would read
+// "readonlyhint" as readOnlyHint, and the last of two as the value, so that a catalog that reads
+// as a mutation could give the tool to viewers. (The schemas are JSON Schema, not read here.)
+func toolKeys(raw json.RawMessage) error {
+	if err := keyError(jsontext.Keys(raw, jsontext.Fields(&Tool{})), ""); err != nil {
+		return err
+	}
+	var t struct {
+		Annotations json.RawMessage `json:"annotations"` // the key's case is exact: checked above
+	}
+	if json.Unmarshal(raw, &t) != nil || len(t.Annotations) == 0 {
+		return nil // the decoder reports it
+	}
+	// An unknown key is named as in the tool: withFields finds it in the annotations.
+	return keyError(jsontext.Keys(t.Annotations, jsontext.Fields(&Annotations{})), "annotations.")
+}
+
+// keyError is the error of a key jsontext.Keys refused in an object of the catalog, whose fields
+// are named after "in" and a dot (or nothing, for the catalog and a tool): an unknown key as
+// encoding/json says it (withFields adds the fields there are), the others in the catalog's style
+// ("annotations.readOnlyHint: is given twice"). It is nil for a null that the catalog's own checks
+// refuse with a message of their own (tools: "is required"; a schema: what to write instead).
+func keyError(err *jsontext.KeyError, in string) error {
+	switch {
+	case err == nil:
+		return nil
+	case err.Reason == jsontext.UnknownKey:
+		return err
+	case err.Reason == jsontext.NullValue && (err.Key == "tools" || err.Key == "inputSchema" || err.Key == "outputSchema"):
+		return nil
+	}
+	return fmt.Errorf("%s%s: %s", in, err.Key, err.Reason)
 }
 
 // withFields adds to an unknown-field error the fields there are where it was found: in the

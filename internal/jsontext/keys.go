@@ -1,0 +1,181 @@
+package jsontext
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// KeyReason is why Keys refuses a key.
+type KeyReason string
+
+// The reasons of a KeyError (the text of the last two is said of the key: "tabId is given twice").
+const (
+	UnknownKey   KeyReason = "is not a field"
+	DuplicateKey KeyReason = "is given twice"
+	NullValue    KeyReason = "must not be null: leave it out instead"
+)
+
+// A KeyError is a key of a JSON object that Keys refuses.
+type KeyError struct {
+	Key    string
+	Reason KeyReason
+}
+
+// Error is "unknown field \"key\"" for an unknown key (the text encoding/json's own refusal has),
+// and the key and its reason otherwise.
+func (e *KeyError) Error() string {
+	if e.Reason == UnknownKey {
+		return "unknown field " + strconv.Quote(e.Key)
+	}
+	return e.Key + " " + string(e.Reason)
+}
+
+// Keys refuses, in the top-level object of data, what encoding/json lets through: a key that
+// matches a field only when case is ignored ("TABID"; fields holds the exact names), a key given
+// twice (encoding/json keeps the last), and a null (which encoding/json reads as the field left
+// out, where no field may be null: it is left out instead). It reads the keys and steps over their
+// values without decoding them (the decoder's token stream did the same at ten times the cost);
+// anything malformed, or data that is not an object, is left for the decoder to report (nil).
+func Keys(data []byte, fields map[string]bool) *KeyError {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil
+	}
+	var buf [16][]byte
+	seen := buf[:0]
+	for i = skipSpace(data, i+1); i < len(data) && data[i] == '"'; {
+		end, escaped := stringEnd(data, i)
+		if end < 0 {
+			return nil
+		}
+		key := data[i+1 : end-1]
+		if escaped {
+			var k string
+			if json.Unmarshal(data[i:end], &k) != nil {
+				return nil
+			}
+			key = []byte(k)
+		}
+		if !fields[string(key)] {
+			return &KeyError{Key: string(key), Reason: UnknownKey}
+		}
+		for _, k := range seen {
+			if bytes.Equal(k, key) {
+				return &KeyError{Key: string(key), Reason: DuplicateKey}
+			}
+		}
+		seen = append(seen, key)
+		if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
+			return nil
+		}
+		if i = skipSpace(data, i+1); bytes.HasPrefix(data[i:], []byte("null")) {
+			return &KeyError{Key: string(key), Reason: NullValue}
+		}
+		if i = skipValue(data, i); i < 0 {
+			return nil
+		}
+		if i = skipSpace(data, i); i >= len(data) || data[i] != ',' {
+			return nil
+		}
+		i = skipSpace(data, i+1)
+	}
+	return nil
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// stringEnd answers the index after the closing quote of the JSON string that starts at data[i],
+// and whether it holds an escape; -1 when it does not end.
+func stringEnd(data []byte, i int) (int, bool) {
+	escaped := false
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return -1, escaped
+}
+
+// skipValue answers the index after the JSON value that starts at data[i], -1 when it does not
+// end. It does not validate the value: the decoder does.
+func skipValue(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch data[i] {
+		case '"':
+			end, _ := stringEnd(data, i)
+			if end < 0 || depth == 0 {
+				return end
+			}
+			i = end
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\r', '\n':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
+}
+
+// fieldsByType caches Fields by type: the types decoded are few and fixed.
+var fieldsByType sync.Map // reflect.Type → map[string]bool, read-only once stored
+
+// Fields lists the JSON names of the fields of the struct dst is or points to, for Keys.
+func Fields(dst any) map[string]bool {
+	t := reflect.TypeOf(dst)
+	if f, ok := fieldsByType.Load(t); ok {
+		return f.(map[string]bool)
+	}
+	fields := structFields(t)
+	fieldsByType.Store(t, fields)
+	return fields
+}
+
+func structFields(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	fields := make(map[string]bool)
+	if t.Kind() != reflect.Struct {
+		return fields
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = true
+	}
+	return fields
+}
