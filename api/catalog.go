@@ -134,6 +134,11 @@ func (s *Server) putCatalog(c echo.Context) error {
 		return &Error{Code: CodePreconditionRequired,
 			Message: `If-Match is required: send the ETag of GET /v1/admin/catalog (or "*" to replace whatever is there)`}
 	}
+	if ifMatch != "*" && !quotedETags(ifMatch) {
+		// An unquoted tag (the body's version, most likely) matches no ETag: say so rather than
+		// answer 412 as if someone else had changed the catalog.
+		return errInvalid(`If-Match must be the ETag header of GET /v1/admin/catalog as it is, in quotes ("sha256:…"), or "*"`)
+	}
 	data, err := readCatalogBody(c)
 	if err != nil {
 		return err
@@ -188,6 +193,18 @@ func (s *Server) putCatalog(c echo.Context) error {
 	setCatalogSource(c, st)
 	c.Response().Header().Set("ETag", st.Catalog.ETag())
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
+}
+
+// quotedETags reports whether v is a list of entity-tags as If-Match takes them (RFC 9110): each
+// in quotes, weak ones after W/.
+func quotedETags(v string) bool {
+	for _, tag := range strings.Split(v, ",") {
+		tag = strings.TrimPrefix(strings.TrimSpace(tag), "W/")
+		if len(tag) < 2 || tag[0] != '"' || tag[len(tag)-1] != '"' {
+			return false
+		}
+	}
+	return true
 }
 
 func preconditionFailed(current string) *Error {

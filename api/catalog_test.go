@@ -356,6 +356,10 @@ func TestAdminReplacesTheCatalogWithIfMatch(t *testing.T) {
 		t.Fatalf("412 details %v, want the current version %s", e.Error.Details, v1.Version)
 	}
 	wantError(t, h.putCatalog(admin, "W/"+v1.ETag(), killed), http.StatusPreconditionFailed, CodePreconditionFailed)
+	// The body's version without its quotes is no ETag: 400, not a 412 that blames another admin.
+	if e := wantError(t, h.putCatalog(admin, v1.Version, killed), http.StatusBadRequest, CodeInvalidArgument); !strings.Contains(e.Error.Message, "in quotes") {
+		t.Fatalf("an unquoted If-Match answered %q, want it to ask for the quoted ETag", e.Error.Message)
+	}
 
 	rec = h.putCatalog(admin, v1.ETag(), killed)
 	var put adminCatalogAnswer
