@@ -328,6 +328,22 @@ func ms(n int64) string {
 // shellQuote quotes a value for the "next page" hint.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// nextPage is the command line of the page after this one of "tablease admin <cmd>": the flags
+// this one was given (--url, --limit, --sub…), each quoted, then the cursor of the next page.
+func nextPage(cmd string, fs *flag.FlagSet, cursor string) string {
+	hint := "tablease admin " + cmd
+	fs.Visit(func(f *flag.Flag) {
+		switch b, isBool := f.Value.(interface{ IsBoolFlag() bool }); {
+		case f.Name == "cursor":
+		case isBool && b.IsBoolFlag():
+			hint += " --" + f.Name
+		default:
+			hint += " --" + f.Name + " " + shellQuote(clean(f.Value.String()))
+		}
+	})
+	return hint + " --cursor " + shellQuote(clean(cursor))
+}
+
 func validID(field, v string, required bool) error {
 	if v == "" && !required {
 		return nil
@@ -416,11 +432,7 @@ func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
 			}
 		}
 		if page.NextCursor != nil {
-			hint := "tablease admin leases"
-			if *sub != "" {
-				hint += " --sub " + shellQuote(*sub)
-			}
-			fmt.Fprintf(w, "\nmore: %s --cursor %s\n", hint, shellQuote(clean(*page.NextCursor)))
+			fmt.Fprintf(w, "\nmore: %s\n", nextPage("leases", fs, *page.NextCursor))
 		}
 		return nil
 	})
@@ -611,14 +623,7 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 			}
 		}
 		if page.NextCursor != nil {
-			hint := "tablease admin audit"
-			if *sub != "" {
-				hint += " --sub " + shellQuote(*sub)
-			}
-			if *sid != "" {
-				hint += " --sid " + shellQuote(*sid)
-			}
-			fmt.Fprintf(w, "\nolder: %s --cursor %s\n", hint, shellQuote(clean(*page.NextCursor)))
+			fmt.Fprintf(w, "\nolder: %s\n", nextPage("audit", fs, *page.NextCursor))
 		}
 		return nil
 	})

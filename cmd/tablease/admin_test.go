@@ -123,12 +123,12 @@ func TestAdminLeasesPrintsATableOrTheJSON(t *testing.T) {
 		GrantedAt: now, ExpiresAt: now.Add(41200 * time.Millisecond), TTL: 45 * time.Second, Now: now,
 	}}, Next: "alice|doc-1"}
 
-	code, out, errOut := e.run(t, e.token, "leases", "--sub", "alice", "--limit", "20")
+	code, out, errOut := e.run(t, e.token, "leases", "--sub", "alice", "--limit", "20", "--url", e.url)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"USER", "SESSION", "HOLDER", "alice", "doc-1", "tab-a (hidden)", "1764680400123456", "41.2s",
-		"more: tablease admin leases --sub 'alice' --cursor 'alice|doc-1'"} {
+		"more: tablease admin leases --limit '20' --sub 'alice' --url '" + e.url + "' --cursor 'alice|doc-1'"} { // the next page as this one was asked
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
@@ -252,7 +252,7 @@ func TestAdminAudit(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"TIME", "ACTION", "revoke", "admin root", "tab-a@42", "stuck tab", "grant", "tab tab-a",
-		"older: tablease admin audit --sub 'alice' --sid 'doc-1' --cursor '1'"} {
+		"older: tablease admin audit --limit '2' --sid 'doc-1' --sub 'alice' --cursor '1'"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the audit table lacks %q:\n%s", want, out)
 		}
