@@ -42,7 +42,7 @@ const (
 
 // Error is a rejection. It is what Check returns and what WriteError writes.
 type Error struct {
-	Status    int    // HTTP status: 403, 409 or 503
+	Status    int    // HTTP status: 403, 409 or 503 for the guard's own; a handler may write others (a 400)
 	Code      string // CodeNotLeaseOwner, CodeLeaseLost or CodeUnavailable
 	Message   string // a human sentence, safe to show
 	Retryable bool
