@@ -12,6 +12,19 @@ import (
 	"github.com/tablease/tablease/internal/redistest"
 )
 
+// redisServeEnv is the environment of a serve on the Redis of url, with the lease-token key file
+// key, listening on a free port.
+func redisServeEnv(url, key string) map[string]string {
+	return map[string]string{
+		"TABLEASE_REDIS_URL":         url,
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": key,
+		"TABLEASE_ADDR":              "127.0.0.1:0",
+	}
+}
+
 // TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem: a Redis URL the engine cannot use is a
 // configuration error like any bad value: exit code 2 and one line, before anything starts.
 func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
@@ -37,14 +50,7 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			env := map[string]string{
-				"TABLEASE_REDIS_URL":         tc.url,
-				"TABLEASE_JWT_HS256_SECRET":  testSecret,
-				"TABLEASE_JWT_ISSUER":        "e2e-idp",
-				"TABLEASE_JWT_AUDIENCE":      "tablease",
-				"TABLEASE_LEASE_SIGNING_KEY": key,
-				"TABLEASE_ADDR":              "127.0.0.1:0",
-			}
+			env := redisServeEnv(tc.url, key)
 			p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
 				OnListen: func(string) { t.Error("serve listened with a bad Redis URL") }}
 			if code := p.Main(context.Background(), []string{"serve"}); code != 2 {
@@ -76,14 +82,7 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	env := map[string]string{
-		"TABLEASE_REDIS_URL":         replica.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-		"TABLEASE_ADDR":              "127.0.0.1:0",
-	}
+	env := redisServeEnv(replica.URL(), keyFile(t))
 	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
 		OnListen: func(string) { t.Error("serve listened on a replica") }}
 	if code := p.Main(t.Context(), []string{"serve"}); code != 2 {

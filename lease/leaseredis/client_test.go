@@ -60,14 +60,7 @@ func TestARedissURLVerifiesTheServerAgainstItsCAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	e, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); !l.Held {
-		t.Errorf("acquire over TLS = %+v, want held", l)
-	}
+	acquireOver(t, c, "TLS")
 
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
@@ -110,14 +103,7 @@ func TestARedissURLShowsTheClientCertificateOfItsCertAndKeyFiles(t *testing.T) {
 	if err := c.Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("PING with cert_file and key_file: %v", err)
 	}
-	e, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); !l.Held {
-		t.Errorf("acquire over TLS with a client certificate = %+v, want held", l)
-	}
+	acquireOver(t, c, "TLS with a client certificate")
 
 	for _, tc := range []struct{ url, want string }{
 		{withCA + "&cert_file=" + url.QueryEscape(files.clientCert), "go together"},
@@ -129,6 +115,19 @@ func TestARedissURLShowsTheClientCertificateOfItsCertAndKeyFiles(t *testing.T) {
 		if err := CheckURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckURL(%s) = %v, want an error with %q", tc.url, err, tc.want)
 		}
+	}
+}
+
+// acquireOver checks that an engine on client c grants a lease; over names the way c reaches Redis.
+func acquireOver(t *testing.T, c redis.UniversalClient, over string) {
+	t.Helper()
+	e, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if l := mustAcquire(t, e, alice, tabA, lease.ModeTry); !l.Held {
+		t.Errorf("acquire over %s = %+v, want held", over, l)
 	}
 }
 
