@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/browsertest"
@@ -136,6 +137,25 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	if href := browsertest.Eval[string](b, `location.href`); strings.Contains(href, admin.token) {
 		t.Fatal("the token is in the page's URL")
 	}
+	// Nothing of the token field goes into a URL even if its form were submitted without the page's
+	// script (a GET of the form would carry every named field).
+	if name := browsertest.Eval[string](b, `document.getElementById('token').name`); name != "" {
+		t.Errorf("the token field has the name %q: a form submitted without the script would put it in the URL", name)
+	}
+
+	// A token whose scope is a list of strings, which the API takes, works in the page too.
+	listed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "root", "scope": []string{api.ScopeAdmin},
+		"iss": "e2e-idp", "aud": "tablease", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Do("enter a token whose scope is a list",
+		chromedp.SetValue(chromedp.CSS("#token"), listed),
+		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+	)
+	b.WaitFor("the token in use", `document.getElementById('token-state').textContent === 'Using a token for “root”, expires ' +
+		new Date(`+jsonInt(time.Now().Add(time.Hour).Unix())+` * 1000).toLocaleTimeString() + '.'`, 5*time.Second)
+	b.WaitFor("a refresh with it", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
 	for _, line := range b.Console() {
 		if (strings.Contains(line, "error") || strings.Contains(line, "exception")) && !strings.Contains(line, "dev/token") {
 			t.Errorf("the console reported a problem: %s", line)
@@ -184,5 +204,41 @@ func TestAdminConsoleAsksForADevTokenOnlyUnderALoopbackName(t *testing.T) {
 	}
 	if state := browsertest.Eval[string](b, `document.getElementById('token-state').textContent`); state != "No token yet." {
 		t.Errorf("the token state reads %q, want No token yet.", state)
+	}
+}
+
+// TestAdminConsoleTakesANewDevTokenAndGreysWhatItCannotRefresh: a token the console took from
+// /dev/token and the server no longer accepts (a dev server started again has a new secret) is
+// replaced by a new one from /dev/token, without the admin's doing; a token the admin pasted is
+// never replaced, and while the server refuses it the lists are greyed and their buttons disabled.
+func TestAdminConsoleTakesANewDevTokenAndGreysWhatItCannotRefresh(t *testing.T) {
+	browsertest.Chromium(t)
+	base, _ := startServer(t, map[string]string{"TABLEASE_DEV": "true"})
+	b := browsertest.Start(t)
+	b.Do("open the console", chromedp.Navigate(base+"/admin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.WaitFor("the dev-mode token", `document.getElementById('token-state').textContent.startsWith('Dev mode: using a token for “admin”')`, 10*time.Second)
+	first := browsertest.Eval[string](b, `sessionStorage.getItem('tablease.adminToken')`)
+
+	// As after a restart of the dev server: the stored dev token is one the server refuses.
+	const refused = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.c2lnbmVkIGJ5IGFub3RoZXIgc2VjcmV0"
+	browsertest.Eval[bool](b, `(sessionStorage.setItem('tablease.adminToken', '`+refused+`'), true)`)
+	b.Do("reload with a refused dev token", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.WaitFor("a new dev token in use", `sessionStorage.getItem('tablease.adminToken') !== '`+refused+`' && `+
+		`document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
+	if again := browsertest.Eval[string](b, `sessionStorage.getItem('tablease.adminToken')`); again == "" || again == refused {
+		t.Fatalf("the stored token after the reload is %q, want a new one from /dev/token (the first was %q)", again, first)
+	}
+
+	// A pasted token that the server refuses stays, and what the page showed is greyed.
+	b.Do("paste a token the server refuses",
+		chromedp.SetValue(chromedp.CSS("#token"), "not-a-token"),
+		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+	)
+	b.WaitFor("the refusal", `document.getElementById('status').textContent.includes('UNAUTHENTICATED')`, 10*time.Second)
+	if stale := browsertest.Eval[bool](b, `document.body.hasAttribute('data-stale')`); !stale {
+		t.Error("after a refused load the page is not marked stale")
+	}
+	if kept := browsertest.Eval[string](b, `sessionStorage.getItem('tablease.adminToken')`); kept != "not-a-token" {
+		t.Errorf("the pasted token was replaced by %q", kept)
 	}
 }

@@ -6,7 +6,9 @@
 // HTML. There is no event stream for admins, so the lists are polled every 2 seconds.
 
 const TOKEN_KEY = 'tablease.adminToken';
+const DEV_KEY = 'tablease.adminTokenFromDev'; // "1" while the stored token came from /dev/token
 const POLL_MS = 2000;
+const TIMEOUT_MS = 10000; // a request the server has not answered by then fails (TIMEOUT)
 const TICK_MS = 500;
 const PAGE_LIMIT = 50;
 const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
@@ -44,7 +46,8 @@ class ApiError extends Error {
 
 async function api(method, path, body) {
   const headers = { Accept: 'application/json', Authorization: `Bearer ${state.token}` };
-  const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
+  const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer',
+    signal: AbortSignal.timeout(TIMEOUT_MS) };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -53,6 +56,7 @@ async function api(method, path, body) {
   try {
     res = await fetch(path, init);
   } catch (e) {
+    if (e.name === 'TimeoutError') throw new ApiError('TIMEOUT', `the server did not answer within ${TIMEOUT_MS / 1000} s`, 0);
     throw new ApiError('NETWORK', `cannot reach the server (${e.message})`, 0);
   }
   let data = null;
@@ -93,7 +97,7 @@ function reportError(what, err) {
   const msg = err instanceof ApiError ? err.toString() : String(err);
   let hint = '';
   if (err instanceof ApiError && err.status === 401) hint = ' Enter a valid admin token.';
-  if (err instanceof ApiError && err.status === 403) hint = ' The token needs the scope lease:admin.';
+  if (err instanceof ApiError && err.status === 403) hint = ' An admin token needs the scope lease:admin and no sid claim.';
   if (err instanceof ApiError && err.status === 404) hint = ' This server does not serve the admin API (its lease engine offers no admin operations).';
   setStatus(`${what} failed — ${msg}.${hint}`, 'error');
 }
@@ -152,24 +156,31 @@ function tokenSubject(token) {
   try {
     const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
     const claims = JSON.parse(atob(part));
-    return { sub: claims.sub, exp: claims.exp, scope: claims.scope || '' };
+    // scope is space-separated or a list of strings (README, HTTP API).
+    const scopes = Array.isArray(claims.scope) ? claims.scope.map(String) : String(claims.scope || '').split(/\s+/);
+    return { sub: claims.sub, exp: claims.exp, scopes };
   } catch {
     return null;
   }
 }
 
-function useToken(token, how) {
+// useToken makes token the one the page calls with and keeps it in sessionStorage; fromDev marks a
+// token of /dev/token, which the page may replace with a new one (devTokenAgain), where it never
+// replaces a pasted one.
+function useToken(token, how, fromDev = false) {
   state.token = token;
   state.authFailed = false;
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
+  if (token && fromDev) sessionStorage.setItem(DEV_KEY, '1');
+  else sessionStorage.removeItem(DEV_KEY);
   const info = token ? tokenSubject(token) : null;
   const el = $('#token-state');
   if (!token) {
     el.textContent = 'No token yet.';
   } else if (info) {
     const exp = info.exp ? `, expires ${new Date(info.exp * 1000).toLocaleTimeString()}` : '';
-    const scope = info.scope.split(' ').includes('lease:admin') ? '' : ' — it lacks the scope lease:admin';
+    const scope = info.scopes.includes('lease:admin') ? '' : ' — it lacks the scope lease:admin';
     el.textContent = `${how} a token for “${info.sub}”${exp}${scope}.`;
   } else {
     el.textContent = `${how} a token that is not a JWT; the server will judge it.`;
@@ -196,6 +207,18 @@ async function devToken() {
   } catch {
     return '';
   }
+}
+
+// devTokenAgain replaces a token of /dev/token that the server refused (a dev server started
+// again makes a new secret) or that has expired with a new one, and reports whether it did. A
+// pasted token is never replaced.
+async function devTokenAgain() {
+  if (sessionStorage.getItem(DEV_KEY) !== '1') return false;
+  const token = await devToken();
+  if (!token || token === state.token) return false;
+  useToken(token, 'Dev mode: using', true);
+  $('#token').value = token;
+  return true;
 }
 
 // --- leases --------------------------------------------------------------------------------
@@ -314,18 +337,32 @@ async function refreshAudit(more = false) {
 
 // --- refresh -------------------------------------------------------------------------------
 
-async function refreshAll({ announce = false } = {}) {
+async function refreshAll({ announce = false, retried = false } = {}) {
   if (!state.token || state.inFlight) return;
   state.inFlight = true;
+  let again = false;
   try {
     await refreshLeases();
     if (!state.auditPaged) await refreshAudit();
+    setStale(false);
     if (announce || $('#status').dataset.kind === 'error') setStatus(`Up to date at ${new Date().toLocaleTimeString()}.`);
   } catch (err) {
-    reportError('Loading', err);
+    again = !retried && err instanceof ApiError && err.status === 401 && await devTokenAgain();
+    if (!again) {
+      setStale(true);
+      reportError('Loading', err);
+    }
   } finally {
     state.inFlight = false;
   }
+  if (again) await refreshAll({ announce: true, retried: true });
+}
+
+// setStale marks what the page shows as not current (a load failed): the lists are greyed and
+// their buttons disabled until a load succeeds.
+function setStale(stale) {
+  document.body.toggleAttribute('data-stale', stale);
+  for (const b of document.querySelectorAll('#leases [data-action="revoke"]')) b.disabled = stale;
 }
 
 function poll() {
@@ -359,7 +396,12 @@ function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false 
   const what = lease && lease.held && lease.holder
     ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
     : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
-  $('#revoke-title').textContent = lease && !lease.held ? 'Block session' : 'Revoke lease';
+  const blockOnly = lease && !lease.held;
+  $('#revoke-title').textContent = blockOnly ? 'Block session' : 'Revoke lease';
+  $('#revoke-effect').textContent = blockOnly
+    ? 'No tab holds the lease: the block below is all this does, and the audit log records it.'
+    : 'The holding tab loses control at once: its next renew, release or check answers LEASE_LOST, and it is told why on its event stream.';
+  document.querySelector('[data-action="confirm-revoke"]').textContent = blockOnly ? 'Block' : 'Revoke';
   const badge = blockedBadge(lease);
   $('#revoke-what').replaceChildren(what, ...(badge ? [' ', badge] : []));
   $('#revoke-reason').value = '';
@@ -416,7 +458,8 @@ async function confirmRevoke() {
     }
     await refreshAll();
   } catch (err) {
-    errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.`;
+    errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.` +
+      (err instanceof ApiError && err.code === 'TIMEOUT' ? ' It may still take effect: look the session up before revoking again.' : '');
   } finally {
     confirmBtn.disabled = false;
   }
@@ -426,7 +469,7 @@ async function confirmRevoke() {
 
 function validId(value, what) {
   if (value === '' || ID_RE.test(value)) return true;
-  setStatus(`${what} must be 1–128 characters of A–Z a–z 0–9 . _ : @ | -.`, 'error');
+  setStatus(`${what} must be 1–128 characters of A–Z a–z 0–9 . _ : @ | -.`, 'invalid');
   return false;
 }
 
@@ -505,7 +548,7 @@ function wire() {
     ev.preventDefault();
     const token = $('#token').value.trim();
     if (!token) {
-      setStatus('Paste an access token with the scope lease:admin.', 'error');
+      setStatus('Paste an access token with the scope lease:admin.', 'invalid');
       return;
     }
     useToken(token, 'Using');
@@ -528,7 +571,7 @@ function wire() {
     const sid = $('#audit-sid').value.trim();
     if (!validId(sub, 'The user') || !validId(sid, 'The session')) return;
     if (sid && !sub) {
-      setStatus('Filtering the audit log by session needs a user: sessions are named per user.', 'error');
+      setStatus('Filtering the audit log by session needs a user: sessions are named per user.', 'invalid');
       $('#audit-sub').focus();
       return;
     }
@@ -548,7 +591,7 @@ function wire() {
     const sub = $('#block-sub').value.trim();
     const sid = $('#block-sid').value.trim();
     if (!sub || !sid || !validId(sub, 'The user') || !validId(sid, 'The session')) {
-      if (!sub || !sid) setStatus('Name the user and the session.', 'error');
+      if (!sub || !sid) setStatus('Name the user and the session.', 'invalid');
       return;
     }
     let lease = null;
@@ -582,13 +625,17 @@ function wire() {
 async function start() {
   wire();
   let token = sessionStorage.getItem(TOKEN_KEY) || '';
-  let how = 'Using';
-  if (!token) {
-    token = await devToken(); // only a dev-mode server on a loopback name answers it
-    how = 'Dev mode: using';
+  let fromDev = token !== '' && sessionStorage.getItem(DEV_KEY) === '1';
+  const expired = fromDev && (tokenSubject(token)?.exp ?? Infinity) * 1000 <= Date.now();
+  if (!token || expired) {
+    const dev = await devToken(); // only a dev-mode server on a loopback name answers it
+    if (dev) {
+      token = dev;
+      fromDev = true;
+    }
   }
   if (token) {
-    useToken(token, how);
+    useToken(token, fromDev ? 'Dev mode: using' : 'Using', fromDev);
     $('#token').value = token;
     await refreshAll({ announce: true });
   } else {
