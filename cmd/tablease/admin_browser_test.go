@@ -62,6 +62,10 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 		t.Fatalf("the tab acquires: %d %v", code, acq)
 	}
 	epoch := epochOf(t, acq)
+	// A second lease, listed after the first: where focus goes once the first is revoked.
+	if code, body := tab.do("POST", "/v1/sessions/doc-2/lease", map[string]any{"tabId": "tab-b"}); code != 200 {
+		t.Fatalf("the second lease: %d %v", code, body)
+	}
 
 	b := browsertest.Start(t)
 	b.Do("open the console",
@@ -90,6 +94,8 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	)
 	b.WaitFor("the revoke result", `document.getElementById('status').textContent.includes('Revoked the lease of alice / doc-1')`, 10*time.Second)
 	b.WaitFor("the row to go", `document.querySelector('`+row+`') === null`, 10*time.Second)
+	// Focus was on the row's button: it goes to the row now in its place, so the list keeps its place.
+	b.WaitFor("focus on the next row", `document.activeElement && document.activeElement.dataset.sid === 'doc-2'`, 5*time.Second)
 	b.WaitFor("the revoke in the audit log", `[...document.querySelectorAll('#audit tbody tr[data-action="revoke"]')]`+
 		`.some((tr) => tr.innerText.includes('support: tab stuck on an old route') && tr.innerText.includes('admin root'))`, 10*time.Second)
 	b.Screenshot("revoked")

@@ -251,7 +251,9 @@ function renderLeases(leases, fetchedAt) {
   const tbody = $('#leases tbody');
   const keys = leases.map((l) => keyOf(l.sub, l.sessionId));
   const same = keys.length === state.leaseRows.size && keys.every((k, i) => tbody.rows[i]?.dataset.key === k);
-  const focusKey = document.activeElement?.closest?.('#leases tr')?.dataset.key;
+  const focusRow = document.activeElement?.closest?.('#leases tr');
+  const focusKey = focusRow?.dataset.key;
+  const focusIndex = focusRow ? [...tbody.rows].indexOf(focusRow) : -1;
   const rows = new Map();
   leases.forEach((l, i) => {
     const entry = state.leaseRows.get(keys[i]) || { tr: leaseRow(l) };
@@ -263,7 +265,13 @@ function renderLeases(leases, fetchedAt) {
   state.leaseRows = rows;
   if (!same) {
     tbody.replaceChildren(...[...rows.values()].map((e) => e.tr));
-    if (focusKey) (rows.get(focusKey)?.tr.querySelector('button') || $('#leases-heading')).focus();
+    if (focusKey) {
+      // Focus stays on its row; when the row left the list (a revoke), it goes to the row now in its
+      // place (or the last), so that the list keeps its place, and to the heading when none is left.
+      const entries = [...rows.values()];
+      const stay = rows.get(focusKey) || entries[Math.min(focusIndex, entries.length - 1)];
+      (stay?.tr.querySelector('button') || $('#leases-heading')).focus();
+    }
   }
   tick();
   const who = state.leaseSub ? ` of “${state.leaseSub}”` : '';
@@ -417,7 +425,8 @@ function closeRevoke() {
   if (dlg.open) dlg.close();
   const t = state.revokeTarget;
   state.revokeTarget = null;
-  // Give focus back to the row's button, which a refresh may have replaced.
+  // Give focus back to the row's button, which a refresh may have replaced (renderLeases moves it
+  // on when the row leaves the list).
   const again = t && [...document.querySelectorAll('[data-action="revoke"]')]
     .find((b) => b.dataset.sub === t.sub && b.dataset.sid === t.sid);
   const target = again || (t?.opener?.isConnected ? t.opener : $('#leases-heading'));
