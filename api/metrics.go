@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route", "method"}),
 		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_lease_operations_total",
-			Help: "Lease operations, by operation (acquire, renew, release, get, check, admin_list, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, unavailable, error).",
+			Help: "Lease operations, by operation (acquire, renew, release, get, check, admin_list, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, too_many_sessions, too_many_tabs, unavailable, error).",
 		}, []string{"op", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_store_errors_total",
@@ -63,6 +63,10 @@ func (m *metrics) observeOp(op string, err error) {
 		result = "handoff_pending"
 	case errors.Is(err, lease.ErrBlocked):
 		result = "blocked"
+	case errors.Is(err, lease.ErrTooManySessions): // a bound the user reached, not a store failure
+		result = "too_many_sessions"
+	case errors.Is(err, lease.ErrTooManyTabs):
+		result = "too_many_tabs"
 	case errors.Is(err, lease.ErrUnavailable):
 		result = "unavailable"
 		m.storeErrors.WithLabelValues(op).Inc()

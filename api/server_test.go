@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leasemem"
 )
 
 func TestUnknownRoutesAndMethodsAnswerJSON(t *testing.T) {
@@ -172,6 +173,28 @@ func TestRequestID(t *testing.T) {
 				t.Fatalf("X-Request-ID = %q", got)
 			}
 		})
+	}
+}
+
+// TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError: an acquire refused because the user
+// is at the limit of sessions is a result of its own, and no store error (which alerts page on).
+func TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	eng, err := leasemem.New(leasemem.Options{Limits: lease.DefaultLimits, SessionsPerUser: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	h := newHarness(t, func(o *Options) { o.Registry = reg; o.Engine = eng })
+	alice := h.token("alice")
+	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	wantError(t, h.post(leasePath("doc-2"), alice, `{"tabId":"tab-a"}`), 409, CodeTooManySessions)
+	body := h.get("/metrics", "").Body.String()
+	if want := `tablease_lease_operations_total{op="acquire",result="too_many_sessions"} 1`; !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if !strings.Contains(body, `tablease_store_errors_total{op="acquire"} 0`) {
+		t.Errorf("a refused acquire counted as a store error:\n%s", body)
 	}
 }
 

@@ -155,7 +155,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics of the streams. Required.
 	Registerer prometheus.Registerer
-	// StoreError is told of every store error of op ("watch", "join", "use nonce"); nil ignores.
+	// StoreError is told of every store error of op ("watch", "join", "use_nonce"); nil ignores.
 	StoreError func(op string, err error)
 	Options    Options
 }

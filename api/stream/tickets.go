@@ -129,7 +129,7 @@ func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string) (s
 	b := h.tickets
 	nonce, err := b.nonces.NewNonce(ctx)
 	if err != nil {
-		h.storeError("new nonce", err)
+		h.storeError("new_nonce", err)
 		return "", err
 	}
 	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: b.now().Add(TicketTTL).UnixMilli(), Nonce: nonce}
@@ -147,7 +147,7 @@ func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string) (s
 func (h *Handler) RedeemTicket(ctx context.Context, ticket, sid, tabID string) (Ticket, error) {
 	t, err := h.tickets.redeem(ctx, ticket, sid, tabID)
 	if _, ok := err.(*TicketError); err != nil && !ok {
-		h.storeError("use nonce", err)
+		h.storeError("use_nonce", err)
 	}
 	return t, err
 }
