@@ -334,7 +334,7 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 		{"a chunk of an event stream", "1a\r\nevent: lease\r\ndata: {}\r\n\r\n", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out, ok := jsonProtocolError([]byte(tt.written))
+			out, told, id, ok := jsonProtocolError([]byte(tt.written))
 			if tt.status == "" {
 				if ok {
 					t.Fatalf("rewritten to %q", out)
@@ -352,8 +352,11 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || Codes[e.Error.Code] != resp.StatusCode {
 				t.Fatalf("body %+v for status %d: %v", e, resp.StatusCode, err)
 			}
-			if resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
-				t.Fatalf("headers %v, want an X-Request-ID and nosniff", resp.Header)
+			if resp.Header.Get("X-Request-ID") != id || id == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("headers %v, want the X-Request-ID %q and nosniff", resp.Header, id)
+			}
+			if told.Code != e.Error.Code {
+				t.Fatalf("the error told for the log is %s, the answer's %s", told.Code, e.Error.Code)
 			}
 		})
 	}

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,34 +22,53 @@ import (
 // INVALID_ARGUMENT for the others, its message naming what was wrong as net/http says it (which
 // holds nothing of the request).
 
-// ProtocolErrors wraps ln so that the errors net/http answers by itself are JSON (see above).
-// Serve the api with http.Server.Serve(ProtocolErrors(ln)).
-func ProtocolErrors(ln net.Listener) net.Listener { return protocolListener{ln} }
+// ProtocolErrors wraps ln so that the errors net/http answers by itself are JSON (see above), and
+// logged and counted as the answers of routes are, with the route "protocol_error" and the method
+// "OTHER" (net/http read neither). Serve the api with http.Server.Serve(s.ProtocolErrors(ln)).
+func (s *Server) ProtocolErrors(ln net.Listener) net.Listener { return protocolListener{ln, s} }
 
-type protocolListener struct{ net.Listener }
+type protocolListener struct {
+	net.Listener
+	s *Server
+}
 
 func (l protocolListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &protocolConn{Conn: c}, nil
+	return &protocolConn{Conn: c, s: l.s}, nil
 }
 
 // protocolConn rewrites net/http's own error answers on their way out; every other write passes.
-type protocolConn struct{ net.Conn }
+type protocolConn struct {
+	net.Conn
+	s *Server
+}
 
 // netHTTPErrorHeaders are the headers of every answer net/http writes by itself.
 const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
 func (c *protocolConn) Write(p []byte) (int, error) {
-	if out, ok := jsonProtocolError(p); ok {
-		if _, err := c.Conn.Write(out); err != nil {
+	if out, e, id, ok := jsonProtocolError(p); ok {
+		_, err := c.Conn.Write(out)
+		c.s.logProtocolError(e, id)
+		if err != nil {
 			return 0, err
 		}
 		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+// logProtocolError logs and counts the answer e, with request id id, that net/http gave by itself.
+func (s *Server) logProtocolError(e *Error, id string) {
+	const route, method = "protocol_error", "OTHER"
+	status := e.Status()
+	s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("request_id", id), slog.String("method", method), slog.String("route", route),
+		slog.Int("status", status), slog.String("code", e.Code), slog.String("error", e.Message))
 }
 
 // CloseWrite lets net/http half-close the connection after a 431, as it does without the wrapper.
@@ -59,15 +80,16 @@ func (c *protocolConn) CloseWrite() error {
 }
 
 // jsonProtocolError answers the JSON rewrite of p when p is a whole error answer of net/http's
-// own: "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then the body.
-func jsonProtocolError(p []byte) ([]byte, bool) {
+// own: "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then the body; with the
+// error it tells and the request id it gives.
+func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	const prefix = "HTTP/1.1 "
 	if len(p) > 1024 || !bytes.HasPrefix(p, []byte(prefix)) {
-		return nil, false
+		return nil, nil, "", false
 	}
 	statusLine, _, found := bytes.Cut(p[len(prefix):], []byte(netHTTPErrorHeaders))
 	if !found || bytes.ContainsAny(statusLine, "\r\n") || len(statusLine) < 4 {
-		return nil, false
+		return nil, nil, "", false
 	}
 	var e *Error
 	msg := "malformed HTTP request"
@@ -82,17 +104,18 @@ func jsonProtocolError(p []byte) ([]byte, bool) {
 	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know
 		e = errInvalid(msg + ": unsupported transfer encoding (only chunked is)")
 	default:
-		return nil, false
+		return nil, nil, "", false
 	}
 	body, err := json.Marshal(errorBody{Error: errorJSON{Code: e.Code, Message: e.Message, Details: map[string]any{}}})
 	if err != nil {
-		return nil, false
+		return nil, nil, "", false
 	}
 	var out bytes.Buffer
 	out.WriteString(prefix + strconv.Itoa(e.Status()) + " " + http.StatusText(e.Status()) + "\r\n")
 	out.WriteString("Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n")
-	out.WriteString("X-Request-Id: " + newRequestID() + "\r\n")
+	id := newRequestID()
+	out.WriteString("X-Request-Id: " + id + "\r\n")
 	out.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
 	out.Write(body)
-	return out.Bytes(), true
+	return out.Bytes(), e, id, true
 }

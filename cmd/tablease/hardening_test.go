@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHeadersAreBoundedAt16KiB(t *testing.T) {
@@ -65,7 +66,7 @@ func TestHeadersAreBoundedAt16KiB(t *testing.T) {
 }
 
 func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
-	base, _ := startServer(t, map[string]string{"TABLEASE_DEV": "true"})
+	base, logs := startServer(t, map[string]string{"TABLEASE_DEV": "true"})
 	host := strings.TrimPrefix(base, "http://")
 	for _, tt := range []struct{ name, request string }{
 		{"a header line without a colon", "GET /healthz HTTP/1.1\r\nHost: " + host + "\r\nno colon here\r\n\r\n"},
@@ -74,6 +75,7 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 		{"a bad Content-Length", "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: x\r\n\r\n"},
 		{"an unknown transfer coding", "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: gzip\r\n\r\n"},
 		{"a request line of HTTP/2.0", "GET /healthz HTTP/2.0\r\nHost: " + host + "\r\n\r\n"},
+		{"the preface of HTTP/2 with prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
 	} {
 		t.Run(tt.name+" gets a JSON 400", func(t *testing.T) {
 			resp, body := raw(t, base, tt.request)
@@ -81,6 +83,16 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 				t.Fatalf("status %d, body %+v", resp.StatusCode, body)
 			}
 			t.Logf("message: %s", body.Error.Message)
+			// Logged like any answer, under the id the answer gave, so that a client's report of it
+			// can be found.
+			line := `"request_id":"` + resp.Header.Get("X-Request-ID") + `"`
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(logs.String(), line) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log line with %s:\n%s", line, logs.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		})
 	}
 	t.Run("OPTIONS * gets the JSON 404 of a request of no route", func(t *testing.T) {

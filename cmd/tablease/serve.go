@@ -156,7 +156,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- httpServer.Serve(api.ProtocolErrors(ln)) }()
+	go func() { served <- httpServer.Serve(srv.ProtocolErrors(ln)) }()
 
 	log.Info("tablease listening", "addr", addr, "engine", store.name, "version", Version(), "dev", cfg.Dev)
 	if cfg.Dev {
