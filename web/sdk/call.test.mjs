@@ -278,3 +278,46 @@ test("a handoff request that lapses while an interaction is open leaves the hold
   await asker.stop({ release: false });
   await holder.stop({ release: false });
 });
+
+test("news that the holder let go, arriving while the handoff request is in flight, is not slept through", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: TOOLS });
+  // The asker's first ask in mode handoff is decided by the server at once (HANDOFF_PENDING: the
+  // holder still holds), and its answer reaches the asker only when the test lets it.
+  let answered = null;
+  let asked = null;
+  const fetch = (url, init = {}) => {
+    const answer = server.fetch(url, init);
+    if (answered === null && init.method === "POST" && String(url).endsWith("/lease") && JSON.parse(init.body).mode === "handoff") {
+      const held = new Promise((resolve) => (answered = resolve));
+      asked?.();
+      return held.then(() => answer);
+    }
+    return answer;
+  };
+  const holder = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1") }));
+  const asker = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), autoAcquire: false, fetch }));
+  await holder.start();
+  await asker.start();
+  await flush();
+  const sent = new Promise((resolve) => (asked = resolve));
+  const wait = asker.requestHandoff();
+  await sent;
+  assert.equal(server.handoff?.requester, asker.tabId, "the server has the request");
+  // Before the asker reads that answer, the holder lets go and the lease is reserved for the asker,
+  // and the news of it arrives, as a stream carried by another tab can bring it first.
+  server.holder = null;
+  server.expiresAt = clock.now();
+  server.reserved = { tabId: asker.tabId, until: clock.now() + 5000 };
+  server.handoff = null;
+  asker._onStreamEvent({ type: "lease", id: "9-0", data: { type: "released", sessionId: server.sessionId, epoch: server.epoch, holder: null, requester: { tabId: asker.tabId } } });
+  answered();
+  await flush();
+  await clock.advance(100);
+  await flush();
+  assert.equal(asker.role, "owner", "the asker claimed its reservation at once, not after its sleep between asks");
+  assert.equal((await wait).status, "granted");
+  await asker.stop({ release: false });
+  await holder.stop({ release: false });
+});
+

@@ -364,7 +364,8 @@ export class TabLease extends EventTarget {
     const wait = {
       deadline: this._clock.now() + timeoutMs,
       lapseAt: null, // when the request lapses at the server (its handoff timeout)
-      wake: null,
+      wake: null, // ends the sleep between two asks, while the loop sleeps
+      news: false, // the lease was let go while the loop was asking, not sleeping: ask again at once
       done: false,
       finish: (result) => {
         if (wait.done) return;
@@ -1003,6 +1004,7 @@ export class TabLease extends EventTarget {
       // keep the holder handing over past the lapse: a last "try" claims the lease if it was
       // reserved for this tab meanwhile, and the wait ends.
       const lapsed = wait.lapseAt != null && this._clock.now() >= wait.lapseAt;
+      wait.news = false;
       const r = await this._acquire(lapsed ? "try" : "handoff");
       if (wait.done) return;
       if (r.lease) return wait.finish({ status: "granted", lease: this.lease });
@@ -1030,6 +1032,7 @@ export class TabLease extends EventTarget {
         const t = await this._acquire("takeover");
         return wait.finish(t.lease ? { status: "taken_over", lease: this.lease } : { status: "failed", error: t.error });
       }
+      if (wait.news) continue; // the holder let go while we asked: its reservation is ours to claim now
       await new Promise((resolve) => {
         const id = this._clock.setTimeout(resolve, Math.min(delay, left));
         wait.wake = () => {
@@ -1166,7 +1169,11 @@ export class TabLease extends EventTarget {
           if (held && (d.type === "granted" || d.type === "taken_over") && this._policy === "yield") this._policy = "auto";
         }
         if (d.type === "handoff_requested" && mine) this._onHandoffRequested(d);
-        if (!held && this._handoffWait) this._handoffWait.wake?.();
+        if (!held && this._handoffWait) {
+          const wait = this._handoffWait;
+          if (wait.wake) wait.wake();
+          else wait.news = true; // it arrived while the loop was asking: not to be slept through
+        }
         this._afterLeaseNews(held, { ...d, id: ev.id });
         return;
       }
