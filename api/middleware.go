@@ -116,10 +116,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			// is not valid HTTP/1.1, the one protocol served without TLS (see ProtocolErrors).
 			h.Set(echo.HeaderConnection, "close")
 			c.Error(errInvalid("HTTP/2 without TLS (prior knowledge) is not served: use HTTP/1.1"))
-			s.logRequest(c, id, start)
-			return nil
-		}
-		if err := callRecovering(next, c); err != nil {
+		} else if err := callRecovering(next, c); err != nil {
 			c.Error(s.limitFailure(c, err)) // s.handleError writes the answer
 		}
 		s.logRequest(c, id, start)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,10 +74,8 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 		attrs = append(attrs, "repeated", repeated)
 	}
 	level := slog.LevelWarn
-	for _, f := range infoFormats {
-		if strings.HasPrefix(format, f) {
-			level = slog.LevelInfo
-		}
+	if slices.ContainsFunc(infoFormats, func(f string) bool { return strings.HasPrefix(format, f) }) {
+		level = slog.LevelInfo
 	}
 	log.Log(ctx, level, "redis client", attrs...)
 }

@@ -141,7 +141,9 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		q.Del("key_file")
 		u.RawQuery = q.Encode()
 	}
-	trust := func(c *tls.Config) {
+	// withTLS puts the CAs of ca_file and the certificate of cert_file and key_file into go-redis's
+	// TLS configuration of a rediss:// URL (nil for any other).
+	withTLS := func(c *tls.Config) {
 		if c == nil {
 			return
 		}
@@ -180,7 +182,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = clusterReloadInterval
 		}
-		trust(o.TLSConfig)
+		withTLS(o.TLSConfig)
 		return func() redis.UniversalClient {
 			c := redis.NewClusterClient(o)
 			c.AddHook(reloadOnLoss{c})
@@ -194,7 +196,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
-		trust(o.TLSConfig)
+		withTLS(o.TLSConfig)
 		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	}
 	o, err := redis.ParseURL(u.String())
@@ -204,7 +206,7 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 		&o.ContextTimeoutEnabled})
-	trust(o.TLSConfig)
+	withTLS(o.TLSConfig)
 	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 }
 

@@ -246,18 +246,18 @@ local function begin(keys, argv, lease_form)
   end
 end
 
--- LEASE_ANSWER marks the answers of reply (below), which finish keeps with struct.pack in the
--- layout LEASE_PACKED, for its eighteen fields (its strings as zero-terminated: no tab id, label or
--- status holds a zero byte): at half the instructions of cmsgpack.pack, which keeps the other
--- answers. A kept answer is read back by its first byte: a lease answer starts with its status
--- (capitals), a packed table with a byte of 0x80 or more.
-local LEASE_ANSWER = {}
+-- LEASE_PACKED is the layout in which finish keeps the answers of reply (below), the only answers
+-- of eighteen fields (those of join, leave and revoke have at most seven), with struct.pack: at
+-- half the instructions of cmsgpack.pack, which keeps the others. Its strings are zero-terminated:
+-- no tab id, label or status holds a zero byte. A kept answer is read back by its first byte: a
+-- lease answer starts with its status (capitals), a packed table with a byte of 0x80 or more.
 local LEASE_PACKED = '>sBssBdddddddBssBdd'
+local LEASE_ANSWER_LEN = 18
 
 -- pack_answer is the answer r of a changing call as KEYS[9] keeps it (finish).
 local function pack_answer(r)
-  if getmetatable(r) == LEASE_ANSWER then
-    return struct.pack(LEASE_PACKED, unpack(r, 1, 18))
+  if #r == LEASE_ANSWER_LEN then
+    return struct.pack(LEASE_PACKED, unpack(r, 1, LEASE_ANSWER_LEN))
   end
   return cmsgpack.pack(r)
 end
@@ -274,7 +274,7 @@ local function replayed()
   end
   if string.byte(r, 1) < 128 then
     local a = {struct.unpack(LEASE_PACKED, r)}
-    a[19] = nil -- where struct.unpack stopped
+    a[LEASE_ANSWER_LEN + 1] = nil -- where struct.unpack stopped
     return a
   end
   return cmsgpack.unpack(r)
@@ -542,10 +542,9 @@ local function reply(status, s, now, until_us)
       s.ho_until_us
   end
   if held(s, now) then
-    return setmetatable({status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us,
-      s.expires_us, s.ttl_ms, s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until,
-      block}, LEASE_ANSWER)
+    return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
+      s.ttl_ms, s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until, block}
   end
-  return setmetatable({status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms,
-    s.transitions, now, until_us, ho, ho_tab, ho_label, ho_hidden, ho_until, block}, LEASE_ANSWER)
+  return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now,
+    until_us, ho, ho_tab, ho_label, ho_hidden, ho_until, block}
 end
