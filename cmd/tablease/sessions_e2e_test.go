@@ -9,8 +9,8 @@ import (
 )
 
 // TestTheSessionsOfAUserAreBoundedOverHTTP runs the server with TABLEASE_SESSIONS_PER_USER=2 on
-// each engine: a third session of a user is refused with 409 TOO_MANY_SESSIONS, by an acquire and
-// by a presence PUT alike, while the user's own sessions and other users' stay open.
+// each engine: a third session of a user is refused with 409 TOO_MANY_SESSIONS, by an acquire, a
+// presence PUT and an event stream without presence alike, while the user's own sessions and other users' stay open.
 func TestTheSessionsOfAUserAreBoundedOverHTTP(t *testing.T) {
 	for _, engine := range []string{"memory", "redis"} {
 		t.Run(engine, func(t *testing.T) {
@@ -55,6 +55,8 @@ func TestTheSessionsOfAUserAreBoundedOverHTTP(t *testing.T) {
 			wantRefused("an acquire of a third session", code, body)
 			code, body = alice.do("PUT", "/v1/sessions/doc-3/tabs/tab-a", map[string]any{"label": "Tab A"})
 			wantRefused("a presence PUT of a third session", code, body)
+			code, body = alice.do("GET", "/v1/sessions/doc-3/events?tabId=tab-a&presence=false", nil)
+			wantRefused("an event stream of a third session, without presence", code, body)
 			if code, body := acquire(bob, "doc-3"); code != 200 {
 				t.Fatalf("another user's acquire: %d %v", code, body)
 			}

@@ -88,7 +88,7 @@ func (e *Engine) create(key lease.Key) *entry {
 }
 
 // admit creates the entry of key, which has none, for a call of its user that counts against
-// Options.SessionsPerUser (Acquire, Join), or fails with a *lease.SessionLimitError when the user
+// Options.SessionsPerUser (Acquire, Join, Watch), or fails with a *lease.SessionLimitError when the user
 // has as many entries as it allows. e.mu must be held.
 func (e *Engine) admit(key lease.Key) (*entry, error) {
 	if e.perUser > 0 && e.perUserCount[key.User] >= e.perUser {
@@ -262,7 +262,9 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 
 	s := e.sessions[key]
 	if s == nil {
-		s = e.create(key)
+		if s, err = e.admit(key); err != nil {
+			return nil, err
+		}
 	}
 	e.settle(key, s, now)
 

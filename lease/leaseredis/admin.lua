@@ -159,7 +159,8 @@ local function flush_audit(now)
 end
 
 -- admit reports whether the user may have the state s of this session kept: it is kept already
--- (s.exists), or the user has state for fewer than MAX_SESSIONS sessions (0: no limit).
+-- (s.exists), the session is in KEYS[7] already (watched: see keep_log in events.lua), or the
+-- user has fewer than MAX_SESSIONS sessions there (0: no limit).
 -- It forgets the sessions whose state expired: their entries in KEYS[7], and their parked state
 -- in KEYS[8] (see state.lua), up to EXPIRED_LIMIT of those at once (the others go with KEYS[8]).
 local EXPIRED_LIMIT = 256
@@ -177,7 +178,16 @@ local function admit(s, now)
       redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', now_ms)
     end
   end
-  return redis.call('ZCARD', KEY_KNOWN) < MAX_SESSIONS
+  return redis.call('ZSCORE', KEY_KNOWN, SESSION) ~= false or redis.call('ZCARD', KEY_KNOWN) < MAX_SESSIONS
+end
+
+-- know lists the session in the known set, KEYS[7], until at_ms (ms), and answers the set's
+-- expiry: that of its last entry.
+local function know(at_ms)
+  redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
+  local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEY_KNOWN, last)
+  return last
 end
 
 -- keep_until is when the state of s expires, before keep's slack (below): IDLE_MS after the latest
@@ -226,11 +236,9 @@ local function keep(s, now, changed, current, fresh, rewrite)
     redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
   end
   if moved then
-    redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
-    local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES') -- the set goes with its last state
-    redis.call('PEXPIREAT', KEY_KNOWN, last[2])
+    local last = know(at_ms)
     if KEY_FREE ~= nil then
-      redis.call('PEXPIREAT', KEY_FREE, last[2])
+      redis.call('PEXPIREAT', KEY_FREE, last)
     end
   end
 end

@@ -112,6 +112,10 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 		w.Close()
 		return nil, &lease.UnavailableError{Op: op, Err: err}
 	}
+	if r.full {
+		w.Close()
+		return nil, &lease.SessionLimitError{Limit: e.perUser}
+	}
 	w.Snapshot, w.Tabs, w.Position, w.Resumed, w.Replay = r.lease, r.tabs, r.position, r.resumed, r.replay
 	e.start(key, x, r.position, r.lease.Now.UnixMicro(), r.next)
 	return w, nil
@@ -449,6 +453,7 @@ func (e *Engine) settle(key lease.Key) (nowUS, next int64, err error) {
 
 // watchReply is watch.lua's answer.
 type watchReply struct {
+	full     bool // the user is at the limit of sessions: the watch was refused, nothing else is set
 	lease    lease.Lease
 	position string
 	resumed  bool
@@ -460,8 +465,14 @@ type watchReply struct {
 func parseWatch(key lease.Key, v any) (watchReply, error) {
 	bad := fmt.Errorf("leaseredis: malformed watch reply %v", v)
 	a, ok := v.([]any)
-	if !ok || len(a) != 6 {
+	if !ok || (len(a) != 6 && len(a) != 1) {
 		return watchReply{}, bad
+	}
+	if len(a) == 1 {
+		if status, _, _, err := parseReply(key, a[0]); err != nil || status != statusFull {
+			return watchReply{}, bad
+		}
+		return watchReply{full: true}, nil
 	}
 	status, l, _, err := parseReply(key, a[0])
 	if err != nil {

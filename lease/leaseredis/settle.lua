@@ -13,6 +13,6 @@ local now = now_us()
 local s = load(now)
 settle(s, now)
 flush(s, now)
-keep_log(s)
+keep_log(s, now)
 
 return {now, deadline(s, now)}

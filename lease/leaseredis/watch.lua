@@ -3,7 +3,9 @@
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
 -- ARGV[8]  the id of the last event the caller has seen ("<ms>-<seq>"), or ""
--- Answers {lease, position, resumed, replay, tabs, next}:
+-- Answers {lease} with the status "FULL", keeping no log, when the session has no state and the
+-- user is at the limit of sessions (admit in admin.lua; a watched session counts, keep_log in
+-- events.lua); otherwise {lease, position, resumed, replay, tabs, next}:
 --   lease     the lease at the position (see reply in state.lua), status "OK"
 --   position  the id of the log's newest event after settle, or "" when the log is empty
 --   resumed   1 when ARGV[8] is the id of an event the log holds (so it holds every one after it)
@@ -25,7 +27,12 @@ local now = now_us()
 local s = load(now)
 settle(s, now)
 flush(s, now)
-keep_log(s)
+
+-- Refuse a session the user has no state for when the user is at the limit of sessions.
+if not admit(s, now) then
+  return {reply('FULL', s, now)}
+end
+keep_log(s, now)
 
 -- Read the log, the lease and the tabs.
 local position = last_entry_id()

@@ -926,6 +926,8 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	wantLimit("an acquire of one session more", err)
 	_, err = eng.Join(ctx, key("alice", "doc-extra"), "conn-1", lease.Tab{TabID: "tab-a"})
 	wantLimit("a join of one session more", err)
+	_, err = eng.Watch(ctx, key("alice", "doc-extra"), "")
+	wantLimit("a watch of one session more", err)
 	if g, err := eng.Get(ctx, key("alice", "doc-extra")); err != nil || g.Epoch != 0 || g.Held {
 		t.Fatalf("Get of the refused session = %+v, %v; want it untouched (free at epoch 0)", g, err)
 	}
@@ -936,7 +938,13 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	if _, err := acquire(key("bob", "doc-extra")); err != nil {
 		t.Fatalf("another user's acquire: %v", err)
 	}
-	// A session the user has is never refused: a retry, a takeover, a renew, a join, a release.
+	// A session the user has is never refused: a retry, a takeover, a renew, a join, a watch, a
+	// release.
+	if w, err := eng.Watch(ctx, key("alice", "doc-1"), ""); err != nil {
+		t.Fatalf("a watch of a session the user has: %v", err)
+	} else {
+		w.Close()
+	}
 	if _, err := acquire(key("alice", "doc-0")); err != nil {
 		t.Fatalf("the holder's acquire again: %v", err)
 	}
@@ -955,6 +963,22 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	l, err := acquire(key("alice", "doc-0"))
 	if err != nil || l.Epoch <= held[0].Epoch {
 		t.Fatalf("acquire of the released session = %+v, %v; want a grant above epoch %d", l, err, held[0].Epoch)
+	}
+	// A watched session counts, its watch ended or not, and is then the user's: watches cannot
+	// keep ever more sessions.
+	for i := range perUser {
+		w, err := eng.Watch(ctx, key("carol", fmt.Sprintf("watched-%d", i)), "")
+		if err != nil {
+			t.Fatalf("watch of session %d of %d: %v", i+1, perUser, err)
+		}
+		w.Close()
+	}
+	_, err = eng.Watch(ctx, key("carol", "watched-extra"), "")
+	wantLimit("a watch of one session more than the user watched", err)
+	_, err = acquire(key("carol", "doc-extra"))
+	wantLimit("an acquire of one session more than the user watched", err)
+	if _, err := acquire(key("carol", "watched-0")); err != nil {
+		t.Fatalf("an acquire of a session the user watched: %v", err)
 	}
 	// An admin's revoke is never refused.
 	if _, err := eng.Revoke(ctx, lease.RevokeRequest{Key: key("alice", "doc-admin"), Admin: "root", Reason: "r", Block: time.Second}); err != nil {
