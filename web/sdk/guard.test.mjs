@@ -240,8 +240,20 @@ test("a holder in manual handoff mode is told and decides itself", async () => {
   assert.equal(a.role, "owner");
   await a.release();
   assert.equal((await p).status, "granted");
+  // The release answered the request: once B is gone, A's automatic acquire comes back, as after
+  // an automatic handoff.
+  await b.stop();
+  for (let i = 0; i < 100 && a.role !== "owner"; i++) await clock.advance(100);
+  assert.equal(a.role, "owner", "A acquires again when the tab it handed over to lets go");
+  // A release that answers no request stops the automatic acquire.
+  const c = new TabLease(fakeOptions(server, clock));
+  wire(server, c);
+  await a.release();
+  await c.start();
+  await c.stop();
+  await clock.advance(10000);
+  assert.equal(a.role, "viewer", "A stays released after its own release");
   await a.stop({ release: false });
-  await b.stop({ release: false });
 });
 
 test("a handoff the holder never answers times out, and the requester may then take over", async () => {

@@ -166,6 +166,7 @@ export class TabLease extends EventTarget {
     this._viewerReadAt = -Infinity; // when the viewer's timer last read the lease
     this._requireConfirmAfter = -Infinity; // the last moment news may have been missed
     this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
+    this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
     this._period = null; // the current period of ownership: {ac, inFlight}
     this._view = null; // what this tab knows about the lease: {..lease object, at}
@@ -385,7 +386,12 @@ export class TabLease extends EventTarget {
   /** Gives the lease up (idempotent). The tab does not take it again by itself until acquire(),
    *  takeover() or requestHandoff() is called. */
   async release() {
-    this._policy = "manual";
+    // The release that answers a handoff request (handoff: "manual") lets the requester have the
+    // lease and then auto-acquire comes back, as after an automatic handoff ("yield"); any other
+    // release stops auto-acquire until the next acquire, takeover or requestHandoff.
+    const ask = this._manualAsk;
+    this._manualAsk = null;
+    this._policy = ask && ask.epoch === this._epoch && this._holdsEpoch() ? "yield" : "manual";
     return this._release("released");
   }
 
@@ -662,6 +668,7 @@ export class TabLease extends EventTarget {
     // Lease answers show a handoff in progress; an answer to a request sent after this holder was
     // asked that shows none means the request lapsed or was answered: stop refusing.
     if (this._handoffAsk && sentAt > this._handoffAsk.at && lease.handoff?.state !== "requested") this._endHandoffAsk();
+    if (this._manualAsk && sentAt > this._manualAsk.at && lease.handoff?.state !== "requested") this._manualAsk = null;
     if (this._handoffAsk && lease.handoff?.state === "requested" && typeof lease.handoff.remainingMs === "number") {
       this._handoffAsk.lapseAt = sentAt + lease.handoff.remainingMs;
     }
@@ -955,7 +962,11 @@ export class TabLease extends EventTarget {
 
   _onHandoffRequested(data) {
     this._emit("handoff", { phase: "requested", requester: data.requester ?? null });
-    if (this._handoffMode !== "auto" || this._handoffAsk) return; // manual: the app calls release()
+    if (this._handoffMode !== "auto") {
+      this._manualAsk = { at: this._clock.now(), epoch: this._epoch }; // the app calls release()
+      return;
+    }
+    if (this._handoffAsk) return;
     // Running mutations get handoffGraceMs to finish. Then, if a renew shows the request still
     // stands, they are aborted and the lease goes; if it lapsed, the tab is owner again. While a
     // guarded handler has an interaction with the user open, the tab keeps its lease (renews go

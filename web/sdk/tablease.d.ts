@@ -297,7 +297,9 @@ export declare class TabLease extends EventTarget {
   /** Mode "handoff": asks the holder to let go at its next safe point. Resolves "timeout" after
    *  timeoutMs (default 15 s), or earlier when the request lapses at the server. */
   requestHandoff(opts?: { timeoutMs?: number; takeoverOnTimeout?: boolean }): Promise<HandoffResult>;
-  /** Gives the lease up; no automatic acquire afterwards until acquire/takeover/requestHandoff. */
+  /** Gives the lease up; no automatic acquire afterwards until acquire/takeover/requestHandoff.
+   *  A release that answers a handoff request (handoff: "manual") is a handoff: automatic
+   *  acquire comes back once another tab was granted, as after an automatic one. */
   release(): Promise<{ released: boolean; error?: TabLeaseError }>;
   /** GET …/lease?tabId=. */
   refresh(): Promise<LeaseView>;

@@ -196,20 +196,34 @@ class ToolScope {
 
   /** The definitions this tab may expose now (see toolDefinitions). Instances of the previous
    *  definitions that are not among them are retired. Null when the route changed while the
-   *  catalog was read: the sync that change started gives the new route's. */
+   *  catalog was read: the sync that change started gives the new route's. When the catalog
+   *  cannot be read (the server is down, or the page is frozen, when browsers refuse requests),
+   *  the tools of its last reading for this route stand in, filtered by the role now, before the
+   *  caller's fallback: a tab never loses its read-only tools to an outage. readFailed says so. */
   async definitions({ handlers = {}, tools: fallback = null, onError = undefined }) {
     const route = this.route();
     let tools = null;
+    let failed = false;
     try {
-      const cat = await this.lease.catalog(route);
-      tools = cat.tools;
-      if (tools.length === 0 && fallback) tools = null;
+      if (this.lease._pageFrozen?.()) {
+        failed = true; // browsers refuse the requests of a frozen page: read it on resume
+      } else {
+        const cat = await this.lease.catalog(route);
+        this._known = { route, tools: cat.tools };
+        tools = cat.tools;
+        if (tools.length === 0 && fallback) tools = null;
+      }
     } catch (e) {
+      failed = true;
       onError?.(e);
     }
     if (this.route() !== route) return null;
+    this.readFailed = failed;
+    const role = this.lease.role;
+    if (!tools && failed && this._known?.route === route) {
+      tools = this._known.tools.filter((t) => role === "owner" || isReadOnlyTool(t));
+    }
     if (!tools) {
-      const role = this.lease.role;
       const mine = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
       tools = route ? profilesFor(mine, route).map((p) => p.tool) : mine;
     }
@@ -246,6 +260,39 @@ class ToolScope {
     if (t.outputSchema) def.outputSchema = t.outputSchema;
     if (typeof t.timeoutMs === "number") def.timeoutMs = t.timeoutMs;
     return def;
+  }
+
+  /** Runs sync again while the catalog cannot be read (readFailed, after each sync): at once when
+   *  the event stream is live again, and otherwise after a delay that doubles from 1 s to 30 s (a
+   *  frozen page's timers wait for its resume). Call it with the adapter's sync once; close()
+   *  stops it. */
+  resyncAfterFailures(sync) {
+    const clock = this.lease._clock;
+    let timer = null;
+    let delay = 0;
+    const clear = () => {
+      if (timer !== null) clock.clearTimeout(timer);
+      timer = null;
+    };
+    this._afterSync = () => {
+      clear();
+      if (!this.readFailed) {
+        delay = 0;
+        return;
+      }
+      delay = Math.min(delay ? delay * 2 : 1000, 30000);
+      timer = clock.setTimeout(() => {
+        timer = null;
+        sync();
+      }, delay);
+    };
+    const again = () => this.readFailed && sync();
+    this._offs.push(clear, this.lease.on("stream", ({ live }) => live && again()));
+  }
+
+  /** Called by an adapter after each sync (see resyncAfterFailures). */
+  synced() {
+    this._afterSync?.();
   }
 
   close() {
@@ -395,7 +442,9 @@ export function registerWebMCPTools(lease, options = {}) {
     if (!defs) return;
     lastTools = defs;
     await apply(defs);
+    scope.synced();
   });
+  scope.resyncAfterFailures(sync);
 
   // On losing ownership, drop mutation tools at once (their signal already aborted them).
   const offRole = lease.on("rolechange", () => {
@@ -453,7 +502,9 @@ export function syncToolRegistry(lease, registry, options = {}) {
     if (!defs || closed) return;
     last = defs;
     await registry.sync(last);
+    scope.synced();
   });
+  scope.resyncAfterFailures(sync);
   const offRole = lease.on("rolechange", () => {
     if (last && lease.role !== "owner") registry.sync((last = last.filter((d) => d.readOnly)));
     sync();

@@ -152,6 +152,55 @@ test("WebMCP: a catalog event re-registers changed tools, and an empty catalog f
   await lease.stop({ release: false });
 });
 
+test("WebMCP: a catalog that cannot be read keeps the last reading's tools for the role, and is read again", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  const mc = new ModelContext();
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "save_event", "search_events"]);
+
+  // The server goes down and another tab takes over: the role change's sync cannot read the
+  // catalog, and the read-only tools of the last reading stay.
+  server.down = true;
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  await flush();
+  await bridge.sync();
+  assert.equal(lease.role, "viewer");
+  assert.deepEqual(mc.names(), ["get_event", "search_events"]);
+
+  // Back up, with a changed catalog: the retry reads it without any event.
+  server.down = false;
+  server.tools = [TOOLS[0]];
+  for (let i = 0; i < 100 && mc.names().length !== 1; i++) await clock.advance(500);
+  assert.deepEqual(mc.names(), ["search_events"]);
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
+test("registry.sync: a frozen page's role change keeps its read-only tools, and the catalog is read on resume", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  const got = [];
+  const bridge = syncToolRegistry(lease, { sync: (defs) => got.push(defs.map((d) => d.name).sort()) }, { handlers, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(got.at(-1), ["get_event", "rename_event", "save_event", "search_events"]);
+  const reads = () => server.calls.filter((c) => c.path.endsWith("/catalog")).length;
+  const before = reads();
+  lease._document.fire("freeze");
+  await flush();
+  await bridge.sync();
+  assert.equal(lease.role, "viewer");
+  assert.deepEqual(got.at(-1), ["get_event", "search_events"]);
+  assert.equal(reads(), before, "no request while frozen");
+  lease._document.fire("resume");
+  for (let i = 0; i < 20 && reads() === before; i++) await clock.advance(500);
+  assert.ok(reads() > before, "the catalog is read again after the resume");
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
 test("WebMCP: the older navigator.modelContext shape is unregistered with unregisterTool", async () => {
   const { server, lease } = setup();
   const mc = new LegacyModelContext();
