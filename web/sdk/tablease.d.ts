@@ -405,7 +405,8 @@ export interface ToolOptions {
   route?: string | (() => string) | RouteTracker;
   /** The path prefix the app is mounted under ("/demo"), for the default tracker. */
   base?: string;
-  /** Used when the catalog is empty or cannot be read (filtered by role and route the same way). */
+  /** Used when the catalog is empty, or cannot be read and was never read for the route (the
+   *  adapters keep its last reading otherwise); filtered by role and route the same way. */
   tools?: CatalogTool[] | null;
   onError?: (error: unknown) => void;
   /** A tool's timeout when the catalog gives none (60000). */
