@@ -48,11 +48,28 @@ func decodeOptionalBody(c echo.Context, dst any) error {
 }
 
 func jsonContentType(c echo.Context) error {
-	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
+	mt, params, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
 		return errInvalid("Content-Type must be application/json")
 	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return errInvalid("Content-Type: JSON bodies are UTF-8, so the only charset allowed is utf-8")
+	}
 	return nil
+}
+
+// strictQuery answers 400 for a query string that does not parse (a malformed %-escape, a
+// semicolon): net/url would drop the parameter silently, and the handler would act as if the
+// client had not sent it.
+func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if q := c.Request().URL.RawQuery; q != "" {
+			if _, err := url.ParseQuery(q); err != nil {
+				return errInvalid("the query string is malformed: " + err.Error())
+			}
+		}
+		return next(c)
+	}
 }
 
 // readBody reads the body of c, at most MaxBodyBytes (413 PAYLOAD_TOO_LARGE beyond).

@@ -54,6 +54,7 @@ func TestStrictDecoding(t *testing.T) {
 		{name: "an array body is refused", body: `[{"tabId":"tab-a"}]`, status: 400, code: CodeInvalidArgument},
 		{name: "a text/plain body is refused", body: `{"tabId":"tab-a"}`, contentType: "text/plain", status: 400, code: CodeInvalidArgument},
 		{name: "a JSON body with a charset is accepted", body: `{"tabId":"tab-a"}`, contentType: "application/json; charset=utf-8", status: 200},
+		{name: "a JSON body in another charset is refused", body: `{"tabId":"tab-a"}`, contentType: "application/json; charset=latin1", status: 400, code: CodeInvalidArgument},
 		{name: "a body of 17 KiB is too large", body: pad(17 << 10), status: 413, code: CodePayloadTooLarge},
 		{name: "a body just under 16 KiB reaches validation", body: pad(16<<10 - 40), status: 400, code: CodeInvalidArgument, field: "label"},
 		{name: "a label over 200 characters is refused", body: pad(201), status: 400, code: CodeInvalidArgument, field: "label"},
@@ -73,6 +74,8 @@ func TestStrictDecoding(t *testing.T) {
 		{name: "an epoch of 2^53-1 is a valid number that has lost", path: leasePath("doc-1") + "/check", body: `{"tabId":"tab-a","epoch":9007199254740991}`, status: 409, code: CodeLeaseLost},
 		{name: "the current epoch renews", path: leasePath("doc-1") + "/renew", body: fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, epoch), status: 200},
 		{name: "a bad tabId in the query of get is refused", path: leasePath("doc-1") + "?tabId=a%20b", status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a malformed escape in the query is refused", path: leasePath("doc-1") + "?tabId=tab-a%zz", status: 400, code: CodeInvalidArgument},
+		{name: "a semicolon in the query is refused", path: leasePath("doc-1") + "?tabId=tab-a;x=1", status: 400, code: CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -290,6 +290,7 @@ func (s *Server) newEcho() *echo.Echo {
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}
+	e.Use(strictQuery)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
