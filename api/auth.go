@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
 
+	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/lease"
@@ -78,9 +79,12 @@ type accessClaims struct {
 }
 
 // UnmarshalJSON reads the claims, refusing an exp, nbf or iat that is not a JSON number
-// (numericdate.Check).
+// (numericdate.Check), and a claim given twice or named in another case (jsontext.Claims).
 func (c *accessClaims) UnmarshalJSON(b []byte) error {
 	if err := numericdate.Check(b); err != nil {
+		return err
+	}
+	if err := jsontext.Claims(b, jsontext.Fields(c)); err != nil {
 		return err
 	}
 	type plain accessClaims // without this method
@@ -213,11 +217,15 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 var (
 	errNoKey      = errors.New("no key for this token")
 	errWrongKeyFn = errors.New("the token's algorithm does not match its key")
+	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
 )
 
 // keyFor chooses the verification key: the secret for HS256 and only for HS256; for the others
 // the public key named by kid, and only when that key is meant for the token's algorithm.
 func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
+	if _, ok := t.Header["crit"]; ok { // RFC 7515 §4.1.11: extensions it does not understand
+		return nil, errCrit
+	}
 	alg := t.Method.Alg()
 	if alg == jwt.SigningMethodHS256.Alg() {
 		if a.secret == nil {
@@ -270,7 +278,12 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 }
 
 func tokenProblem(err error) string {
+	var ke *jsontext.KeyError
 	switch {
+	case errors.Is(err, errCrit):
+		return errCrit.Error()
+	case errors.As(err, &ke):
+		return "the token's claims are ambiguous: " + ke.Error()
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "the bearer token is malformed"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):

@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,6 +56,21 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 	hs := func(c jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, secret, "", c) }
 	none := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, "", validClaims(cfg, "alice"))
 	valid := hs(validClaims(cfg, "alice"))
+	// raw signs a header and payload as written, for what jwt.MapClaims cannot hold (a key twice).
+	raw := func(header, payload string) string {
+		enc := base64.RawURLEncoding.EncodeToString
+		signing := enc([]byte(header)) + "." + enc([]byte(payload))
+		sig, err := jwt.SigningMethodHS256.Sign(signing, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signing + "." + enc(sig)
+	}
+	now := time.Now().Unix()
+	payload := func(more string) string {
+		return fmt.Sprintf(`{"iss":%q,"aud":%q,"sub":"alice","iat":%d,"exp":%d%s}`, cfg.Issuer, cfg.Audience, now-60, now+3600, more)
+	}
+	const hs256 = `{"alg":"HS256","typ":"JWT"}`
 
 	tests := []struct {
 		name   string
@@ -85,6 +102,11 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		{name: "a token whose sid claim is an invalid id is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = "a b" })), status: 401},
 		{name: "a token whose sid claim is null allows every session", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = nil })), status: 200},
 		{name: "a valid token is accepted", header: "Bearer " + valid, status: 200},
+		{name: "a token signed as written is accepted", header: "Bearer " + raw(hs256, payload("")), status: 200},
+		{name: "a token with claims of its issuer's own, null ones included, is accepted", header: "Bearer " + raw(hs256, payload(`,"tenant":"t-1","groups":null`)), status: 200},
+		{name: "a token whose header has crit is refused", header: "Bearer " + raw(`{"alg":"HS256","typ":"JWT","crit":["x-ext"],"x-ext":1}`, payload("")), status: 401, msg: "crit"},
+		{name: "a token with sub twice is refused", header: "Bearer " + raw(hs256, payload(`,"sub":"mallory"`)), status: 401, msg: "sub is given twice"},
+		{name: "a token with SUB beside sub is refused", header: "Bearer " + raw(hs256, payload(`,"SUB":"mallory"`)), status: 401, msg: "only when case is ignored"},
 		{name: "the Bearer scheme is case-insensitive", header: "bearer " + valid, status: 200},
 		{name: "a bare Bearer is malformed", header: "Bearer", status: 401},
 		{name: "Bearer with only spaces is malformed", header: "Bearer    ", status: 401},

@@ -1,9 +1,9 @@
 // Package jsontext checks the text of a JSON document for what encoding/json would silently
 // accept rather than refuse: bytes that are not UTF-8, and \u escapes of lone UTF-16 surrogates
 // ("\udead"), which name no character and which it would store as U+FFFD (Check); and keys of an
-// object that match a field only when case is ignored, keys given twice and null values (Keys).
-// Request bodies and catalogs are refused with a clear error instead of being read otherwise
-// than they were written.
+// object that match a field only when case is ignored, keys given twice and null values (Keys;
+// Claims, for the claims of a token, only the first two). Request bodies, catalogs and tokens are
+// refused with a clear error instead of being read otherwise than they were written.
 package jsontext
 
 import (

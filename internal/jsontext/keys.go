@@ -12,11 +12,12 @@ import (
 // KeyReason is why Keys refuses a key.
 type KeyReason string
 
-// The reasons of a KeyError (the text of the last two is said of the key: "tabId is given twice").
+// The reasons of a KeyError (the text of the others is said of the key: "tabId is given twice").
 const (
 	UnknownKey   KeyReason = "is not a field"
 	DuplicateKey KeyReason = "is given twice"
 	NullValue    KeyReason = "must not be null: leave it out instead"
+	CaseOnlyKey  KeyReason = "matches a field only when case is ignored" // Claims only: Keys says UnknownKey
 )
 
 // A KeyError is a key of a JSON object that Keys refuses.
@@ -41,6 +42,19 @@ func (e *KeyError) Error() string {
 // values without decoding them (the decoder's token stream did the same at ten times the cost);
 // anything malformed, or data that is not an object, is left for the decoder to report (nil).
 func Keys(data []byte, fields map[string]bool) *KeyError {
+	return walkKeys(data, fields, true)
+}
+
+// Claims is Keys for the claims of a token, which may hold keys of their own and nulls (identity
+// providers add claims): it refuses only a key given twice and a key that matches one of fields
+// only when case is ignored ("SUB"), either of which encoding/json would read otherwise than
+// another verifier of the same token.
+func Claims(data []byte, fields map[string]bool) *KeyError {
+	return walkKeys(data, fields, false)
+}
+
+// walkKeys is Keys when strict, and Claims otherwise.
+func walkKeys(data []byte, fields map[string]bool, strict bool) *KeyError {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return nil
@@ -61,7 +75,12 @@ func Keys(data []byte, fields map[string]bool) *KeyError {
 			key = []byte(k)
 		}
 		if !fields[string(key)] {
-			return &KeyError{Key: string(key), Reason: UnknownKey}
+			if strict {
+				return &KeyError{Key: string(key), Reason: UnknownKey}
+			}
+			if otherCase(fields, key) {
+				return &KeyError{Key: string(key), Reason: CaseOnlyKey}
+			}
 		}
 		for _, k := range seen {
 			if bytes.Equal(k, key) {
@@ -72,7 +91,7 @@ func Keys(data []byte, fields map[string]bool) *KeyError {
 		if i = skipSpace(data, end); i >= len(data) || data[i] != ':' {
 			return nil
 		}
-		if i = skipSpace(data, i+1); bytes.HasPrefix(data[i:], []byte("null")) {
+		if i = skipSpace(data, i+1); strict && bytes.HasPrefix(data[i:], []byte("null")) {
 			return &KeyError{Key: string(key), Reason: NullValue}
 		}
 		if i = skipValue(data, i); i < 0 {
@@ -84,6 +103,16 @@ func Keys(data []byte, fields map[string]bool) *KeyError {
 		i = skipSpace(data, i+1)
 	}
 	return nil
+}
+
+// otherCase reports whether key is one of fields when case is ignored.
+func otherCase(fields map[string]bool, key []byte) bool {
+	for f := range fields {
+		if strings.EqualFold(f, string(key)) {
+			return true
+		}
+	}
+	return false
 }
 
 func skipSpace(data []byte, i int) int {
@@ -169,6 +198,12 @@ func structFields(t reflect.Type) map[string]bool {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for n := range structFields(f.Type) { // its fields are the struct's, as encoding/json reads them
+				fields[n] = true
+			}
+			continue
+		}
 		if name == "-" || !f.IsExported() {
 			continue
 		}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/lease"
 )
@@ -162,9 +163,12 @@ type wireClaims struct {
 }
 
 // UnmarshalJSON reads the claims, refusing an exp or iat that is not a JSON number
-// (numericdate.Check).
+// (numericdate.Check), and a claim given twice or named in another case (jsontext.Claims).
 func (w *wireClaims) UnmarshalJSON(b []byte) error {
 	if err := numericdate.Check(b); err != nil {
+		return err
+	}
+	if err := jsontext.Claims(b, jsontext.Fields(w)); err != nil {
 		return err
 	}
 	type plain wireClaims // without this method

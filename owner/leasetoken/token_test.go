@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -251,6 +252,17 @@ func TestVerifyRefuses(t *testing.T) {
 		}
 		return k.(ed25519.PrivateKey)
 	}()
+	// signedRaw signs the payload as written, for what a map cannot hold (a claim twice).
+	signedRaw := func(payload string) string {
+		signing := encodePart(t, map[string]any{"alg": "EdDSA", "kid": f.key.KeyID(), "typ": leasetoken.TokenType}) + "." +
+			base64.RawURLEncoding.EncodeToString([]byte(payload))
+		sig, err := jwt.SigningMethodEdDSA.Sign(signing, priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
+	}
+	rawClaims := fmt.Sprintf(`{"iss":%q,"sub":"user-1","sid":"doc-42","tab":"t","epoch":5,"iat":%d,"exp":%d`, issuer, t0.Unix(), t0.Add(time.Minute).Unix())
 	pubBytes := []byte(f.key.Public().Key().(ed25519.PublicKey))
 	kidHdr := map[string]any{"kid": f.key.KeyID(), "typ": leasetoken.TokenType}
 	otherKey, _ := leasetoken.GenerateKey()
@@ -291,6 +303,8 @@ func TestVerifyRefuses(t *testing.T) {
 		{"a negative epoch", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", -1)), leasetoken.ErrTokenInvalid},
 		{"an epoch of 2^53", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", int64(1)<<53)), leasetoken.ErrTokenInvalid},
 		{"an expired token", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "exp", t0.Add(-2*time.Second).Unix())), leasetoken.ErrTokenExpired},
+		{"an epoch given twice", signedRaw(rawClaims + `,"epoch":6}`), leasetoken.ErrTokenInvalid},
+		{"a sid beside SID", signedRaw(rawClaims + `,"SID":"doc-43"}`), leasetoken.ErrTokenInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
