@@ -175,6 +175,11 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			t.Errorf("the resumed carrier shows the new holder but tablease.state is %q, want viewer: %v", s.State, s)
 		}
 		t.Logf("the resumed carrier showed the new holder %v after it resumed", settled.Round(time.Millisecond))
+		// It lost control while frozen, when no request may be sent: it keeps its read-only tools.
+		if err := carrier.Until(exposedJS("get_event_details, search_events"), 5*time.Second); err != nil {
+			t.Errorf("the resumed carrier does not expose the read-only tools: %v; exposed: %s", err,
+				browsertest.Eval[string](carrier, `document.querySelector('[data-field="exposed"]').textContent`))
+		}
 	})
 
 	t.Run("when the carrier tab crashes the other tab carries the stream and shows a takeover made elsewhere within two seconds", func(t *testing.T) {
