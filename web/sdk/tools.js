@@ -262,11 +262,11 @@ class ToolScope {
     return def;
   }
 
-  /** Runs sync again while the catalog cannot be read (readFailed, after each sync): at once when
-   *  the event stream is live again, and otherwise after a delay that doubles from 1 s to 30 s (a
-   *  frozen page's timers wait for its resume). Call it with the adapter's sync once; close()
-   *  stops it. */
-  resyncAfterFailures(sync) {
+  /** Keeps sync going while the catalog cannot be read: answers the function an adapter calls
+   *  after each of its syncs, which, when the read failed (readFailed), runs sync again after a
+   *  delay that doubles from 1 s to 30 s (a frozen page's timers wait for its resume); and sync
+   *  runs at once when the event stream is live again after a failed read. close() stops both. */
+  retryWhileUnread(sync) {
     const clock = this.lease._clock;
     let timer = null;
     let delay = 0;
@@ -274,7 +274,8 @@ class ToolScope {
       if (timer !== null) clock.clearTimeout(timer);
       timer = null;
     };
-    this._afterSync = () => {
+    this._offs.push(clear, this.lease.on("stream", ({ live }) => live && this.readFailed && sync()));
+    return () => {
       clear();
       if (!this.readFailed) {
         delay = 0;
@@ -286,13 +287,6 @@ class ToolScope {
         sync();
       }, delay);
     };
-    const again = () => this.readFailed && sync();
-    this._offs.push(clear, this.lease.on("stream", ({ live }) => live && again()));
-  }
-
-  /** Called by an adapter after each sync (see resyncAfterFailures). */
-  synced() {
-    this._afterSync?.();
   }
 
   close() {
@@ -442,9 +436,9 @@ export function registerWebMCPTools(lease, options = {}) {
     if (!defs) return;
     lastTools = defs;
     await apply(defs);
-    scope.synced();
+    retry();
   });
-  scope.resyncAfterFailures(sync);
+  const retry = scope.retryWhileUnread(sync);
 
   // On losing ownership, drop mutation tools at once (their signal already aborted them).
   const offRole = lease.on("rolechange", () => {
@@ -502,9 +496,9 @@ export function syncToolRegistry(lease, registry, options = {}) {
     if (!defs || closed) return;
     last = defs;
     await registry.sync(last);
-    scope.synced();
+    retry();
   });
-  scope.resyncAfterFailures(sync);
+  const retry = scope.retryWhileUnread(sync);
   const offRole = lease.on("rolechange", () => {
     if (last && lease.role !== "owner") registry.sync((last = last.filter((d) => d.readOnly)));
     sync();
