@@ -34,10 +34,10 @@ type revokeBody struct {
 // registerAdmin adds the admin lease routes to v1, each behind mw (authentication, rate limit,
 // scope lease:admin).
 func (s *Server) registerAdmin(v1 *echo.Group, mw []echo.MiddlewareFunc) {
-	v1.GET("/admin/leases", s.adminListLeases, mw...)
-	v1.GET("/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
+	read(v1, "/admin/leases", s.adminListLeases, mw...)
+	read(v1, "/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
 	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", s.adminRevoke, mw...)
-	v1.GET("/admin/audit", s.adminAudit, mw...)
+	read(v1, "/admin/audit", s.adminAudit, mw...)
 }
 
 // adminKey is the lease named by the path of an admin route: /users/{sub}/sessions/{sid}. Echo

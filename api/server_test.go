@@ -475,3 +475,62 @@ func TestEchoSharedErrorsAreNotModified(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestHeadIsAnsweredWhereverGetIs checks every GET route but the event stream over a real
+// server: a HEAD has the GET's status, Content-Type and ETag, and no body (RFC 9110 §9.3.2). The
+// event stream is GET only: a HEAD would open a stream.
+func TestHeadIsAnsweredWhereverGetIs(t *testing.T) {
+	h := newHarness(t)
+	alice, root := h.token("alice"), h.adminToken("root")
+	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
+	ts := h.serve()
+	send := func(method, path, token string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, ts.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, body
+	}
+	for _, tt := range []struct{ path, token string }{
+		{"/healthz", ""},
+		{"/readyz", ""},
+		{"/metrics", ""},
+		{"/openapi.yaml", ""},
+		{"/.well-known/jwks.json", ""},
+		{leasePath("doc-1") + "?tabId=tab-a", alice},
+		{"/v1/sessions/doc-1/catalog?tabId=tab-a", alice},
+		{"/v1/sessions/doc-1/tabs", alice},
+		{"/v1/admin/catalog", root},
+		{"/v1/admin/leases", root},
+		{"/v1/admin/users/alice/sessions/doc-1/lease", root},
+		{"/v1/admin/audit?sub=alice", root},
+		{"/sdk/tablease.js", ""},
+		{leasePath("doc-1"), ""}, // a 401 alike
+	} {
+		get, getBody := send(http.MethodGet, tt.path, tt.token)
+		head, headBody := send(http.MethodHead, tt.path, tt.token)
+		if head.StatusCode != get.StatusCode || head.Header.Get("Content-Type") != get.Header.Get("Content-Type") ||
+			head.Header.Get("ETag") != get.Header.Get("ETag") || len(headBody) != 0 || len(getBody) == 0 {
+			t.Errorf("HEAD %s: %d %q ETag %q, %d bytes; GET: %d %q ETag %q, %d bytes", tt.path,
+				head.StatusCode, head.Header.Get("Content-Type"), head.Header.Get("ETag"), len(headBody),
+				get.StatusCode, get.Header.Get("Content-Type"), get.Header.Get("ETag"), len(getBody))
+		}
+	}
+	res, _ := send(http.MethodHead, eventsPath("doc-1", "tabId=tab-a"), alice)
+	if res.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(res.Header.Get("Allow"), http.MethodGet) {
+		t.Errorf("HEAD of the event stream: %d, Allow %q; want 405 with GET allowed", res.StatusCode, res.Header.Get("Allow"))
+	}
+}

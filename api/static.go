@@ -162,8 +162,7 @@ func (s *Server) registerStatic(e *echo.Echo) {
 			paths = append(paths, "/"+tr.dir)
 		}
 		for _, p := range paths {
-			e.GET(p, tree.serve)
-			e.HEAD(p, tree.serve) // net/http drops the body
+			read(e, p, tree.serve)
 		}
 	}
 }
