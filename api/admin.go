@@ -19,6 +19,7 @@ import (
 //	GET  /v1/admin/users/{sub}/sessions/{sid}/lease           → adminLease
 //	POST /v1/admin/users/{sub}/sessions/{sid}/lease/revoke    {reason, blockMs?} → {revoked, epoch, blockedUntil, previous}
 //	GET  /v1/admin/audit?sub=&sid=&cursor=&limit=             → {records: [auditRecord], nextCursor}
+//	GET  /v1/admin/limits                                      → {maxBlockMs}
 
 // DefaultMaxBlock is the longest block an admin may ask for when Options.MaxBlock is zero.
 const DefaultMaxBlock = time.Hour
@@ -38,6 +39,13 @@ func (s *Server) registerAdmin(v1 *echo.Group, mw []echo.MiddlewareFunc) {
 	read(v1, "/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
 	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", s.adminRevoke, mw...)
 	read(v1, "/admin/audit", s.adminAudit, mw...)
+	read(v1, "/admin/limits", s.adminLimits, mw...)
+}
+
+// adminLimits answers the bounds this server sets on admins' requests, for a console to offer no
+// more: the longest block of a revoke (Options.MaxBlock, TABLEASE_ADMIN_MAX_BLOCK).
+func (s *Server) adminLimits(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]int64{"maxBlockMs": s.maxBlock.Milliseconds()})
 }
 
 // adminKey is the lease named by the path of an admin route: /users/{sub}/sessions/{sid}. Echo

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,6 +80,7 @@ func TestAdminRoutesNeedTheAdminScope(t *testing.T) {
 		{http.MethodGet, "/v1/admin/users/alice/sessions/doc-1/lease", ""},
 		{http.MethodPost, revokePath, `{"reason":"test"}`},
 		{http.MethodGet, "/v1/admin/audit", ""},
+		{http.MethodGet, "/v1/admin/limits", ""},
 	}
 	tabToken := h.token("alice")
 	otherScope, err := IssueToken(h.auth, TokenSpec{Sub: "bob", Scopes: []string{"lease:read"}, TTL: time.Hour})
@@ -460,5 +463,26 @@ func TestLeaseAnswersShowTheBlockInForce(t *testing.T) {
 	decodeStrict(t, rec, &adm)
 	if adm.BlockedUntil != nil || !strings.Contains(rec.Body.String(), `"blockedUntil":null`) {
 		t.Fatalf("the admin lease once the block passed = %s, want blockedUntil null", rec.Body)
+	}
+}
+
+// TestAdminLimitsAnswerTheConfiguredMaximumBlock: what a console needs to offer no block longer
+// than the server allows, and the revoke's bound agrees with it.
+func TestAdminLimitsAnswerTheConfiguredMaximumBlock(t *testing.T) {
+	for _, tt := range []struct {
+		max  time.Duration
+		want int64
+	}{{0, DefaultMaxBlock.Milliseconds()}, {10 * time.Minute, 600000}} {
+		h, _ := newAdminHarness(t, func(o *Options) { o.MaxBlock = tt.max })
+		tok := h.adminToken("root")
+		rec := h.get("/v1/admin/limits", tok)
+		var got struct {
+			MaxBlockMs *int64 `json:"maxBlockMs"`
+		}
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil || got.MaxBlockMs == nil || *got.MaxBlockMs != tt.want {
+			t.Fatalf("MaxBlock %v: GET /v1/admin/limits = %d %s, want maxBlockMs %d", tt.max, rec.Code, rec.Body, tt.want)
+		}
+		over := fmt.Sprintf(`{"reason":"r","blockMs":%d}`, tt.want+1)
+		wantError(t, h.post(revokePath, tok, over), http.StatusBadRequest, CodeInvalidArgument)
 	}
 }

@@ -248,3 +248,24 @@ func TestAdminConsoleTakesANewDevTokenAndGreysWhatItCannotRefresh(t *testing.T) 
 		t.Errorf("the pasted token was replaced by %q", kept)
 	}
 }
+
+// TestAdminConsoleOffersNoBlockLongerThanTheServerAllows: with TABLEASE_ADMIN_MAX_BLOCK=10m the
+// revoke dialog offers no block over ten minutes, offers the ten minutes themselves, and a
+// session looked up by name opens with its default block of five minutes.
+func TestAdminConsoleOffersNoBlockLongerThanTheServerAllows(t *testing.T) {
+	browsertest.Chromium(t)
+	base, _ := startServer(t, map[string]string{"TABLEASE_DEV": "true", "TABLEASE_ADMIN_MAX_BLOCK": "10m"})
+	b := browsertest.Start(t)
+	b.Do("open the console", chromedp.Navigate(base+"/admin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	const offered = `[...document.querySelectorAll('#revoke-block option')].map((o) => o.value + '=' + o.textContent).join('; ')`
+	const want = "0=no block; 60000=1 minute; 300000=5 minutes; 600000=10 minutes (the longest allowed)"
+	if err := b.Until(offered+` === `+jsString(want), 10*time.Second); err != nil {
+		t.Fatalf("the block durations offered are %q, want %q: %v", browsertest.Eval[string](b, offered), want, err)
+	}
+	b.Do("look up a session by name",
+		chromedp.SetValue(chromedp.CSS("#block-sub"), "alice"),
+		chromedp.SetValue(chromedp.CSS("#block-sid"), "doc-1"),
+		chromedp.Click(chromedp.CSS(`button[data-action="open-block"]`)),
+	)
+	b.WaitFor("the dialog with a block of five minutes", `document.getElementById('revoke-dialog').open && document.getElementById('revoke-block').value === '300000'`, 10*time.Second)
+}

@@ -29,6 +29,7 @@ const state = {
   revokeTarget: null, // {sub, sid, opener}
   inFlight: false,
   lastStatus: '',
+  blockCapped: false, // the block durations offered are those the server allows (capBlockOptions)
 };
 
 // ApiError is an error answer of the server, {error: {code, message, details}}.
@@ -111,6 +112,13 @@ function fmtLeft(ms) {
   const m = Math.floor(s / 60);
   if (m < 60) return `${m} min ${String(s % 60).padStart(2, '0')} s`;
   return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, '0')} min`;
+}
+
+// fmtSpan is a duration of whole seconds, minutes or hours in words: "90 seconds", "10 minutes".
+function fmtSpan(ms) {
+  const s = Math.floor(ms / 1000);
+  const [n, unit] = s % 3600 === 0 ? [s / 3600, 'hour'] : s % 60 === 0 ? [s / 60, 'minute'] : [s, 'second'];
+  return `${n} ${unit}${n === 1 ? '' : 's'}`;
 }
 
 function fmtTime(iso) {
@@ -350,6 +358,7 @@ async function refreshAll({ announce = false, retried = false } = {}) {
   state.inFlight = true;
   let again = false;
   try {
+    if (!state.blockCapped) capBlockOptions((await api('GET', '/v1/admin/limits')).maxBlockMs);
     await refreshLeases();
     if (!state.auditPaged) await refreshAudit();
     setStale(false);
@@ -364,6 +373,18 @@ async function refreshAll({ announce = false, retried = false } = {}) {
     state.inFlight = false;
   }
   if (again) await refreshAll({ announce: true, retried: true });
+}
+
+// capBlockOptions leaves the block durations the server allows (TABLEASE_ADMIN_MAX_BLOCK, from
+// GET /v1/admin/limits), and offers that maximum itself when it is none of them.
+function capBlockOptions(maxMs) {
+  if (!Number.isSafeInteger(maxMs) || maxMs <= 0) return;
+  const select = $('#revoke-block');
+  for (const o of [...select.options]) if (Number(o.value) > maxMs) o.remove();
+  if (![...select.options].some((o) => Number(o.value) === maxMs)) {
+    select.append(new Option(`${fmtSpan(maxMs)} (the longest allowed)`, String(maxMs)));
+  }
+  state.blockCapped = true;
 }
 
 // setStale marks what the page shows as not current (a load failed): the lists are greyed and
@@ -408,12 +429,14 @@ function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false 
   $('#revoke-title').textContent = blockOnly ? 'Block session' : 'Revoke lease';
   $('#revoke-effect').textContent = blockOnly
     ? 'No tab holds the lease: the block below is all this does, and the audit log records it.'
-    : 'The holding tab loses control at once: its next renew, release or check answers LEASE_LOST, and it is told why on its event stream.';
+    : 'The holding tab loses control at once: its next renew or check answers LEASE_LOST, and it is told why on its event stream.';
   document.querySelector('[data-action="confirm-revoke"]').textContent = blockOnly ? 'Block' : 'Revoke';
   const badge = blockedBadge(lease);
   $('#revoke-what').replaceChildren(what, ...(badge ? [' ', badge] : []));
   $('#revoke-reason').value = '';
-  $('#revoke-block').value = String(block);
+  const select = $('#revoke-block');
+  select.value = String(block);
+  if (select.selectedIndex < 0) select.selectedIndex = select.options.length - 1; // over the server's maximum
   $('#revoke-error').textContent = '';
   const dlg = $('#revoke-dialog');
   dlg.showModal();
