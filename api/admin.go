@@ -35,11 +35,11 @@ type revokeBody struct {
 // registerAdmin adds the admin lease routes to v1, each behind mw (authentication, rate limit,
 // scope lease:admin).
 func (s *Server) registerAdmin(v1 *echo.Group, mw []echo.MiddlewareFunc) {
-	read(v1, "/admin/leases", s.adminListLeases, mw...)
-	read(v1, "/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
+	getAndHead(v1, "/admin/leases", s.adminListLeases, mw...)
+	getAndHead(v1, "/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
 	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", s.adminRevoke, mw...)
-	read(v1, "/admin/audit", s.adminAudit, mw...)
-	read(v1, "/admin/limits", s.adminLimits, mw...)
+	getAndHead(v1, "/admin/audit", s.adminAudit, mw...)
+	getAndHead(v1, "/admin/limits", s.adminLimits, mw...)
 }
 
 // adminLimits answers the bounds this server sets on admins' requests, for a console to offer no

@@ -62,7 +62,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
 	v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit) // no HEAD: it would open a stream
 	v1.POST("/sessions/:sid/events/ticket", s.issueTicket, authed...)
-	read(v1, "/sessions/:sid/tabs", s.tabs, authed...)
+	getAndHead(v1, "/sessions/:sid/tabs", s.tabs, authed...)
 	v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)
 	v1.DELETE("/sessions/:sid/tabs/:tabId", s.deleteTab, authed...)
 }

@@ -280,15 +280,15 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Close is Shutdown with no deadline but the streams' own.
 func (s *Server) Close() { s.Shutdown(context.Background()) }
 
-// router is what *echo.Echo and *echo.Group have in common for read.
+// router is what *echo.Echo and *echo.Group have in common for getAndHead.
 type router interface {
 	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
 	HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
 }
 
-// read registers h for GET and HEAD on path: a HEAD is answered as the GET would be, without the
-// body, which net/http drops (RFC 9110 §9.3.2). Every GET route but the event stream is read.
-func read(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+// getAndHead registers h for GET and HEAD on path: a HEAD is answered as the GET would be, without
+// the body, which net/http drops (RFC 9110 §9.3.2). Every GET route but the event stream has both.
+func getAndHead(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 	r.GET(path, h, m...)
 	r.HEAD(path, h, m...)
 }
@@ -305,27 +305,27 @@ func (s *Server) newEcho() *echo.Echo {
 	}
 	e.Use(strictQuery)
 
-	read(e, "/healthz", s.healthz)
-	read(e, "/readyz", s.readyz)
-	read(e, "/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
-	read(e, "/openapi.yaml", s.openapi)
-	read(e, "/.well-known/jwks.json", s.jwks)
+	getAndHead(e, "/healthz", s.healthz)
+	getAndHead(e, "/readyz", s.readyz)
+	getAndHead(e, "/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
+	getAndHead(e, "/openapi.yaml", s.openapi)
+	getAndHead(e, "/.well-known/jwks.json", s.jwks)
 	if s.dev {
-		read(e, "/dev/token", s.devToken)
+		getAndHead(e, "/dev/token", s.devToken)
 	}
 
 	v1 := e.Group("/v1") // no group middleware: it would turn unknown /v1 routes into 401s
 	authed := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
 	v1.POST("/sessions/:sid/lease", s.acquire, authed...)
-	read(v1, "/sessions/:sid/lease", s.get, authed...)
+	getAndHead(v1, "/sessions/:sid/lease", s.get, authed...)
 	v1.POST("/sessions/:sid/lease/renew", s.renew, authed...)
 	v1.POST("/sessions/:sid/lease/release", s.release, authed...)
 	v1.POST("/sessions/:sid/lease/check", s.check, authed...)
-	read(v1, "/sessions/:sid/catalog", s.sessionCatalog, authed...)
+	getAndHead(v1, "/sessions/:sid/catalog", s.sessionCatalog, authed...)
 	s.registerStreams(v1, authed)
 
 	admin := append(authed[:len(authed):len(authed)], requireAdmin)
-	read(v1, "/admin/catalog", s.adminCatalog, admin...)
+	getAndHead(v1, "/admin/catalog", s.adminCatalog, admin...)
 	v1.PUT("/admin/catalog", s.putCatalog, admin...)
 	s.registerAdmin(v1, admin)
 	s.registerStatic(e)

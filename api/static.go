@@ -162,7 +162,7 @@ func (s *Server) registerStatic(e *echo.Echo) {
 			paths = append(paths, "/"+tr.dir)
 		}
 		for _, p := range paths {
-			read(e, p, tree.serve)
+			getAndHead(e, p, tree.serve)
 		}
 	}
 }

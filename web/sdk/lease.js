@@ -384,11 +384,10 @@ export class TabLease extends EventTarget {
   }
 
   /** Gives the lease up (idempotent). The tab does not take it again by itself until acquire(),
-   *  takeover() or requestHandoff() is called. */
+   *  takeover() or requestHandoff() is called; but a release that answers a handoff request
+   *  (handoff: "manual") is a handoff like the automatic one: auto-acquire comes back once
+   *  another tab was granted ("yield"). */
   async release() {
-    // The release that answers a handoff request (handoff: "manual") lets the requester have the
-    // lease and then auto-acquire comes back, as after an automatic handoff ("yield"); any other
-    // release stops auto-acquire until the next acquire, takeover or requestHandoff.
     const ask = this._manualAsk;
     this._manualAsk = null;
     this._policy = ask && ask.epoch === this._epoch && this._holdsEpoch() ? "yield" : "manual";
@@ -491,9 +490,21 @@ export class TabLease extends EventTarget {
     let body = res.body;
     if (res.status === 304 && cached) body = cached.body;
     else if (res.etag) this._catalogCache.set(key, { etag: res.etag, body });
+    if (body.version) this._catalogVersion = body.version;
+    return this._catalogView(body);
+  }
+
+  /** What catalog(route) answered last, filtered by the role now, without a request; null when
+   *  it was never read (or a new version made the reading stale). The tool adapters stand in with
+   *  it when the catalog cannot be read. */
+  _lastCatalog(route = "") {
+    const cached = this._catalogCache.get(route || "");
+    return cached ? this._catalogView(cached.body) : null;
+  }
+
+  _catalogView(body) {
     const role = this.role;
     const tools = (body.tools ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
-    if (body.version) this._catalogVersion = body.version;
     return { role, serverRole: body.role ?? null, version: body.version ?? null, epoch: role === "owner" ? this._epoch : null, tools };
   }
 

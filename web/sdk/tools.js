@@ -209,7 +209,6 @@ class ToolScope {
         failed = true; // browsers refuse the requests of a frozen page: read it on resume
       } else {
         const cat = await this.lease.catalog(route);
-        this._known = { route, tools: cat.tools };
         tools = cat.tools;
         if (tools.length === 0 && fallback) tools = null;
       }
@@ -219,11 +218,9 @@ class ToolScope {
     }
     if (this.route() !== route) return null;
     this.readFailed = failed;
-    const role = this.lease.role;
-    if (!tools && failed && this._known?.route === route) {
-      tools = this._known.tools.filter((t) => role === "owner" || isReadOnlyTool(t));
-    }
+    if (!tools && failed) tools = this.lease._lastCatalog(route)?.tools ?? null;
     if (!tools) {
+      const role = this.lease.role;
       const mine = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
       tools = route ? profilesFor(mine, route).map((p) => p.tool) : mine;
     }
