@@ -217,7 +217,14 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
-		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords})
+		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords,
+		OnSweep: func(n int, err error) {
+			if err != nil {
+				log.Warn("the sweep of expiries nobody announced stopped; the next one starts over", "announced", n, "err", err)
+			} else if n > 0 {
+				log.Debug("the sweep announced expiries nobody else announced", "announced", n)
+			}
+		}})
 	if err != nil {
 		client.Close()
 		return store{}, err

@@ -150,6 +150,22 @@ func TestAnExpiryIsRecordedWhenTheSweepDeletesTheSessionUnannounced(t *testing.T
 	}
 }
 
+// TestTheSweepAnnouncesAnExpiryNobodyElseAnnounces: the next sweep after an expiry nobody watches
+// and no call touches records it, long before the session is forgotten.
+func TestTheSweepAnnouncesAnExpiryNobodyElseAnnounces(t *testing.T) {
+	e, clock := newEngine(t)
+	a := mustAcquire(t, e, alice, "tab-a", time.Second, lease.ModeTry) // sweeps, first
+	clock.Advance(time.Second + SweepInterval)
+	mustAcquire(t, e, lease.Key{User: "bob", Session: "doc-1"}, "tab-b", 0, lease.ModeTry) // sweeps
+	got := mustAudit(t, e, lease.AuditQuery{User: "alice"})
+	if len(got) != 2 || got[0].Action != lease.AuditExpire || got[0].Epoch != a.Epoch || !got[0].At.Equal(a.ExpiresAt) {
+		t.Errorf("alice's audit = %+v, want the expiry at %v recorded by the sweep, then the grant", got, a.ExpiresAt)
+	}
+	if n := e.size(); n != 2 {
+		t.Errorf("%d entries after the sweep, want 2: alice's is kept IdleRetention", n)
+	}
+}
+
 func TestAPageCursorSurvivesTheRecordsDroppedAfterIt(t *testing.T) {
 	e, clock := newAuditEngine(t, 0, 4)
 	for i := range 4 {

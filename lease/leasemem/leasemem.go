@@ -495,8 +495,8 @@ func (s *entry) lease(key lease.Key, now time.Time) lease.Lease {
 	return l
 }
 
-// sweep deletes the entries that have been free for longer than IdleRetention, at most once per
-// SweepInterval of engine time. e.mu must be held.
+// sweep announces the expiries nobody announced yet and deletes the entries that have been free
+// for longer than IdleRetention, at most once per SweepInterval of engine time. e.mu must be held.
 func (e *Engine) sweep(now time.Time) {
 	if now.Sub(e.lastSweep) < SweepInterval && !now.Before(e.lastSweep) {
 		return
@@ -506,10 +506,14 @@ func (e *Engine) sweep(now time.Time) {
 	for key, s := range e.sessions {
 		// The epoch test keeps fencing safe even if epochs ran ahead of the clock, and the event
 		// test keeps event ids increasing if they did.
-		if e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
+		idle := e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
 			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) &&
-			(s.handoff == nil || !s.handoff.until.After(now)) {
-			e.settle(key, s, now) // an expiry nobody announced yet still gets its audit record
+			(s.handoff == nil || !s.handoff.until.After(now))
+		// An expiry nobody announced yet (nobody watches the session, no call came) is announced
+		// here, and so gets its audit record, whether or not the entry goes: as the Redis engine's
+		// sweep does.
+		e.settle(key, s, now)
+		if idle {
 			delete(e.sessions, key)
 			if e.perUserCount[key.User]--; e.perUserCount[key.User] == 0 {
 				delete(e.perUserCount, key.User)

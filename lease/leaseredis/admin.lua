@@ -7,9 +7,9 @@
 -- it in byte order (Admin.ListLeases, see leases.lua). The step that grants a lease adds its
 -- session (index_add); the step that ends it (a release, a revoke, or the announcement of its
 -- expiry in settle_lease) removes it (index_remove). So the index holds every held lease of the
--- user, and besides only leases that expired and were not announced yet, which leases.lua drops
--- when it finds them: it stays as small as the user's held leases, and a lease held throughout a
--- listing is in it throughout.
+-- user, and besides only leases that expired and were not announced yet, whose expiries the
+-- engine's sweep announces (sweep.go) within a period: it stays about as small as the user's held
+-- leases, and a lease held throughout a listing is in it throughout.
 --
 -- The audit log, KEYS[6], is a stream: one entry per change of a lease of the user, appended by the
 -- step that makes the change (record queues it, flush_audit appends it when the script finishes,

@@ -96,6 +96,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	leasetest.Run(t, topologyTarget(clusterURL(c), c.Flush, c.Nodes, true))
 	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
 	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
+	t.Run("the sweep announces the expiries nobody watches on every shard", func(t *testing.T) { testClusterSweep(t, c) })
 	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {
 		engine := func(url string) *leaseredis.Engine {
 			client, err := leaseredis.NewClient(url, time.Second)
@@ -278,4 +279,57 @@ func busMessages(t *testing.T, c *redistest.Cluster) bus {
 		}
 	}
 	return b
+}
+
+// testClusterSweep lets the leases of users spread over the shards expire where nobody watches
+// and no call comes: the sweep of an engine whose period is a second records each expiry. The
+// engine runs as an ACL user with the README's rules, which must allow the sweep's commands.
+func testClusterSweep(t *testing.T, c *redistest.Cluster) {
+	client, err := leaseredis.NewClient(aclUser(t, clusterURL(c), c.Nodes, "sweep", true), topologyOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	limits := lease.Limits{Min: 20 * time.Millisecond, Default: time.Second, Max: time.Minute, HiddenMax: time.Minute}
+	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "sweep", OpTimeout: topologyOpTimeout,
+		Limits: limits, IdleRetention: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := t.Context()
+	const users = 12
+	for i := range users {
+		k := lease.Key{User: fmt.Sprintf("user-%d", i), Session: "doc"}
+		if _, err := eng.Acquire(ctx, lease.AcquireRequest{Key: k, Holder: lease.Holder{TabID: "tab-a"}, TTL: 20 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		expired := map[string]bool{}
+		q := lease.AuditQuery{}
+		for {
+			p, err := eng.Audit(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Records {
+				if r.Action == lease.AuditExpire {
+					expired[r.Key.User] = true
+				}
+			}
+			if p.Next == "" {
+				break
+			}
+			q.Cursor = p.Next
+		}
+		if len(expired) == users {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expiries recorded of %d users of %d after %v: %v", len(expired), users, 30*time.Second, expired)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

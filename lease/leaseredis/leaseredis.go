@@ -92,6 +92,11 @@ type Options struct {
 	// SessionsPerUser bounds the sessions each user has state for (see lease.ErrTooManySessions);
 	// zero means no bound. It must not be negative.
 	SessionsPerUser int
+
+	// OnSweep, when set, is called after each sweep this engine made (its turn, see sweep.go) with
+	// the number of expiries it announced and the store error that ended it, if any, and when
+	// taking the turn failed. It runs on the sweep's goroutine, never after Close returns.
+	OnSweep func(announced int, err error)
 }
 
 // replyKeptFor is how many OpTimeouts the answer of a call that changes a session is kept for
@@ -123,8 +128,10 @@ type Engine struct {
 	// handoffTimeout and handoffReserve time handoffs (Options.HandoffTimeout, HandoffReserve).
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
-	idle           time.Duration // Options.IdleRetention
-	perUser        int           // Options.SessionsPerUser
+	idle           time.Duration    // Options.IdleRetention
+	perUser        int              // Options.SessionsPerUser
+	sweepEvery     time.Duration    // how often the engine offers to sweep (sweep.go)
+	onSweep        func(int, error) // Options.OnSweep
 	// common are the first seven arguments of every session script (see state.lua), formatted
 	// once.
 	common []any
@@ -144,7 +151,7 @@ type Engine struct {
 	// loadMu serialises the loads of the library (loadLibrary), and loads counts them.
 	loadMu sync.Mutex
 	loads  atomic.Uint64
-	timers sync.WaitGroup // the settle timers running a script and the sharded subscriptions' goroutines; Close waits for them
+	timers sync.WaitGroup // the settle timers running a script, the sharded subscriptions' goroutines and the sweep loop; Close waits for them
 
 	// mu protects the fields below: the local watchers, their settle timers and the subscription.
 	// It is never held during a store call.
@@ -236,16 +243,20 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		handoffReserve: cmp.Or(opts.HandoffReserve.Truncate(time.Millisecond), lease.DefaultHandoffReserve),
 		idle:           cmp.Or(opts.IdleRetention.Truncate(time.Millisecond), lease.DefaultIdleRetention),
 		perUser:        opts.SessionsPerUser,
+		onSweep:        opts.OnSweep,
 		ctx:            ctx,
 		cancel:         cancel,
 		sessions:       make(map[lease.Key]*watched),
 		now:            time.Now,
 	}
 	e.usersHorizon = usersHorizon(e.idle, e.auditTTL, e.opTimeout)
+	e.sweepEvery = sweepPeriod(e.idle)
 	for _, n := range []int64{int64(e.logLen), e.logTTL.Milliseconds(), int64(e.auditLen), e.auditTTL.Milliseconds(),
 		AnswersKept(e.opTimeout).Milliseconds(), e.idle.Milliseconds(), int64(e.perUser)} {
 		e.common = append(e.common, strconv.FormatInt(n, 10))
 	}
+	e.timers.Add(1)
+	go e.sweepLoop()
 	return e, nil
 }
 

@@ -8,9 +8,11 @@
 -- KEYS[2..n] held at now_us (tab set and expires_us after now), in the order of KEYS, each with the
 -- handoff request pending at now_us ('', '', 0, 0 when none; see pending_handoff in state.lua: a
 -- held lease has no reservation) and the end of the admin's block in force at now_us (0 when none,
--- as reply in state.lua answers it). It announces nothing: a lease found expired is only dropped from the index
--- (the call that next touches its session announces the expiry, and records it), so the index
--- holds no more than the held leases and those that expired since the last listing.
+-- as reply in state.lua answers it). It announces nothing, and it drops from the index the sessions
+-- it finds without a held lease, but those whose lease expired and was not announced yet: the call
+-- that next touches the session, or the engine's sweep (sweep.go), announces that expiry, records
+-- it and takes the session out. So the index holds no more than the held leases and those that
+-- expired since the last sweep.
 local index = KEYS[1]
 local prefix, user = string.match(index or '', '^(.+):{([^}]+)}:sessions$')
 if prefix == nil then
@@ -30,7 +32,7 @@ for i = 2, #KEYS do
   local sid = string.sub(KEYS[i], #tag + 1)
   local v = redis.call('HMGET', KEYS[i], 'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us',
     'ttl_ms', 'transitions', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_epoch', 'ho_until_us',
-    'ho_reserved', 'block_until_us')
+    'ho_reserved', 'block_until_us', 'ended_epoch')
   local expires = tonumber(v[6]) or 0
   if v[1] and v[1] ~= '' and expires > now then
     out[#out + 1] = sid
@@ -58,8 +60,8 @@ for i = 2, #KEYS do
     end
     local block = tonumber(v[15]) or 0
     out[#out + 1] = block > now and block or 0
-  else
-    redis.call('ZREM', index, sid)
+  elseif not (v[1] and v[1] ~= '' and v[4] and v[4] ~= v[16]) then
+    redis.call('ZREM', index, sid) -- free, and its end announced (or its state forgotten)
   end
 end
 return out

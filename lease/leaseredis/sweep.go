@@ -1,0 +1,204 @@
+package leaseredis
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// The sweep announces the expiries that nothing else announces. An expiry is announced by the
+// next script that touches its session, or by the settle timer of an engine that watches it (see
+// "Expiry timers" in docs/engines.md); a lease that expires in a session nobody watches and no
+// call touches again would otherwise keep its holder in the state until the state expires, and
+// its expiry would get neither its "expired" event nor its "expire" audit record.
+//
+// So every engine, once per sweep period, offers to sweep: it sets <prefix>:sweep with NX and an
+// expiry just under the period, and the engine that set it sweeps, so that the instances sharing a
+// prefix sweep about once per period between them, whichever of them run. The sweep pages the
+// users index (see "Listing" in admin.go) and the index of held leases of each user, reads the
+// holder, the expiry and the epochs of each indexed session (one pipeline per batch), and runs
+// get.lua, which settles like every session script, on each lease that expired unannounced by the
+// store's clock at the sweep's start (those that expire later are the next sweep's). A session is
+// in its user's index from its grant until the announcement of its end (leases.lua leaves an
+// expired lease there until then), and its state outlives the lease by IdleRetention (keep in
+// admin.lua), so a sweep period of at most a quarter of IdleRetention announces every expiry
+// whose user is in the users index, while its state lives. Each announcement is once per epoch
+// whoever makes it (settle_lease in events.lua): a sweep that overlaps a call, a timer or another
+// sweep announces nothing twice.
+//
+// The sweep costs one ZRANGEBYLEX per user of the users index and one HMGET per held lease, per
+// period, on one instance, and a script per expiry it announces. It stops at the first store
+// error; the next period's sweep starts again from the first user.
+
+// sweepPeriod is how often an engine of idle retention idle offers to sweep: a quarter of it, at
+// least a second and at most a minute.
+func sweepPeriod(idle time.Duration) time.Duration {
+	return min(max(idle/4, time.Second), time.Minute)
+}
+
+// sweepKey is the key whose setter sweeps this period (see above). It has no hash tag.
+func (e *Engine) sweepKey() string { return e.prefix + ":sweep" }
+
+// sweepLoop offers to sweep every sweep period until Close.
+func (e *Engine) sweepLoop() {
+	defer e.timers.Done()
+	t := time.NewTicker(e.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+			// A sweep that failed is the next period's to do.
+			if n, turn, err := e.sweepTurn(e.ctx); (turn || err != nil) && e.onSweep != nil && e.ctx.Err() == nil {
+				e.onSweep(n, err)
+			}
+		}
+	}
+}
+
+// sweepTurn sweeps when no engine sharing the prefix took the turn in the last period, and
+// answers how many expiries it announced and whether it took the turn.
+func (e *Engine) sweepTurn(ctx context.Context) (n int, turn bool, err error) {
+	var mine bool
+	err = e.store(ctx, opSweep, func(ctx context.Context) (err error) {
+		// Nine tenths of the period, so that the key has expired by the setter's next tick.
+		mine, err = e.client.SetNX(ctx, e.sweepKey(), "1", e.sweepEvery*9/10).Result()
+		return err
+	})
+	if err != nil || !mine {
+		return 0, false, err
+	}
+	n, err = e.sweep(ctx)
+	return n, true, err
+}
+
+// opSweep names the sweep's store calls in errors.
+const opSweep = "sweep"
+
+// sweep announces the expiries of the leases that expired unannounced in every user's index, and
+// answers how many it announced.
+func (e *Engine) sweep(ctx context.Context) (int, error) {
+	var nowUS int64
+	err := e.store(ctx, opSweep, func(ctx context.Context) error {
+		t, err := e.client.Time(ctx).Result()
+		nowUS = t.UnixMicro()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	announced := 0
+	from := "-"
+	for {
+		var users []string
+		err := e.store(ctx, opSweep, func(ctx context.Context) (err error) {
+			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
+			return err
+		})
+		if err != nil || len(users) == 0 {
+			return announced, err
+		}
+		held, err := e.heldLeases(ctx, users)
+		if err != nil {
+			return announced, err
+		}
+		expired, err := e.expiredUnannounced(ctx, held, nowUS)
+		if err != nil {
+			return announced, err
+		}
+		for _, k := range expired {
+			// get.lua settles, which announces the expiry (unless a call did since the read).
+			if _, err := e.Get(ctx, k); err != nil {
+				return announced, err
+			}
+			announced++
+		}
+		from = "(" + users[len(users)-1]
+	}
+}
+
+// heldLeases answers the sessions in the indexes of held leases of users: the first batch of
+// each in one pipeline, then the rest of each index that filled its batch.
+func (e *Engine) heldLeases(ctx context.Context, users []string) ([]lease.Key, error) {
+	firsts := make([]*redis.StringSliceCmd, len(users))
+	err := e.store(ctx, opSweep, func(ctx context.Context) error {
+		_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, u := range users {
+				firsts[i] = p.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: "-", Max: "+", Count: usersBatch})
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var keys []lease.Key
+	for i, u := range users {
+		page := firsts[i].Val()
+		for {
+			for _, s := range page {
+				keys = append(keys, lease.Key{User: u, Session: s})
+			}
+			if len(page) < usersBatch {
+				break
+			}
+			from := "(" + page[len(page)-1]
+			err := e.store(ctx, opSweep, func(ctx context.Context) (err error) {
+				page, err = e.client.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return keys, nil
+}
+
+// expiredUnannounced answers those of keys whose lease expired by nowUS (µs of the store's
+// clock) and whose end was not announced, from their state hashes, read in pipelines of
+// usersBatch. A session with no hash (parked, or forgotten) has no holder.
+func (e *Engine) expiredUnannounced(ctx context.Context, keys []lease.Key, nowUS int64) ([]lease.Key, error) {
+	var expired []lease.Key
+	for start := 0; start < len(keys); start += usersBatch {
+		batch := keys[start:min(start+usersBatch, len(keys))]
+		reads := make([]*redis.SliceCmd, len(batch))
+		err := e.store(ctx, opSweep, func(ctx context.Context) error {
+			_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, k := range batch {
+					reads[i] = p.HMGet(ctx, e.stateKey(k), "tab", "expires_us", "epoch", "ended_epoch")
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range batch {
+			v := reads[i].Val()
+			if len(v) != 4 {
+				continue
+			}
+			tab, _ := v[0].(string)
+			expires, epoch, ended := number(v[1]), number(v[2]), number(v[3])
+			if tab != "" && epoch != 0 && ended != epoch && expires <= nowUS {
+				expired = append(expired, k)
+			}
+		}
+	}
+	return expired, nil
+}
+
+// number reads an integer field of an HMGET answer; a missing or malformed one is zero.
+func number(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
