@@ -91,8 +91,9 @@ func (c *accessClaims) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*plain)(c))
 }
 
-// scopeClaim is the scope claim: a string of space-separated scopes (RFC 8693), or a list of
-// strings as some identity providers send it.
+// scopeClaim is the scope claim: a string of scopes separated by spaces (U+0020 alone, RFC 6749
+// §3.3 and RFC 8693), or a list of scopes as some identity providers send it, each element one
+// scope as it is. null is no scope.
 type scopeClaim []string
 
 func (s *scopeClaim) UnmarshalJSON(b []byte) error {
@@ -102,22 +103,20 @@ func (s *scopeClaim) UnmarshalJSON(b []byte) error {
 	}
 	var one string
 	if err := json.Unmarshal(b, &one); err == nil {
-		*s = strings.Fields(one)
+		*s = slices.DeleteFunc(strings.Split(one, " "), func(v string) bool { return v == "" })
 		return nil
 	}
 	var many []string
 	if err := json.Unmarshal(b, &many); err != nil {
 		return errors.New("scope must be a string or a list of strings")
 	}
-	*s = nil
-	for _, v := range many {
-		*s = append(*s, strings.Fields(v)...)
-	}
+	*s = many
 	return nil
 }
 
 // sidClaim is the sid claim: a string or a list of strings. Unlike jwt.ClaimStrings it tells an
-// absent claim (every session) from an empty list (no session).
+// absent claim (every session) from an empty list (no session). A null is refused: read as absent
+// it would lift the limit the claim was written to set.
 type sidClaim struct {
 	present bool
 	values  []string
@@ -125,7 +124,7 @@ type sidClaim struct {
 
 func (s *sidClaim) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
-		return nil
+		return errors.New("sid must be a string or a list of strings, not null")
 	}
 	var one string
 	if err := json.Unmarshal(b, &one); err == nil {

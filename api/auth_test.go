@@ -100,7 +100,7 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		{name: "a token whose session list is empty is forbidden every session", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = []string{} })), status: 403},
 		{name: "a token whose sid claim is a number is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = 7 })), status: 401},
 		{name: "a token whose sid claim is an invalid id is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = "a b" })), status: 401},
-		{name: "a token whose sid claim is null allows every session", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = nil })), status: 200},
+		{name: "a token whose sid claim is null is refused: read as absent it would allow every session", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["sid"] = nil })), status: 401},
 		{name: "a valid token is accepted", header: "Bearer " + valid, status: 200},
 		{name: "a token signed as written is accepted", header: "Bearer " + raw(hs256, payload("")), status: 200},
 		{name: "a token with claims of its issuer's own, null ones included, is accepted", header: "Bearer " + raw(hs256, payload(`,"tenant":"t-1","groups":null`)), status: 200},
@@ -230,6 +230,11 @@ func TestRequireScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scoped := func(scope any) string {
+		c := validClaims(h.auth, "root")
+		c["scope"] = scope
+		return sign(t, jwt.SigningMethodHS256, h.auth.HS256Secret, "", c)
+	}
 	tests := []struct {
 		name   string
 		token  string
@@ -238,6 +243,12 @@ func TestRequireScope(t *testing.T) {
 		{"a token with the admin scope passes", admin, 200},
 		{"a token without the admin scope is forbidden", h.token("alice"), 403},
 		{"no token is unauthenticated", "", 401},
+		{"scopes separated by spaces pass", scoped("lease:read  lease:admin "), 200},
+		{"a list of scopes passes", scoped([]string{"lease:read", ScopeAdmin}), 200},
+		// RFC 6749 §3.3: scopes are separated by U+0020 alone, and a list element is one scope.
+		{"a scope after another kind of space is not the admin scope", scoped("x\u2003lease:admin"), 403},
+		{"a scope after a tab is not the admin scope", scoped("x\tlease:admin"), 403},
+		{"a list element holding two scopes is not the admin scope", scoped([]string{"lease:read lease:admin"}), 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -84,7 +84,11 @@ func (s *Server) checkToken(ctx context.Context, key lease.Key, token string) (l
 	switch {
 	case err == nil:
 	case errors.Is(err, leasetoken.ErrTokenExpired):
-		// Genuine but expired: LEASE_LOST, with the lease as it is now for the details.
+		// Genuine but expired: LEASE_LOST, with the lease as it is now for the details; a token of
+		// another user or session is forbidden whether or not it expired, and reads nothing.
+		if claims.Subject != key.User || claims.Session != key.Session {
+			return lease.Lease{}, nil, forbidden("the lease token is for another user or session")
+		}
 		l, gerr := s.engine.Get(ctx, key)
 		s.metrics.observeOp("get", gerr)
 		if gerr != nil {

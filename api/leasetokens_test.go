@@ -271,6 +271,11 @@ func TestAnExpiredLeaseTokenIsLeaseLost(t *testing.T) {
 	if e.Error.Details["holder"] != nil || e.Error.Details["reason"] != "expired_token" {
 		t.Fatalf("details %v", e.Error.Details)
 	}
+
+	// An expired token of another user or session is forbidden, as a current one is: it tells
+	// nothing of this session's lease.
+	wantError(t, h.checkToken("doc-1", h.token("bob"), *r.Token), http.StatusForbidden, CodeForbidden)
+	wantError(t, h.checkToken("doc-2", alice, *r.Token), http.StatusForbidden, CodeForbidden)
 }
 
 func TestKeyRotationKeepsOldTokensVerifiableUntilTheyExpire(t *testing.T) {

@@ -315,7 +315,8 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 
 // Verify checks token and returns its claims. Errors are *Error matching ErrTokenInvalid,
 // ErrTokenExpired, ErrUnknownKey or ErrKeysUnavailable (see Error.Is). Expiry is reported only for
-// a token whose signature is good.
+// a token whose signature is good, and with its claims, so that a caller can tell whose lease the
+// expired token was for; with every other error the claims are zero.
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if token == "" {
 		return Claims{}, &Error{Kind: ErrTokenInvalid, Reason: "empty token"}
@@ -363,7 +364,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		}
 		return Claims{}, &Error{Kind: ErrKeysUnavailable, Err: keyErr}
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return Claims{}, &Error{Kind: ErrTokenExpired, Err: err}
+		return w.claims(), &Error{Kind: ErrTokenExpired, Err: err}
 	}
 	return Claims{}, &Error{Kind: ErrTokenInvalid, Err: err}
 }
