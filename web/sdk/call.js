@@ -286,6 +286,8 @@ export async function runToolCall(handler, call, args, callerCtx) {
     const ownerEnd = mapAbort(leaseCtx.signal, () => lease._notOwner());
     const signal = anySignal([ac.signal, agentEnd.signal, ownerEnd.signal, instance.callSignal, scope.signal]);
     const generation = scope.generation;
+    const kind = { mutation: call.mutation, routed: instance.pattern !== null };
+    const current = () => !signal.aborted && !scope.changeSince(generation, kind);
     const ctx = {
       ...leaseCtx,
       signal,
@@ -295,8 +297,8 @@ export async function runToolCall(handler, call, args, callerCtx) {
       generation,
       deadline,
       timeLeftMs: () => Math.max(0, Math.floor(deadline - clock.now())),
-      isCurrent: () => !signal.aborted && scope.generation === generation,
-      stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation)),
+      isCurrent: current,
+      stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation, kind)),
       interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
     };
     const ctxFor = { signal, pageSignal: scope.pageSignal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
@@ -310,7 +312,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
       const out = await Promise.race([Promise.resolve().then(() => handler(input, ctx, callerCtx)).then((value) => ({ value })), ended]);
       signal.removeEventListener("abort", onAbort);
       if (out.ended) return abortAnswer(signal);
-      if (call.mutation && scope.generation !== generation && !isError(out.value)) return scope.staleAnswer(generation);
+      if (call.mutation && scope.changeSince(generation, kind) && !isError(out.value)) return scope.staleAnswer(generation, kind, true);
       return checkResult(out.value, opts.maxResultBytes);
     } finally {
       clock.clearTimeout(timer);

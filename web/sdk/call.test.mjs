@@ -182,7 +182,7 @@ test("with interactions: \"one\" a second interaction answers INTERACTION_ALREAD
   await lease.stop({ release: false });
 });
 
-test("a mutation that finishes after its generation ended answers ROUTE_CHANGED or DOCUMENT_CHANGED", async () => {
+test("a mutation that finishes after its generation ended answers DOCUMENT_CHANGED, saying it may have acted; a tool without routes does not see route changes", async () => {
   let release;
   const gate = () => new Promise((r) => (release = r));
   const ctxs = [];
@@ -194,21 +194,56 @@ test("a mutation that finishes after its generation ended answers ROUTE_CHANGED 
     },
   };
   const { window, lease, reg, tool } = await setup({ handlers });
+  // ask_user has no routes: the page it runs on does not matter to it, so a route change
+  // neither makes it stale nor withholds what it did.
   const p = tool("ask_user").execute({ question: "q" }, {});
   await flush();
   assert.equal(ctxs[0].isCurrent(), true);
   window.history.pushState(null, "", "/events/evt-3");
-  assert.equal(ctxs[0].isCurrent(), false);
-  assert.equal(ctxs[0].stale().error.code, "ROUTE_CHANGED");
+  assert.equal(ctxs[0].isCurrent(), true, "a route change is not a change for a tool without routes");
   release();
-  assert.equal((await p).error.code, "ROUTE_CHANGED");
+  assert.deepEqual(await p, { applied: true });
   await reg.sync();
+  // The document it works on is replaced: stale() before acting says so; a result after it is
+  // withheld, saying that the tool may have acted (so the agent looks before calling again).
   const q = tool("ask_user").execute({ question: "q" }, {});
   await flush();
   const doc = reg.documentChanged();
+  assert.equal(ctxs[1].isCurrent(), false);
+  const before = ctxs[1].stale();
+  assert.equal(before.error.code, "DOCUMENT_CHANGED");
+  assert.equal(before.error.details.mayHaveActed, undefined);
   release();
-  assert.equal((await q).error.code, "DOCUMENT_CHANGED");
+  const after = (await q).error;
+  assert.equal(after.code, "DOCUMENT_CHANGED");
+  assert.equal(after.details.mayHaveActed, true);
+  assert.match(after.message, /may have acted/);
   await doc;
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a read-only call does not see ownership changes: it stays current and gives its result", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const ctxs = [];
+  const handlers = {
+    peek: async (args, ctx) => {
+      ctxs.push(ctx);
+      await gate();
+      return ctx.isCurrent() ? { seen: "peeked" } : ctx.stale();
+    },
+  };
+  const { server, lease, reg, tool } = await setup({ handlers });
+  assert.equal(lease.role, "owner");
+  const p = tool("peek").execute({}, {});
+  await flush();
+  server.takeoverBy("t-other", "Other tab");
+  await lease.refresh();
+  assert.equal(lease.role, "viewer");
+  assert.equal(ctxs[0].isCurrent(), true);
+  release();
+  assert.deepEqual(await p, { seen: "peeked" });
   reg.close();
   await lease.stop({ release: false });
 });
@@ -321,3 +356,58 @@ test("news that the holder let go, arriving while the handoff request is in flig
   await holder.stop({ release: false });
 });
 
+
+test("a running mutation and an open question go on through unconfirmed (news may have been missed), and end when the deadline passes unconfirmed", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const seen = {};
+  const handlers = {
+    ask_user: async (args, ctx) => {
+      await gate();
+      return { applied: ctx.isCurrent() };
+    },
+    confirm: asking(seen),
+  };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  assert.equal(lease.streamLive, true);
+  // Kept: the adapter unregisters them while the tab is not owner.
+  const save = tool("ask_user");
+  const confirm = tool("confirm");
+  const running = save.execute({ question: "q" }, {});
+  const asked = confirm.execute({}, {});
+  await flush();
+  assert.equal(seen.opened, 1);
+
+  // The stream drops (as when the tab carrying it closes or freezes): unconfirmed until the renew
+  // sent at once confirms; nothing was lost, so nothing running ends.
+  await clock.advance(1000);
+  server.latencyMs = 100;
+  server.dropStreams();
+  await flush();
+  assert.equal(lease.state, "unconfirmed");
+  await clock.advance(100);
+  assert.equal(lease.state, "owner");
+  assert.equal(seen.closed, undefined, "the question stays open");
+  release();
+  assert.deepEqual(await running, { applied: true });
+  seen.ui.submit("yes");
+  assert.deepEqual(await asked, { result: "yes" });
+
+  // Unconfirmed with no renew getting through until the deadline passes: the period ends, and
+  // with it a question still open (its timeoutMs is longer).
+  const late = confirm.execute({}, {});
+  await flush();
+  await clock.advance(1000);
+  server.fail("POST /lease/renew", { network: true, times: 1000 });
+  server.dropStreams();
+  await flush();
+  assert.equal(lease.state, "unconfirmed");
+  await clock.advance(lease._deadline - clock.now() + 1);
+  const ended = await late;
+  assert.equal(ended.error.code, "NOT_LEASE_OWNER");
+  assert.equal(ended.error.details.reason, "expired");
+  release();
+  reg.close();
+  await lease.stop({ release: false });
+});

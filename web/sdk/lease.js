@@ -537,10 +537,8 @@ export class TabLease extends EventTarget {
     this._state = next;
     const wasOwner = prev === "owner";
     const isOwner = next === "owner";
-    // A period of ownership lasts while the tab is owner, and through releasing (its handlers are
-    // what the handoff waits for); any other state ends it.
     if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, interactions: 0, ended: false };
-    else if (next !== "releasing") this._endPeriod();
+    else if (!this._periodGoesOn(next)) this._endPeriod();
     this._emit("state", { state: next, previous: prev, reason });
     if (isOwner !== wasOwner) {
       const role = isOwner ? "owner" : "viewer";
@@ -549,6 +547,16 @@ export class TabLease extends EventTarget {
       this._emit("lease", { lease: this.lease, reason, event });
     }
     return true;
+  }
+
+  /** Whether the period of ownership goes on in state `next` (other than owner): through releasing
+   *  (its handlers are what the handoff waits for), and through unconfirmed while the epoch is
+   *  held and the local deadline has not passed: news may have been missed (a stream handed to
+   *  another tab, a frozen page), which is no loss yet, so new guarded calls wait for the renew
+   *  that confirms and running ones go on; the loss itself (LEASE_LOST, an event, the deadline)
+   *  ends the period. */
+  _periodGoesOn(next) {
+    return next === "releasing" || (next === "unconfirmed" && this._holdsEpoch() && this._clock.now() < this._deadline);
   }
 
   /** Counts an interaction with the user that a guarded handler of the current period has open
@@ -581,8 +589,10 @@ export class TabLease extends EventTarget {
   _update(reason, event = null) {
     const next = this._computeState();
     const changed = this._to(next, reason, event);
+    // Staying unconfirmed while the deadline passes ends the period too.
+    if (next !== "owner" && this._period && !this._periodGoesOn(next)) this._endPeriod();
     this._clearTimer("role");
-    if (next === "owner") {
+    if (next === "owner" || (next === "unconfirmed" && this._period)) {
       this._timers.role = this._clock.setTimeout(() => {
         this._timers.role = null;
         this._update("expired");
@@ -1022,12 +1032,14 @@ export class TabLease extends EventTarget {
     let attempt = 0;
     while (!wait.done) {
       if (!this._running()) return wait.finish({ status: "cancelled" });
-      // Once the request lapsed at the server, asking in mode handoff would file a new one and
-      // keep the holder handing over past the lapse: a last "try" claims the lease if it was
-      // reserved for this tab meanwhile, and the wait ends.
+      // The request is filed once: once the server answered that it stands (lapseAt), the next
+      // asks are "try", which claims the lease when it was reserved for this tab and files nothing.
+      // Another "handoff" that reached the server after the lapse would file a new request and
+      // keep the holder handing over past it.
       const lapsed = wait.lapseAt != null && this._clock.now() >= wait.lapseAt;
       wait.news = false;
-      const r = await this._acquire(lapsed ? "try" : "handoff");
+      const sent = this._clock.now();
+      const r = await this._acquire(wait.lapseAt == null ? "handoff" : "try");
       if (wait.done) return;
       if (r.lease) return wait.finish({ status: "granted", lease: this.lease });
       const e = r.error;
@@ -1040,8 +1052,9 @@ export class TabLease extends EventTarget {
         // (its released/expired event wakes us at once).
         const ra = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
         delay = this._streamLive ? Math.min(Math.max(ra, 2000), 5000) : Math.min(Math.max(ra, 250), 2000);
-        // The first answer to the request while the holder still holds says when it lapses.
-        if (e.code === "HANDOFF_PENDING" && !r.pending && wait.lapseAt == null && this._view?.held) wait.lapseAt = this._clock.now() + ra;
+        // The first answer to the request while the holder still holds says when it lapses,
+        // counted from when the ask was sent (the server's lapse is no earlier than that).
+        if (e.code === "HANDOFF_PENDING" && !r.pending && wait.lapseAt == null && this._view?.held) wait.lapseAt = sent + ra;
         this._emit("handoff", { phase: "waiting", holder: this._view?.holder ?? null });
       } else if (e.retryable) {
         delay = backoffDelay(attempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });

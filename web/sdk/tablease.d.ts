@@ -352,14 +352,19 @@ export interface ToolCallContext {
   route: string;
   /** The route's parameters by name ({event_id: "evt-1"} on "/events/:event_id"). */
   params: Record<string, string>;
-  /** The generation the call started in: +1 on every route change, ownership change and documentChanged(). */
+  /** The generation the call started in: +1 on every route change, ownership change and
+   *  documentChanged(). A read-only call does not see ownership changes, nor a call of a tool
+   *  without routes route changes (isCurrent). */
   generation: number;
   /** When the call settles at the latest (the tool's timeoutMs minus a margin), on the client's clock. */
   deadline: number;
   timeLeftMs(): number;
-  /** Whether the page and the ownership are still those the call started with; check after each await. */
+  /** Whether the page (for a route-bound tool), the document and the ownership (for a mutation
+   *  tool) are still those the call started with; check after each await. */
   isCurrent(): boolean;
-  /** The answer for a call that is no longer current (ROUTE_CHANGED, DOCUMENT_CHANGED, NOT_LEASE_OWNER, or the end of its signal). */
+  /** The answer for a call that is no longer current (ROUTE_CHANGED, DOCUMENT_CHANGED, NOT_LEASE_OWNER, or the end of its signal).
+   *  A mutation whose handler returns after such a change gets the same code instead of its
+   *  result, with details.mayHaveActed: true. */
   stale(): ToolErrorAnswer;
   /** Opens an interaction with the user: open(ui) shows it and may return a function that closes
    *  it; resolves what ui.submit(value) gives, {cancelled: true, reason: "user_cancelled"} for

@@ -21,6 +21,12 @@ const STALE = {
   document: ["DOCUMENT_CHANGED", "The document the tool worked on was replaced while it ran, so its result was not given: read the current document and call again if it still applies."],
 };
 
+// The same, for a mutation whose handler returned after the change: it may have acted.
+const STALE_AFTER = {
+  route: ["ROUTE_CHANGED", "The page the user sees changed while the tool ran, and the tool finished after that, so its result was not given; it may have acted: read the current page to see what it did before calling again."],
+  document: ["DOCUMENT_CHANGED", "The document the tool worked on was replaced while it ran, and the tool finished after that, so its result was not given; it may have acted: read the current document to see what it did before calling again."],
+};
+
 /**
  * The world of one bridge's calls: the route (a RouteTracker, a function, or a fixed string),
  * the generation (every route change, ownership change and documentChanged() adds one), the tool
@@ -47,7 +53,7 @@ class ToolScope {
       this._ownTracker = true;
     } else if (typeof r === "function") this._fixed = r;
     else this._fixed = typeof r === "string" ? r : "";
-    this._changes = []; // the reason of each change of generation
+    this._changes = []; // each change of generation: {reason, answer (for "owner": the call's NOT_LEASE_OWNER)}
     this.instances = new Map(); // key → instance
     this._life = new AbortController();
     this._page = new AbortController(); // the page on screen: aborts when the route changes
@@ -60,7 +66,7 @@ class ToolScope {
       lease.on("state", ({ state }) => {
         if (lease._period !== this._period) {
           this._period = lease._period;
-          this.bump("owner");
+          this.bump("owner", lease._notOwner()); // why the calls of the period that ended end
         }
         if (state === "stopped") this._endLife("The agent session ended in this tab before the call completed.", "session_ended");
       }),
@@ -94,16 +100,31 @@ class ToolScope {
     return this._page.signal;
   }
 
-  bump(reason) {
-    this._changes.push(reason);
+  bump(reason, answer = null) {
+    this._changes.push({ reason, answer });
   }
 
-  /** The answer of a mutation that finished after generation gen ended. */
-  staleAnswer(gen) {
-    const reason = this._changes[gen] ?? "route";
-    if (reason === "owner") return this.lease._notOwner();
-    const [code, message] = STALE[reason] ?? STALE.route;
-    return toolError(code, message, { generation: gen, currentGeneration: this.generation, route: this.route() });
+  /** The first change since generation gen that a call of this kind sees, or null: a read-only
+   *  call ({mutation: false}) does not see ownership changes, nor a call of a tool without
+   *  routes ({routed: false}) route changes (its interactions still close with the page). */
+  changeSince(gen, { mutation, routed }) {
+    for (let i = gen; i < this._changes.length; i++) {
+      const c = this._changes[i];
+      if ((c.reason === "owner" && !mutation) || (c.reason === "route" && !routed)) continue;
+      return c;
+    }
+    return null;
+  }
+
+  /** The answer of a call of that kind that started in generation gen and sees a change since
+   *  (changeSince; a route change when it sees none); finished: its handler returned after it. */
+  staleAnswer(gen, kind, finished = false) {
+    const c = this.changeSince(gen, kind) ?? { reason: "route" };
+    if (c.reason === "owner") return c.answer;
+    const [code, message] = (finished ? STALE_AFTER : STALE)[c.reason] ?? STALE.route;
+    const details = { generation: gen, currentGeneration: this.generation, route: this.route() };
+    if (finished) details.mayHaveActed = true;
+    return toolError(code, message, details);
   }
 
   onRouteChange(fn) {
