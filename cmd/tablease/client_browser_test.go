@@ -213,6 +213,53 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		}
 	})
 
+	// "Use here", then close (or freeze) the old tab, which carried the event stream: the new owner
+	// takes the stream over and may have missed news meanwhile, so it confirms its lease; that is
+	// no loss of control, and its running mutation goes on (an open question ends with the same
+	// period of ownership: web/sdk/call.test.mjs).
+	for _, end := range []string{"closed", "frozen"} {
+		t.Run("the running mutation of the owner goes on when the tab that carried the stream is "+end, func(t *testing.T) {
+			session := "carrier-" + end
+			srv := startDemoServer(t, rds, nil)
+			b := browsertest.Start(t)
+			old := srv.open(b.NewTab("old"), session)
+			old.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+			owner := srv.open(b.NewTab("owner"), session)
+			owner.WaitFor("the second tab to be a viewer", viewerOfJS(old.id), 10*time.Second)
+			browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
+			owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
+			checkCarrier(t, old, owner)
+
+			// A guarded mutation that waits for the test.
+			browsertest.Eval[chromedp.Void](owner, `(() => {
+				const m = window.work = {aborted: false, answer: null, release: null};
+				tablease.guard(async (args, lease) => {
+					lease.signal.addEventListener("abort", () => (m.aborted = true));
+					await new Promise((r) => (m.release = r));
+					return "done";
+				})({}).then((answer) => (m.answer = answer));
+			})()`)
+			owner.WaitFor("the mutation to be running", `work.release !== null && tablease.inFlight === 1`, 5*time.Second)
+
+			if end == "closed" {
+				old.Close()
+			} else {
+				old.Freeze()
+			}
+			owner.WaitFor("the owner to carry the stream", `tablease.streamCarrier === true && tablease.streamLive`, 10*time.Second)
+			owner.WaitFor("the owner to be owner", ownerJS, 5*time.Second)
+			if s := lifecycleOf(owner); browsertest.Eval[bool](owner, `work.aborted`) || s.InFlight != 1 {
+				t.Fatalf("the owner's running mutation was ended when the old tab was %s: aborted %v; client: %v", end, browsertest.Eval[bool](owner, `work.aborted`), s)
+			}
+			browsertest.Eval[chromedp.Void](owner, `work.release()`)
+			owner.WaitFor("the mutation to answer", `work.answer !== null`, 5*time.Second)
+			if got := browsertest.Eval[string](owner, `JSON.stringify(work.answer)`); got != `"done"` {
+				t.Errorf("the owner's mutation answered %s after the old tab was %s, want its own result; client: %v", got, end, lifecycleOf(owner))
+			}
+			srv.mustHold(session, owner.id)
+		})
+	}
+
 	t.Run("a page on another origin that imports the client", func(t *testing.T) {
 		t.Run("is owner when its origin is allowed", func(t *testing.T) {
 			srv, page := startCrossOrigin(t, rds, true)
