@@ -348,7 +348,15 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(keyPrincipal, p)
-		if sid := pathParam(c, "sid"); sid != "" && !p.AllowsSession(sid) {
+		return next(c)
+	}
+}
+
+// requireSession refuses a token whose sid claim does not list the route's session; it runs after
+// rateLimit, which charges the refusal to the user.
+func requireSession(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if sid := pathParam(c, "sid"); sid != "" && !principalOf(c).AllowsSession(sid) {
 			return forbidden("the access token does not grant this session")
 		}
 		return next(c)

@@ -60,7 +60,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 // registerStreams adds the event-stream and ticket routes, and the tab routes (GET …/tabs, PUT and
 // DELETE …/tabs/{tabId}).
 func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
-	v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit) // no HEAD: it would open a stream
+	v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit, requireSession) // no HEAD: it would open a stream
 	v1.POST("/sessions/:sid/events/ticket", s.issueTicket, authed...)
 	getAndHead(v1, "/sessions/:sid/tabs", s.tabs, authed...)
 	v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)

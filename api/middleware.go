@@ -180,40 +180,58 @@ func callRecovering(h echo.HandlerFunc, c echo.Context) (err error) {
 	return h(c)
 }
 
-// rateLimit limits requests per user (the token's sub); it runs after authenticate.
+// rateLimit limits requests per user (the token's sub); it runs after authenticate and before
+// every other check of the request (its session, its scope), so that refused requests count too.
 func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		p := principalOf(c)
-		if s.limiter == nil || p == nil {
-			return next(c)
-		}
-		if ok, wait := s.limiter.allow(p.Sub); !ok {
-			return &Error{
-				Code:       CodeRateLimited,
-				Message:    "too many requests for this user; retry after the Retry-After delay",
-				Retryable:  true,
-				Details:    map[string]any{"retryAfterMs": retryAfterMs(wait)},
-				RetryAfter: wait,
+		if p := principalOf(c); p != nil {
+			if err := s.chargeUser(p.Sub); err != nil {
+				return err
 			}
 		}
 		return next(c)
 	}
 }
 
+// chargeUser takes a token of sub's bucket, and answers 429 RATE_LIMITED when it has none.
+func (s *Server) chargeUser(sub string) error {
+	if s.limiter == nil {
+		return nil
+	}
+	if ok, wait := s.limiter.allow(sub); !ok {
+		return &Error{
+			Code:       CodeRateLimited,
+			Message:    "too many requests for this user; retry after the Retry-After delay",
+			Retryable:  true,
+			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait)},
+			RetryAfter: wait,
+		}
+	}
+	return nil
+}
+
 // limitFailure charges the per-address limit (Options.IPRateLimit) for a request that failed
 // authentication (401) or, without a valid token, matched no route (404, 405), and answers 429
 // RATE_LIMITED instead of err once the address has no token left. Requests with a valid token
 // never use the address's bucket: a valid token passes whatever other clients behind the same
-// address (a NAT, a proxy) did. (A request of no route has not been authenticated: its token, if
-// any, is verified here.)
+// address (a NAT, a proxy) did; one of no route is charged to its user's bucket instead, like
+// every request with a valid token. (A request of no route has not been authenticated: its
+// token, if any, is verified here.)
 func (s *Server) limitFailure(c echo.Context, err error) error {
-	if s.ipLimit == nil {
+	code := errorFor(err).Code
+	if code == CodeNotFound || code == CodeMethodNotAllowed {
+		if p := s.validPrincipal(c); p != nil {
+			if principalOf(c) == nil { // not charged by rateLimit: no route ran it
+				if limited := s.chargeUser(p.Sub); limited != nil {
+					return limited
+				}
+			}
+			return err
+		}
+	} else if code != CodeUnauthenticated {
 		return err
 	}
-	switch code := errorFor(err).Code; {
-	case code == CodeUnauthenticated:
-	case (code == CodeNotFound || code == CodeMethodNotAllowed) && !s.hasValidToken(c):
-	default:
+	if s.ipLimit == nil {
 		return err
 	}
 	ok, wait := s.ipLimit.allow(clientKey(c.Request().RemoteAddr))
@@ -230,17 +248,20 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 	}
 }
 
-// hasValidToken reports whether the request carries a valid access token: one authentication
-// verified, or one verified now.
-func (s *Server) hasValidToken(c echo.Context) bool {
-	if principalOf(c) != nil {
-		return true
+// validPrincipal answers who the request's valid access token names, one authentication verified
+// or one verified now, or nil when it carries none.
+func (s *Server) validPrincipal(c echo.Context) *Principal {
+	if p := principalOf(c); p != nil {
+		return p
 	}
 	if c.Request().Header.Get(echo.HeaderAuthorization) == "" {
-		return false
+		return nil
 	}
-	_, err := s.principal(c.Request())
-	return err == nil
+	p, err := s.principal(c.Request())
+	if err != nil {
+		return nil
+	}
+	return p
 }
 
 func contextWithTimeout(c echo.Context, d time.Duration) (context.Context, context.CancelFunc) {

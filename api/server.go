@@ -315,7 +315,7 @@ func (s *Server) newEcho() *echo.Echo {
 	}
 
 	v1 := e.Group("/v1") // no group middleware: it would turn unknown /v1 routes into 401s
-	authed := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
+	authed := []echo.MiddlewareFunc{s.authenticate, s.rateLimit, requireSession}
 	v1.POST("/sessions/:sid/lease", s.acquire, authed...)
 	getAndHead(v1, "/sessions/:sid/lease", s.get, authed...)
 	v1.POST("/sessions/:sid/lease/renew", s.renew, authed...)

@@ -295,6 +295,31 @@ func TestRateLimit(t *testing.T) {
 	})
 }
 
+// TestRefusedRequestsOfAValidTokenCountAgainstItsUser: a request refused for its session (a sid
+// claim), its scope, or for matching no route still uses its user's bucket, so that a valid token
+// cannot send them without limit.
+func TestRefusedRequestsOfAValidTokenCountAgainstItsUser(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.RateLimit = 1 }) // burst 2
+	for _, tc := range []struct {
+		name, method, path, token string
+		status                    int
+	}{
+		{"a session its sid claim does not list", http.MethodGet, leasePath("other"), h.token("carol", "only"), http.StatusForbidden},
+		{"an admin route without the scope", http.MethodGet, "/v1/admin/leases", h.token("dave"), http.StatusForbidden},
+		{"no route", http.MethodGet, "/v1/nope", h.token("erin"), http.StatusNotFound},
+		{"a method the route does not have", http.MethodDelete, leasePath("doc-1"), h.token("frank"), http.StatusMethodNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 2 {
+				if rec := h.do(request{method: tc.method, path: tc.path, token: tc.token}); rec.Code != tc.status {
+					t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, rec.Code, rec.Body, tc.status)
+				}
+			}
+			wantError(t, h.do(request{method: tc.method, path: tc.path, token: tc.token}), http.StatusTooManyRequests, CodeRateLimited)
+		})
+	}
+}
+
 func TestUserLimiterMemoryIsBounded(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	clock := func() time.Time { return now }

@@ -215,10 +215,12 @@ func TestTabRoutesAreAuthorizedLikeTheOtherSessionRoutes(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.RateLimit = 1 }) // burst 2
 	alice, bob := h.token("alice"), h.token("bob")
 	doc2Only := h.token("carol", "doc-2")
+	// Another user's: the refusals count against the user's rate limit (TestRefusedRequestsOfAValidTokenCountAgainstItsUser).
+	doc2Refused := h.token("dave", "doc-2")
 	for _, m := range []string{http.MethodPut, http.MethodDelete} {
 		wantError(t, h.do(request{method: m, path: tabPath("doc-1", "tab-a")}), http.StatusUnauthorized, CodeUnauthenticated)
 		wantError(t, h.do(request{method: m, path: tabPath("doc-1", "tab-a"), token: "not-a-token"}), http.StatusUnauthorized, CodeUnauthenticated)
-		wantError(t, h.do(request{method: m, path: tabPath("doc-1", "tab-a"), token: doc2Only}), http.StatusForbidden, CodeForbidden)
+		wantError(t, h.do(request{method: m, path: tabPath("doc-1", "tab-a"), token: doc2Refused}), http.StatusForbidden, CodeForbidden)
 	}
 	h.putTab(doc2Only, "doc-2", "tab-c", "")
 	if rec := h.deleteTab(doc2Only, "doc-2", "tab-c"); rec.Code != http.StatusNoContent {
