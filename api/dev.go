@@ -55,8 +55,9 @@ func (s *Server) devToken(c echo.Context) error {
 	}
 	if v := q.Get("ttl"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > maxDevTokenTTL {
-			return fieldError("ttl", "must be a Go duration between 1s and 24h, such as 1h or 90m")
+		// Whole seconds, as the token's exp is: a shorter one would expire as it is issued.
+		if err != nil || d < time.Second || d > maxDevTokenTTL || d%time.Second != 0 {
+			return fieldError("ttl", "must be a Go duration of whole seconds between 1s and 24h, such as 1h or 90m")
 		}
 		spec.TTL = d
 	}

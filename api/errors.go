@@ -239,10 +239,16 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	ae := errorFor(err)
 	c.Set(keyErrCode, ae.Code)
-	if ae.Code == CodeStoreUnavailable && ae.Err != nil {
+	switch {
+	case ae.Code == CodeStoreUnavailable && ae.Err != nil:
 		// The cause goes into the request's log line: a Redis that refuses every call (NOPERM,
 		// READONLY) looks like an outage to clients, and only the log tells which it is.
 		c.Set(keyErrCause, ae.Err.Error())
+	case ae.Code == CodeUnauthenticated || ae.Code == CodeForbidden:
+		// Why a credential was refused (expired, bad signature, another audience, a session the
+		// token does not grant), from the answer's message, which never holds the token: so that
+		// an operator tells a misconfigured identity provider from a probe.
+		c.Set(keyErrCause, ae.Message)
 	}
 	if ae.Code == CodeInternal {
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "internal error",

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -151,6 +152,7 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		slog.String("method", method),
 		slog.String("route", route),
 		slog.String("path", truncated(req.URL.Path)),
+		slog.String("peer", peerHost(req.RemoteAddr)),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 	}
@@ -164,6 +166,15 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		attrs = append(attrs, slog.String("error", cause))
 	}
 	s.log.LogAttrs(req.Context(), level, "request", attrs...)
+}
+
+// peerHost is the host of a request's RemoteAddr (the peer of the connection: behind a proxy, the
+// proxy), or the address as it is when it has no port.
+func peerHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // callRecovering runs h and turns a panic into an INTERNAL error (http.ErrAbortHandler is

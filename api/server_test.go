@@ -370,6 +370,9 @@ func TestDevToken(t *testing.T) {
 		{"a bad sid is refused", "127.0.0.1:5555", "sub=alice&sid=..", 400, CodeInvalidArgument},
 		{"a bad ttl is refused", "127.0.0.1:5555", "sub=alice&ttl=forever", 400, CodeInvalidArgument},
 		{"a ttl over a day is refused", "127.0.0.1:5555", "sub=alice&ttl=48h", 400, CodeInvalidArgument},
+		{"a ttl under a second is refused", "127.0.0.1:5555", "sub=alice&ttl=500ms", 400, CodeInvalidArgument},
+		{"a ttl of a nanosecond is refused", "127.0.0.1:5555", "sub=alice&ttl=1ns", 400, CodeInvalidArgument},
+		{"a ttl of no whole seconds is refused", "127.0.0.1:5555", "sub=alice&ttl=1500ms", 400, CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -467,6 +470,13 @@ func TestLogsNeverCarryTokensOrTheSecret(t *testing.T) {
 	logs := h.logs.String()
 	if !strings.Contains(logs, `"request_id"`) || !strings.Contains(logs, `"sub":"alice"`) || !strings.Contains(logs, `"route":"/v1/sessions/:sid/lease"`) {
 		t.Fatalf("the logs lack the request id, sub or route:\n%s", logs)
+	}
+	// Why each credential was refused, and the peer of the connection, for an operator telling a
+	// misconfigured identity provider from a probe.
+	for _, want := range []string{`"error":"the token's signature is not valid`, `"error":"the token has expired"`, `"peer":"192.0.2.1"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the logs lack %s:\n%s", want, logs)
+		}
 	}
 	for _, secret := range []string{alice, expired, forged, testSecret, strings.Split(alice, ".")[2], "access_token"} {
 		if strings.Contains(logs, secret) {
