@@ -125,6 +125,11 @@ const (
 	MaxTitleLen = 200
 )
 
+// MaxRoutesPerName bounds the route patterns of all the profiles of one name (a profile without
+// routes counts one): checkProfiles compares each pair of them, so a catalog of many thousands
+// would take seconds of CPU to refuse or accept.
+const MaxRoutesPerName = 256
+
 // Bounds of a tool's timeoutMs.
 const (
 	MinTimeoutMs = 1000
@@ -470,8 +475,15 @@ func leaveOut(field string) string {
 	return " (or leave it out)"
 }
 
-// checkProfiles refuses two entries of one name that can match the same concrete route.
+// checkProfiles refuses two entries of one name that can match the same concrete route, and more
+// than MaxRoutesPerName routes of one name, before comparing them.
 func checkProfiles(tools []Tool) *Error {
+	routes := map[string]int{}
+	for i, t := range tools {
+		if routes[t.Name] += max(len(t.patterns), 1); routes[t.Name] > MaxRoutesPerName {
+			return &Error{Index: i, Name: t.Name, Field: "routes", Reason: fmt.Sprintf("are more than %d across the profiles of this name", MaxRoutesPerName)}
+		}
+	}
 	byName := map[string][]int{}
 	for i, t := range tools {
 		for _, j := range byName[t.Name] {

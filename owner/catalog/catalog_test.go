@@ -3,9 +3,11 @@ package catalog_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tablease/tablease/owner"
 	"github.com/tablease/tablease/owner/catalog"
@@ -316,6 +318,32 @@ func TestOverlapDetection(t *testing.T) {
 				t.Errorf("%s and %s: overlap = %v (err %v), want %v", pair[0], pair[1], got, err, tt.overlap)
 			}
 		}
+	}
+}
+
+// TestTheRoutesOfANameAreBounded: the profiles of a name are compared pairwise, so their routes
+// are bounded before; as many profiles of different names pass.
+func TestTheRoutesOfANameAreBounded(t *testing.T) {
+	profiles := func(name func(i int) string, n int) []catalog.Tool {
+		tools := make([]catalog.Tool, n)
+		for i := range tools {
+			tools[i] = catalog.Tool{Name: name(i), Description: "d", Routes: []string{fmt.Sprintf("/p%d/:id", i)}}
+		}
+		return tools
+	}
+	same := func(int) string { return "x" }
+	if _, err := catalog.New(profiles(same, catalog.MaxRoutesPerName)); err != nil {
+		t.Fatalf("%d profiles of one name: %v", catalog.MaxRoutesPerName, err)
+	}
+	start := time.Now()
+	_, err := catalog.New(profiles(same, 12000))
+	var ce *catalog.Error
+	if !errors.As(err, &ce) || ce.Index != catalog.MaxRoutesPerName || ce.Field != "routes" {
+		t.Fatalf("12000 profiles of one name: %v, want an error at tools[%d].routes", err, catalog.MaxRoutesPerName)
+	}
+	t.Logf("refused in %v", time.Since(start))
+	if _, err := catalog.New(profiles(func(i int) string { return fmt.Sprintf("t%d", i) }, 2000)); err != nil {
+		t.Fatalf("2000 tools of a route each: %v", err)
 	}
 }
 
