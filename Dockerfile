@@ -1,7 +1,7 @@
 # tablease as a small non-root image: a static binary built in a Go image, copied into Alpine
 # (which brings wget for the healthchecks of docker-compose.yml and CA certificates for rediss://).
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t tablease .
-FROM golang:1.26-alpine AS build
+FROM golang:1.26.8-alpine AS build
 ARG VERSION=devel
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -382,11 +382,15 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		}
 	}
 	fs := flag.NewFlagSet("tablease serve", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard) // a bad flag is the error Load answers, in one line
+	fs.Usage = func() {}
 	flagValues := map[string]*string{}
+	boolValues := map[string]*bool{}
 	for _, v := range variables {
-		if v.env == "TABLEASE_DEV" {
-			continue // a boolean flag, below
+		if boolFlags[v.env] {
+			// --dev, --demo, and --dev=false, which wins over TABLEASE_DEV=true as every flag does.
+			boolValues[v.env] = fs.Bool(FlagName(v.env), false, v.help+" ("+v.env+"=true)")
+			continue
 		}
 		help := v.help + " (" + v.env
 		if v.def != "" {
@@ -394,20 +398,23 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		}
 		flagValues[v.env] = fs.String(FlagName(v.env), "", help+")")
 	}
-	dev := fs.Bool("dev", false, "dev mode (TABLEASE_DEV=true)")
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: tablease serve [flags]\n\nEvery flag may also be set by the environment variable named after it.")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(out, "usage: tablease serve [flags]\n\nEvery flag may also be set by the environment variable named after it.")
+			fs.SetOutput(out)
+			fs.PrintDefaults()
+			return Config{}, err
+		}
+		return Config{}, fmt.Errorf("%w (tablease serve --help lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "dev" {
-			values["TABLEASE_DEV"] = strconv.FormatBool(*dev) // --dev=false wins over TABLEASE_DEV too
+		for env, p := range boolValues {
+			if FlagName(env) == f.Name {
+				values[env] = strconv.FormatBool(*p)
+			}
 		}
 		for env, p := range flagValues {
 			if FlagName(env) == f.Name {
@@ -489,9 +496,12 @@ const devIssuer = "tablease-dev"
 // defaultLeaseIssuer is api.DefaultLeaseIssuer.
 const defaultLeaseIssuer = "tablease"
 
+// boolFlags are the variables whose flags are booleans: --dev rather than --dev=true.
+var boolFlags = map[string]bool{"TABLEASE_DEV": true, "TABLEASE_DEMO": true}
+
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
-	return v, v != ""
+	return v, strings.TrimSpace(v) != ""
 }
 
 // corsOrigins reads a comma-separated list of origins, each as origin.Parse reads it, or "*".

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -265,4 +266,38 @@ func TestLeaseSigningKeys(t *testing.T) {
 			t.Fatalf("the memory engine may generate one: %v", err)
 		}
 	})
+}
+
+// TestVariablesOfSpacesAloneAreUnset: a variable of spaces alone counts as unset, as an empty one
+// does (README "Configuration").
+func TestVariablesOfSpacesAloneAreUnset(t *testing.T) {
+	c, err := Load([]string{"--dev"}, env(map[string]string{"TABLEASE_LOG_LEVEL": " ", "TABLEASE_TTL_MAX": " \t"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.Max != 120*time.Second {
+		t.Errorf("TTL max = %v, want the default", c.Limits.Max)
+	}
+}
+
+// TestBooleanFlagsAndBadFlags: --demo is a switch like --dev, and a bad flag is one line of error
+// (no usage dump), while --help writes the usage to the writer given.
+func TestBooleanFlagsAndBadFlags(t *testing.T) {
+	c, err := Load([]string{"--dev", "--demo"}, env(nil), io.Discard)
+	if err != nil || !c.Demo {
+		t.Fatalf("--dev --demo: demo %v, %v", c.Demo, err)
+	}
+	var out strings.Builder
+	for _, args := range [][]string{{"--bogus"}, {"--ttl-max"}} {
+		_, err := Load(args, env(nil), &out)
+		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "--help") {
+			t.Errorf("Load(%q) = %v, want one line that points to --help", args, err)
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("bad flags wrote %q, want nothing", out.String())
+	}
+	if _, err := Load([]string{"--help"}, env(nil), &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "-demo") {
+		t.Errorf("--help: %v, usage %q", err, out.String())
+	}
 }

@@ -35,7 +35,6 @@ import (
 // lease. scripts/bench starts a private Redis and tablease and runs it.
 func (p Program) bench(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("tablease bench", flag.ContinueOnError)
-	fs.SetOutput(p.Stderr)
 	var o benchOptions
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:8080", "the tablease to drive")
 	work := fs.String("work", "renew,acquire,streams,memory", "what to measure, comma-separated: renew, acquire, streams, memory")
@@ -52,11 +51,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	pids := pidFlag{}
 	fs.Var(&pids, "pid", "NAME=PID of a process whose CPU per operation to report (repeatable), e.g. tablease=123")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := p.parseFlags(fs, "tablease bench", "usage: tablease bench [flags]   (README \"Cost per operation\")", args); !ok {
+		return code
 	}
 	o.pids = pids
 	if o.answersKept == 0 {

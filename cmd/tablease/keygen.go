@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -15,22 +14,10 @@ import (
 // another deployment. The key id goes to stderr.
 func (p Program) keygen(args []string) int {
 	fs := flag.NewFlagSet("tablease keygen", flag.ContinueOnError)
-	fs.SetOutput(p.Stderr)
 	out := fs.String("out", "", "file to write the private key to (mode 0600; refused if it exists); default stdout")
 	pubOut := fs.String("public-out", "", "file to write the public key to, for TABLEASE_LEASE_PREVIOUS_KEYS")
-	fs.Usage = func() {
-		fmt.Fprintln(p.Stderr, "usage: tablease keygen [--out lease-key.pem] [--public-out lease-key.pub.pem]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(p.Stderr, "tablease keygen: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := p.parseFlags(fs, "tablease keygen", "usage: tablease keygen [--out lease-key.pem] [--public-out lease-key.pub.pem]", args); !ok {
+		return code
 	}
 	key, err := leasetoken.GenerateKey()
 	if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -73,4 +75,28 @@ func Version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// parseFlags parses args into fs, the flags of command (`tablease token`), and answers whether
+// the command goes on, and else its exit code: --help writes usage and the flags to stdout (it
+// is what was asked for) and answers 0; a bad flag or an argument left over is one line on
+// stderr, and 2.
+func (p Program) parseFlags(fs *flag.FlagSet, command, usage string, args []string) (int, bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(p.Stdout, usage)
+		fs.SetOutput(p.Stdout)
+		fs.PrintDefaults()
+		return 0, false
+	case err != nil:
+		fmt.Fprintf(p.Stderr, "%s: %v (%s --help lists the flags)\n", command, err, command)
+		return 2, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(p.Stderr, "%s: unexpected argument %q\n", command, fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
 }

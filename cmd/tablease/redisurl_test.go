@@ -118,8 +118,8 @@ func TestServeStopsOnAnUnusablePublicKeysFileWithOneLine(t *testing.T) {
 		}
 		out := stderr.String()
 		const prefix = "tablease: configuration: TABLEASE_JWT_PUBLIC_KEYS: "
-		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, prefix) {
-			t.Fatalf("%s: want one line %q…, got %q", file, prefix, out)
+		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, prefix) || !strings.Contains(out, file) || strings.Contains(out, "api:") {
+			t.Fatalf("%s: want one line %q… naming the file, got %q", file, prefix, out)
 		}
 	}
 }

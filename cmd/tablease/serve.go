@@ -27,7 +27,7 @@ import (
 )
 
 func (p Program) serve(ctx context.Context, args []string) int {
-	cfg, err := config.Load(args, p.Getenv, p.Stderr)
+	cfg, err := config.Load(args, p.Getenv, p.Stdout) // --help is asked for: its usage is the answer
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -84,7 +84,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)}
 		}
 		if auth.PublicKeys, err = api.ParsePublicKeysPEM(pem); err != nil {
-			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)}
+			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %s: %w", cfg.PublicKeysFile, errors.Unwrap(err))}
 		}
 	}
 	leaseKeys, err := leaseKeySet(cfg, log)

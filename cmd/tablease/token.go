@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -11,23 +10,22 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
+// tokenUsage is the first lines of token's --help.
+const tokenUsage = `usage: tablease token --sub <user> [flags]
+
+Mints an HS256 access token with the secret of TABLEASE_JWT_HS256_SECRET (required), whose iss
+and aud are TABLEASE_JWT_ISSUER and TABLEASE_JWT_AUDIENCE, or, when they are unset, those of dev
+mode (tablease-dev, tablease), which only a dev-mode server accepts.`
+
 // token mints an HS256 access token from TABLEASE_JWT_HS256_SECRET, for development and scripts.
 func (p Program) token(args []string) int {
 	fs := flag.NewFlagSet("tablease token", flag.ContinueOnError)
-	fs.SetOutput(p.Stderr)
 	sub := fs.String("sub", "", "the user (required)")
 	scope := fs.String("scope", "", "space- or comma-separated scopes, e.g. lease:admin")
 	sid := fs.String("sid", "", "comma-separated sessions the token is limited to")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime of the token")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(p.Stderr, "tablease token: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := p.parseFlags(fs, "tablease token", tokenUsage, args); !ok {
+		return code
 	}
 	if err := lease.ValidateID("sub", *sub); err != nil {
 		fmt.Fprintln(p.Stderr, "tablease token: --sub:", err)

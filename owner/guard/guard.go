@@ -269,7 +269,11 @@ func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error
 			Details map[string]any `json:"details"`
 		} `json:"error"`
 	}
-	jsonErr := json.Unmarshal(raw, &answer)
+	// Numbers as they were written (json.Number): an epoch in details stays an integer in the
+	// guard's answer and in logs, not a float64 printed as 1.79e+15.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	jsonErr := dec.Decode(&answer)
 
 	switch {
 	case resp.StatusCode == http.StatusOK:

@@ -381,6 +381,19 @@ func TestGuardStrict(t *testing.T) {
 			t.Fatalf("details %v", rej.Error.Details)
 		}
 	})
+	t.Run("an epoch of the check's answer stays an integer in OnReject", func(t *testing.T) {
+		var seen any
+		b := newApp(t, tl, func(o *guard.Options) {
+			o.Strict = true
+			o.OnReject = func(r *http.Request, e *guard.Error) { seen = e.Details["epoch"] }
+		})
+		tl.setCheck(http.StatusConflict, `{"error":{"code":"LEASE_LOST","details":{"epoch":1796421145440197,"holder":null}}}`, false)
+		rec, rej := b.do(t, http.MethodPost, "alice", "doc|A", tok)
+		expectRejected(t, rec, rej, http.StatusConflict, guard.CodeLeaseLost, "")
+		if got := fmt.Sprint(seen); got != "1796421145440197" {
+			t.Errorf("OnReject saw the epoch as %s", got)
+		}
+	})
 	t.Run("a refused check is NOT_LEASE_OWNER", func(t *testing.T) {
 		tl.setCheck(http.StatusUnauthorized, "", false)
 		rec, rej := a.do(t, http.MethodPost, "alice", "doc|A", tok)

@@ -417,6 +417,9 @@ export function registerWebMCPTools(lease, options = {}) {
     const tool = { name: def.name, description: def.description, inputSchema: def.inputSchema, annotations: def.annotations, execute: def.execute };
     if (def.title) tool.title = def.title;
     if (def.outputSchema) tool.outputSchema = def.outputSchema;
+    // WebMCP has no standard member for it: passed as it is for the runtimes that read it (a
+    // browser ignores a member it does not know); the client settles the call before it anyway.
+    if (typeof def.timeoutMs === "number") tool.timeoutMs = def.timeoutMs;
     try {
       const ret = mc.registerTool(tool, { signal });
       if (legacy) {

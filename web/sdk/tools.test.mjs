@@ -8,7 +8,7 @@ import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
 const TOOLS = [
   { name: "search_events", description: "Search events.", inputSchema: { type: "object", properties: { q: { type: "string" } } }, annotations: { readOnlyHint: true } },
   { name: "get_event", description: "An event by id.", inputSchema: { type: "object", properties: { event_id: { type: "string" } }, required: ["event_id"] }, annotations: { readOnlyHint: true } },
-  { name: "save_event", description: "Save an event.", inputSchema: { type: "object" }, annotations: { readOnlyHint: false, destructiveHint: false } },
+  { name: "save_event", description: "Save an event.", inputSchema: { type: "object" }, annotations: { readOnlyHint: false, destructiveHint: false }, timeoutMs: 120000 },
   { name: "rename_event", description: "Rename an event.", inputSchema: { type: "object" }, annotations: { readOnlyHint: false } },
 ];
 
@@ -119,6 +119,8 @@ test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools,
   const save = mc.tools.get("save_event");
   assert.deepEqual(await save.execute({ event_id: "evt-1" }, {}), { saved: "evt-1", epoch: lease.epoch });
   assert.equal(mc.tools.get("save_event").annotations.readOnlyHint, false);
+  assert.equal(mc.tools.get("save_event").timeoutMs, 120000, "the runtime may read the tool's timeoutMs");
+  assert.equal("timeoutMs" in mc.tools.get("search_events"), false, "none when the catalog gives none");
 
   server.takeoverBy("t-other");
   lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
