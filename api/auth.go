@@ -55,6 +55,10 @@ type Principal struct {
 	// Sessions is the token's sid claim: nil when the token has none (every session is allowed),
 	// otherwise the only sessions allowed (an empty list allows none).
 	Sessions []string
+	// Expires is when the credential stops being accepted: the token's exp plus the leeway (for a
+	// stream opened with a ticket, that of the token the ticket was issued to). An event stream
+	// ends then.
+	Expires time.Time
 }
 
 // AllowsSession reports whether the token may act on session sid.
@@ -265,14 +269,14 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 			return nil, unauthenticated("the token's sid claim holds an invalid session id")
 		}
 	}
-	p := &Principal{Sub: claims.Subject, Scopes: make(map[string]bool)}
+	p := &Principal{Sub: claims.Subject, Scopes: make(map[string]bool), Expires: claims.ExpiresAt.Add(a.leeway)}
 	if claims.SID.present {
 		p.Sessions = append([]string{}, claims.SID.values...) // non-nil: restricted
 	}
 	for _, s := range claims.Scope {
 		p.Scopes[s] = true
 	}
-	a.verified.put(token, p, claims.ExpiresAt.Add(a.leeway)) // exp is required: the parser checked it
+	a.verified.put(token, p, p.Expires) // exp is required: the parser checked it
 	return p, nil
 }
 

@@ -116,6 +116,7 @@ func (s *Server) streamRequest(c echo.Context) (stream.Request, error) {
 		return q, fieldError("presence", `must be "true" or "false"`)
 	}
 	q.Key, q.Tab, q.RequestID = key, lease.Tab{TabID: tabID, Label: label, Hidden: hidden}, requestID(c)
+	q.Until = principalOf(c).Expires
 	after := c.Request().Header.Get("Last-Event-ID")
 	if after == "" {
 		after = c.QueryParam("lastEventId")

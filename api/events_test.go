@@ -576,7 +576,7 @@ func (h *harness) ticket(token, sid, tab string) string {
 	}
 	var tk ticketJSON
 	decodeStrict(h.t, rec, &tk)
-	if tk.Ticket == "" || tk.ExpiresInMs != 30000 || rec.Header().Get("Cache-Control") != "no-store" {
+	if tk.Ticket == "" || tk.ExpiresInMs <= 0 || tk.ExpiresInMs > 30000 || rec.Header().Get("Cache-Control") != "no-store" {
 		h.t.Fatalf("ticket answer %+v, %v", tk, rec.Header())
 	}
 	return tk.Ticket
@@ -845,6 +845,46 @@ func TestCloseEndsEveryStreamWithAFinalEventPromptly(t *testing.T) {
 	}
 	_, resp := openStream(t, ts, eventsPath("doc-1", "tabId=t"), h.token("alice"), nil)
 	httpError(t, resp, http.StatusServiceUnavailable, CodeStoreUnavailable)
+}
+
+// TestAStreamEndsWhenItsCredentialExpires: a stream is authorized when it opens, so it ends with
+// its final event when the access token that opened it stops being accepted (exp plus the
+// leeway, none here), whether it was opened with the token or with a ticket issued to it: an
+// expired or withdrawn token keeps no view of the session.
+func TestAStreamEndsWhenItsCredentialExpires(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Streams.Keepalive = time.Hour })
+	ts := h.serve()
+	short, err := IssueToken(h.auth, TokenSpec{Sub: "alice", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Unix(time.Now().Add(2*time.Second).Unix(), 0) // exp is in whole seconds
+	// Unlisted, so that neither hears of the other's tab.
+	byToken := mustStream(t, ts, eventsPath("doc-1", "tabId=t1&presence=false"), short, nil)
+	byToken.expect("snapshot", nil)
+	byTicket := mustStream(t, ts, eventsPath("doc-1", "presence=false&ticket="+url.QueryEscape(h.ticket(short, "doc-1", "t2"))), "", nil)
+	byTicket.expect("snapshot", nil)
+	for name, c := range map[string]*sseClient{"token": byToken, "ticket": byTicket} {
+		var sd struct {
+			Reason  string `json:"reason"`
+			RetryMs int64  `json:"retryMs"`
+		}
+		c.expect("shutdown", &sd)
+		if !strings.Contains(sd.Reason, "expired") {
+			t.Errorf("the stream opened with a %s ended with %+v, want the reason", name, sd)
+		}
+		if early := time.Until(exp); early > 100*time.Millisecond {
+			t.Errorf("the stream opened with a %s ended %v before its credential expired", name, early)
+		}
+		if rest := c.expectEnd(); len(rest) != 0 {
+			t.Fatalf("after the final event: %+v", rest)
+		}
+	}
+	// A stream of a token that lives on is not ended meanwhile.
+	long := mustStream(t, ts, eventsPath("doc-1", "tabId=t3"), h.token("alice"), nil)
+	long.expect("snapshot", nil)
+	h.acquire(h.token("alice"), "doc-1", "t3", "try")
+	long.expectLease("granted")
 }
 
 func TestKeepaliveCommentsFlowOnAnIdleStream(t *testing.T) {

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,12 +44,14 @@ func (s *Server) issueTicket(c echo.Context) error {
 	if err := validTabID(b.TabID); err != nil {
 		return err
 	}
-	ticket, err := s.streams.IssueTicket(c.Request().Context(), key, b.TabID)
+	ticket, err := s.streams.IssueTicket(c.Request().Context(), key, b.TabID, principalOf(c).Expires)
 	if err != nil {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return c.JSON(http.StatusOK, ticketJSON{Ticket: ticket, ExpiresInMs: stream.TicketTTL.Milliseconds()})
+	// A ticket lives TicketTTL, and no longer than the token it was issued to (IssueTicket).
+	life := min(stream.TicketTTL, time.Until(principalOf(c).Expires))
+	return c.JSON(http.StatusOK, ticketJSON{Ticket: ticket, ExpiresInMs: max(life.Milliseconds(), 0)})
 }
 
 // ticketError makes a ticket that package stream refused UNAUTHENTICATED; other errors pass.
@@ -93,7 +96,7 @@ func (s *Server) redeemTicket(c echo.Context, ticket, tabID string) error {
 	if err != nil {
 		return ticketError(err)
 	}
-	c.Set(keyPrincipal, &Principal{Sub: claims.Sub, Scopes: map[string]bool{}, Sessions: []string{claims.Sid}})
+	c.Set(keyPrincipal, &Principal{Sub: claims.Sub, Scopes: map[string]bool{}, Sessions: []string{claims.Sid}, Expires: time.UnixMilli(claims.Until)})
 	c.Set(keyTicketTab, claims.Tab)
 	return nil
 }

@@ -27,6 +27,11 @@ type Request struct {
 	Listed bool
 	// RequestID names the request in the log.
 	RequestID string
+	// Until, when set, is when the credential that opened the stream stops being accepted: the
+	// stream ends then with its final event (event: shutdown), and the client opens another with
+	// a current credential. A stream is authorized when it opens, so without an end an expired or
+	// withdrawn token would keep receiving the session's events.
+	Until time.Time
 }
 
 // Serve serves the stream req on w: it admits the stream, lists its tab (when req.Listed), starts
@@ -82,6 +87,7 @@ type streamConn struct {
 	timer       *time.Timer
 	keepaliveAt time.Time
 	refreshAt   time.Time
+	until       time.Time // Request.Until: the stream ends then (zero: never)
 	// done, when not nil, is closed once the stream has ended: Serve waits for it while net/http
 	// serves the stream.
 	done chan struct{}
@@ -102,7 +108,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	// its presence entry would keep for as long as they run: copies let it go.
 	req.Key.Session = strings.Clone(req.Key.Session)
 	req.Tab.TabID, req.Tab.Label = strings.Clone(req.Tab.TabID), strings.Clone(req.Tab.Label)
-	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab}
+	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab, until: req.Until}
 	sc.st.user, sc.st.wake = req.Key.User, sc.kick
 	err := h.admit(&sc.st)
 	if err != nil {
@@ -318,7 +324,7 @@ func (sc *streamConn) news() bool {
 	}
 	select {
 	case <-sc.h.closing:
-		_ = sc.sse.shutdown()
+		_ = sc.sse.shutdown(reasonShutdown)
 		return false
 	default:
 	}
@@ -332,6 +338,10 @@ func (sc *streamConn) news() bool {
 // timer for the next one.
 func (sc *streamConn) due() bool {
 	now := time.Now()
+	if !sc.until.IsZero() && !now.Before(sc.until) {
+		_ = sc.sse.shutdown(reasonCredential)
+		return false
+	}
 	if now.Before(sc.keepaliveAt) && (sc.refreshAt.IsZero() || now.Before(sc.refreshAt)) {
 		return true // nothing is due: the timer is set for the first
 	}
@@ -351,11 +361,14 @@ func (sc *streamConn) due() bool {
 	return true
 }
 
-// untilTimer is how long from now until the next keepalive or presence refresh.
+// untilTimer is how long from now until the next keepalive, presence refresh or the stream's end.
 func (sc *streamConn) untilTimer(now time.Time) time.Duration {
 	next := sc.keepaliveAt
 	if !sc.refreshAt.IsZero() && sc.refreshAt.Before(next) {
 		next = sc.refreshAt
+	}
+	if !sc.until.IsZero() && sc.until.Before(next) {
+		next = sc.until
 	}
 	return max(next.Sub(now), 0)
 }
@@ -373,7 +386,7 @@ func (sc *streamConn) resubscribe() bool {
 			return err == nil
 		}
 		if errors.Is(err, errClosing) {
-			_ = sc.sse.shutdown()
+			_ = sc.sse.shutdown(reasonShutdown)
 		}
 	}
 	if err != nil && !errors.Is(err, errGone) && !errors.Is(err, errClosing) {

@@ -119,7 +119,7 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 	ctx := context.Background()
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	issue := func() string {
-		tk, err := h.IssueTicket(ctx, key, "tab-a")
+		tk, err := h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 
 	tk := issue()
 	got, err := h.RedeemTicket(ctx, tk, "doc-1", "")
-	if err != nil || got.Sub != "alice" || got.Sid != "doc-1" || got.Tab != "tab-a" {
+	if err != nil || got.Sub != "alice" || got.Sid != "doc-1" || got.Tab != "tab-a" || got.Until != clk.Now().Add(time.Hour).UnixMilli() {
 		t.Fatalf("RedeemTicket = %+v, %v", got, err)
 	}
 	_, err = h.RedeemTicket(ctx, tk, "doc-1", "")
@@ -162,6 +162,15 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 	clk.Advance(TicketTTL)
 	_, err = h.RedeemTicket(ctx, tk, "doc-1", "")
 	refused("an expired ticket", err, errTicketExpired)
+
+	// A ticket lives no longer than the credential it was issued to.
+	tk, err = h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	_, err = h.RedeemTicket(ctx, tk, "doc-1", "")
+	refused("a ticket past its credential's end", err, errTicketExpired)
 
 	cfg.Registerer, cfg.Options.TicketSecret = prometheus.NewRegistry(), []byte(strings.Repeat("o", 32))
 	other, err := New(cfg)

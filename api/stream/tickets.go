@@ -19,14 +19,16 @@ import (
 // A browser's EventSource cannot send an Authorization header, and access tokens are never read
 // from URLs. A ticket opens one event stream instead: GET …/events?ticket=<ticket>. A ticket is
 //
-//	t1.<base64url(JSON {sub, sid, tab, exp (unix ms), n (nonce)})>.<base64url(HMAC-SHA256)>
+//	t2.<base64url(JSON {sub, sid, tab, exp (unix ms), until (unix ms), n (nonce)})>.<base64url(HMAC-SHA256)>
 //
 // The MAC (crypto/hmac) is over "t1." and the encoded claims, with the ticket key: a key derived
 // from Options.TicketSecret, or from Config.HS256Secret, or generated per process. Derived keys
 // are HMAC-SHA256(secret, "tablease event ticket key v1"), so a ticket is never a valid access
 // token nor the reverse. A ticket is valid for TicketTTL, for its user, session and tab only, and
 // once: the stream that redeems it records its nonce as used in Nonces (the store shared by
-// every instance), until well after the ticket expires. A reused, expired, forged, or foreign
+// every instance), until well after the ticket expires. until is when the access token the ticket
+// was issued to stops being accepted: the stream ends then (Request.Until), as one opened with
+// that token would. A reused, expired, forged, or foreign
 // (other session, other tab) ticket is a *TicketError; store trouble while recording the nonce is
 // the store's error.
 
@@ -37,7 +39,7 @@ const TicketTTL = 30 * time.Second
 const MinTicketSecretLen = 32
 
 const (
-	ticketVersion = "t1"
+	ticketVersion = "t2"
 	// maxTicketLen bounds a ticket before it is parsed: three identifiers, a time and a nonce.
 	maxTicketLen = 1024
 	// ticketKeyLabel separates the ticket key from every other use of the secret it is derived
@@ -111,7 +113,8 @@ type Ticket struct {
 	Sub   string `json:"sub"`
 	Sid   string `json:"sid"`
 	Tab   string `json:"tab"`
-	Exp   int64  `json:"exp"` // unix milliseconds
+	Exp   int64  `json:"exp"`   // unix milliseconds
+	Until int64  `json:"until"` // unix milliseconds: the end of the issuing credential
 	Nonce string `json:"n"`
 }
 
@@ -123,16 +126,21 @@ func (b *ticketBook) sign(signed string) []byte {
 	return mac.Sum(nil)
 }
 
-// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now, with a nonce from the
-// store (a *lease.UnavailableError when the store does not answer).
-func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string) (string, error) {
+// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now (and no longer than
+// until, the end of the credential it is issued to), with a nonce from the store (a
+// *lease.UnavailableError when the store does not answer).
+func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string, until time.Time) (string, error) {
 	b := h.tickets
 	nonce, err := b.nonces.NewNonce(ctx)
 	if err != nil {
 		h.storeError("new_nonce", err)
 		return "", err
 	}
-	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: b.now().Add(TicketTTL).UnixMilli(), Nonce: nonce}
+	exp := b.now().Add(TicketTTL)
+	if until.Before(exp) {
+		exp = until
+	}
+	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: exp.UnixMilli(), Until: until.UnixMilli(), Nonce: nonce}
 	payload, err := json.Marshal(claims)
 	if err != nil {
 		return "", err
@@ -182,6 +190,8 @@ func (b *ticketBook) redeem(ctx context.Context, ticket, sid, tabID string) (Tic
 	now := b.now()
 	exp := time.UnixMilli(claims.Exp)
 	switch {
+	case claims.Until < claims.Exp: // IssueTicket never writes one
+		return claims, ErrTicketInvalid
 	case !exp.After(now):
 		return claims, errTicketExpired
 	case exp.Sub(now) > TicketTTL+time.Minute: // issued by a clock far ahead: refuse rather than trust

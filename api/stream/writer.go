@@ -182,11 +182,17 @@ type shutdownJSON struct {
 	RetryMs int64  `json:"retryMs"`
 }
 
-// shutdown writes the final event of a stream whose handler closes, with a short, jittered
-// reconnection delay.
-func (w *sseWriter) shutdown() error {
+// The reasons of the final event.
+const (
+	reasonShutdown   = "the server is shutting down; reconnect"
+	reasonCredential = "the access token that opened the stream has expired; reconnect with a current one"
+)
+
+// shutdown writes the final event of a stream that the server ends (its handler closes, or its
+// credential expired: reason), with a short, jittered reconnection delay.
+func (w *sseWriter) shutdown(reason string) error {
 	retry := shutdownRetry + mrand.N(shutdownJitter)
-	data, err := json.Marshal(shutdownJSON{Reason: "the server is shutting down; reconnect", RetryMs: retry.Milliseconds()})
+	data, err := json.Marshal(shutdownJSON{Reason: reason, RetryMs: retry.Milliseconds()})
 	if err != nil {
 		return err
 	}
