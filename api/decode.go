@@ -55,6 +55,12 @@ func jsonContentType(c echo.Context) error {
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
 		return errInvalid("Content-Type: JSON bodies are UTF-8, so the only charset allowed is utf-8")
 	}
+	// A compressed body would be read as if it were not (nothing here decompresses it).
+	for _, enc := range c.Request().Header.Values("Content-Encoding") {
+		if !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+			return errInvalid("Content-Encoding: bodies are not compressed; send the JSON as it is")
+		}
+	}
 	return nil
 }
 
@@ -64,8 +70,15 @@ func jsonContentType(c echo.Context) error {
 func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if q := c.Request().URL.RawQuery; q != "" {
-			if _, err := url.ParseQuery(q); err != nil {
+			values, err := url.ParseQuery(q)
+			if err != nil {
 				return errInvalid("the query string is malformed: " + err.Error())
+			}
+			// Every parameter is one value: which of two would the handler read?
+			for name, v := range values {
+				if len(v) > 1 {
+					return fieldError(name, "is given more than once")
+				}
 			}
 		}
 		return next(c)

@@ -21,6 +21,7 @@ func TestStrictDecoding(t *testing.T) {
 		path        string // default: acquire on doc-1
 		body        string
 		contentType string // default application/json
+		encoding    string // Content-Encoding, when set
 		status      int
 		code        string
 		field       string // details.field, when one is to blame
@@ -76,6 +77,9 @@ func TestStrictDecoding(t *testing.T) {
 		{name: "a bad tabId in the query of get is refused", path: leasePath("doc-1") + "?tabId=a%20b", status: 400, code: CodeInvalidArgument, field: "tabId"},
 		{name: "a malformed escape in the query is refused", path: leasePath("doc-1") + "?tabId=tab-a%zz", status: 400, code: CodeInvalidArgument},
 		{name: "a semicolon in the query is refused", path: leasePath("doc-1") + "?tabId=tab-a;x=1", status: 400, code: CodeInvalidArgument},
+		{name: "a query parameter given twice is refused", path: leasePath("doc-1") + "?tabId=tab-a&tabId=tab-b", status: 400, code: CodeInvalidArgument, field: "tabId"},
+		{name: "a compressed body is refused", body: `{"tabId":"tab-a"}`, encoding: "gzip", status: 400, code: CodeInvalidArgument},
+		{name: "a body of identity encoding is accepted", body: `{"tabId":"tab-a"}`, encoding: "identity", status: 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +95,11 @@ func TestStrictDecoding(t *testing.T) {
 			if ct == "" {
 				ct = "application/json"
 			}
-			rec := h.do(request{method: method, path: path, token: alice, body: tt.body, headers: map[string]string{"Content-Type": ct}})
+			headers := map[string]string{"Content-Type": ct}
+			if tt.encoding != "" {
+				headers["Content-Encoding"] = tt.encoding
+			}
+			rec := h.do(request{method: method, path: path, token: alice, body: tt.body, headers: headers})
 			if tt.status == 200 {
 				if rec.Code != 200 {
 					t.Fatalf("status %d: %s", rec.Code, rec.Body)

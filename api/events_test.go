@@ -635,13 +635,21 @@ func TestTicketsThatAreUsedExpiredForeignOrForgedAreRefused(t *testing.T) {
 		{"a tampered ticket is refused", eventsPath("doc-1", q(string(tampered))), "", nil, 401, "not valid"},
 		{"a ticket signed with another key is refused", eventsPath("doc-1", q(forged)), "", nil, 401, "not valid"},
 		{"garbage is refused", eventsPath("doc-1", "ticket=abc"), "", nil, 401, "not valid"},
-		{"a ticket given twice is refused", eventsPath("doc-1", q(other)+"&"+q(other)), "", nil, 401, "not valid"},
 		{"a ticket with an Authorization header is refused", eventsPath("doc-1", q(other)), alice, nil, 401, "not both"},
 		{"an access token in the query is refused", eventsPath("doc-1", "tabId=tab-a&access_token="+alice), "", nil, 401, "URL"},
 		{"an access token in the query is refused even with a header", eventsPath("doc-1", "tabId=tab-a&token="+alice), alice, nil, 401, "URL"},
 		{"a ticket is accepted nowhere else", leasePath("doc-1") + "?" + q(other), "", nil, 401, "Authorization"},
 		{"another user's ticket opens only that user's session", eventsPath("doc-1", q(bobs)), "", nil, 401, "another session"},
 	}
+	t.Run("a ticket given twice is refused, as every parameter given twice is", func(t *testing.T) {
+		_, resp := openStream(t, ts, eventsPath("doc-1", q(other)+"&"+q(other)), "", nil)
+		if resp == nil {
+			t.Fatal("the stream opened")
+		}
+		if e := httpError(t, resp, http.StatusBadRequest, CodeInvalidArgument); e.Error.Details["field"] != "ticket" {
+			t.Fatalf("details %v", e.Error.Details)
+		}
+	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, resp := openStream(t, ts, tc.path, tc.token, tc.headers)
