@@ -150,6 +150,8 @@ type benchResult struct {
 	Work      string             `json:"work"`
 	Ops       int64              `json:"ops"`
 	Errors    int64              `json:"errors"`
+	// FirstError is what the first failed operation answered (its route, status and code).
+	FirstError string `json:"firstError,omitempty"`
 	PerSecond float64            `json:"perSecond,omitempty"`
 	P50Ms     float64            `json:"p50Ms,omitempty"`
 	P99Ms     float64            `json:"p99Ms,omitempty"`
@@ -250,6 +252,7 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 		return benchResult{}, err
 	}
 	var ops, errs atomic.Int64
+	var first atomic.Pointer[string]
 	lat := make([][]time.Duration, b.concurrency)
 	start := time.Now()
 	end := start.Add(b.duration)
@@ -264,6 +267,8 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 				t := time.Now()
 				if err := op(ctx, w); err != nil {
 					errs.Add(1)
+					msg := err.Error()
+					first.CompareAndSwap(nil, &msg)
 					continue
 				}
 				lat[w] = append(lat[w], time.Since(t))
@@ -291,6 +296,9 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	}
 	all := slices.Concat(lat...)
 	r := benchResult{Work: work, Ops: ops.Load(), Errors: errs.Load(), PerSecond: float64(ops.Load()) / elapsed.Seconds()}
+	if m := first.Load(); m != nil {
+		r.FirstError = *m
+	}
 	r.P50Ms, r.P99Ms = percentiles(all)
 	r.CPUMicros = perOp(cpu0, cpu1, r.Ops)
 	fn1, err := b.functionStats(ctx)
@@ -706,6 +714,16 @@ func printBench(w io.Writer, results []benchResult) {
 		fmt.Fprintf(tw, "%s\t\n", size)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if r.FirstError == "" {
+			continue
+		}
+		fmt.Fprintf(w, "%s: %d errors, the first: %s", r.Work, r.Errors, r.FirstError)
+		if strings.Contains(r.FirstError, "RATE_LIMITED") {
+			fmt.Fprint(w, " (the server's rate limit refuses the bench's pace: run it with TABLEASE_RATE_LIMIT=0)")
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func figure(v float64, format string) string {

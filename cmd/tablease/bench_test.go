@@ -89,3 +89,23 @@ func TestBenchRefusesBadFlagsWithUsage(t *testing.T) {
 		t.Errorf("without the server's secret: exit %d, %q", code, errOut.String())
 	}
 }
+
+// TestBenchSaysWhatItsErrorsWere: a bench refused by the server's rate limit names the first
+// refusal and the setting, rather than a bare count of errors.
+func TestBenchSaysWhatItsErrorsWere(t *testing.T) {
+	env := map[string]string{
+		"TABLEASE_JWT_HS256_SECRET": testSecret,
+		"TABLEASE_JWT_ISSUER":       "bench-idp",
+		"TABLEASE_JWT_AUDIENCE":     "tablease",
+		"TABLEASE_RATE_LIMIT":       "1",
+	}
+	base, logs := startServer(t, env)
+	var out, errOut bytes.Buffer
+	p := Program{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
+	if code := p.Main(t.Context(), []string{"bench", "--url", base, "--work", "renew", "--duration", "300ms", "--concurrency", "2"}); code != 0 {
+		t.Fatalf("bench exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
+	}
+	if s := out.String(); !strings.Contains(s, "429 RATE_LIMITED") || !strings.Contains(s, "TABLEASE_RATE_LIMIT=0") {
+		t.Errorf("the summary does not say what the errors were:\n%s", s)
+	}
+}
