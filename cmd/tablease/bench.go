@@ -147,15 +147,15 @@ type benchOptions struct {
 
 // benchResult is one line of the summary. Zero fields are not measured.
 type benchResult struct {
-	Work      string             `json:"work"`
-	Ops       int64              `json:"ops"`
-	Errors    int64              `json:"errors"`
+	Work   string `json:"work"`
+	Ops    int64  `json:"ops"`
+	Errors int64  `json:"errors"`
 	// FirstError is what the first failed operation answered (its route, status and code).
-	FirstError string `json:"firstError,omitempty"`
-	PerSecond float64            `json:"perSecond,omitempty"`
-	P50Ms     float64            `json:"p50Ms,omitempty"`
-	P99Ms     float64            `json:"p99Ms,omitempty"`
-	CPUMicros map[string]float64 `json:"cpuMicrosPerOp,omitempty"` // by process name
+	FirstError string             `json:"firstError,omitempty"`
+	PerSecond  float64            `json:"perSecond,omitempty"`
+	P50Ms      float64            `json:"p50Ms,omitempty"`
+	P99Ms      float64            `json:"p99Ms,omitempty"`
+	CPUMicros  map[string]float64 `json:"cpuMicrosPerOp,omitempty"` // by process name
 	// FunctionMicros is the time Redis spent running tablease's functions per operation (INFO
 	// commandstats of FCALL: the scripts' own cost, without reading and answering the command),
 	// and FunctionCalls their number per operation; with --redis only.
