@@ -227,7 +227,7 @@ func (s *Server) check(c echo.Context) error {
 	}
 	if b.Token != nil {
 		if b.TabID != "" || len(b.Epoch) > 0 {
-			return errInvalid("give either {tabId, epoch} or {token}, not both")
+			return fieldError("token", "goes alone: give either {tabId, epoch} or {token}, not both")
 		}
 		l, claims, err := s.checkToken(c.Request().Context(), key, *b.Token)
 		if err != nil {

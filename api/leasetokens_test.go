@@ -174,7 +174,10 @@ func TestCheckByToken(t *testing.T) {
 	})
 	t.Run("both forms at once are refused", func(t *testing.T) {
 		body := fmt.Sprintf(`{"token":%q,"tabId":"tab-a","epoch":%d}`, tokA, a.Epoch)
-		wantError(t, h.post(leasePath("doc-1")+"/check", alice, body), http.StatusBadRequest, CodeInvalidArgument)
+		e := wantError(t, h.post(leasePath("doc-1")+"/check", alice, body), http.StatusBadRequest, CodeInvalidArgument)
+		if e.Error.Details["field"] != "token" {
+			t.Fatalf("details %v, want the field named", e.Error.Details)
+		}
 	})
 	t.Run("a tampered token never passes", func(t *testing.T) {
 		parts := strings.Split(tokA, ".")
