@@ -56,7 +56,13 @@ type adminFlags struct {
 
 func (p Program) adminFlagSet(name string) (*flag.FlagSet, adminFlags) {
 	fs := flag.NewFlagSet("tablease admin "+name, flag.ContinueOnError)
-	fs.SetOutput(p.Stderr)
+	fs.SetOutput(io.Discard) // a bad flag is one line (parse); --help writes to stdout (Usage)
+	fs.Usage = func() {
+		fmt.Fprintf(p.Stdout, "usage: tablease admin %s [flags]\n", name)
+		fs.SetOutput(p.Stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 	def := p.Getenv("TABLEASE_URL")
 	if def == "" {
 		def = "http://127.0.0.1:8080"
@@ -132,13 +138,18 @@ func (p Program) admin(ctx context.Context, args []string) int {
 	return code
 }
 
-// parse parses args into fs and refuses anything left over.
+// parse parses args into fs and refuses anything left over. --help runs fs.Usage (the flag
+// package would run it on a bad flag too, where one line says more).
 func parse(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return err
 		}
-		return &usageError{msg: "bad flags (see --help)"} // the flag package printed what
+		return usagef("%v (see --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (every value is a flag; see --help)", fs.Arg(0))

@@ -301,6 +301,13 @@ func TestAdminUsageErrorsExitTwoAndSendNothing(t *testing.T) {
 	if code, out, _ := e.run(t, "usage-test-token", "--help"); code != 0 || !strings.Contains(out, "exit codes") {
 		t.Fatalf("--help: exit %d %q", code, out)
 	}
+	// A command's --help is on stdout, what was asked for; a bad flag is one line on stderr.
+	if code, out, errOut := e.run(t, "usage-test-token", "leases", "--help"); code != 0 || !strings.Contains(out, "usage: tablease admin leases") || errOut != "" {
+		t.Fatalf("leases --help: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, _, errOut := e.run(t, "usage-test-token", "leases", "--bogus"); strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("a bad flag wrote %q, want one line", errOut)
+	}
 }
 
 func TestAdminServerErrorsExitOneWithTheCodeAndMessage(t *testing.T) {
