@@ -31,8 +31,10 @@ import (
 // sweep announces nothing twice.
 //
 // The sweep costs one ZRANGEBYLEX per user of the users index and one HMGET per held lease, per
-// period, on one instance, and a script per expiry it announces. It stops at the first store
-// error; the next period's sweep starts again from the first user.
+// period, on one instance, and a script per expiry it announces. A user whose keys fail (a Cluster
+// shard down) is passed over, so that the others' expiries are announced; the sweep stops at an
+// error of the users index or after maxSweepFailures, and the next period's starts again from the
+// first user.
 
 // sweepPeriod is how often an engine of idle retention idle offers to sweep: a quarter of it, at
 // least a second and at most a minute.
@@ -80,19 +82,44 @@ func (e *Engine) sweepTurn(ctx context.Context) (n int, turn bool, err error) {
 // opSweep names the sweep's store calls in errors.
 const opSweep = "sweep"
 
+// maxSweepFailures is how many failed store calls of the users' keys a sweep passes over before it
+// stops: a user whose keys fail (a Cluster shard down, a key of the wrong type) is skipped, so
+// that the others' expiries are announced, but a Redis that stopped answering ends the sweep
+// within a few OpTimeouts rather than one per user.
+const maxSweepFailures = 8
+
+// sweeping is one sweep: what it announced, and the store errors it passed over.
+type sweeping struct {
+	e         *Engine
+	ctx       context.Context
+	nowUS     int64 // the store's clock when the sweep began: later expiries are the next sweep's
+	announced int
+	failures  int
+	err       error // the first failure
+}
+
+// failed notes a store error of a user's keys and answers whether the sweep goes on.
+func (sw *sweeping) failed(err error) bool {
+	if sw.err == nil {
+		sw.err = err
+	}
+	sw.failures++
+	return sw.failures < maxSweepFailures
+}
+
 // sweep announces the expiries of the leases that expired unannounced in every user's index, and
-// answers how many it announced.
+// answers how many it announced and the first store error it met (it stops at an error of the
+// users index, or after maxSweepFailures others).
 func (e *Engine) sweep(ctx context.Context) (int, error) {
-	var nowUS int64
+	sw := &sweeping{e: e, ctx: ctx}
 	err := e.store(ctx, opSweep, func(ctx context.Context) error {
 		t, err := e.client.Time(ctx).Result()
-		nowUS = t.UnixMicro()
+		sw.nowUS = t.UnixMicro()
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	announced := 0
 	from := "-"
 	for {
 		var users []string
@@ -100,33 +127,48 @@ func (e *Engine) sweep(ctx context.Context) (int, error) {
 			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
 			return err
 		})
-		if err != nil || len(users) == 0 {
-			return announced, err
-		}
-		held, err := e.heldLeases(ctx, users)
 		if err != nil {
-			return announced, err
+			return sw.announced, err
 		}
-		expired, err := e.expiredUnannounced(ctx, held, nowUS)
-		if err != nil {
-			return announced, err
-		}
-		for _, k := range expired {
-			// get.lua settles, which announces the expiry (unless a call did since the read).
-			if _, err := e.Get(ctx, k); err != nil {
-				return announced, err
-			}
-			announced++
+		if len(users) == 0 || !sw.users(users) {
+			return sw.announced, sw.err
 		}
 		from = "(" + users[len(users)-1]
 	}
 }
 
-// heldLeases answers the sessions in the indexes of held leases of users: the first batch of
-// each in one pipeline, then the rest of each index that filled its batch.
-func (e *Engine) heldLeases(ctx context.Context, users []string) ([]lease.Key, error) {
+// users sweeps one page of the users index, and answers whether the sweep goes on.
+func (sw *sweeping) users(users []string) bool {
+	held, ok := sw.heldLeases(users)
+	if !ok {
+		return false
+	}
+	expired, ok := sw.expiredUnannounced(held)
+	if !ok {
+		return false
+	}
+	for _, k := range expired {
+		// get.lua settles, which announces the expiry (unless a call did since the read).
+		if _, err := sw.e.Get(sw.ctx, k); err != nil {
+			if !sw.failed(err) {
+				return false
+			}
+			continue
+		}
+		sw.announced++
+	}
+	return true
+}
+
+// heldLeases answers the sessions in the indexes of held leases of users (the first batch of
+// each in one pipeline, then the rest of each index that filled its batch), and whether the sweep
+// goes on. A user whose index cannot be read is passed over.
+func (sw *sweeping) heldLeases(users []string) ([]lease.Key, bool) {
+	e := sw.e
 	firsts := make([]*redis.StringSliceCmd, len(users))
-	err := e.store(ctx, opSweep, func(ctx context.Context) error {
+	// The pipeline's error is one command's: each is looked at below (on a Cluster the commands
+	// of the shards that answered have their results).
+	_ = e.store(sw.ctx, opSweep, func(ctx context.Context) error {
 		_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, u := range users {
 				firsts[i] = p.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: "-", Max: "+", Count: usersBatch})
@@ -135,13 +177,10 @@ func (e *Engine) heldLeases(ctx context.Context, users []string) ([]lease.Key, e
 		})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
 	var keys []lease.Key
 	for i, u := range users {
-		page := firsts[i].Val()
-		for {
+		page, err := firsts[i].Result()
+		for err == nil {
 			for _, s := range page {
 				keys = append(keys, lease.Key{User: u, Session: s})
 			}
@@ -149,27 +188,29 @@ func (e *Engine) heldLeases(ctx context.Context, users []string) ([]lease.Key, e
 				break
 			}
 			from := "(" + page[len(page)-1]
-			err := e.store(ctx, opSweep, func(ctx context.Context) (err error) {
+			err = e.store(sw.ctx, opSweep, func(ctx context.Context) (err error) {
 				page, err = e.client.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
 				return err
 			})
-			if err != nil {
-				return nil, err
-			}
+		}
+		if err != nil && !sw.failed(storeError(err)) {
+			return nil, false
 		}
 	}
-	return keys, nil
+	return keys, true
 }
 
-// expiredUnannounced answers those of keys whose lease expired by nowUS (µs of the store's
-// clock) and whose end was not announced, from their state hashes, read in pipelines of
-// usersBatch. A session with no hash (parked, or forgotten) has no holder.
-func (e *Engine) expiredUnannounced(ctx context.Context, keys []lease.Key, nowUS int64) ([]lease.Key, error) {
+// expiredUnannounced answers those of keys whose lease expired by the sweep's start and whose end
+// was not announced, from their state hashes, read in pipelines of usersBatch, and whether the
+// sweep goes on. A session with no hash (parked, or forgotten) has no holder; one whose hash
+// cannot be read is passed over.
+func (sw *sweeping) expiredUnannounced(keys []lease.Key) ([]lease.Key, bool) {
+	e := sw.e
 	var expired []lease.Key
 	for start := 0; start < len(keys); start += usersBatch {
 		batch := keys[start:min(start+usersBatch, len(keys))]
 		reads := make([]*redis.SliceCmd, len(batch))
-		err := e.store(ctx, opSweep, func(ctx context.Context) error {
+		_ = e.store(sw.ctx, opSweep, func(ctx context.Context) error {
 			_, err := e.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, k := range batch {
 					reads[i] = p.HMGet(ctx, e.stateKey(k), "tab", "expires_us", "epoch", "ended_epoch")
@@ -178,22 +219,30 @@ func (e *Engine) expiredUnannounced(ctx context.Context, keys []lease.Key, nowUS
 			})
 			return err
 		})
-		if err != nil {
-			return nil, err
-		}
 		for i, k := range batch {
-			v := reads[i].Val()
+			v, err := reads[i].Result()
+			if err != nil {
+				if !sw.failed(storeError(err)) {
+					return nil, false
+				}
+				continue
+			}
 			if len(v) != 4 {
 				continue
 			}
 			tab, _ := v[0].(string)
 			expires, epoch, ended := number(v[1]), number(v[2]), number(v[3])
-			if tab != "" && epoch != 0 && ended != epoch && expires <= nowUS {
+			if tab != "" && epoch != 0 && ended != epoch && expires <= sw.nowUS {
 				expired = append(expired, k)
 			}
 		}
 	}
-	return expired, nil
+	return expired, true
+}
+
+// storeError is err of a sweep's command as the engine reports store errors.
+func storeError(err error) error {
+	return &lease.UnavailableError{Op: opSweep, Err: err}
 }
 
 // number reads an integer field of an HMGET answer; a missing or malformed one is zero.

@@ -116,6 +116,40 @@ func TestTheSweepAnnouncesExpiriesNobodyElseAnnounces(t *testing.T) {
 	}
 }
 
+// TestASweepPassesOverAUserWhoseKeysFail: one user's index that Redis cannot read (as on a Cluster
+// shard that is down) costs that user's expiries this period, not the others'.
+func TestASweepPassesOverAUserWhoseKeysFail(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	var last lease.Lease
+	for _, u := range []string{"amy", "bob", "cat"} {
+		l, err := e.Acquire(ctx, lease.AcquireRequest{Key: lease.Key{User: u, Session: "doc"}, Holder: tabA, TTL: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l
+	}
+	waitStoreMicros(t, c, last.ExpiresAt.UnixMicro())
+	broken := db.Prefix() + ":{bob}:sessions"
+	if err := c.Del(ctx, broken).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, broken, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.sweep(ctx)
+	var u *lease.UnavailableError
+	if n != 2 || !errors.As(err, &u) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("the sweep announced %d expiries, %v; want amy's and cat's, and bob's error", n, err)
+	}
+	for _, user := range []string{"amy", "cat"} {
+		recs := allAudit(t, e, lease.AuditQuery{User: user})
+		if len(recs) != 2 || recs[0].Action != lease.AuditExpire {
+			t.Errorf("%s's audit = %q, want the expiry, then the grant", user, actions(recs))
+		}
+	}
+}
+
 // TestEveryEngineSweepsByItself runs the sweep loop of an engine whose idle retention makes the
 // period a second: an expiry nobody watches is recorded without any call, and OnSweep hears of
 // each sweep, and of the error that ended one.
