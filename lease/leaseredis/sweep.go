@@ -2,7 +2,9 @@ package leaseredis
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +72,11 @@ func (e *Engine) sweepTurn(ctx context.Context) (n int, turn bool, err error) {
 	err = e.store(ctx, opSweep, func(ctx context.Context) (err error) {
 		// Nine tenths of the period, so that the key has expired by the setter's next tick.
 		mine, err = e.client.SetNX(ctx, e.sweepKey(), "1", e.sweepEvery*9/10).Result()
+		if err != nil && strings.HasPrefix(err.Error(), "OOM ") {
+			// Redis at its maxmemory refuses the SET but runs get.lua, which announces what
+			// expired: every engine sweeps then, rather than none (each expiry is announced once).
+			mine, err = true, nil
+		}
 		return err
 	})
 	if err != nil || !mine {
@@ -82,10 +89,11 @@ func (e *Engine) sweepTurn(ctx context.Context) (n int, turn bool, err error) {
 // opSweep names the sweep's store calls in errors.
 const opSweep = "sweep"
 
-// maxSweepFailures is how many failed store calls of the users' keys a sweep passes over before it
-// stops: a user whose keys fail (a Cluster shard down, a key of the wrong type) is skipped, so
-// that the others' expiries are announced, but a Redis that stopped answering ends the sweep
-// within a few OpTimeouts rather than one per user.
+// maxSweepFailures is how many store calls in a row may fail entirely before a sweep stops: a
+// user whose keys fail (a Cluster shard down, a key of the wrong type) is passed over, so that the
+// others' expiries are announced, and a pipeline that some shards answered is no failure in a
+// row; but a Redis that stopped answering altogether ends the sweep within a few OpTimeouts
+// rather than one per page of users.
 const maxSweepFailures = 8
 
 // sweeping is one sweep: what it announced, and the store errors it passed over.
@@ -94,17 +102,26 @@ type sweeping struct {
 	ctx       context.Context
 	nowUS     int64 // the store's clock when the sweep began: later expiries are the next sweep's
 	announced int
-	failures  int
-	err       error // the first failure
+	inARow    int   // store calls that failed entirely, in a row
+	err       error // the first error
 }
 
-// failed notes a store error of a user's keys and answers whether the sweep goes on.
-func (sw *sweeping) failed(err error) bool {
-	if sw.err == nil {
-		sw.err = err
+// result notes how a store call went, whose commands failed (errs of them, the first err) or
+// not, and answers whether the sweep goes on.
+func (sw *sweeping) result(errs, all int, err error) bool {
+	if errs == 0 {
+		sw.inARow = 0
+		return true
 	}
-	sw.failures++
-	return sw.failures < maxSweepFailures
+	if sw.err == nil {
+		sw.err = storeError(err)
+	}
+	if errs < all {
+		sw.inARow = 0 // some shards answered
+		return true
+	}
+	sw.inARow++
+	return sw.inARow < maxSweepFailures
 }
 
 // sweep announces the expiries of the leases that expired unannounced in every user's index, and
@@ -149,13 +166,13 @@ func (sw *sweeping) users(users []string) bool {
 	}
 	for _, k := range expired {
 		// get.lua settles, which announces the expiry (unless a call did since the read).
-		if _, err := sw.e.Get(sw.ctx, k); err != nil {
-			if !sw.failed(err) {
-				return false
-			}
-			continue
+		_, err := sw.e.Get(sw.ctx, k)
+		if !sw.result(count(err), 1, err) {
+			return false
 		}
-		sw.announced++
+		if err == nil {
+			sw.announced++
+		}
 	}
 	return true
 }
@@ -177,10 +194,16 @@ func (sw *sweeping) heldLeases(users []string) ([]lease.Key, bool) {
 		})
 		return err
 	})
+	if !sw.result(failures(firsts)) {
+		return nil, false
+	}
 	var keys []lease.Key
 	for i, u := range users {
 		page, err := firsts[i].Result()
-		for err == nil {
+		if err != nil {
+			continue // passed over: counted above
+		}
+		for {
 			for _, s := range page {
 				keys = append(keys, lease.Key{User: u, Session: s})
 			}
@@ -188,16 +211,40 @@ func (sw *sweeping) heldLeases(users []string) ([]lease.Key, bool) {
 				break
 			}
 			from := "(" + page[len(page)-1]
-			err = e.store(sw.ctx, opSweep, func(ctx context.Context) (err error) {
+			err := e.store(sw.ctx, opSweep, func(ctx context.Context) (err error) {
 				page, err = e.client.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
 				return err
 			})
-		}
-		if err != nil && !sw.failed(storeError(err)) {
-			return nil, false
+			if !sw.result(count(err), 1, err) {
+				return nil, false
+			}
+			if err != nil {
+				break
+			}
 		}
 	}
 	return keys, true
+}
+
+// failures answers how many of cmds failed, of how many, and the first error.
+func failures[C redis.Cmder](cmds []C) (errs, all int, first error) {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			if errs == 0 {
+				first = err
+			}
+			errs++
+		}
+	}
+	return errs, len(cmds), first
+}
+
+// count is 1 for an error, 0 for none.
+func count(err error) int {
+	if err != nil {
+		return 1
+	}
+	return 0
 }
 
 // expiredUnannounced answers those of keys whose lease expired by the sweep's start and whose end
@@ -219,15 +266,12 @@ func (sw *sweeping) expiredUnannounced(keys []lease.Key) ([]lease.Key, bool) {
 			})
 			return err
 		})
+		if !sw.result(failures(reads)) {
+			return nil, false
+		}
 		for i, k := range batch {
 			v, err := reads[i].Result()
-			if err != nil {
-				if !sw.failed(storeError(err)) {
-					return nil, false
-				}
-				continue
-			}
-			if len(v) != 4 {
+			if err != nil || len(v) != 4 {
 				continue
 			}
 			tab, _ := v[0].(string)
@@ -240,8 +284,13 @@ func (sw *sweeping) expiredUnannounced(keys []lease.Key) ([]lease.Key, bool) {
 	return expired, true
 }
 
-// storeError is err of a sweep's command as the engine reports store errors.
+// storeError is err of a sweep's command as the engine reports store errors (an error of a call
+// such as Get is one already).
 func storeError(err error) error {
+	var u *lease.UnavailableError
+	if errors.As(err, &u) {
+		return err
+	}
 	return &lease.UnavailableError{Op: opSweep, Err: err}
 }
 
