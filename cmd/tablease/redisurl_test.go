@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,6 +122,30 @@ func TestServeStopsOnAnUnusablePublicKeysFileWithOneLine(t *testing.T) {
 		const prefix = "tablease: configuration: TABLEASE_JWT_PUBLIC_KEYS: "
 		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, prefix) || !strings.Contains(out, file) || strings.Contains(out, "api:") {
 			t.Fatalf("%s: want one line %q… naming the file, got %q", file, prefix, out)
+		}
+	}
+}
+
+// TestTheSweepsOfARedisInstanceAreCounted: on Redis, /metrics counts the sweeps of expiries
+// nobody announced (README "Operations"), from zero.
+func TestTheSweepsOfARedisInstanceAreCounted(t *testing.T) {
+	rds := redistest.Start(t)
+	base, logs := startServer(t, map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "metrics-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+	})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`tablease_sweeps_total{result="ok"} 0`, `tablease_sweeps_total{result="failed"} 0`, "tablease_sweep_expiries_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s; server:\n%s", want, logs)
 		}
 	}
 }

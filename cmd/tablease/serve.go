@@ -97,7 +97,9 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	// and the server then answers 503 (and /readyz 503) until it does.
 	startCtx, cancelStart := context.WithTimeout(ctx, cfg.RedisTimeout)
 	defer cancelStart()
-	store, err := openStore(startCtx, cfg, log)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, err := openStore(startCtx, cfg, log, registry)
 	if err != nil {
 		return err
 	}
@@ -106,8 +108,6 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		log.Warn("dev mode on Redis: /dev/token mints tokens for any user, so whoever reaches this instance can act on every lease of this store; never point dev mode at a Redis that a deployment uses")
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(api.Options{
 		Engine:      store.engine,
 		Limits:      cfg.Limits,
@@ -202,8 +202,8 @@ type store struct {
 
 // openStore opens the lease engine and the stores beside it: the Redis engine is all three; the
 // memory engine has memory stores of this process beside it (one instance). ctx bounds its checks
-// of the Redis server.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, error) {
+// of the Redis server; the Redis engine's sweeps are counted in reg.
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (store, error) {
 	if cfg.RedisURL == "" {
 		e, err := leasemem.New(leasemem.Options{Limits: cfg.Limits, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
 			SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords})
@@ -216,12 +216,31 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 	if err != nil {
 		return store{}, fmt.Errorf("TABLEASE_REDIS_URL: %w", err)
 	}
+	sweeps := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tablease_sweeps_total",
+		Help: "Sweeps of the expiries nobody announced that this instance made (docs/engines.md, Expiry timers), by result: ok, or failed (a store error passed over or ending it).",
+	}, []string{"result"})
+	swept := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tablease_sweep_expiries_total",
+		Help: "Expiries the sweeps of this instance announced (and so recorded in the audit log).",
+	})
+	if err := errors.Join(reg.Register(sweeps), reg.Register(swept)); err != nil {
+		client.Close()
+		return store{}, err
+	}
+	sweeps.WithLabelValues("ok")
+	sweeps.WithLabelValues("failed")
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
 		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords,
 		OnSweep: func(n int, err error) {
+			swept.Add(float64(n))
 			if err != nil {
-				log.Warn("the sweep of expiries nobody announced stopped; the next one starts over", "announced", n, "err", err)
-			} else if n > 0 {
+				sweeps.WithLabelValues("failed").Inc()
+				log.Warn("the sweep of expiries nobody announced met a store error; the next one starts over", "announced", n, "err", err)
+				return
+			}
+			sweeps.WithLabelValues("ok").Inc()
+			if n > 0 {
 				log.Debug("the sweep announced expiries nobody else announced", "announced", n)
 			}
 		}})
