@@ -229,17 +229,19 @@ func (s *Server) chargeUser(sub string) error {
 // every request with a valid token. (A request of no route has not been authenticated: its
 // token, if any, is verified here.)
 func (s *Server) limitFailure(c echo.Context, err error) error {
-	code := errorFor(err).Code
-	if code == CodeNotFound || code == CodeMethodNotAllowed {
-		if p := s.validPrincipal(c); p != nil {
-			if principalOf(c) == nil { // not charged by rateLimit: no route ran it
-				if limited := s.chargeUser(p.Sub); limited != nil {
-					return limited
-				}
+	switch errorFor(err).Code {
+	case CodeUnauthenticated:
+	case CodeNotFound, CodeMethodNotAllowed:
+		if principalOf(c) != nil {
+			return err // authenticated by its route, and charged by rateLimit
+		}
+		if p, perr := s.principal(c.Request()); perr == nil {
+			if limited := s.chargeUser(p.Sub); limited != nil {
+				return limited
 			}
 			return err
 		}
-	} else if code != CodeUnauthenticated {
+	default:
 		return err
 	}
 	if s.ipLimit == nil {
@@ -257,22 +259,6 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 		Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": "ip"},
 		RetryAfter: wait,
 	}
-}
-
-// validPrincipal answers who the request's valid access token names, one authentication verified
-// or one verified now, or nil when it carries none.
-func (s *Server) validPrincipal(c echo.Context) *Principal {
-	if p := principalOf(c); p != nil {
-		return p
-	}
-	if c.Request().Header.Get(echo.HeaderAuthorization) == "" {
-		return nil
-	}
-	p, err := s.principal(c.Request())
-	if err != nil {
-		return nil
-	}
-	return p
 }
 
 func contextWithTimeout(c echo.Context, d time.Duration) (context.Context, context.CancelFunc) {

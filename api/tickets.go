@@ -44,14 +44,12 @@ func (s *Server) issueTicket(c echo.Context) error {
 	if err := validTabID(b.TabID); err != nil {
 		return err
 	}
-	ticket, err := s.streams.IssueTicket(c.Request().Context(), key, b.TabID, principalOf(c).Expires)
+	ticket, life, err := s.streams.IssueTicket(c.Request().Context(), key, b.TabID, principalOf(c).Expires)
 	if err != nil {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	// A ticket lives TicketTTL, and no longer than the token it was issued to (IssueTicket).
-	life := min(stream.TicketTTL, time.Until(principalOf(c).Expires))
-	return c.JSON(http.StatusOK, ticketJSON{Ticket: ticket, ExpiresInMs: max(life.Milliseconds(), 0)})
+	return c.JSON(http.StatusOK, ticketJSON{Ticket: ticket, ExpiresInMs: life.Milliseconds()})
 }
 
 // ticketError makes a ticket that package stream refused UNAUTHENTICATED; other errors pass.

@@ -119,7 +119,7 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 	ctx := context.Background()
 	key := lease.Key{User: "alice", Session: "doc-1"}
 	issue := func() string {
-		tk, err := h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Hour))
+		tk, _, err := h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestATicketIsRedeemedOnceForItsSessionAndTabUntilItExpires(t *testing.T) {
 	refused("an expired ticket", err, errTicketExpired)
 
 	// A ticket lives no longer than the credential it was issued to.
-	tk, err = h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Second))
+	tk, _, err = h.IssueTicket(ctx, key, "tab-a", clk.Now().Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

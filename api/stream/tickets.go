@@ -126,27 +126,28 @@ func (b *ticketBook) sign(signed string) []byte {
 	return mac.Sum(nil)
 }
 
-// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now (and no longer than
-// until, the end of the credential it is issued to), with a nonce from the store (a
-// *lease.UnavailableError when the store does not answer).
-func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string, until time.Time) (string, error) {
+// IssueTicket makes a ticket for tab of key, valid for TicketTTL from now and no longer than
+// until, the end of the credential it is issued to, and answers it with how long it is valid. Its
+// nonce comes from the store (a *lease.UnavailableError when the store does not answer).
+func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string, until time.Time) (string, time.Duration, error) {
 	b := h.tickets
 	nonce, err := b.nonces.NewNonce(ctx)
 	if err != nil {
 		h.storeError("new_nonce", err)
-		return "", err
+		return "", 0, err
 	}
-	exp := b.now().Add(TicketTTL)
+	now := b.now()
+	exp := now.Add(TicketTTL)
 	if until.Before(exp) {
 		exp = until
 	}
 	claims := Ticket{Sub: key.User, Sid: key.Session, Tab: tab, Exp: exp.UnixMilli(), Until: until.UnixMilli(), Nonce: nonce}
 	payload, err := json.Marshal(claims)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	signed := ticketVersion + "." + b64.EncodeToString(payload)
-	return signed + "." + b64.EncodeToString(b.sign(signed)), nil
+	return signed + "." + b64.EncodeToString(b.sign(signed)), max(exp.Sub(now), 0), nil
 }
 
 // RedeemTicket checks ticket for session sid and tab tabID (any tab when empty), and records it as

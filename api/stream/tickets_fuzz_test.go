@@ -31,7 +31,7 @@ func FuzzRedeemTicket(f *testing.F) {
 		nonces := leasemem.NewNonceStore(clock)
 		h := &Handler{tickets: newTicketBook([]byte(strings.Repeat("s", MinTicketSecretLen)), nil, nonces, clock)}
 		key := lease.Key{User: "alice", Session: "doc-1"}
-		issued, err := h.IssueTicket(t.Context(), key, "tab-1", time.Now().Add(time.Hour))
+		issued, _, err := h.IssueTicket(t.Context(), key, "tab-1", time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

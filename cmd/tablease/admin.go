@@ -57,12 +57,7 @@ type adminFlags struct {
 func (p Program) adminFlagSet(name string) (*flag.FlagSet, adminFlags) {
 	fs := flag.NewFlagSet("tablease admin "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // a bad flag is one line (parse); --help writes to stdout (Usage)
-	fs.Usage = func() {
-		fmt.Fprintf(p.Stdout, "usage: tablease admin %s [flags]\n", name)
-		fs.SetOutput(p.Stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	fs.Usage = func() { p.writeUsage(fs, "usage: tablease admin "+name+" [flags]") }
 	def := p.Getenv("TABLEASE_URL")
 	if def == "" {
 		def = "http://127.0.0.1:8080"

@@ -87,9 +87,7 @@ func (p Program) parseFlags(fs *flag.FlagSet, command, usage string, args []stri
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(p.Stdout, usage)
-		fs.SetOutput(p.Stdout)
-		fs.PrintDefaults()
+		p.writeUsage(fs, usage)
 		return 0, false
 	case err != nil:
 		fmt.Fprintf(p.Stderr, "%s: %v (%s --help lists the flags)\n", command, err, command)
@@ -99,4 +97,13 @@ func (p Program) parseFlags(fs *flag.FlagSet, command, usage string, args []stri
 		return 2, false
 	}
 	return 0, true
+}
+
+// writeUsage writes usage, then the flags of fs, to stdout: the answer to --help.
+func (p Program) writeUsage(fs *flag.FlagSet, usage string) {
+	fmt.Fprintln(p.Stdout, usage)
+	out := fs.Output()
+	fs.SetOutput(p.Stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }

@@ -647,19 +647,31 @@ func (e *Engine) Audit(ctx context.Context, q lease.AuditQuery) (lease.AuditPage
 // allUsers reads the whole users index, in byte order.
 func (e *Engine) allUsers(ctx context.Context, op string) ([]string, error) {
 	var all []string
+	err := e.usersPages(ctx, op, 4*usersBatch, func(users []string) bool {
+		all = append(all, users...)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// usersPages calls fn with each page of the users index, in byte order, n users at most, until fn
+// answers false or the index ends; it stops at the first store error (reported as op's).
+func (e *Engine) usersPages(ctx context.Context, op string, n int64, fn func(users []string) bool) error {
 	from := "-"
 	for {
 		var users []string
 		err := e.store(ctx, op, func(ctx context.Context) (err error) {
-			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: 4 * usersBatch}).Result()
+			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: n}).Result()
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		all = append(all, users...)
-		if len(users) < 4*usersBatch {
-			return all, nil
+		if (len(users) > 0 && !fn(users)) || int64(len(users)) < n {
+			return nil
 		}
 		from = "(" + users[len(users)-1]
 	}

@@ -137,21 +137,10 @@ func (e *Engine) sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	from := "-"
-	for {
-		var users []string
-		err := e.store(ctx, opSweep, func(ctx context.Context) (err error) {
-			users, err = e.client.ZRangeByLex(ctx, e.usersKey(), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
-			return err
-		})
-		if err != nil {
-			return sw.announced, err
-		}
-		if len(users) == 0 || !sw.users(users) {
-			return sw.announced, sw.err
-		}
-		from = "(" + users[len(users)-1]
+	if err := e.usersPages(ctx, opSweep, usersBatch, sw.users); err != nil {
+		return sw.announced, err
 	}
+	return sw.announced, sw.err
 }
 
 // users sweeps one page of the users index, and answers whether the sweep goes on.
@@ -167,7 +156,7 @@ func (sw *sweeping) users(users []string) bool {
 	for _, k := range expired {
 		// get.lua settles, which announces the expiry (unless a call did since the read).
 		_, err := sw.e.Get(sw.ctx, k)
-		if !sw.result(count(err), 1, err) {
+		if !sw.call(err) {
 			return false
 		}
 		if err == nil {
@@ -215,7 +204,7 @@ func (sw *sweeping) heldLeases(users []string) ([]lease.Key, bool) {
 				page, err = e.client.ZRangeByLex(ctx, e.indexKey(u), &redis.ZRangeBy{Min: from, Max: "+", Count: usersBatch}).Result()
 				return err
 			})
-			if !sw.result(count(err), 1, err) {
+			if !sw.call(err) {
 				return nil, false
 			}
 			if err != nil {
@@ -239,12 +228,12 @@ func failures[C redis.Cmder](cmds []C) (errs, all int, first error) {
 	return errs, len(cmds), first
 }
 
-// count is 1 for an error, 0 for none.
-func count(err error) int {
+// call is result for a store call of one command.
+func (sw *sweeping) call(err error) bool {
 	if err != nil {
-		return 1
+		return sw.result(1, 1, err)
 	}
-	return 0
+	return sw.result(0, 1, nil)
 }
 
 // expiredUnannounced answers those of keys whose lease expired by the sweep's start and whose end

@@ -532,13 +532,15 @@ export class TabLease extends EventTarget {
   /** Moves to state `next` (one of TRANSITIONS[current]); emits rolechange when the role changes. */
   _to(next, reason, event = null) {
     const prev = this._state;
+    if (prev !== next && !TRANSITIONS[prev].includes(next)) throw new Error(`TabLease: no transition from ${prev} to ${next}`);
+    // The period of ownership follows the state, also when it stays the same: staying unconfirmed
+    // while the deadline passes ends it (_periodGoesOn).
+    if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, interactions: 0, ended: false };
+    else if (!this._periodGoesOn(next)) this._endPeriod();
     if (prev === next) return false;
-    if (!TRANSITIONS[prev].includes(next)) throw new Error(`TabLease: no transition from ${prev} to ${next}`);
     this._state = next;
     const wasOwner = prev === "owner";
     const isOwner = next === "owner";
-    if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, interactions: 0, ended: false };
-    else if (!this._periodGoesOn(next)) this._endPeriod();
     this._emit("state", { state: next, previous: prev, reason });
     if (isOwner !== wasOwner) {
       const role = isOwner ? "owner" : "viewer";
@@ -589,8 +591,6 @@ export class TabLease extends EventTarget {
   _update(reason, event = null) {
     const next = this._computeState();
     const changed = this._to(next, reason, event);
-    // Staying unconfirmed while the deadline passes ends the period too.
-    if (next !== "owner" && this._period && !this._periodGoesOn(next)) this._endPeriod();
     this._clearTimer("role");
     if (next === "owner" || (next === "unconfirmed" && this._period)) {
       this._timers.role = this._clock.setTimeout(() => {
