@@ -35,17 +35,8 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 	t.Run("an owner tab behind a frozen carrier refuses mutations and shows the new holder within two seconds of a takeover made elsewhere", func(t *testing.T) {
 		const session = "frozen-carrier-owner"
 		srv := startDemoServer(t, rds, nil)
-		b := browsertest.Start(t)
-		carrier := srv.open(b.NewTab("carrier"), session)
-		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		owner := srv.open(b.NewTab("owner"), session)
-		owner.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
-		// The second tab takes control; the first keeps carrying the stream, now as a viewer.
-		browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
-		owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
-		carrier.WaitFor("the first tab to be a viewer of the second", viewerOfJS(owner.id), 5*time.Second)
+		carrier, owner := ownerBehindCarrier(t, srv, browsertest.Start(t), session)
 		srv.mustHold(session, owner.id)
-		checkCarrier(t, carrier, owner)
 		if got := guardAnswer(owner); got != "ran" {
 			t.Fatalf("a guarded mutation in the owner tab answered %s before the takeover, want ran; client: %v", got, lifecycleOf(owner))
 		}
@@ -221,14 +212,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		t.Run("the running mutation of the owner goes on when the tab that carried the stream is "+end, func(t *testing.T) {
 			session := "carrier-" + end
 			srv := startDemoServer(t, rds, nil)
-			b := browsertest.Start(t)
-			old := srv.open(b.NewTab("old"), session)
-			old.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-			owner := srv.open(b.NewTab("owner"), session)
-			owner.WaitFor("the second tab to be a viewer", viewerOfJS(old.id), 10*time.Second)
-			browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
-			owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
-			checkCarrier(t, old, owner)
+			old, owner := ownerBehindCarrier(t, srv, browsertest.Start(t), session)
 
 			// A guarded mutation that waits for the test.
 			browsertest.Eval[chromedp.Void](owner, `(() => {
@@ -579,6 +563,22 @@ func (s demoServer) checkNoWedge(t *testing.T, holder demoTab, session string) {
 
 // checkCarrier fails t (and goes on) unless carrier, the tab opened first, carries the browser's
 // event stream and the followers do not.
+// ownerBehindCarrier opens two tabs of session in b: the first takes the lease and carries the
+// event stream; the second takes control ("Use here", a takeover), and the first, a viewer now,
+// keeps carrying the stream. It answers the two.
+func ownerBehindCarrier(t *testing.T, srv demoServer, b *browsertest.Browser, session string) (carrier, owner demoTab) {
+	t.Helper()
+	carrier = srv.open(b.NewTab("carrier"), session)
+	carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+	owner = srv.open(b.NewTab("owner"), session)
+	owner.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+	browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
+	owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
+	carrier.WaitFor("the first tab to be a viewer of the second", viewerOfJS(owner.id), 5*time.Second)
+	checkCarrier(t, carrier, owner)
+	return carrier, owner
+}
+
 func checkCarrier(t *testing.T, carrier demoTab, followers ...demoTab) {
 	t.Helper()
 	if err := carrier.Until(`tablease.streamCarrier === true`, 5*time.Second); err != nil {
