@@ -67,6 +67,36 @@ test("an owner's guard runs the handler with the epoch, the lease token and the 
   await lease.stop({ release: false });
 });
 
+test("a handler that waits reads the grant's latest token, which renews replace, until its ownership ends", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  let resume;
+  const seen = [];
+  const save = lease.guard(async (args, l) => {
+    seen.push(l.token);
+    await new Promise((r) => (resume = r));
+    seen.push(l.token, l.headers["Tablease-Lease"]);
+    await new Promise((r) => (resume = r));
+    seen.push(l.token);
+    return { saved: true };
+  });
+  const running = save({});
+  await flush();
+  await clock.advance(15000); // a renew answers a new token of the same epoch
+  assert.notEqual(lease.token, seen[0], "the renew replaced the token");
+  resume();
+  await flush();
+  assert.deepEqual(seen.slice(1), [lease.token, lease.token], "token and headers read the latest token");
+  const last = lease.token;
+  server.takeoverBy("t-other");
+  lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+  await clock.advance(15000); // no renew of a lost lease; a later grant would be another epoch
+  resume();
+  assert.deepEqual(await running, { saved: true });
+  assert.equal(seen[3], last, "once its ownership ended, the handler keeps the last token it had");
+  await lease.stop({ release: false });
+});
+
 test("a guard refuses once the local deadline has passed and the check says the lease is gone", async () => {
   const { clock, server, lease } = setup();
   server.fail("POST /lease/renew", { network: true, times: 1000 });

@@ -439,7 +439,8 @@ export class TabLease extends EventTarget {
   /**
    * Wraps a mutation handler: the returned async (args, ctx) runs handler(args, lease, ctx) only
    * while this tab is the owner, with lease = {epoch, token, tabId, sessionId, signal, headers}
-   * (signal aborts when this period of ownership ends), and otherwise returns
+   * (signal aborts when this period of ownership ends; token and headers read the grant's latest
+   * token each time, as renews replace it), and otherwise returns
    * {error: {code: "NOT_LEASE_OWNER", message, retryable: false, details}} without running it.
    * When the lease is held but unconfirmed it asks the server (POST …/lease/check) first.
    * {check: "always"} asks before every call; {check: "never"} trusts the local state.
@@ -455,13 +456,27 @@ export class TabLease extends EventTarget {
       this._update("guard");
       if (this._state !== "owner") return this._notOwner();
       const period = this._period;
+      const epoch = this._epoch;
+      // The token of the latest renew of this grant while the period lasts (a renew replaces it
+      // before it expires, and a handler that waits, on the user say, must send a current one);
+      // the last one it had once the period ended.
+      let token = this._token;
+      const current = () => {
+        if (!period.ended && this._epoch === epoch && this._token) token = this._token;
+        return token;
+      };
       const lease = {
-        epoch: this._epoch,
-        token: this._token,
+        epoch,
+        get token() {
+          return current();
+        },
         tabId: this.tabId,
         sessionId: this.sessionId,
         signal: period.ac.signal,
-        headers: this._token ? { "Tablease-Lease": this._token } : {},
+        get headers() {
+          const t = current();
+          return t ? { "Tablease-Lease": t } : {};
+        },
       };
       period.inFlight++;
       try {

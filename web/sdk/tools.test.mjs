@@ -134,6 +134,37 @@ test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools,
   await lease.stop({ release: false });
 });
 
+test("a mutation tool that waits sends the latest token: ctx.token and ctx.headers follow the renews", async () => {
+  const { clock, lease } = setup();
+  const mc = new ModelContext();
+  await lease.start();
+  let resume;
+  const sent = [];
+  const bridge = registerWebMCPTools(lease, {
+    modelContext: mc,
+    route: "/events",
+    handlers: {
+      ...handlers,
+      save_event: async (args, ctx) => {
+        sent.push(ctx.token);
+        await new Promise((r) => (resume = r)); // the user answers a question, say
+        sent.push(ctx.token, ctx.headers["Tablease-Lease"]);
+        return { saved: true };
+      },
+    },
+  });
+  await bridge.sync();
+  const running = mc.tools.get("save_event").execute({}, {});
+  await flush();
+  await clock.advance(15000); // a renew answers a new token of the same epoch
+  assert.notEqual(lease.token, sent[0]);
+  resume();
+  assert.deepEqual(await running, { saved: true });
+  assert.deepEqual(sent.slice(1), [lease.token, lease.token]);
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
 test("WebMCP: a catalog event re-registers changed tools, and an empty catalog falls back to the app's tools", async () => {
   const { server, lease } = setup();
   const mc = new ModelContext();
