@@ -378,6 +378,24 @@ func TestAdminErrorsGoThroughTheOneTable(t *testing.T) {
 	}
 }
 
+func TestARevokeTooFewReplicasConfirmedSaysSoAndHowToRetry(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	fa.mu.Lock()
+	fa.err = &lease.ReplicationError{Op: "revoke", Wanted: 2, Acked: 1}
+	fa.mu.Unlock()
+	rec := h.post(revokePath, h.adminToken("root"), `{"reason":"r"}`)
+	e := wantError(t, rec, http.StatusServiceUnavailable, CodeStoreUnavailable)
+	if rec.Header().Get("Retry-After") == "" || !*e.Error.Retryable {
+		t.Fatalf("503 without Retry-After or retryable: %v %s", rec.Header(), rec.Body)
+	}
+	if e.Error.Details["replicas"] != float64(1) || e.Error.Details["wanted"] != float64(2) {
+		t.Fatalf("details = %v, want replicas 1 and wanted 2", e.Error.Details)
+	}
+	if !strings.Contains(e.Error.Message, "took effect") || !strings.Contains(e.Error.Message, "X-Request-ID") {
+		t.Fatalf("the message does not say the revoke took effect and how to retry it: %q", e.Error.Message)
+	}
+}
+
 func TestAdminAuditLog(t *testing.T) {
 	h, fa := newAdminHarness(t)
 	at := h.clock.Now()

@@ -115,6 +115,7 @@ var domainErrors = []struct {
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrTooManySessions, CodeTooManySessions, false, "this user has as many sessions as allowed; a session is forgotten ten minutes after its last use"},
 	{lease.ErrTooManyTabs, CodeTooManyTabs, false, "this session lists as many tab connections as allowed; an entry lapses when its tab stops refreshing it"},
+	{lease.ErrNotReplicated, CodeStoreUnavailable, true, "the revoke took effect on the Redis primary, but fewer of its replicas than TABLEASE_REVOKE_REPLICAS confirmed it in time, and a failover could undo it: retry; with the same X-Request-ID the retry answers as this revoke did once they confirm it (without one it answers that nothing is left to revoke)"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},
 	{lease.ErrVersionMismatch, CodePreconditionFailed, false, "the document changed since the version the request names"},
 	{catalog.ErrTooLarge, CodePayloadTooLarge, false, "the catalog is larger than 1 MiB once normalized"},
@@ -149,6 +150,7 @@ func errorFor(err error) *Error {
 			vm    *lease.VersionMismatchError
 			limit *lease.SessionLimitError
 			tabs  *lease.TabLimitError
+			repl  *lease.ReplicationError
 		)
 		switch {
 		case errors.As(err, &inv):
@@ -175,6 +177,8 @@ func errorFor(err error) *Error {
 			out.Details = map[string]any{"limit": limit.Limit}
 		case errors.As(err, &tabs):
 			out.Details = map[string]any{"limit": tabs.Limit}
+		case errors.As(err, &repl):
+			out.Details = map[string]any{"replicas": repl.Acked, "wanted": repl.Wanted}
 		}
 		if row.code == CodeStoreUnavailable {
 			out.RetryAfter = storeRetryAfter

@@ -80,6 +80,11 @@ type Config struct {
 	// AdminMaxBlock bounds the block an admin may set with a revoke (TABLEASE_ADMIN_MAX_BLOCK).
 	AdminMaxBlock time.Duration
 
+	// RevokeReplicas is how many replicas must confirm an admin's revoke before it answers 200
+	// (TABLEASE_REVOKE_REPLICAS; leaseredis.Options.RevokeReplicas); 0 answers once the primary
+	// ran it.
+	RevokeReplicas int
+
 	// SessionsPerUser bounds the sessions each user has state for (TABLEASE_SESSIONS_PER_USER;
 	// 0 = no bound). AuditRetention is how long audit records are kept
 	// (TABLEASE_AUDIT_RETENTION), AuditMaxRecords how many of each user's are kept at most
@@ -310,6 +315,10 @@ var variables = []variable{
 		c.AdminMaxBlock, err = duration(v, time.Second, 7*24*time.Hour)
 		return err
 	}},
+	{"TABLEASE_REVOKE_REPLICAS", "0", "replicas of Redis that must confirm an admin's revoke (WAIT) before it answers 200; fewer within TABLEASE_REDIS_TIMEOUT is 503; 0 = answer once the primary ran it", func(c *Config, v string) (err error) {
+		c.RevokeReplicas, err = count(v, 0, 100)
+		return err
+	}},
 	{"TABLEASE_SESSIONS_PER_USER", "1000", "sessions one user may have state for (held, or used in the last ten minutes); more are 409 TOO_MANY_SESSIONS; 0 = no bound", func(c *Config, v string) (err error) {
 		c.SessionsPerUser, err = count(v, 0, 10_000_000)
 		return err
@@ -448,6 +457,9 @@ func (c *Config) finish() error {
 	}
 	if c.RedisURL != "" && !c.Dev && c.LeaseSigningKey.IsZero() {
 		return &Error{Var: "TABLEASE_LEASE_SIGNING_KEY", Reason: "required with TABLEASE_REDIS_URL (unless --dev): every instance must sign lease tokens with the same key; create one with `tablease keygen --out lease-key.pem`"}
+	}
+	if c.RedisURL == "" && c.RevokeReplicas > 0 {
+		return &Error{Var: "TABLEASE_REVOKE_REPLICAS", Reason: "needs TABLEASE_REDIS_URL: the memory engine has no replicas"}
 	}
 	if !c.Dev && slices.Contains(c.CORSOrigins, "*") {
 		return &Error{Var: "TABLEASE_CORS_ORIGINS", Reason: `"*" (every origin) is allowed in dev mode only; list the origins of your apps`}

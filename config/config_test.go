@@ -266,6 +266,23 @@ func TestLeaseSigningKeys(t *testing.T) {
 			t.Fatalf("the memory engine may generate one: %v", err)
 		}
 	})
+	t.Run("revokes wait for replicas of Redis only", func(t *testing.T) {
+		c, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0",
+			"TABLEASE_LEASE_SIGNING_KEY": keyFile, "TABLEASE_REVOKE_REPLICAS": "2"})), io.Discard)
+		if err != nil || c.RevokeReplicas != 2 {
+			t.Fatalf("RevokeReplicas = %d, %v; want 2", c.RevokeReplicas, err)
+		}
+		for _, tc := range []struct{ name, value, want string }{
+			{"the memory engine", "1", "needs TABLEASE_REDIS_URL"},
+			{"a negative count", "-1", "TABLEASE_REVOKE_REPLICAS"},
+		} {
+			_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REVOKE_REPLICAS": tc.value})), io.Discard)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != "TABLEASE_REVOKE_REPLICAS" || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want an error of TABLEASE_REVOKE_REPLICAS saying %q", tc.name, err, tc.want)
+			}
+		}
+	})
 }
 
 // TestVariablesOfSpacesAloneAreUnset: a variable of spaces alone counts as unset, as an empty one

@@ -50,6 +50,11 @@ type Admin interface {
 	// one answered, whatever happened since, other revokes of the session included.
 	// This holds for a revoke that found the lease free too, so that a retry never revokes a tab
 	// that was granted the lease after the first attempt.
+	//
+	// An engine told to confirm revokes on replicas (leaseredis.Options.RevokeReplicas) answers
+	// only once they confirmed it, and a *ReplicationError when too few did in time: the revoke
+	// took effect on the primary, and a retry with the same RequestID answers as it did once they
+	// confirm it.
 	Revoke(ctx context.Context, req RevokeRequest) (RevokeResult, error)
 	// Audit reads the audit log, newest first, filtered by user and session, a page at a time.
 	// The records of one user come in exactly the reverse order of the changes they record (an

@@ -24,6 +24,10 @@ var (
 	ErrTooManySessions = errors.New("lease: too many sessions")
 	// ErrTooManyTabs: the session's presence list holds MaxPresence connections already.
 	ErrTooManyTabs = errors.New("lease: too many tabs")
+	// ErrNotReplicated: a write the engine was told to confirm on replicas took effect on the
+	// store's primary, but fewer replicas than asked confirmed it in time (ReplicationError); it
+	// also matches ErrUnavailable.
+	ErrNotReplicated = fmt.Errorf("%w: not confirmed by enough replicas", ErrUnavailable)
 )
 
 // TabLimitError says that a Presence.Join would list one connection more than Limit in the
@@ -108,6 +112,25 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("lease: invalid %s: %
 
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// ReplicationError says that a write took effect on the store's primary but only Acked of the
+// Wanted replicas confirmed it before the operation's time ran out: a failover to a replica that
+// did not receive it would undo it. Retrying the call with the same request id answers as the
+// write did, once enough replicas confirm it.
+type ReplicationError struct {
+	Op     string
+	Wanted int
+	Acked  int
+}
+
+func (e *ReplicationError) Error() string {
+	return fmt.Sprintf("lease: %s took effect on the primary, but %d of the %d replicas asked for confirmed it in time", e.Op, e.Acked, e.Wanted)
+}
+
+// Is makes errors.Is(err, ErrNotReplicated) and errors.Is(err, ErrUnavailable) true.
+func (e *ReplicationError) Is(target error) bool {
+	return target == ErrNotReplicated || target == ErrUnavailable
+}
 
 // UnavailableError wraps the store's own error.
 type UnavailableError struct {

@@ -232,6 +232,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 	sweeps.WithLabelValues("failed")
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
 		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords,
+		RevokeReplicas: cfg.RevokeReplicas,
 		OnSweep: func(n int, err error) {
 			swept.Add(float64(n))
 			if err != nil {
@@ -258,6 +259,15 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
 	case policy != "noeviction":
 		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
+	}
+	if cfg.RevokeReplicas > 0 {
+		switch n, addr, err := e.FewestReplicas(ctx); {
+		case err != nil:
+			log.Warn("could not read how many replicas Redis has; TABLEASE_REVOKE_REPLICAS asks revokes to wait for them", "err", err)
+		case n < cfg.RevokeReplicas:
+			log.Warn("a Redis primary has fewer replicas than TABLEASE_REVOKE_REPLICAS: the revokes of its sessions answer 503 until enough connect",
+				"primary", addr, "replicas", n, "revoke_replicas", cfg.RevokeReplicas)
+		}
 	}
 	return store{engine: e, documents: e, nonces: e, name: "redis", close: func() error { return errors.Join(e.Close(), client.Close()) }}, nil
 }

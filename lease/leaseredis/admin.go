@@ -215,7 +215,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if req.RequestID != "" {
 		keys = append(keys, e.revokeAnswerKey(req))
 	}
-	v, err := e.call(ctx, op, revokeFn, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
+	v, err := e.revokeCall(ctx, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {
 		return lease.RevokeResult{}, err
@@ -230,6 +230,52 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		return lease.RevokeResult{}, unexpected(op, status)
 	}
 	return res, nil
+}
+
+// revokeCall runs revoke.lua with keys and args and, when the engine confirms revokes on
+// replicas (Options.RevokeReplicas), sends Redis's WAIT for them on the same connection: WAIT
+// counts the replicas that received every write that connection sent, the revoke's (or, for a
+// retry that replays its answer, the replay's, which comes after it: see replayed in state.lua).
+// Both are bounded by OpTimeout, and WAIT by three quarters of what is left of it, so that Redis
+// answers how many confirmed before the call's time runs out. Fewer than asked is a
+// *lease.ReplicationError: the revoke took effect on the primary, and may still reach them.
+func (e *Engine) revokeCall(ctx context.Context, keys []string, args []any) (any, error) {
+	const op = "revoke"
+	if e.revokeReplicas == 0 {
+		return e.call(ctx, op, revokeFn, keys, args)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	primary, err := e.primaryOf(ctx, keys[0])
+	if err != nil {
+		return nil, &lease.UnavailableError{Op: op, Err: err}
+	}
+	conn := primary.Conn()
+	defer conn.Close()
+	v, err := e.callOn(ctx, conn, op, revokeFn, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	// Never WAIT 0, which waits for ever.
+	wait := max(time.Until(deadline)*3/4, time.Millisecond)
+	acked, err := conn.Wait(ctx, e.revokeReplicas, wait).Result()
+	if err != nil {
+		return nil, &lease.UnavailableError{Op: op, Err: err}
+	}
+	if acked < int64(e.revokeReplicas) {
+		return nil, &lease.ReplicationError{Op: op, Wanted: e.revokeReplicas, Acked: int(acked)}
+	}
+	return v, nil
+}
+
+// primaryOf answers the client of the primary that holds key: the engine's own client, unless it
+// is a Cluster's (New checked that it is one or the other).
+func (e *Engine) primaryOf(ctx context.Context, key string) (*redis.Client, error) {
+	if c, ok := e.client.(*redis.ClusterClient); ok {
+		return c.MasterForKey(ctx, key)
+	}
+	return e.client.(*redis.Client), nil
 }
 
 // parseRevoke reads revoke.lua's answer: {status, revoked, epoch, until_us, previous tab, previous

@@ -2,6 +2,7 @@ package leaseredis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -97,6 +98,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	t.Run("events travel only through the shard of their user", func(t *testing.T) { testShardedEvents(t, c) })
 	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
 	t.Run("the sweep announces the expiries nobody watches on every shard", func(t *testing.T) { testClusterSweep(t, c) })
+	t.Run("a revoke waits for the replica of its own shard", func(t *testing.T) { testClusterRevokeReplicas(t, c) })
 	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {
 		engine := func(url string) *leaseredis.Engine {
 			client, err := leaseredis.NewClient(url, time.Second)
@@ -331,5 +333,65 @@ func testClusterSweep(t *testing.T, c *redistest.Cluster) {
 			t.Fatalf("expiries recorded of %d users of %d after %v: %v", len(expired), users, 30*time.Second, expired)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// testClusterRevokeReplicas revokes the leases of users on every shard with RevokeReplicas 1,
+// then with the replica of one user's shard stopped: only that user's revoke goes unconfirmed.
+func testClusterRevokeReplicas(t *testing.T, c *redistest.Cluster) {
+	const prefix = "replicas"
+	client, err := leaseredis.NewClient(aclUser(t, clusterURL(c), c.Nodes, prefix, true), topologyOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout, RevokeReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := t.Context()
+	if n, _, err := eng.FewestReplicas(ctx); err != nil || n != 1 {
+		t.Fatalf("FewestReplicas = %d, %v; want 1", n, err)
+	}
+	revoke := func(user string) error {
+		key := lease.Key{User: user, Session: "doc"}
+		if _, err := eng.Acquire(ctx, lease.AcquireRequest{Key: key, Holder: lease.Holder{TabID: "tab-a"}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := eng.Revoke(ctx, lease.RevokeRequest{Key: key, Admin: "root", Reason: "r"})
+		if err == nil && !res.Revoked {
+			t.Fatalf("the revoke of %s revoked nothing", user)
+		}
+		return err
+	}
+	// Users whose keys fall on every shard.
+	shards := map[string]string{}
+	for i := 0; len(shards) < 3 && i < 100; i++ {
+		user := fmt.Sprintf("u%d", i)
+		addr := c.PrimaryOf(t, prefix+":{"+user+"}:known").Addr()
+		if _, ok := shards[addr]; !ok {
+			shards[addr] = user
+			if err := revoke(user); err != nil {
+				t.Fatalf("the revoke of %s on %s: %v", user, addr, err)
+			}
+		}
+	}
+	if len(shards) != 3 {
+		t.Fatalf("users on %d shards, want 3", len(shards))
+	}
+	stopped := c.PrimaryOf(t, prefix+":{u0}:known")
+	replica := c.ReplicaOf(t, stopped)
+	replica.Pause(t)
+	defer replica.Resume(t)
+	for addr, user := range shards {
+		err := revoke(user)
+		var re *lease.ReplicationError
+		switch {
+		case addr == stopped.Addr() && (!errors.As(err, &re) || re.Acked != 0 || re.Wanted != 1):
+			t.Errorf("the revoke of %s, whose shard's replica is stopped: %v; want a ReplicationError of 0 of 1", user, err)
+		case addr != stopped.Addr() && err != nil:
+			t.Errorf("the revoke of %s on another shard: %v", user, err)
+		}
 	}
 }

@@ -97,6 +97,12 @@ type Options struct {
 	// the number of expiries it announced and the store error that ended it, if any, and when
 	// taking the turn failed. It runs on the sweep's goroutine, never after Close returns.
 	OnSweep func(announced int, err error)
+
+	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
+	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (see revoke.go);
+	// zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
+	// Sentinel) or a *redis.ClusterClient, and must not be negative.
+	RevokeReplicas int
 }
 
 // replyKeptFor is how many OpTimeouts the answer of a call that changes a session is kept for
@@ -132,6 +138,7 @@ type Engine struct {
 	perUser        int              // Options.SessionsPerUser
 	sweepEvery     time.Duration    // how often the engine offers to sweep (sweep.go)
 	onSweep        func(int, error) // Options.OnSweep
+	revokeReplicas int              // Options.RevokeReplicas
 	// common are the first seven arguments of every session script (see state.lua), formatted
 	// once.
 	common []any
@@ -179,7 +186,8 @@ var _ lease.Engine = (*Engine)(nil)
 //
 // It fails with a *lease.InvalidError for bad limits or prefix, and with an error when client is
 // nil, OpTimeout is negative, or client is a *redis.Client, *redis.ClusterClient or *redis.Ring
-// without ContextTimeoutEnabled (its calls would not be bounded by OpTimeout).
+// without ContextTimeoutEnabled (its calls would not be bounded by OpTimeout), or RevokeReplicas
+// is positive and client is neither a *redis.Client nor a *redis.ClusterClient.
 func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	if client == nil {
 		return nil, errors.New("leaseredis: nil client")
@@ -206,6 +214,13 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		return nil, errors.New("leaseredis: the client must be created with ContextTimeoutEnabled " +
 			"(NewClient does it), or store calls would outlive OpTimeout")
 	}
+	if opts.RevokeReplicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("leaseredis: RevokeReplicas needs a *redis.Client or a *redis.ClusterClient, not a %T", client)
+		}
+	}
 	for _, o := range []struct {
 		field, reason string
 		bad           bool
@@ -220,6 +235,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
 		{"IdleRetention", "must be zero (the default) or at least a millisecond", opts.IdleRetention < 0 || (opts.IdleRetention > 0 && opts.IdleRetention < time.Millisecond)},
 		{"SessionsPerUser", "must not be negative", opts.SessionsPerUser < 0},
+		{"RevokeReplicas", "must not be negative", opts.RevokeReplicas < 0},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
@@ -244,6 +260,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		idle:           cmp.Or(opts.IdleRetention.Truncate(time.Millisecond), lease.DefaultIdleRetention),
 		perUser:        opts.SessionsPerUser,
 		onSweep:        opts.OnSweep,
+		revokeReplicas: opts.RevokeReplicas,
 		ctx:            ctx,
 		cancel:         cancel,
 		sessions:       make(map[lease.Key]*watched),
@@ -537,6 +554,55 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
+// FewestReplicas answers the fewest replicas that a primary of the engine's Redis has connected
+// (INFO replication), and that primary's address: a revoke of a session it holds cannot be
+// confirmed by more (Options.RevokeReplicas). Bounded by OpTimeout.
+func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
+	if e.closed.Load() {
+		return 0, "", &lease.UnavailableError{Op: "info", Err: ErrClosed}
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	fewest, addr := -1, ""
+	count := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		n := -1
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				if n, err = strconv.Atoi(v); err != nil {
+					return fmt.Errorf("leaseredis: INFO replication: connected_slaves:%s", v)
+				}
+			}
+		}
+		if n < 0 {
+			return errors.New("leaseredis: INFO replication has no connected_slaves")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fewest < 0 || n < fewest {
+			fewest, addr = n, c.Options().Addr
+		}
+		return nil
+	}
+	var err error
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, count)
+	case *redis.Client:
+		err = count(ctx, c)
+	default:
+		err = fmt.Errorf("leaseredis: cannot read the replicas of a %T", e.client)
+	}
+	if err != nil {
+		return 0, "", &lease.UnavailableError{Op: "info", Err: err}
+	}
+	return fewest, addr, nil
+}
+
 // ServerMismatch reports what a URL of one server (neither Sentinel nor Cluster) gets wrong about
 // the server it reached: a Cluster node, whose functions publish on shard channels that the plain
 // client does not hear (events would be lost), or a replica, which refuses every change with
@@ -595,6 +661,12 @@ func (e *Engine) change(ctx context.Context, op string, f *function, key lease.K
 // it, on the primary of keys[0], and the call is made again: up to three times, since on a
 // Cluster another node's load may have answered for this one's.
 func (e *Engine) call(ctx context.Context, op string, f *function, keys []string, args []any) (any, error) {
+	return e.callOn(ctx, nil, op, f, keys, args)
+}
+
+// callOn is call sent on conn, one connection of the primary of keys[0], instead of through the
+// batcher when conn is not nil.
+func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *function, keys []string, args []any) (any, error) {
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
@@ -618,7 +690,12 @@ func (e *Engine) call(ctx context.Context, op string, f *function, keys []string
 		loads := e.loads.Load()
 		cmd := redis.NewCmd(ctx, cmdArgs...)
 		cmd.SetFirstKeyPos(3)
-		if err = e.batches.of(ctx, keys[0]).do(ctx, cmd); err == nil {
+		if conn != nil {
+			err = conn.Process(ctx, cmd)
+		} else {
+			err = e.batches.of(ctx, keys[0]).do(ctx, cmd)
+		}
+		if err == nil {
 			v, err = cmd.Result()
 		}
 		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {

@@ -263,7 +263,10 @@ local function pack_answer(r)
 end
 
 -- replayed answers the answer this call already gave, when go-redis sends it again (see above),
--- and nil otherwise. Scripts that change a session call it first after their validation.
+-- and nil otherwise. Scripts that change a session call it first after their validation. A replay
+-- writes the kept answer again, as it is and with its expiry: Redis's WAIT counts the replicas that
+-- received every write of the connection it is sent on, and a replay on a new connection must
+-- count only those that received the call it replays (a revoke confirmed on replicas, revoke.go).
 local function replayed()
   if KEY_REPLY == nil then
     return nil
@@ -272,6 +275,7 @@ local function replayed()
   if not r then
     return nil
   end
+  redis.call('SET', KEY_REPLY, r, 'KEEPTTL')
   if string.byte(r, 1) < 128 then
     local a = {struct.unpack(LEASE_PACKED, r)}
     a[LEASE_ANSWER_LEN + 1] = nil -- where struct.unpack stopped

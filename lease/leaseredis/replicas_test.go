@@ -1,0 +1,143 @@
+package leaseredis
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+)
+
+// replicated starts a primary and a replica of it, and waits until the replica is in sync.
+func replicated(t *testing.T) (primary, replica *redistest.Server) {
+	t.Helper()
+	primary, replica = redistest.Start(t), redistest.Start(t)
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	// A full sync at once, not after the default 5 s of waiting for more replicas.
+	if err := primary.Client(t).ConfigSet(t.Context(), "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Client(t).Do(t.Context(), "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info := replica.Client(t).Info(t.Context(), "replication").Val()
+		if strings.Contains(info, "master_link_status:up") &&
+			strings.Contains(primary.Client(t).Info(t.Context(), "replication").Val(), "connected_slaves:1") {
+			return primary, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not sync within 10 s:\n%s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lastAudit answers the action of the newest record of the admins' audit log of user that the
+// Redis of srv holds.
+func lastAudit(t *testing.T, e *Engine, srv *redistest.Server, user string) string {
+	t.Helper()
+	msgs, err := srv.Client(t).XRevRangeN(t.Context(), e.adminAuditKey(user), "+", "-", 1).Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("the audit log of %s on %s: %v, %v", user, srv.Addr(), msgs, err)
+	}
+	return msgs[0].Values["a"].(string)
+}
+
+func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
+	primary, replica := replicated(t)
+	engine := func() *Engine {
+		client, err := NewClient(primary.URL(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		e, err := New(client, Options{OpTimeout: time.Second, RevokeReplicas: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	e := engine()
+	ctx := t.Context()
+	if n, _, err := e.FewestReplicas(ctx); err != nil || n != 1 {
+		t.Fatalf("FewestReplicas = %d, %v; want 1", n, err)
+	}
+	notReplicated := func(t *testing.T, what string, err error) {
+		t.Helper()
+		var re *lease.ReplicationError
+		if !errors.As(err, &re) || re.Wanted != 1 || re.Acked != 0 || !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("%s with the replica stopped: %v; want a ReplicationError of 0 replicas of 1", what, err)
+		}
+	}
+
+	t.Run("a replica in sync confirms it before it answers", func(t *testing.T) {
+		key := lease.Key{User: "ann", Session: "doc-1"}
+		mustAcquire(t, e, key, tabA, lease.ModeTry)
+		res, err := e.Revoke(ctx, lease.RevokeRequest{Key: key, Admin: "root", Reason: "r"})
+		if err != nil || !res.Revoked {
+			t.Fatalf("Revoke = %+v, %v; want revoked", res, err)
+		}
+		// No wait: WAIT confirmed that the replica has it.
+		if a := lastAudit(t, e, replica, key.User); a != "revoke" {
+			t.Fatalf("the replica's newest audit record of the user is %q, want the revoke", a)
+		}
+	})
+
+	t.Run("a stopped replica does not, and the revoke stands on the primary", func(t *testing.T) {
+		key := lease.Key{User: "bea", Session: "doc-1"}
+		mustAcquire(t, e, key, tabA, lease.ModeTry)
+		replica.Pause(t)
+		req := lease.RevokeRequest{Key: key, Admin: "root", Reason: "r", RequestID: "req-1"}
+		_, err := e.Revoke(ctx, req)
+		notReplicated(t, "Revoke", err)
+		if l, err := e.Get(ctx, key); err != nil || l.Held {
+			t.Fatalf("Get after the revoke = %+v, %v; want the lease revoked on the primary", l, err)
+		}
+		// The retry of the same request replays the answer, and waits for it as the first did.
+		_, err = e.Revoke(ctx, req)
+		notReplicated(t, "the retry of the revoke", err)
+		replica.Resume(t)
+		res, err := e.Revoke(ctx, req)
+		if err != nil || !res.Revoked || res.Previous == nil || res.Previous.TabID != "tab-a" {
+			t.Fatalf("the retry with the replica back = %+v, %v; want the first answer: tab-a revoked", res, err)
+		}
+		if a := lastAudit(t, e, replica, key.User); a != "revoke" {
+			t.Fatalf("the replica's newest audit record of the user is %q, want the revoke", a)
+		}
+	})
+
+	t.Run("a driver's resend on a new connection waits for the call it resends", func(t *testing.T) {
+		key := lease.Key{User: "cy", Session: "doc-1"}
+		mustAcquire(t, e, key, tabA, lease.ModeTry)
+		keys := append(e.sessionKeys(key), e.replyKey(key.User), e.adminAuditKey(key.User))
+		args := []any{"root", "r", int64(0), "", lease.RevokeRetryWindow.Milliseconds()}
+		replica.Pause(t)
+		defer replica.Resume(t)
+		_, err := e.revokeCall(ctx, keys, args)
+		notReplicated(t, "the revoke", err)
+		// The same reply key, sent by another client (a connection that wrote nothing yet): Redis
+		// answers from the key, and WAIT counts the replicas that have the replay's write, so the
+		// stopped replica counts for neither.
+		_, err = engine().revokeCall(ctx, keys, args)
+		notReplicated(t, "the resent revoke", err)
+	})
+}
+
+func TestRevokeReplicasNeedsAClientThatNamesThePrimary(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ring.Close() })
+	if _, err := New(ring, Options{RevokeReplicas: 1}); err == nil || !strings.Contains(err.Error(), "RevokeReplicas") {
+		t.Fatalf("New with a Ring and RevokeReplicas = %v, want an error naming RevokeReplicas", err)
+	}
+	var ie *lease.InvalidError
+	if _, err := New(ring, Options{RevokeReplicas: -1}); !errors.As(err, &ie) || ie.Field != "RevokeReplicas" {
+		t.Fatalf("New with RevokeReplicas -1 = %v, want an InvalidError of RevokeReplicas", err)
+	}
+}
