@@ -6,7 +6,9 @@
 // against tablease's JWKS (and, with EVENTSAPP_STRICT=true, asks tablease whether its epoch is
 // still current), and then through a fence: each event row keeps the highest lease epoch that
 // wrote it and refuses writes under a lower one (docs/fencing.md). The guard keeps most stale
-// writes out; only the fence makes them impossible.
+// writes out; the fence keeps a tab that lost the lease from overwriting what a newer holder
+// wrote. A new event, an event the newer holder has not written, and any write after an admin's
+// revoke are refused only in strict mode (docs/fencing.md, "What each layer stops").
 //
 //	export TABLEASE_JWT_HS256_SECRET=$(openssl rand -hex 32)   # one identity provider for both
 //	go run ./cmd/tablease serve --dev &                        # tablease on 127.0.0.1:8080
