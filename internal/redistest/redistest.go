@@ -11,9 +11,10 @@
 //     redis-server started on first use, or the Redis named by TABLEASE_TEST_REDIS_URL. The test
 //     must not stop or reconfigure it, and should touch only keys under its prefix (or its DB).
 //
-//   - StartCluster and StartSentinel start a whole topology for one test (topology.go): a Redis
-//     Cluster of three primaries with a replica each, or a primary, a replica and three
-//     sentinels. The test may stop nodes to make the topology fail over.
+//   - StartCluster, StartSentinel and StartReplicated start a whole topology for one test
+//     (topology.go): a Redis Cluster of three primaries with a replica each, a primary, a replica
+//     and three sentinels, or a primary and a replica alone. The test may stop nodes to make the
+//     topology fail over.
 //
 // Private servers run with --save "" --appendonly no --bind 127.0.0.1 --maxmemory-policy
 // noeviction in a temporary directory: they persist nothing (a replica's copy of a full sync is

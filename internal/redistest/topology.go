@@ -305,13 +305,39 @@ type Sentinel struct {
 // MasterName is the name under which the sentinels monitor the primary.
 const MasterName = "tablease"
 
+// StartReplicated starts a primary and a replica of it, and waits until the replica is in sync
+// and the primary counts it; both are stopped in t.Cleanup. The test may pause the replica
+// (Server.Pause) so that it stops acknowledging.
+func StartReplicated(t testing.TB) (primary, replica *Server) {
+	t.Helper()
+	primary = startNode(t, &role{}, "")
+	replica = startNode(t, &role{replica: primary.Addr()}, "")
+	err := poll(topologyTimeout, func() error {
+		r, err := command(replica.Addr(), "info", "replication")
+		if err != nil {
+			return err
+		}
+		p, err := command(primary.Addr(), "info", "replication")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(r.(string), "master_link_status:up") || !strings.Contains(p.(string), "connected_slaves:1") {
+			return fmt.Errorf("the replica is not in sync")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return primary, replica
+}
+
 // StartSentinel starts the primary, its replica and three sentinels, and waits until every
 // sentinel sees the primary, its replica and the two other sentinels.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	s := &Sentinel{}
-	s.Primary = startNode(t, &role{}, "")
-	s.Replica = startNode(t, &role{replica: s.Primary.Addr()}, "")
+	s.Primary, s.Replica = StartReplicated(t)
 	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\n"+
 		"sentinel down-after-milliseconds %[1]s %[3]d\n"+
 		"sentinel failover-timeout %[1]s %[4]d\n"+
@@ -330,13 +356,6 @@ func StartSentinel(t testing.TB) *Sentinel {
 			if m["num-slaves"] != "1" || m["num-other-sentinels"] != "2" || m["flags"] != "master" {
 				return fmt.Errorf("sentinel %s sees %v", n.Addr(), m)
 			}
-		}
-		v, err := command(s.Replica.Addr(), "info", "replication")
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(v.(string), "master_link_status:up") {
-			return fmt.Errorf("the replica is not in sync")
 		}
 		return nil
 	})

@@ -215,7 +215,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if req.RequestID != "" {
 		keys = append(keys, e.revokeAnswerKey(req))
 	}
-	v, err := e.revokeCall(ctx, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
+	v, err := e.revokeCall(ctx, op, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {
 		return lease.RevokeResult{}, err
@@ -239,8 +239,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 // Both are bounded by OpTimeout, and WAIT by three quarters of what is left of it, so that Redis
 // answers how many confirmed before the call's time runs out. Fewer than asked is a
 // *lease.ReplicationError: the revoke took effect on the primary, and may still reach them.
-func (e *Engine) revokeCall(ctx context.Context, keys []string, args []any) (any, error) {
-	const op = "revoke"
+func (e *Engine) revokeCall(ctx context.Context, op string, keys []string, args []any) (any, error) {
 	if e.revokeReplicas == 0 {
 		return e.call(ctx, op, revokeFn, keys, args)
 	}
@@ -250,7 +249,7 @@ func (e *Engine) revokeCall(ctx context.Context, keys []string, args []any) (any
 	if err != nil {
 		return nil, &lease.UnavailableError{Op: op, Err: err}
 	}
-	conn := primary.Conn()
+	conn := primary.(*redis.Client).Conn() // New refused other clients with RevokeReplicas
 	defer conn.Close()
 	v, err := e.callOn(ctx, conn, op, revokeFn, keys, args)
 	if err != nil {
@@ -267,15 +266,6 @@ func (e *Engine) revokeCall(ctx context.Context, keys []string, args []any) (any
 		return nil, &lease.ReplicationError{Op: op, Wanted: e.revokeReplicas, Acked: int(acked)}
 	}
 	return v, nil
-}
-
-// primaryOf answers the client of the primary that holds key: the engine's own client, unless it
-// is a Cluster's (New checked that it is one or the other).
-func (e *Engine) primaryOf(ctx context.Context, key string) (*redis.Client, error) {
-	if c, ok := e.client.(*redis.ClusterClient); ok {
-		return c.MasterForKey(ctx, key)
-	}
-	return e.client.(*redis.Client), nil
 }
 
 // parseRevoke reads revoke.lua's answer: {status, revoked, epoch, until_us, previous tab, previous

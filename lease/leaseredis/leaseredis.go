@@ -566,20 +566,14 @@ func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
 	var mu sync.Mutex
 	fewest, addr := -1, ""
 	count := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
+		info := c.InfoMap(ctx, "replication")
+		if err := info.Err(); err != nil {
 			return err
 		}
-		n := -1
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-				if n, err = strconv.Atoi(v); err != nil {
-					return fmt.Errorf("leaseredis: INFO replication: connected_slaves:%s", v)
-				}
-			}
-		}
-		if n < 0 {
-			return errors.New("leaseredis: INFO replication has no connected_slaves")
+		v := info.Item("Replication", "connected_slaves")
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("leaseredis: INFO replication: connected_slaves %q", v)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -722,19 +716,24 @@ func (e *Engine) loadLibrary(ctx context.Context, key string, loads uint64) erro
 	if e.loads.Load() != loads {
 		return nil // loaded meanwhile: call again (on a Cluster, maybe on another node: see call)
 	}
-	load := e.client.FunctionLoadReplace
-	if c, ok := e.client.(*redis.ClusterClient); ok {
-		primary, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			return err
-		}
-		load = primary.FunctionLoadReplace
+	primary, err := e.primaryOf(ctx, key)
+	if err != nil {
+		return err
 	}
-	if err := load(ctx, library).Err(); err != nil {
+	if err := primary.FunctionLoadReplace(ctx, library).Err(); err != nil {
 		return err
 	}
 	e.loads.Add(1)
 	return nil
+}
+
+// primaryOf answers the client of the primary that holds key: the engine's own client, unless it
+// is a Cluster's.
+func (e *Engine) primaryOf(ctx context.Context, key string) (redis.UniversalClient, error) {
+	if c, ok := e.client.(*redis.ClusterClient); ok {
+		return c.MasterForKey(ctx, key)
+	}
+	return e.client, nil
 }
 
 // leaseAnswer parses the answer v of a lease script run by eval or change for op on key, which

@@ -2,7 +2,6 @@ package leaseredis
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,32 +10,6 @@ import (
 	"github.com/tablease/tablease/internal/redistest"
 	"github.com/tablease/tablease/lease"
 )
-
-// replicated starts a primary and a replica of it, and waits until the replica is in sync.
-func replicated(t *testing.T) (primary, replica *redistest.Server) {
-	t.Helper()
-	primary, replica = redistest.Start(t), redistest.Start(t)
-	host, port, _ := net.SplitHostPort(primary.Addr())
-	// A full sync at once, not after the default 5 s of waiting for more replicas.
-	if err := primary.Client(t).ConfigSet(t.Context(), "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := replica.Client(t).Do(t.Context(), "replicaof", host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info := replica.Client(t).Info(t.Context(), "replication").Val()
-		if strings.Contains(info, "master_link_status:up") &&
-			strings.Contains(primary.Client(t).Info(t.Context(), "replication").Val(), "connected_slaves:1") {
-			return primary, replica
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync within 10 s:\n%s", info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // lastAudit answers the action of the newest record of the admins' audit log of user that the
 // Redis of srv holds.
@@ -50,7 +23,7 @@ func lastAudit(t *testing.T, e *Engine, srv *redistest.Server, user string) stri
 }
 
 func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
-	primary, replica := replicated(t)
+	primary, replica := redistest.StartReplicated(t)
 	engine := func() *Engine {
 		client, err := NewClient(primary.URL(), time.Second)
 		if err != nil {
@@ -120,12 +93,12 @@ func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
 		args := []any{"root", "r", int64(0), "", lease.RevokeRetryWindow.Milliseconds()}
 		replica.Pause(t)
 		defer replica.Resume(t)
-		_, err := e.revokeCall(ctx, keys, args)
+		_, err := e.revokeCall(ctx, "revoke", keys, args)
 		notReplicated(t, "the revoke", err)
 		// The same reply key, sent by another client (a connection that wrote nothing yet): Redis
 		// answers from the key, and WAIT counts the replicas that have the replay's write, so the
 		// stopped replica counts for neither.
-		_, err = engine().revokeCall(ctx, keys, args)
+		_, err = engine().revokeCall(ctx, "revoke", keys, args)
 		notReplicated(t, "the resent revoke", err)
 	})
 }

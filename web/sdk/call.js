@@ -301,13 +301,11 @@ export async function runToolCall(handler, call, args, callerCtx) {
       stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation, kind)),
       interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
     };
-    if (call.mutation) {
-      // Readings of the grant's latest token, as the guard's are: renews replace it.
-      Object.defineProperties(ctx, {
-        token: { get: () => leaseCtx.token, enumerable: true },
-        headers: { get: () => leaseCtx.headers, enumerable: true },
-      });
-    }
+    // Readings of the lease context's, whose token renews replace (guard).
+    Object.defineProperties(ctx, {
+      token: { get: () => leaseCtx.token, enumerable: true },
+      headers: { get: () => leaseCtx.headers, enumerable: true },
+    });
     const ctxFor = { signal, pageSignal: scope.pageSignal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
     try {
       if (signal.aborted) return abortAnswer(signal);
