@@ -99,8 +99,8 @@ type Options struct {
 	OnSweep func(announced int, err error)
 
 	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
-	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (see revoke.go);
-	// zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
+	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (revokeCall in
+	// admin.go); zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
 	// Sentinel) or a *redis.ClusterClient, and must not be negative.
 	RevokeReplicas int
 }

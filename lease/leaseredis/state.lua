@@ -266,7 +266,8 @@ end
 -- and nil otherwise. Scripts that change a session call it first after their validation. A replay
 -- writes the kept answer again, as it is and with its expiry: Redis's WAIT counts the replicas that
 -- received every write of the connection it is sent on, and a replay on a new connection must
--- count only those that received the call it replays (a revoke confirmed on replicas, revoke.go).
+-- count only those that received the call it replays (a revoke confirmed on replicas: revokeCall
+-- in admin.go).
 local function replayed()
   if KEY_REPLY == nil then
     return nil
