@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -293,6 +294,22 @@ func getAndHead(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareF
 	r.HEAD(path, h, m...)
 }
 
+// wholeSegments answers 404 for a path with more segments than the route it reached: Echo gives
+// a route's last parameter the rest of the path, so /v1/sessions/s/tabs/t/x would reach the
+// handlers of /v1/sessions/{sid}/tabs/{tabId} with tabId "t/x" (a 400 for PUT, a 405 for GET).
+// Routes ending in * take the rest of the path on purpose.
+func wholeSegments(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		route := c.Path()
+		if route != "" && !strings.HasSuffix(route, "*") &&
+			strings.Count(c.Request().URL.EscapedPath(), "/") != strings.Count(route, "/") {
+			c.SetPath("") // logged and counted as no route, as Echo's own 404s are
+			return echo.ErrNotFound
+		}
+		return next(c)
+	}
+}
+
 func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
@@ -303,7 +320,7 @@ func (s *Server) newEcho() *echo.Echo {
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}
-	e.Use(strictQuery)
+	e.Use(strictQuery, wholeSegments)
 
 	getAndHead(e, "/healthz", s.healthz)
 	getAndHead(e, "/readyz", s.readyz)

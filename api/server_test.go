@@ -36,6 +36,9 @@ func TestUnknownRoutesAndMethodsAnswerJSON(t *testing.T) {
 		{"GET on renew is METHOD_NOT_ALLOWED", http.MethodGet, leasePath("doc-1") + "/renew", 405, CodeMethodNotAllowed},
 		{"POST on healthz is METHOD_NOT_ALLOWED", http.MethodPost, "/healthz", 405, CodeMethodNotAllowed},
 		{"dev/token is not registered outside dev mode", http.MethodGet, "/dev/token?sub=alice", 404, CodeNotFound},
+		{"a path below a tab is NOT_FOUND, not a bad tabId", http.MethodPut, "/v1/sessions/doc-1/tabs/t1/x", 404, CodeNotFound},
+		{"a GET below a tab is NOT_FOUND, not METHOD_NOT_ALLOWED", http.MethodGet, "/v1/sessions/doc-1/tabs/t1/x", 404, CodeNotFound},
+		{"a DELETE of a tab with a trailing slash is NOT_FOUND", http.MethodDelete, "/v1/sessions/doc-1/tabs/t1/", 404, CodeNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -373,6 +376,7 @@ func TestDevToken(t *testing.T) {
 		{"a ttl under a second is refused", "127.0.0.1:5555", "sub=alice&ttl=500ms", 400, CodeInvalidArgument},
 		{"a ttl of a nanosecond is refused", "127.0.0.1:5555", "sub=alice&ttl=1ns", 400, CodeInvalidArgument},
 		{"a ttl of no whole seconds is refused", "127.0.0.1:5555", "sub=alice&ttl=1500ms", 400, CodeInvalidArgument},
+		{"a parameter given twice is refused", "127.0.0.1:5555", "sub=alice&sub=bob", 400, CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
