@@ -133,7 +133,9 @@ func decodeJSON(data []byte, dst any) error {
 // keyError is the answer to a key jsontext.Keys refused.
 func keyError(err *jsontext.KeyError) *Error {
 	if err.Reason == jsontext.UnknownKey {
-		return errInvalid(fmt.Sprintf("request body: unknown field %q", err.Key))
+		e := errInvalid(fmt.Sprintf("request body: unknown field %q", err.Key))
+		e.Details = map[string]any{"field": err.Key}
+		return e
 	}
 	return fieldError(err.Key, string(err.Reason))
 }

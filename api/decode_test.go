@@ -26,8 +26,8 @@ func TestStrictDecoding(t *testing.T) {
 		code        string
 		field       string // details.field, when one is to blame
 	}{
-		{name: "an unknown field is refused", body: `{"tabId":"tab-a","color":"red"}`, status: 400, code: CodeInvalidArgument},
-		{name: "a field spelt in another case is refused", body: `{"TABID":"tab-a"}`, status: 400, code: CodeInvalidArgument},
+		{name: "an unknown field is refused", body: `{"tabId":"tab-a","color":"red"}`, status: 400, code: CodeInvalidArgument, field: "color"},
+		{name: "a field spelt in another case is refused", body: `{"TABID":"tab-a"}`, status: 400, code: CodeInvalidArgument, field: "TABID"},
 		{name: "a field given twice is refused", body: `{"tabId":"tab-a","tabId":"tab-b"}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
 		{name: "a tabId that is a number is refused", body: `{"tabId":5}`, status: 400, code: CodeInvalidArgument, field: "tabId"},
 		{name: "hidden as a string is refused", body: `{"tabId":"tab-a","hidden":"yes"}`, status: 400, code: CodeInvalidArgument, field: "hidden"},
