@@ -262,6 +262,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 			slog.String("error", errString(ae.Err)))
 	}
 	h := c.Response().Header()
+	// An error answers one request at one moment (a 503 or a 429 the next moment may be a 200),
+	// and may come before the handler that would have said how its answers are cached.
+	h.Set(echo.HeaderCacheControl, "no-store")
 	if ae.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
 	}

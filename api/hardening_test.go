@@ -352,8 +352,9 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || Codes[e.Error.Code] != resp.StatusCode {
 				t.Fatalf("body %+v for status %d: %v", e, resp.StatusCode, err)
 			}
-			if resp.Header.Get("X-Request-ID") != id || id == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
-				t.Fatalf("headers %v, want the X-Request-ID %q and nosniff", resp.Header, id)
+			if resp.Header.Get("X-Request-ID") != id || id == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" ||
+				resp.Header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("headers %v, want the X-Request-ID %q, nosniff and no-store", resp.Header, id)
 			}
 			if told.Code != e.Error.Code {
 				t.Fatalf("the error told for the log is %s, the answer's %s", told.Code, e.Error.Code)

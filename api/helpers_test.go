@@ -229,6 +229,9 @@ func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code st
 	if Codes[code] != status {
 		t.Fatalf("code %s is mapped to %d in Codes, answered with %d", code, Codes[code], status)
 	}
+	if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+		t.Fatalf("Cache-Control = %q, want no-store on an error answer", cc)
+	}
 	return e
 }
 
