@@ -83,7 +83,10 @@ type Options struct {
 	AccessToken func(r *http.Request) (string, error)
 	// HTTPClient makes the checks; default http.DefaultClient (CheckTimeout bounds each call).
 	HTTPClient *http.Client
-	// CheckTimeout bounds one check; default 2s.
+	// CheckTimeout bounds one check; default 3s. Keep it above tablease's TABLEASE_REDIS_TIMEOUT
+	// (default 2s): tablease answers a check that its store could not serve with 503 and a
+	// Retry-After once that time has passed, and a guard that gave up first answers 503 with
+	// "tablease is unreachable" and Retry-After 1, which misleads the operator and the client.
 	CheckTimeout time.Duration
 
 	// OnReject, when set, is called with every rejection before it is written (for logs and
@@ -135,7 +138,7 @@ func New(opts Options) (*Guard, error) {
 		return nil, errors.New("guard: Options.CheckTimeout must not be negative")
 	}
 	if g.opts.CheckTimeout == 0 {
-		g.opts.CheckTimeout = 2 * time.Second
+		g.opts.CheckTimeout = 3 * time.Second
 	}
 	if g.opts.HTTPClient == nil {
 		g.opts.HTTPClient = http.DefaultClient

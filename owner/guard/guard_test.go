@@ -42,9 +42,10 @@ type fakeTablease struct {
 	checkHits atomic.Int32
 
 	mu          sync.Mutex
-	checkStatus int    // what /lease/check answers; 200 by default
-	checkBody   string // overrides the body when set
-	checkHang   bool   // /lease/check never answers
+	checkStatus int           // what /lease/check answers; 200 by default
+	checkBody   string        // overrides the body when set
+	checkHang   bool          // /lease/check never answers
+	checkDelay  time.Duration // /lease/check answers after this long
 	lastAuth    string
 	lastToken   string
 	lastPath    string
@@ -75,8 +76,13 @@ func newFakeTablease(t *testing.T) *fakeTablease {
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
 		f.lastAuth, f.lastToken, f.lastPath = r.Header.Get("Authorization"), body.Token, r.URL.Path
-		status, text, hang := f.checkStatus, f.checkBody, f.checkHang
+		status, text, hang, delay := f.checkStatus, f.checkBody, f.checkHang, f.checkDelay
 		f.mu.Unlock()
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
 		if hang {
 			<-r.Context().Done()
 			return
@@ -92,6 +98,9 @@ func newFakeTablease(t *testing.T) *fakeTablease {
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "4")
+		}
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, text)
 	})
@@ -427,6 +436,27 @@ func TestGuardStrict(t *testing.T) {
 	})
 	if len(a.seen) != 0 {
 		t.Fatal("a refused request reached the handler")
+	}
+}
+
+// TestGuardStrictWaitsOutTableasesStoreTimeout: with the default CheckTimeout, a check that
+// tablease answers 503 after its own store timeout (TABLEASE_REDIS_TIMEOUT, default 2s) reaches
+// the client as tablease's answer, with its Retry-After, not as a guard that gave up first.
+func TestGuardStrictWaitsOutTableasesStoreTimeout(t *testing.T) {
+	tl := newFakeTablease(t)
+	var cause error
+	a := newApp(t, tl, func(o *guard.Options) {
+		o.Strict = true
+		o.OnReject = func(r *http.Request, e *guard.Error) { cause = e.Err }
+	})
+	tl.setCheck(http.StatusServiceUnavailable, "", false)
+	tl.mu.Lock()
+	tl.checkDelay = 2*time.Second + 100*time.Millisecond
+	tl.mu.Unlock()
+	rec, rej := a.do(t, http.MethodPost, "alice", "doc-A", tl.token("alice", "doc-A", 3))
+	expectRejected(t, rec, rej, http.StatusServiceUnavailable, guard.CodeUnavailable, "")
+	if got := rec.Header().Get("Retry-After"); got != "4" {
+		t.Fatalf("Retry-After %q, want tablease's 4 (the guard gave up before tablease answered: %v)", got, cause)
 	}
 }
 
