@@ -160,6 +160,13 @@ func (s *Server) adminGetLease(c echo.Context) error {
 	return c.JSON(http.StatusOK, adminLeaseView(l))
 }
 
+// RevokeRequestID reports whether id, sent as a revoke's X-Request-ID, names the revoke, so that a
+// retry with the same id is answered as the revoke was: the request ids the server keeps, which
+// are also valid identifiers of the store.
+func RevokeRequestID(id string) bool {
+	return saneRequestID(id) && lease.ValidateID("requestId", id) == nil
+}
+
 func (s *Server) adminRevoke(c echo.Context) error {
 	key, err := adminKey(c)
 	if err != nil {
@@ -193,7 +200,7 @@ func (s *Server) adminRevoke(c echo.Context) error {
 	// A client that retries with the same X-Request-ID gets the first answer again. Only the
 	// client's own id names the revoke: one the server made up for this request can never be sent
 	// again, so remembering its answer would only cost the store.
-	if id := c.Request().Header.Get(echo.HeaderXRequestID); saneRequestID(id) && lease.ValidateID("requestId", id) == nil {
+	if id := c.Request().Header.Get(echo.HeaderXRequestID); RevokeRequestID(id) {
 		req.RequestID = id
 	}
 	res, err := s.admin.Revoke(c.Request().Context(), req)

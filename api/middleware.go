@@ -67,7 +67,8 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-func newRequestID() string {
+// NewRequestID is a request id as the server makes one: 32 hex digits from crypto/rand.
+func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
@@ -105,7 +106,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		req := c.Request()
 		id := req.Header.Get(echo.HeaderXRequestID)
 		if !saneRequestID(id) {
-			id = newRequestID()
+			id = NewRequestID()
 		}
 		c.Set(keyRequestID, id)
 		h := c.Response().Header()

@@ -113,7 +113,7 @@ func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	var out bytes.Buffer
 	out.WriteString(prefix + strconv.Itoa(e.Status()) + " " + http.StatusText(e.Status()) + "\r\n")
 	out.WriteString("Content-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\nConnection: close\r\n")
-	id := newRequestID()
+	id := NewRequestID()
 	out.WriteString("X-Request-Id: " + id + "\r\n")
 	out.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
 	out.Write(body)

@@ -37,7 +37,10 @@ http://127.0.0.1:8080), --json (print the server's JSON answer as it is) and --t
 commands:
   leases  [--sub S] [--limit N] [--cursor C]       list the leases held now
   lease   --sub S --sid D                          read one session's lease
-  revoke  --sub S --sid D --reason R [--block 5m]  revoke a lease; --block also refuses grants for that long
+  revoke  --sub S --sid D --reason R [--block 5m] [--request-id ID]
+                                                   revoke a lease; --block also refuses grants for that long;
+                                                   a revoke that may have taken effect without an answer
+                                                   prints the command that retries it under its request id
   audit   [--sub S] [--sid D] [--limit N] [--cursor C]   the audit log, newest first (--sid needs --sub)
 
 exit codes:
@@ -154,9 +157,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // adminClient calls the admin API.
 type adminClient struct {
-	base  *url.URL
-	token string
-	http  *http.Client
+	base      *url.URL
+	token     string
+	http      *http.Client
+	requestID string // sent as X-Request-ID when set
 }
 
 func (p Program) newAdminClient(f adminFlags) (*adminClient, error) {
@@ -199,6 +203,9 @@ func (c *adminClient) do(ctx context.Context, method string, segments []string, 
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "tablease-cli/"+Version())
+	if c.requestID != "" {
+		req.Header.Set("X-Request-ID", c.requestID)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -334,20 +341,21 @@ func ms(n int64) string {
 // shellQuote quotes a value for the "next page" hint.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// nextPage is the command line of the page after this one of "tablease admin <cmd>": the flags
-// this one was given (--url, --limit, --sub…), each quoted, then the cursor of the next page.
-func nextPage(cmd string, fs *flag.FlagSet, cursor string) string {
+// again is the command line of "tablease admin <cmd>" run again with the flags this run was given
+// (--url, --limit, --sub…), each quoted, and the flag name set to value: the next page (--cursor),
+// the retry of a revoke (--request-id).
+func again(cmd string, fs *flag.FlagSet, name, value string) string {
 	hint := "tablease admin " + cmd
 	fs.Visit(func(f *flag.Flag) {
 		switch b, isBool := f.Value.(interface{ IsBoolFlag() bool }); {
-		case f.Name == "cursor":
+		case f.Name == name:
 		case isBool && b.IsBoolFlag():
 			hint += " --" + f.Name
 		default:
 			hint += " --" + f.Name + " " + shellQuote(clean(f.Value.String()))
 		}
 	})
-	return hint + " --cursor " + shellQuote(clean(cursor))
+	return hint + " --" + name + " " + shellQuote(clean(value))
 }
 
 func validID(field, v string, required bool) error {
@@ -438,7 +446,7 @@ func (p Program) adminLeases(ctx context.Context, args []string) (int, error) {
 			}
 		}
 		if page.NextCursor != nil {
-			fmt.Fprintf(w, "\nmore: %s\n", nextPage("leases", fs, *page.NextCursor))
+			fmt.Fprintf(w, "\nmore: %s\n", again("leases", fs, "cursor", *page.NextCursor))
 		}
 		return nil
 	})
@@ -513,8 +521,14 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 	sid := fs.String("sid", "", "the session (required)")
 	reason := fs.String("reason", "", "why, at most 200 printable characters (required)")
 	block := fs.Duration("block", 0, "also refuse every grant of the session for this long, e.g. 5m (at most the server's TABLEASE_ADMIN_MAX_BLOCK)")
+	requestID := fs.String("request-id", "", "the X-Request-ID that names this revoke (default: a new one); a failed revoke prints the command that retries it with its own")
 	if err := parse(fs, args); err != nil {
 		return 0, err
+	}
+	if *requestID == "" {
+		*requestID = api.NewRequestID()
+	} else if !api.RevokeRequestID(*requestID) {
+		return 0, usagef("--request-id must be 1–128 characters of A-Z a-z 0-9 . _ : - (the id a failed revoke printed)")
 	}
 	if err := validID("sub", *sub, true); err != nil {
 		return 0, err
@@ -532,6 +546,7 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	c.requestID = *requestID
 	body := map[string]any{"reason": *reason}
 	if *block > 0 {
 		body["blockMs"] = block.Milliseconds()
@@ -543,6 +558,12 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 		Previous     *cliPrevious `json:"previous"`
 	}
 	data, err := c.fetch(ctx, http.MethodPost, []string{"v1", "admin", "users", *sub, "sessions", *sid, "lease", "revoke"}, nil, body, &res, "a revoke result")
+	if ae := (*apiError)(nil); err != nil && (!errors.As(err, &ae) || ae.Status >= 500) {
+		// The revoke may have taken effect (a timeout, a lost answer, replicas that did not
+		// confirm it): a retry under the same id is answered as it was, not revoked again.
+		return 0, fmt.Errorf("%w\nto retry this revoke under its id (answered as the revoke was, if it took effect):\n  %s",
+			err, again("revoke", fs, "request-id", *requestID))
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -629,7 +650,7 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 			}
 		}
 		if page.NextCursor != nil {
-			fmt.Fprintf(w, "\nolder: %s\n", nextPage("audit", fs, *page.NextCursor))
+			fmt.Fprintf(w, "\nolder: %s\n", again("audit", fs, "cursor", *page.NextCursor))
 		}
 		return nil
 	})

@@ -169,6 +169,71 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	}
 }
 
+// TestAdminConsoleRetriesARevokeUnderItsRequestID: a revoke whose replicas did not confirm it in
+// time (TABLEASE_REVOKE_REPLICAS=1, the replica stopped) took effect on the primary and answered
+// 503; confirming again from the same dialog, once the replica is back, is answered as that
+// revoke: "Revoked the lease", with the tab it took the lease from. A revoke under a new request
+// id would find nothing left to revoke.
+func TestAdminConsoleRetriesARevokeUnderItsRequestID(t *testing.T) {
+	browsertest.Chromium(t)
+	primary, replica := redistest.StartReplicated(t)
+	keyFile := filepath.Join(t.TempDir(), "lease-key.pem")
+	if code := (Program{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}).
+		Main(t.Context(), []string{"keygen", "--out", keyFile}); code != 0 {
+		t.Fatalf("tablease keygen exited %d", code)
+	}
+	base, _ := startServer(t, map[string]string{
+		"TABLEASE_REDIS_URL":         primary.URL(),
+		"TABLEASE_REVOKE_REPLICAS":   "1",
+		"TABLEASE_REDIS_TIMEOUT":     "1s",
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile,
+	})
+	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
+	issue := func(sub string, scopes ...string) string {
+		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	tab := client{t: t, base: base, token: issue("alice")}
+	code, acq := tab.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "tab-a"})
+	if code != 200 {
+		t.Fatalf("the tab acquires: %d %v", code, acq)
+	}
+
+	b := browsertest.Start(t)
+	b.Do("open the console with an admin token",
+		chromedp.Navigate(base+"/admin"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), issue("root", api.ScopeAdmin)),
+		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+	)
+	const row = `button[data-action="revoke"][data-sub="alice"][data-sid="doc-1"]`
+	b.WaitFor("the lease row", `document.querySelector('`+row+`') !== null`, 15*time.Second)
+	b.Do("open the revoke dialog", chromedp.Click(chromedp.CSS(row)))
+	b.WaitFor("the dialog", `document.getElementById('revoke-dialog').open`, 5*time.Second)
+
+	replica.Pause(t)
+	b.Do("revoke while the replica is stopped",
+		chromedp.SendKeys(chromedp.CSS("#revoke-reason"), "support: stuck tab"),
+		chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)),
+	)
+	b.WaitFor("the 503 and the way to retry", `document.getElementById('revoke-error').textContent.includes('STORE_UNAVAILABLE') &&
+		document.getElementById('revoke-error').textContent.includes('Revoke again here to retry it')`, 15*time.Second)
+	if code, body := tab.do("POST", "/v1/sessions/doc-1/lease/renew", map[string]any{"tabId": "tab-a", "epoch": epochOf(t, acq)}); code != 409 {
+		t.Fatalf("the revoke took effect on the primary, but the holder renews: %d %v", code, body)
+	}
+
+	replica.Resume(t)
+	b.Do("confirm again from the same dialog", chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)))
+	b.WaitFor("the first revoke's answer", `document.getElementById('status').textContent.includes('Revoked the lease of alice / doc-1 (tab tab-a')`, 15*time.Second)
+	b.WaitFor("the dialog to close", `!document.getElementById('revoke-dialog').open`, 5*time.Second)
+}
+
 // TestAdminConsoleAsksForADevTokenOnlyUnderALoopbackName: reached as 127.0.0.1, the console of a
 // dev-mode server takes a /dev/token token by itself; reached under another name that resolves to
 // the same server (console.test, mapped by Chromium's host rules), it asks /dev/token nothing,

@@ -26,6 +26,7 @@ type recordingAdmin struct {
 	audits    []lease.AuditQuery
 	leasePage lease.LeasePage
 	revokeRes lease.RevokeResult
+	revokeErr error
 	auditPage lease.AuditPage
 }
 
@@ -40,7 +41,7 @@ func (r *recordingAdmin) Revoke(_ context.Context, req lease.RevokeRequest) (lea
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.revokes = append(r.revokes, req)
-	return r.revokeRes, nil
+	return r.revokeRes, r.revokeErr
 }
 
 func (r *recordingAdmin) RecordCatalog(context.Context, string, string) error { return nil }
@@ -239,6 +240,47 @@ func TestAdminRevoke(t *testing.T) {
 	}
 }
 
+// TestAdminRevokeThatMayHaveTakenEffectPrintsItsRetry: every revoke is sent under a request id;
+// when its outcome is unknown (here, replicas that did not confirm it) the CLI prints the command
+// that retries it under the same id, which the server answers as the revoke did.
+func TestAdminRevokeThatMayHaveTakenEffectPrintsItsRetry(t *testing.T) {
+	e := newCLIEnv(t)
+	e.admin.revokeErr = &lease.ReplicationError{Op: "revoke", Wanted: 1, Acked: 0}
+	code, _, errOut := e.run(t, e.token, "revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "stuck tab", "--block", "5m")
+	if code != 1 || !strings.Contains(errOut, "503 STORE_UNAVAILABLE") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	first := e.admin.revokes[0].RequestID
+	if !api.RevokeRequestID(first) {
+		t.Fatalf("the revoke was sent under the request id %q, which does not name a revoke", first)
+	}
+	retry := "tablease admin revoke --block '5m0s' --reason 'stuck tab' --sid 'doc-1' --sub 'alice' --request-id '" + first + "'"
+	if !strings.Contains(errOut, retry) {
+		t.Fatalf("stderr %q\ndoes not give the retry %q", errOut, retry)
+	}
+
+	e.admin.mu.Lock()
+	e.admin.revokeErr = nil
+	e.admin.revokeRes = lease.RevokeResult{Revoked: true, Epoch: 99}
+	e.admin.mu.Unlock()
+	if code, _, errOut := e.run(t, e.token, "revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "stuck tab", "--block", "5m0s", "--request-id", first); code != 0 {
+		t.Fatalf("the retry: exit %d, stderr %q", code, errOut)
+	}
+	if got := e.admin.revokes[1].RequestID; got != first {
+		t.Fatalf("the retry was sent under %q, want the first revoke's %q", got, first)
+	}
+	if code, _, _ := e.run(t, e.token, "revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "another"); code != 0 || e.admin.revokes[2].RequestID == first {
+		t.Fatalf("a new revoke reused the id %q (exit %d)", first, code)
+	}
+
+	t.Run("a refusal is final: no retry is offered", func(t *testing.T) {
+		code, _, errOut := e.run(t, mintToken(t, "alice"), "revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "r")
+		if code != 1 || strings.Contains(errOut, "--request-id") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+	})
+}
+
 func TestAdminAudit(t *testing.T) {
 	e := newCLIEnv(t)
 	at := time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
@@ -277,6 +319,7 @@ func TestAdminUsageErrorsExitTwoAndSendNothing(t *testing.T) {
 		{"a blank reason is refused", "usage-test-token", []string{"revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "  "}, "--reason is required"},
 		{"a reason over 200 characters is refused", "usage-test-token", []string{"revoke", "--sub", "alice", "--sid", "doc-1", "--reason", strings.Repeat("r", 201)}, "at most 200"},
 		{"a negative block is refused", "usage-test-token", []string{"revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "r", "--block", "-1m"}, "--block"},
+		{"a request id the server would replace is refused", "usage-test-token", []string{"revoke", "--sub", "alice", "--sid", "doc-1", "--reason", "r", "--request-id", "a b"}, "--request-id must be"},
 		{"revoke needs the session", "usage-test-token", []string{"revoke", "--sub", "alice", "--reason", "r"}, "--sid is required"},
 		{"lease needs the user", "usage-test-token", []string{"lease", "--sid", "doc-1"}, "--sub is required"},
 		{"a bad user is refused", "usage-test-token", []string{"leases", "--sub", "al ice"}, "--sub may contain only"},

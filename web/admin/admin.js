@@ -45,8 +45,9 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, requestId) {
   const headers = { Accept: 'application/json', Authorization: `Bearer ${state.token}` };
+  if (requestId) headers['X-Request-ID'] = requestId;
   const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer',
     signal: AbortSignal.timeout(TIMEOUT_MS) };
   if (body !== undefined) {
@@ -420,8 +421,16 @@ async function lookUpLease(sub, sid) {
 
 // --- revoke --------------------------------------------------------------------------------
 
+// newRequestId names one revoke: 32 hex digits (crypto.randomUUID needs a secure context, which a
+// console served over plain HTTP under a non-loopback name is not).
+function newRequestId() {
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
 function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false } = {}) {
-  state.revokeTarget = { sub, sid, opener, lookup };
+  // One dialog is one revoke: confirming again after a failure sends the same X-Request-ID, so a
+  // revoke that took effect but whose answer was lost (a timeout, a 503) is answered, not repeated.
+  state.revokeTarget = { sub, sid, opener, lookup, requestId: newRequestId() };
   const what = lease && lease.held && lease.holder
     ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
     : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
@@ -472,7 +481,7 @@ async function confirmRevoke() {
   errEl.textContent = '';
   try {
     const body = blockMs > 0 ? { reason, blockMs } : { reason };
-    const res = await api('POST', `/v1/admin/users/${enc(t.sub)}/sessions/${enc(t.sid)}/lease/revoke`, body);
+    const res = await api('POST', `/v1/admin/users/${enc(t.sub)}/sessions/${enc(t.sid)}/lease/revoke`, body, t.requestId);
     let msg = res.revoked
       ? `Revoked the lease of ${t.sub} / ${t.sid}${res.previous ? ` (tab ${res.previous.tabId}, epoch ${res.previous.epoch})` : ''}. New epoch: ${res.epoch}.`
       : `Nothing to revoke: ${t.sub} / ${t.sid} was free (last epoch ${res.epoch}).`;
@@ -491,7 +500,9 @@ async function confirmRevoke() {
     await refreshAll();
   } catch (err) {
     errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.` +
-      (err instanceof ApiError && err.code === 'TIMEOUT' ? ' It may still take effect: look the session up before revoking again.' : '');
+      (err instanceof ApiError && (err.code === 'TIMEOUT' || err.code === 'NETWORK' || err.status >= 500)
+        ? ` It may have taken effect: ${confirmBtn.textContent} again here to retry it; the server answers a retry as it answered the first.`
+        : '');
   } finally {
     confirmBtn.disabled = false;
   }
