@@ -20,6 +20,11 @@ const JWKSPath = "/.well-known/jwks.json"
 // maxJWKSSize bounds the JWKS document the client reads.
 const maxJWKSSize = 1 << 20
 
+// unfetchedRefresh bounds MinRefreshInterval while no set has been fetched: a backend that started
+// while tablease was down verifies tokens about a second after tablease is back, as its
+// Retry-After of 1 told its clients, rather than up to MinRefreshInterval later.
+const unfetchedRefresh = time.Second
+
 // JWKSOptions configure a JWKSClient.
 type JWKSOptions struct {
 	// BaseURL is tablease's base URL (e.g. "https://tablease.example.com"); the JWKS is fetched
@@ -35,6 +40,8 @@ type JWKSOptions struct {
 	// arrive: an attacker sending tokens with made-up kids gets the JWKS fetched at most once per
 	// interval per process. Default 10s. A rotation is seen at once if the new key was published
 	// (KeySetOptions.Previous) before it signs, or after at most this interval otherwise.
+	// Until a first set has been fetched the interval is at most a second (unfetchedRefresh):
+	// every lookup fails then, and the guard's 503 tells the client to retry in a second.
 	MinRefreshInterval time.Duration
 	// MaxAge is how long a fetched set is used before it is fetched again on the next lookup, so
 	// that retired keys disappear; default 5m. When that fetch fails, the old set is used until a
@@ -175,7 +182,11 @@ func (c *JWKSClient) fetch(ctx context.Context, limited bool) error {
 
 	c.mu.Lock()
 	now := c.now()
-	if limited && !c.attemptedAt.IsZero() && now.Sub(c.attemptedAt) < c.minRefresh {
+	interval := c.minRefresh
+	if c.fetchedAt.IsZero() {
+		interval = min(interval, unfetchedRefresh)
+	}
+	if limited && !c.attemptedAt.IsZero() && now.Sub(c.attemptedAt) < interval {
 		err := c.lastErr
 		c.mu.Unlock()
 		return err

@@ -78,6 +78,47 @@ func TestJWKSClient(t *testing.T) {
 	}
 }
 
+// TestJWKSClientFetchesEverySecondUntilItHasASet: a backend that started while tablease was down
+// (every fetch failing) fetches again a second later, not MinRefreshInterval later, so it verifies
+// tokens about a second after tablease is back, as the guard's Retry-After of 1 said.
+func TestJWKSClientFetchesEverySecondUntilItHasASet(t *testing.T) {
+	key, _ := leasetoken.GenerateKey()
+	var hits atomic.Int32
+	var up atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write(leasetoken.EncodeJWKS([]leasetoken.PublicKey{key.Public()}))
+	}))
+	defer srv.Close()
+	c0 := &clock{now: t0}
+	jc, err := guard.NewJWKSClient(guard.JWKSOptions{BaseURL: srv.URL, MinRefreshInterval: 10 * time.Second, Now: c0.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := jc.LookupKey(ctx, key.KeyID()); !errors.Is(err, leasetoken.ErrKeysUnavailable) {
+		t.Fatalf("with tablease down: %v", err)
+	}
+	c0.Add(500 * time.Millisecond)
+	if _, err := jc.LookupKey(ctx, key.KeyID()); !errors.Is(err, leasetoken.ErrKeysUnavailable) || hits.Load() != 1 {
+		t.Fatalf("within the second: %v, %d fetches, want 1", err, hits.Load())
+	}
+	up.Store(true)
+	c0.Add(600 * time.Millisecond)
+	if k, err := jc.LookupKey(ctx, key.KeyID()); err != nil || k.KeyID() != key.KeyID() || hits.Load() != 2 {
+		t.Fatalf("a second after the failed fetch, with tablease back: %v, %d fetches", err, hits.Load())
+	}
+	// With a set, made-up kids are held to MinRefreshInterval again.
+	c0.Add(2 * time.Second)
+	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 2 {
+		t.Fatalf("an unknown kid 2s after a fetch: %v, %d fetches, want 2", err, hits.Load())
+	}
+}
+
 func TestJWKSClientNeverFetched(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`<html>oops</html>`))
