@@ -25,14 +25,21 @@ func TestTokenClaimsAreReadStrictly(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		token string
+		why   string // in the message, when set
 	}{
-		{"an exp given as a string is refused", hs(func(c jwt.MapClaims) { c["exp"] = itoa(farFuture) })},
-		{"an nbf given as a string is refused", hs(func(c jwt.MapClaims) { c["nbf"] = "0" })},
-		{"an iat given as a string is refused", hs(func(c jwt.MapClaims) { c["iat"] = "0" })},
-		{"a scope list holding a number is refused", hs(func(c jwt.MapClaims) { c["scope"] = []any{"lease:admin", 7} })},
+		{"an exp given as a string is refused", hs(func(c jwt.MapClaims) { c["exp"] = itoa(farFuture) }), ""},
+		{"an nbf given as a string is refused", hs(func(c jwt.MapClaims) { c["nbf"] = "0" }), ""},
+		{"an iat given as a string is refused", hs(func(c jwt.MapClaims) { c["iat"] = "0" }), ""},
+		{"a scope list holding a number is refused", hs(func(c jwt.MapClaims) { c["scope"] = []any{"lease:admin", 7} }), ""},
+		// Beyond int64 seconds golang-jwt would read a date in the distant past: "expired".
+		{"an exp beyond the year 9999 is malformed, not expired", hs(func(c jwt.MapClaims) { c["exp"] = 1e19 }), "malformed"},
+		{"a negative iat is malformed", hs(func(c jwt.MapClaims) { c["iat"] = -1 }), "malformed"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			wantError(t, h.get(leasePath("doc-1"), tt.token), http.StatusUnauthorized, CodeUnauthenticated)
+			e := wantError(t, h.get(leasePath("doc-1"), tt.token), http.StatusUnauthorized, CodeUnauthenticated)
+			if !strings.Contains(e.Error.Message, tt.why) {
+				t.Errorf("message %q, want it to say %q", e.Error.Message, tt.why)
+			}
 		})
 	}
 

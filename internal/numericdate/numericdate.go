@@ -1,6 +1,8 @@
 // Package numericdate checks the JWT time claims of a token's payload (exp, nbf, iat: RFC 7519
 // NumericDate) before golang-jwt reads them: that package also reads a JSON string of digits
-// ("9999999999") as a date, which no issuer of ours writes and a verifier must refuse. Both token
+// ("9999999999") as a date, which no issuer of ours writes and a verifier must refuse, and it turns
+// a number beyond int64 seconds (1e19) into a date in the distant past, so that such an exp reads
+// as "expired" rather than malformed. Both token
 // verifiers use it: access tokens (api) and lease tokens (owner/leasetoken).
 package numericdate
 
@@ -12,9 +14,12 @@ import (
 // names are the claims Check looks at.
 var names = []string{"exp", "nbf", "iat"}
 
+// latest is the last second of the year 9999 UTC, the latest date Check accepts.
+const latest = 253402300799
+
 // Check answers an error naming the first of names that payload, a JSON object, has with a value
-// that is neither a JSON number nor null; nil otherwise, and for a payload that is not a JSON
-// object (the JSON decoder reports that).
+// that is neither null nor a JSON number of seconds from 1970 to the end of 9999; nil otherwise,
+// and for a payload that is not a JSON object (the JSON decoder reports that).
 func Check(payload []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &raw); err != nil {
@@ -28,6 +33,9 @@ func Check(payload []byte) error {
 		var n json.Number
 		if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
 			return fmt.Errorf("%s must be a number", name)
+		}
+		if f, err := n.Float64(); err != nil || f < 0 || f > latest {
+			return fmt.Errorf("%s must be a date from 1970 to 9999 in seconds", name)
 		}
 	}
 	return nil

@@ -14,6 +14,13 @@ func TestCheck(t *testing.T) {
 		`{"nbf":true}`:                                         false,
 		`{"exp":{"n":1}}`:                                      false,
 		`{"exp":[1]}`:                                          false,
+		`{"exp":253402300799}`:                                 true,
+		`{"nbf":0}`:                                            true,
+		`{"exp":253402300800}`:                                 false,
+		`{"exp":1e19}`:                                         false,
+		`{"exp":10000000000000000000}`:                         false,
+		`{"iat":-1}`:                                           false,
+		`{"exp":1e400}`:                                        false,
 	} {
 		if err := Check([]byte(payload)); (err == nil) != ok {
 			t.Errorf("Check(%s) = %v, want ok %v", payload, err, ok)
