@@ -1,9 +1,7 @@
 package main
 
 import (
-	"io"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,29 +22,16 @@ import (
 func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	browsertest.Chromium(t) // fail first, and clearly, when there is no browser
 	rds := redistest.Start(t)
-	keyFile := filepath.Join(t.TempDir(), "lease-key.pem")
-	if code := (Program{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}).
-		Main(t.Context(), []string{"keygen", "--out", keyFile}); code != 0 {
-		t.Fatalf("tablease keygen exited %d", code)
-	}
 	base, _ := startServer(t, map[string]string{
 		"TABLEASE_REDIS_URL":         rds.URL(),
 		"TABLEASE_JWT_HS256_SECRET":  testSecret,
 		"TABLEASE_JWT_ISSUER":        "e2e-idp",
 		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile,
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
 		"TABLEASE_LOG_FORMAT":        "text",
 	})
-	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
-	issue := func(sub string, scopes ...string) string {
-		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	tab := client{t: t, base: base, token: issue("alice")}
-	admin := client{t: t, base: base, token: issue("root", api.ScopeAdmin)}
+	tab := client{t: t, base: base, token: e2eToken(t, "alice")}
+	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
 
 	code, body := admin.do("GET", "/v1/admin/leases", nil)
 	if code != 200 {
@@ -177,11 +162,6 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 func TestAdminConsoleRetriesARevokeUnderItsRequestID(t *testing.T) {
 	browsertest.Chromium(t)
 	primary, replica := redistest.StartReplicated(t)
-	keyFile := filepath.Join(t.TempDir(), "lease-key.pem")
-	if code := (Program{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}).
-		Main(t.Context(), []string{"keygen", "--out", keyFile}); code != 0 {
-		t.Fatalf("tablease keygen exited %d", code)
-	}
 	base, _ := startServer(t, map[string]string{
 		"TABLEASE_REDIS_URL":         primary.URL(),
 		"TABLEASE_REVOKE_REPLICAS":   "1",
@@ -189,17 +169,9 @@ func TestAdminConsoleRetriesARevokeUnderItsRequestID(t *testing.T) {
 		"TABLEASE_JWT_HS256_SECRET":  testSecret,
 		"TABLEASE_JWT_ISSUER":        "e2e-idp",
 		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile,
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
 	})
-	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
-	issue := func(sub string, scopes ...string) string {
-		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	tab := client{t: t, base: base, token: issue("alice")}
+	tab := client{t: t, base: base, token: e2eToken(t, "alice")}
 	code, acq := tab.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "tab-a"})
 	if code != 200 {
 		t.Fatalf("the tab acquires: %d %v", code, acq)
@@ -209,7 +181,7 @@ func TestAdminConsoleRetriesARevokeUnderItsRequestID(t *testing.T) {
 	b.Do("open the console with an admin token",
 		chromedp.Navigate(base+"/admin"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SetValue(chromedp.CSS("#token"), issue("root", api.ScopeAdmin)),
+		chromedp.SetValue(chromedp.CSS("#token"), e2eToken(t, "root", api.ScopeAdmin)),
 		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
 	)
 	const row = `button[data-action="revoke"][data-sub="alice"][data-sid="doc-1"]`

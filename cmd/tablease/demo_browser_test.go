@@ -403,17 +403,9 @@ func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]strin
 	}
 	proc := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
 	base, logs := "http://"+proc.addr, proc.logs
-	auth := api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
-	issue := func(sub string, scopes ...string) string {
-		tok, err := api.IssueToken(auth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
 	return demoServer{t: t, base: base, logs: logs,
-		api:   client{t: t, base: base, token: issue(demoSub)},
-		admin: client{t: t, base: base, token: issue("root", api.ScopeAdmin)},
+		api:   client{t: t, base: base, token: e2eToken(t, demoSub)},
+		admin: client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)},
 		env:   env, proc: &proc,
 	}
 }

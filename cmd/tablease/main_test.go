@@ -41,6 +41,20 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// e2eAuth is the identity provider of the end-to-end tests that start the server with
+// TABLEASE_JWT_HS256_SECRET testSecret, TABLEASE_JWT_ISSUER e2e-idp and TABLEASE_JWT_AUDIENCE
+// tablease; e2eToken mints its access tokens.
+var e2eAuth = api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
+
+func e2eToken(t *testing.T, sub string, scopes ...string) string {
+	t.Helper()
+	tok, err := api.IssueToken(e2eAuth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 // startServer runs `tablease serve` in-process with env and returns its base URL. The server is
 // stopped (as by SIGTERM) at cleanup, and must exit 0 within its shutdown timeout.
 func startServer(t *testing.T, env map[string]string) (string, *syncBuffer) {
