@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,13 +65,16 @@ func adminKey(c echo.Context) (lease.Key, error) {
 }
 
 // pageQuery reads the query parameters of a page request: the identifiers named in ids (absent
-// or empty means no filter), cursor and limit. A parameter given twice is refused rather than
-// read one way or the other.
+// or empty means no filter), cursor and limit. Any other parameter is refused rather than
+// ignored.
 func pageQuery(c echo.Context, ids ...string) (map[string]string, string, int, error) {
 	q := c.Request().URL.Query()
-	for _, name := range append([]string{"cursor", "limit"}, ids...) {
-		if len(q[name]) > 1 {
-			return nil, "", 0, fieldError(name, "is given more than once")
+	known := append(ids[:len(ids):len(ids)], "cursor", "limit")
+	for name := range q { // each given once: strictQuery checked
+		if !slices.Contains(known, name) {
+			// A filter of another route (sid on the list of leases) would be ignored, and the
+			// answer read as filtered.
+			return nil, "", 0, fieldError(name, "is not a parameter of this route, which takes "+strings.Join(known, ", "))
 		}
 	}
 	out := make(map[string]string, len(ids))
@@ -152,7 +157,7 @@ func (s *Server) adminGetLease(c echo.Context) error {
 		return err
 	}
 	l, err := s.engine.Get(c.Request().Context(), key)
-	s.metrics.observeOp("get", err)
+	s.metrics.observeOp("admin_get", err)
 	if err != nil {
 		return err
 	}
@@ -208,12 +213,38 @@ func (s *Server) adminRevoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.logRevoke(c, req, res)
 	return c.JSON(http.StatusOK, revokeJSON{
 		Revoked:      res.Revoked,
 		Epoch:        res.Epoch,
 		BlockedUntil: timeView(res.BlockedUntil),
 		Previous:     adminPreviousView(res.Previous),
 	})
+}
+
+// logRevoke writes what a revoke did, for the operator who reads the log rather than the audit log:
+// the request line alone says only that an admin posted to the route.
+func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.RevokeResult) {
+	attrs := []slog.Attr{
+		slog.String("request_id", requestID(c)),
+		slog.String("sub", req.Admin),
+		slog.String("user", req.Key.User),
+		slog.String("session", req.Key.Session),
+		slog.String("reason", req.Reason),
+		slog.Bool("revoked", res.Revoked),
+		slog.Int64("epoch", res.Epoch),
+	}
+	if res.Previous != nil {
+		attrs = append(attrs, slog.String("previous_tab", res.Previous.TabID), slog.Int64("previous_epoch", res.Previous.Epoch))
+	}
+	if !res.BlockedUntil.IsZero() {
+		attrs = append(attrs, slog.String("blocked_until", res.BlockedUntil.UTC().Format(timeLayout)))
+	}
+	msg := "lease revoked"
+	if !res.Revoked {
+		msg = "revoke found no lease to end"
+	}
+	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, msg, attrs...)
 }
 
 func (s *Server) adminAudit(c echo.Context) error {

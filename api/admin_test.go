@@ -178,6 +178,7 @@ func TestAdminPageParametersAreValidated(t *testing.T) {
 		{"a cursor over 512 characters is refused", "cursor=" + long, "cursor"},
 		{"a cursor with a control character is refused", "cursor=a%0Ab", "cursor"},
 		{"a parameter given twice is refused", "sub=a&sub=b", "sub"},
+		{"a parameter of no route is refused, not ignored", "user=alice", "user"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,6 +194,12 @@ func TestAdminPageParametersAreValidated(t *testing.T) {
 		rec := h.get("/v1/admin/leases?limit=500&cursor="+long[:MaxCursorLen], tok)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	})
+	t.Run("the list of leases has no session filter: sid is refused, not ignored", func(t *testing.T) {
+		e := wantError(t, h.get("/v1/admin/leases?sub=alice&sid=doc-1", tok), http.StatusBadRequest, CodeInvalidArgument)
+		if e.Error.Details["field"] != "sid" || !strings.Contains(e.Error.Message, "sub, cursor, limit") {
+			t.Fatalf("%+v", e.Error)
 		}
 	})
 	t.Run("the audit log by session needs the user", func(t *testing.T) {
@@ -277,6 +284,15 @@ func TestAdminRevoke(t *testing.T) {
 	if len(fa.revokes) != 1 || fa.revokes[0] != want {
 		t.Fatalf("engine asked %+v, want %+v", fa.revokes, want)
 	}
+	// The log says what the revoke did, beside the request line that says only who posted.
+	logged := h.logs.String()
+	for _, want := range []string{`"msg":"lease revoked"`, `"request_id":"retry-1"`, `"sub":"root"`, `"user":"alice"`,
+		`"session":"doc-1"`, `"reason":"stuck tab — user asked"`, `"revoked":true`, `"previous_tab":"tab-a"`,
+		`"previous_epoch":1764680400123456`, `"blocked_until":"` + until.UTC().Format(timeLayout) + `"`} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the log lacks %s:\n%s", want, logged)
+		}
+	}
 
 	t.Run("revoking nothing answers revoked false with nulls", func(t *testing.T) {
 		fa.mu.Lock()
@@ -289,6 +305,9 @@ func TestAdminRevoke(t *testing.T) {
 		}
 		if got := fa.revokes[len(fa.revokes)-1]; got.Block != 0 || got.RequestID != "" {
 			t.Fatalf("without blockMs nothing is blocked, and without X-Request-ID no request id is passed (the one the server makes up cannot be retried): %+v", got)
+		}
+		if !strings.Contains(h.logs.String(), `"msg":"revoke found no lease to end"`) {
+			t.Errorf("the log does not say the revoke ended nothing:\n%s", h.logs.String())
 		}
 	})
 

@@ -42,7 +42,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	// Expose the store error counters at zero, so that a rate over them is defined from the start.
-	for _, op := range []string{"acquire", "renew", "release", "get", "check", "ping", "catalog"} {
+	for _, op := range []string{"acquire", "renew", "release", "get", "check", "admin_list", "admin_get", "admin_audit",
+		"admin_revoke", "catalog", "tabs", "join", "leave", "watch", "new_nonce", "use_nonce", "ping"} {
 		m.storeErrors.WithLabelValues(op)
 	}
 	return m, nil

@@ -199,6 +199,13 @@ func TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError(t *testing.T) {
 	if !strings.Contains(body, `tablease_store_errors_total{op="acquire"} 0`) {
 		t.Errorf("a refused acquire counted as a store error:\n%s", body)
 	}
+	// Every op's store error counter is there from the start, at zero, so that an alert on its
+	// rate is defined before the first failure.
+	for _, op := range []string{"admin_list", "admin_get", "admin_audit", "admin_revoke", "tabs", "watch", "new_nonce", "use_nonce", "ping"} {
+		if want := `tablease_store_errors_total{op="` + op + `"} 0`; !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func TestMetricsExposeTheCounters(t *testing.T) {
