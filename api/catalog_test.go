@@ -399,7 +399,16 @@ func TestAdminPutRefusesAnInvalidCatalog(t *testing.T) {
 		t.Fatalf("details %v of %q", e.Error.Details, e.Error.Message)
 	}
 	wantError(t, h.putCatalog(admin, "*", `{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":true,"destructiveHint":true}}]}`), http.StatusBadRequest, CodeInvalidArgument)
-	wantError(t, h.putCatalog(admin, "*", `{"tools":[], "extra": 1}`), http.StatusBadRequest, CodeInvalidArgument)
+	for body, field := range map[string]string{
+		`{"tools":[], "extra": 1}`:                                                    "extra",
+		`{"tools":[{"name":"ok","description":"d","foo":1}]}`:                         "foo",
+		`{"tools":[{"name":"ok","description":"d","annotations":{"readonly":true}}]}`: "annotations.readonly",
+	} {
+		e := wantError(t, h.putCatalog(admin, "*", body), http.StatusBadRequest, CodeInvalidArgument)
+		if e.Error.Details["field"] != field {
+			t.Errorf("an unknown field: details %v of %q, want field %s", e.Error.Details, e.Error.Message, field)
+		}
+	}
 	wantError(t, h.putCatalog(admin, "*", `not json`), http.StatusBadRequest, CodeInvalidArgument)
 	rec := h.do(request{method: http.MethodPut, path: "/v1/admin/catalog", token: admin, body: `{"tools":[]}`,
 		headers: map[string]string{"If-Match": "*", "Content-Type": "text/plain"}})

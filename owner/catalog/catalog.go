@@ -136,10 +136,11 @@ const (
 	MaxTimeoutMs = 3600000
 )
 
-// toolFields and annotationFields are what an unknown field's message lists.
+// catalogFields, toolFields and annotationFields are what an unknown field's message lists.
 const (
-	toolFields       = "name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled"
-	annotationFields = "title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint"
+	catalogFields    = "a catalog has: version, tools"
+	toolFields       = "a tool has: name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled"
+	annotationFields = "annotations have: title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint"
 )
 
 // DefaultInputSchema is the inputSchema of a tool that gives none.
@@ -155,11 +156,11 @@ func Parse(data []byte) (*Catalog, error) {
 		Version json.RawMessage    `json:"version"` // accepted and ignored
 		Tools   *[]json.RawMessage `json:"tools"`   // nil when left out or null
 	}
-	if err := keyError(jsontext.Keys(data, jsontext.Fields(&doc)), ""); err != nil {
-		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
+	if err := keyError(jsontext.Keys(data, jsontext.Fields(&doc)), "", catalogFields); err != nil {
+		return nil, parseError(-1, "", err)
 	}
 	if err := decodeStrict(data, &doc); err != nil {
-		return nil, &Error{Index: -1, Reason: withFields(err, nil)}
+		return nil, parseError(-1, "", err)
 	}
 	if doc.Tools == nil {
 		return nil, &Error{Index: -1, Field: "tools", Reason: "is required: the list of tools, [] for none"}
@@ -182,7 +183,7 @@ func Parse(data []byte) (*Catalog, error) {
 				Name string `json:"name"`
 			}
 			_ = json.Unmarshal(raw, &named)
-			return nil, &Error{Index: i, Name: named.Name, Reason: withFields(err, raw)}
+			return nil, parseError(i, named.Name, err)
 		}
 		tools = append(tools, t)
 	}
@@ -194,7 +195,7 @@ func Parse(data []byte) (*Catalog, error) {
 // "readonlyhint" as readOnlyHint, and the last of two as the value, so that a catalog that reads
 // as a mutation could give the tool to viewers. (The schemas are JSON Schema, not read here.)
 func toolKeys(raw json.RawMessage) error {
-	if err := keyError(jsontext.Keys(raw, jsontext.Fields(&Tool{})), ""); err != nil {
+	if err := keyError(jsontext.Keys(raw, jsontext.Fields(&Tool{})), "", toolFields); err != nil {
 		return err
 	}
 	var t struct {
@@ -203,48 +204,45 @@ func toolKeys(raw json.RawMessage) error {
 	if json.Unmarshal(raw, &t) != nil || len(t.Annotations) == 0 {
 		return nil // the decoder reports it
 	}
-	// An unknown key is named as in the tool: withFields finds it in the annotations.
-	return keyError(jsontext.Keys(t.Annotations, jsontext.Fields(&Annotations{})), "annotations.")
+	return keyError(jsontext.Keys(t.Annotations, jsontext.Fields(&Annotations{})), "annotations.", annotationFields)
 }
 
-// keyError is the error of a key jsontext.Keys refused in an object of the catalog, whose fields
-// are named after "in" and a dot (or nothing, for the catalog and a tool): an unknown key as
-// encoding/json says it (withFields adds the fields there are), the others in the catalog's style
-// ("annotations.readOnlyHint: is given twice"). It is nil for a null that the catalog's own checks
-// refuse with a message of their own (tools: "is required"; a schema: what to write instead).
-func keyError(err *jsontext.KeyError, in string) error {
+// problem is what a document of the catalog has wrong where: the path of the field (empty for the
+// document as a whole) and why. parseError makes it the *Error of a tool or of the catalog.
+type problem struct{ field, reason string }
+
+func (p *problem) Error() string {
+	if p.field == "" {
+		return p.reason
+	}
+	return p.field + ": " + p.reason
+}
+
+// parseError is the *Error of err in the tool at index (-1: the catalog) named name.
+func parseError(index int, name string, err error) *Error {
+	e := &Error{Index: index, Name: name, Reason: err.Error()}
+	var p *problem
+	if errors.As(err, &p) {
+		e.Field, e.Reason = p.field, p.reason
+	}
+	return e
+}
+
+// keyError is the problem of a key jsontext.Keys refused in an object of the catalog, whose
+// fields are named after the prefix in ("annotations.", or nothing for the catalog and a tool);
+// fields is what an unknown key's message lists. It is nil for a null that the catalog's own
+// checks refuse with a message of their own (tools: "is required"; a schema: what to write
+// instead).
+func keyError(err *jsontext.KeyError, in, fields string) error {
 	switch {
 	case err == nil:
 		return nil
 	case err.Reason == jsontext.UnknownKey:
-		return err
+		return &problem{in + err.Key, "unknown field (" + fields + ")"}
 	case err.Reason == jsontext.NullValue && (err.Key == "tools" || err.Key == "inputSchema" || err.Key == "outputSchema"):
 		return nil
 	}
-	return fmt.Errorf("%s%s: %s", in, err.Key, err.Reason)
-}
-
-// withFields adds to an unknown-field error the fields there are where it was found: in the
-// catalog (raw is then nil) or in a tool (raw) or its annotations.
-func withFields(err error, raw json.RawMessage) string {
-	msg := err.Error()
-	quoted, ok := strings.CutPrefix(msg, "unknown field ")
-	if !ok {
-		return msg
-	}
-	if raw == nil {
-		return msg + " (a catalog has: version, tools)"
-	}
-	var name string
-	var tool struct {
-		Annotations map[string]json.RawMessage `json:"annotations"`
-	}
-	if json.Unmarshal([]byte(quoted), &name) == nil && json.Unmarshal(raw, &tool) == nil {
-		if _, inAnnotations := tool.Annotations[name]; inAnnotations {
-			return "annotations: " + msg + " (annotations have: " + annotationFields + ")"
-		}
-	}
-	return msg + " (a tool has: " + toolFields + ")"
+	return &problem{in + err.Key, string(err.Reason)}
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown fields and trailing data,
@@ -269,7 +267,7 @@ func jsonError(err error) error {
 		return fmt.Errorf("invalid JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
 	case errors.As(err, &typ):
 		if typ.Field != "" {
-			return fmt.Errorf("%s: must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+			return &problem{typ.Field, fmt.Sprintf("must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)}
 		}
 		return fmt.Errorf("must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
 	case errors.Is(err, io.EOF):

@@ -209,15 +209,15 @@ func TestParseErrorsNameTheToolAndField(t *testing.T) {
 	}{
 		{"bad JSON", `{"tools":[`, "catalog: invalid JSON: unexpected end of input"},
 		{"trailing data", `{"tools":[]} {}`, "catalog: unexpected data after the JSON value"},
-		{"an unknown top-level field", `{"tool":[]}`, `catalog: unknown field "tool" (a catalog has: version, tools)`},
+		{"an unknown top-level field", `{"tool":[]}`, `catalog: tool: unknown field (a catalog has: version, tools)`},
 		{"an unknown tool field", `{"tools":[{"name":"x","description":"d","route":["/"]}]}`,
-			`catalog: tools[0] "x": unknown field "route" (a tool has: name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled)`},
+			`catalog: tools[0] "x": route: unknown field (a tool has: name, title, description, inputSchema, outputSchema, annotations, timeoutMs, routes, disabled)`},
 		{"an unknown annotation", `{"tools":[{"name":"x","description":"d","annotations":{"readonly":true}}]}`,
-			`catalog: tools[0] "x": annotations: unknown field "readonly" (annotations have: title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint)`},
-		{"a top-level field in other case", `{"TOOLS":[]}`, `catalog: unknown field "TOOLS" (a catalog has: version, tools)`},
-		{"a tool field in other case", `{"tools":[{"NAME":"x","description":"d"}]}`, `catalog: tools[0] "x": unknown field "NAME" (a tool has: `},
+			`catalog: tools[0] "x": annotations.readonly: unknown field (annotations have: title, readOnlyHint, destructiveHint, idempotentHint, openWorldHint, untrustedContentHint)`},
+		{"a top-level field in other case", `{"TOOLS":[]}`, `catalog: TOOLS: unknown field (a catalog has: version, tools)`},
+		{"a tool field in other case", `{"tools":[{"NAME":"x","description":"d"}]}`, `catalog: tools[0] "x": NAME: unknown field (a tool has: `},
 		{"an annotation in other case beside the right one", `{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":false,"readonlyhint":true}}]}`,
-			`catalog: tools[0] "x": annotations: unknown field "readonlyhint" (annotations have: `},
+			`catalog: tools[0] "x": annotations.readonlyhint: unknown field (annotations have: `},
 		{"tools given twice", `{"tools":[],"tools":[]}`, `catalog: tools: is given twice`},
 		{"a tool field given twice", `{"tools":[{"name":"x","description":"d","name":"y"}]}`, `catalog: tools[0] "y": name: is given twice`},
 		{"an annotation given twice", `{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":true,"readOnlyHint":false}}]}`,
@@ -282,6 +282,30 @@ func TestParseErrorsNameTheToolAndField(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseErrorsGiveTheFieldApart: Error.Field, which the admin API answers as details.field,
+// names the field of every key and type error, not only the message.
+func TestParseErrorsGiveTheFieldApart(t *testing.T) {
+	for doc, want := range map[string]struct {
+		index int
+		field string
+	}{
+		`{"tool":[]}`:             {-1, "tool"},
+		`{"tools":[],"tools":[]}`: {-1, "tools"},
+		`{"tools":[{"name":"x","description":"d","route":["/"]}]}`:                        {0, "route"},
+		`{"tools":[{"name":"x","description":"d","annotations":{"readonly":true}}]}`:      {0, "annotations.readonly"},
+		`{"tools":[{"name":"x","description":"d","name":"y"}]}`:                           {0, "name"},
+		`{"tools":[{"name":"x","description":"d","timeoutMs":"60s"}]}`:                    {0, "timeoutMs"},
+		`{"tools":[{"name":"x","description":"d","annotations":{"readOnlyHint":"yes"}}]}`: {0, "annotations.readOnlyHint"},
+		`{"tools":[{"name":"x","description":"d"},{"name":"y","description":"d","x":1}]}`: {1, "x"},
+	} {
+		_, err := catalog.Parse([]byte(doc))
+		var ce *catalog.Error
+		if !errors.As(err, &ce) || ce.Index != want.index || ce.Field != want.field {
+			t.Errorf("Parse(%s) = %#v, want index %d and field %q", doc, ce, want.index, want.field)
+		}
 	}
 }
 
