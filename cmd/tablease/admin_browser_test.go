@@ -147,10 +147,33 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	b.WaitFor("the token in use", `document.getElementById('token-state').textContent === 'Using a token for “root”, expires ' +
 		new Date(`+jsonInt(time.Now().Add(time.Hour).Unix())+` * 1000).toLocaleTimeString() + '.'`, 5*time.Second)
 	b.WaitFor("a refresh with it", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
+
 	for _, line := range b.Console() {
 		if (strings.Contains(line, "error") || strings.Contains(line, "exception")) && !strings.Contains(line, "dev/token") {
 			t.Errorf("the console reported a problem: %s", line)
 		}
+	}
+
+	// What the server would refuse is said when the token is entered: an expired one, and an
+	// admin's token limited to sessions (sid), which admin routes refuse.
+	for _, tt := range []struct {
+		name   string
+		claims jwt.MapClaims
+		want   string
+	}{
+		{"an expired token", jwt.MapClaims{"exp": time.Now().Add(-time.Hour).Unix()}, `, expired `},
+		{"a token with a sid claim", jwt.MapClaims{"exp": time.Now().Add(time.Hour).Unix(), "sid": "doc-1"}, ` — it has a sid claim, which admin routes refuse.`},
+	} {
+		tt.claims["sub"], tt.claims["scope"], tt.claims["iss"], tt.claims["aud"] = "root", api.ScopeAdmin, "e2e-idp", "tablease"
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, tt.claims).SignedString([]byte(testSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Do("enter "+tt.name,
+			chromedp.SetValue(chromedp.CSS("#token"), tok),
+			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+		)
+		b.WaitFor("the token line to say so", `document.getElementById('token-state').textContent.includes(`+jsString(tt.want)+`)`, 5*time.Second)
 	}
 }
 

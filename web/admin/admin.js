@@ -167,7 +167,7 @@ function tokenSubject(token) {
     const claims = JSON.parse(atob(part));
     // scope is space-separated or a list of strings (README, HTTP API).
     const scopes = Array.isArray(claims.scope) ? claims.scope.map(String) : String(claims.scope || '').split(/\s+/);
-    return { sub: claims.sub, exp: claims.exp, scopes };
+    return { sub: claims.sub, exp: claims.exp, scopes, sid: claims.sid !== undefined };
   } catch {
     return null;
   }
@@ -188,9 +188,12 @@ function useToken(token, how, fromDev = false) {
   if (!token) {
     el.textContent = 'No token yet.';
   } else if (info) {
-    const exp = info.exp ? `, expires ${new Date(info.exp * 1000).toLocaleTimeString()}` : '';
-    const scope = info.scopes.includes('lease:admin') ? '' : ' — it lacks the scope lease:admin';
-    el.textContent = `${how} a token for “${info.sub}”${exp}${scope}.`;
+    const expired = typeof info.exp === 'number' && info.exp * 1000 <= Date.now();
+    const exp = info.exp ? `, ${expired ? 'expired' : 'expires'} ${new Date(info.exp * 1000).toLocaleTimeString()}` : '';
+    // What the server will refuse on every admin route (403), said before the first call.
+    const unfit = !info.scopes.includes('lease:admin') ? ' — it lacks the scope lease:admin'
+      : info.sid ? ' — it has a sid claim, which admin routes refuse' : '';
+    el.textContent = `${how} a token for “${info.sub}”${exp}${unfit}.`;
   } else {
     el.textContent = `${how} a token that is not a JWT; the server will judge it.`;
   }
