@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tablease/tablease/internal/browsertest"
@@ -429,6 +431,77 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		srv.mustHold(session, owner.id)
 		if got := guardAnswer(owner); got != "ran" {
 			t.Errorf("a guarded mutation in the tab back online answered %s, want ran; client: %v", got, lifecycleOf(owner))
+		}
+	})
+
+	t.Run("a renew that is never answered wedges nothing: the tab keeps or retakes the lease and renews it steadily", func(t *testing.T) {
+		// A connection that went silent (a proxy holding the request, packets dropped) is played by
+		// CDP's Fetch domain: the tab's first renew is paused and never let go; every other
+		// request goes on. The client gives the renew up after requestTimeoutMs (10 s); meanwhile
+		// the lease may lapse (TTL 6 s) and be taken again under a new epoch, whose renews must not
+		// wait for the old one. What must not happen is a tab that renews no more and takes the
+		// lease again every TTL, each time under a new epoch.
+		const (
+			session = "silent-renew"
+			ttl     = 6 * time.Second
+		)
+		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String()})
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), session)
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+		srv.mustHold(session, owner.id)
+
+		ctx := owner.Context()
+		var held atomic.Bool
+		paused := chromedp.Events(ctx, fetch.RequestPaused)
+		go func() {
+			for ev, err := range paused {
+				if err != nil {
+					return
+				}
+				if held.CompareAndSwap(false, true) {
+					continue // the first renew: never answered
+				}
+				_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+			}
+		}()
+		if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/lease/renew*"}}}); err != nil {
+			t.Fatalf("Fetch.enable: %v", err)
+		}
+		if _, ok := within(time.Now(), 2*ttl, held.Load); !ok {
+			t.Fatalf("no renew was sent within %v; client: %v", 2*ttl, lifecycleOf(owner))
+		}
+		hung := time.Now()
+
+		// Watch the server's epoch for the tab: it may change while the renew hangs (the lease
+		// lapses and is taken again), but not once the request timeout is past.
+		const settle = 12 * time.Second // requestTimeoutMs and a retry
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		var epoch int64
+		var changed time.Time
+		for now := range tick.C {
+			code, g := srv.api.do("GET", "/v1/sessions/"+session+"/lease?tabId="+owner.id, nil)
+			if code != 200 {
+				t.Fatalf("GET …/lease: %d %v", code, g)
+			}
+			if e := epochOf(t, g); e != epoch {
+				epoch, changed = e, now
+			}
+			if now.Sub(hung) > settle+3*ttl {
+				break
+			}
+		}
+		if since := changed.Sub(hung); since > settle {
+			t.Errorf("the lease was taken again under a new epoch %v after the renew was held, past the request timeout: the tab no longer renews; client: %v",
+				since.Round(time.Millisecond), lifecycleOf(owner))
+		}
+		owner.WaitFor("the tab to be owner", ownerJS, 2*ttl)
+		if got := srv.mustHold(session, owner.id); got != epoch {
+			t.Errorf("the tab holds epoch %d, the watch ended at %d", got, epoch)
+		}
+		if got := guardAnswer(owner); got != "ran" {
+			t.Errorf("a guarded mutation answered %s, want ran; client: %v", got, lifecycleOf(owner))
 		}
 	})
 

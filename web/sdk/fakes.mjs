@@ -158,9 +158,10 @@ export class FakeServer {
     return this.holder != null && this.clock.now() < this.expiresAt;
   }
 
-  /** Makes the next `times` requests matching "METHOD /path" fail with status (and code). */
-  fail(match, { status = 503, code = "STORE_UNAVAILABLE", retryAfter = null, times = 1, network = false } = {}) {
-    this.failures.push({ match, status, code, retryAfter, times, network });
+  /** Makes the next `times` requests matching "METHOD /path" fail with status (and code), with a
+   *  network error (network), or never be answered until the client aborts them (hang). */
+  fail(match, { status = 503, code = "STORE_UNAVAILABLE", retryAfter = null, times = 1, network = false, hang = false } = {}) {
+    this.failures.push({ match, status, code, retryAfter, times, network, hang });
   }
 
   lease(tabId) {
@@ -256,6 +257,11 @@ export class FakeServer {
     if (f) {
       f.times--;
       if (f.network) throw new TypeError("fetch failed");
+      if (f.hang) {
+        return new Promise((_, reject) => {
+          init.signal?.addEventListener("abort", () => reject(init.signal.reason ?? new DOMException("aborted", "AbortError")), { once: true });
+        });
+      }
       const h = f.retryAfter != null ? { "Retry-After": String(f.retryAfter) } : {};
       ans = json(f.status, errorBody(f.code, "injected", {}, f.status === 503 || f.status === 429), h);
     } else if (path === "/events" && method === "GET") {

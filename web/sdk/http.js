@@ -7,6 +7,7 @@ export const DEFAULTS = Object.freeze({
   hiddenTtlMs: 150000, // asked for while the tab is hidden (the server clamps it)
   backoffBaseMs: 250, // first retry delay after a 503, 429 or network error
   backoffMaxMs: 15000, // cap of the exponential backoff (a longer Retry-After is respected)
+  requestTimeoutMs: 10000, // a call (getToken, then the request and its answer) not done by then fails as NETWORK
   handoffTimeoutMs: 15000, // how long requestHandoff waits for the holder to let go
   handoffGraceMs: 10000, // how long a holder asked to hand over waits for running mutations
   hiddenAcquireDelayMs: 3000, // a hidden tab waits this long before taking a free lease
@@ -84,15 +85,20 @@ export function sleep(clock, ms, signal = undefined) {
  * The API of one session as one tab calls it: every call carries a fresh access token from
  * getToken, a 401 asks getToken({refresh: true}) once and tries again, and every failure is a
  * TabLeaseError. A request that never reaches the server says why it may not have (the server is
- * down, or it does not allow this page's origin).
+ * down, or it does not allow this page's origin). getToken, and then each request with its
+ * answer, get timeoutMs each: a request that is never answered (a connection that went silent, a
+ * proxy that holds it) fails as NETWORK and is aborted, so that no caller waits on it for ever and
+ * it holds none of the browser's few connections to the server.
  */
 export class SessionApi {
-  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "" }) {
+  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "", clock = browserClock, timeoutMs = DEFAULTS.requestTimeoutMs }) {
     this.baseUrl = baseUrl;
     this.sessionId = sessionId;
     this._getToken = getToken;
     this._fetch = fetch;
     this._origin = origin;
+    this._clock = clock;
+    this._timeoutMs = timeoutMs;
     /** The last access token getToken gave: what a request during pagehide sends. */
     this.lastToken = null;
   }
@@ -106,13 +112,21 @@ export class SessionApi {
     return url;
   }
 
-  /** The access token (a fresh one from the identity provider when refresh). */
+  /** The access token (a fresh one from the identity provider when refresh). getToken failing
+   *  proves nothing about the lease (an identity provider down, the network): the error is
+   *  retryable, and the caller retries as it does after a network error. */
   async token(refresh = false) {
     let t;
+    let timer = null;
     try {
-      t = await this._getToken(refresh ? { refresh: true } : {});
+      const late = new Promise((_, reject) => {
+        timer = this._clock.setTimeout(() => reject(new Error(`no token within ${this._timeoutMs / 1000} s`)), this._timeoutMs);
+      });
+      t = await Promise.race([this._getToken(refresh ? { refresh: true } : {}), late]);
     } catch (e) {
-      throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken failed: ${e?.message ?? e}`, cause: e });
+      throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken failed: ${e?.message ?? e}`, retryable: true, cause: e });
+    } finally {
+      this._clock.clearTimeout(timer);
     }
     if (typeof t !== "string" || t === "") throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: "tablease: getToken returned no token" });
     this.lastToken = t;
@@ -131,20 +145,39 @@ export class SessionApi {
       else token = await this.token(attempt > 0);
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";
-      let res;
+      // A keepalive request outlives the page: nothing waits for it.
+      const ac = keepalive ? null : new AbortController();
+      const timeout = new Error(`no answer within ${this._timeoutMs / 1000} s`);
+      const timer = ac ? this._clock.setTimeout(() => ac.abort(timeout), this._timeoutMs) : null;
       try {
-        res = await this._fetch(this.url(path, query), {
-          method,
-          headers,
-          body: body === undefined ? undefined : JSON.stringify(body),
-          keepalive,
-          cache: "no-store",
-        });
-      } catch (e) {
-        throw this.networkError(method, path, e);
+        let res;
+        try {
+          res = await this._fetch(this.url(path, query), {
+            method,
+            headers,
+            body: body === undefined ? undefined : JSON.stringify(body),
+            keepalive,
+            cache: "no-store",
+            signal: ac?.signal,
+          });
+        } catch (e) {
+          throw this.networkError(method, path, ac?.signal.aborted ? timeout : e);
+        }
+        if (res.status === 401 && attempt === 0 && !keepalive) continue;
+        let answer = null;
+        let failed = null;
+        try {
+          answer = await readAnswer(res, method, path);
+        } catch (e) {
+          failed = e;
+        }
+        // An answer whose body stopped coming is no answer.
+        if (ac?.signal.aborted) throw this.networkError(method, path, timeout);
+        if (failed) throw failed;
+        return answer;
+      } finally {
+        if (timer != null) this._clock.clearTimeout(timer);
       }
-      if (res.status === 401 && attempt === 0 && !keepalive) continue;
-      return readAnswer(res, method, path);
     }
   }
 

@@ -130,7 +130,10 @@ export class TabLease extends EventTarget {
     this._window = options.window !== undefined ? options.window : globalThis.window ?? null;
     this._presenceOn = options.presence ?? true;
     const fetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
-    this._api = new SessionApi({ baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin: options.origin ?? globalThis.location?.origin ?? "" });
+    this._api = new SessionApi({
+      baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin: options.origin ?? globalThis.location?.origin ?? "",
+      clock: options.clock ?? browserClock, timeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
+    });
     const streamMode = options.stream ?? "fetch"; // "fetch" | "ticket" | false
     this._streamMode = streamMode;
     const share = options.shareStream ?? true;
@@ -178,6 +181,8 @@ export class TabLease extends EventTarget {
     this._handoffWait = null; // this tab's pending requestHandoff
     this._stream = null; // {hub, leave} while joined
     this._streamLive = false;
+    this._streamCarrier = false;
+    this._streamWasLive = false; // live once: a stream live again is back from an outage
     this._unreachable = false; // the last request got no answer (reported once per outage)
     this._catalogCache = new Map();
     this._catalogVersion = null;
@@ -748,14 +753,14 @@ export class TabLease extends EventTarget {
     this._emit("error", { error });
   }
 
-  /** A request of the automatic machinery failed: say so once per outage, and when it is not
-   *  something a retry fixes. */
+  /** A request of the automatic machinery failed: say so once per outage, at every failure of
+   *  getToken, and when it is not something a retry fixes. */
   _requestFailed(e) {
     if (e?.code === "NETWORK") {
       if (this._unreachable) return;
       this._unreachable = true;
     }
-    if (e?.code === "NETWORK" || !e?.retryable) this._emitError(e);
+    if (e?.code === "NETWORK" || e?.code === "UNAUTHENTICATED" || !e?.retryable) this._emitError(e);
   }
 
   /** An API call; records whether the server was reachable. */
@@ -934,9 +939,11 @@ export class TabLease extends EventTarget {
   /** Renews now, or joins the renew in flight; {fresh: true} asks for one more afterwards
    *  when the renew in flight was sent before news could have been missed. */
   _renewNow({ fresh = false } = {}) {
-    if (this._renewing) {
+    // Only a renew of this period of ownership is joined: one still waiting from an earlier
+    // period can confirm nothing now.
+    if (this._renewing && this._renewing.gen === this._gen && this._renewing.epoch === this._epoch) {
       if (fresh) this._renewAgain = true;
-      return this._renewing;
+      return this._renewing.p;
     }
     if (!this._running() || !this._holdsEpoch()) return Promise.resolve(false);
     this._clearTimer("renew");
@@ -956,7 +963,7 @@ export class TabLease extends EventTarget {
         if (e.code === "LEASE_LOST") {
           this._lost(epoch, e.details, "lost");
         } else if (e.retryable) {
-          if (e.code === "NETWORK") this._requestFailed(e);
+          if (e.code === "NETWORK" || e.code === "UNAUTHENTICATED") this._requestFailed(e);
           this._scheduleRenew(this._clock.now() + backoffDelay(this._attempts.renew++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
         } else {
           // 400/401/403: this tab cannot keep the lease; fail closed and say why.
@@ -965,13 +972,15 @@ export class TabLease extends EventTarget {
         }
         return false;
       } finally {
-        this._renewing = null;
-        const again = (this._renewAgain && ok) || hidden !== this._hidden;
-        this._renewAgain = false;
-        if (again && this._running() && this._holdsEpoch()) this._renewNow();
+        if (this._renewing?.p === p) {
+          this._renewing = null;
+          const again = (this._renewAgain && ok) || hidden !== this._hidden;
+          this._renewAgain = false;
+          if (again && this._running() && this._holdsEpoch()) this._renewNow();
+        }
       }
     })();
-    this._renewing = p;
+    this._renewing = { p, gen, epoch };
     return p;
   }
 
@@ -1144,7 +1153,7 @@ export class TabLease extends EventTarget {
     this._stream = joinHub(this._streamEnv.hubs, key, this._streamEnv, {
       open: (args) => this._openStream(args),
       onEvent: (ev) => this._onStreamEvent(ev),
-      onStatus: ({ live }) => this._onStreamStatus(live),
+      onStatus: ({ live, carrier }) => this._onStreamStatus(live, carrier),
     });
   }
 
@@ -1165,9 +1174,22 @@ export class TabLease extends EventTarget {
     return q;
   }
 
-  _onStreamStatus(live) {
-    if (this._streamLive === live) return;
+  _onStreamStatus(live, carrier = false) {
+    if (this._streamLive === live) {
+      if (this._streamCarrier !== carrier) {
+        this._streamCarrier = carrier;
+        this._emit("stream", { live, carrier });
+      }
+      return;
+    }
     this._streamLive = live;
+    this._streamCarrier = carrier;
+    if (live && this._streamWasLive && this._running()) {
+      // Back from an outage: a server that restarted, or timed this tab out of the list of tabs
+      // meanwhile, lists it again now, not at the next refresh.
+      this._announce();
+    }
+    if (live) this._streamWasLive = true;
     if (!live && this._running() && this._streamMode) {
       // We may miss news from now on: read-only until a renew sent after this point confirms.
       this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
@@ -1179,7 +1201,7 @@ export class TabLease extends EventTarget {
       this._attempts.renew = 0;
       this._renewNow({ fresh: true });
     }
-    this._emit("stream", { live, carrier: this.streamCarrier });
+    this._emit("stream", { live, carrier });
     this._scheduleViewerRefresh();
   }
 

@@ -222,6 +222,46 @@ test("every tab lists itself, refreshes, says when it hides, and leaves on pageh
   await settle(clock);
 });
 
+test("a server that forgot its tabs (a restart) lists them again as soon as their stream is back", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
+  await a.start();
+  await b.start();
+  await settle(clock, 100);
+  assert.equal(server.tabs.size, 2);
+  server.down = true;
+  server.tabs.clear();
+  server.dropStreams();
+  await settle(clock, 3000);
+  server.down = false;
+  await run(clock, 3000);
+  assert.equal(a.streamLive || b.streamLive, true, "the stream is back");
+  assert.deepEqual([...server.tabs.keys()].sort(), [a.tabId, b.tabId].sort(), "listed again well before the 15 s refresh");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a tab that starts carrying the stream says so, though the stream stayed live", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock);
+  await a.start();
+  await b.start();
+  await settle(clock, 100);
+  assert.deepEqual([a.streamCarrier, b.streamCarrier, b.streamLive], [true, false, true]);
+  const seen = [];
+  b.on("stream", (d) => seen.push(d));
+  // The carrier's renderer dies: it says nothing, and the browser frees its lock at once.
+  hang(a);
+  a._stream.hub._leading.release();
+  await settle(clock, 100);
+  assert.equal(b.streamCarrier, true);
+  assert.deepEqual(seen, [{ live: true, carrier: true }], "the stream stayed live: carrier is the news");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
 test("a start that cannot reach the server is an error event that says why, not a silent viewer", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);

@@ -136,6 +136,85 @@ test("network errors back off the same way and the tab stays owner until its dea
   await lease.stop({ release: false });
 });
 
+test("a renew that is never answered is given up after requestTimeoutMs and retried: the tab keeps the lease", async () => {
+  const { clock, server, lease } = setup();
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  server.fail("POST /lease/renew", { hang: true });
+  await clock.advance(15000 + 10000 + 125);
+  const times = server.callsTo("POST", "/lease/renew").map((c) => c.at);
+  // sent at 16000, aborted at 26000, retried after the first backoff step (random() = 0: 125 ms)
+  assert.deepEqual(times, [16000, 26125]);
+  assert.equal(lease.role, "owner");
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0].code, "NETWORK");
+  assert.match(errors[0].message, /no answer within 10 s/);
+  await clock.advance(15000);
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 3, "renews go on at their pace");
+  await lease.stop({ release: false });
+});
+
+test("a renew still waiting from an earlier period holds back none of the next one's renews", async () => {
+  // No timeout to speak of: the renew of the first epoch stays unanswered for the whole test.
+  const { clock, server, lease } = setup({ lease: { requestTimeoutMs: 3600000, stream: "fetch" } });
+  await lease.start();
+  const first = lease.epoch;
+  server.fail("POST /lease/renew", { hang: true });
+  await clock.advance(15000 + 30000); // the renew hangs, the lease lapses
+  server.expireNow(); // and the server says so: the tab takes it again
+  await clock.advance(1000);
+  assert.equal(lease.role, "owner");
+  assert.notEqual(lease.epoch, first, "a new period of ownership");
+  await clock.advance(15000);
+  const epochs = server.callsTo("POST", "/lease/renew").map((c) => c.body.epoch);
+  assert.equal(epochs[0], first);
+  assert.ok(epochs.length > 1 && epochs.slice(1).every((e) => e === lease.epoch), `the new period renews, though the old renew still waits: ${epochs}`);
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("a getToken that fails keeps the lease until its deadline, as a network error does", async () => {
+  let down = false;
+  const getToken = async () => {
+    if (down) throw new TypeError("Failed to fetch");
+    return "token-1";
+  };
+  const { clock, server, lease } = setup({ lease: { getToken } });
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  const epoch = lease.epoch;
+  down = true;
+  await clock.advance(15000 + 10000);
+  assert.equal(lease.role, "owner", "a token that cannot be had now says nothing about the lease");
+  assert.ok(errors.length > 0 && errors.every((e) => e.code === "UNAUTHENTICATED" && e.retryable));
+  down = false;
+  await clock.advance(16000); // the next retry, within the backoff's cap
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.epoch, epoch, "the same lease, renewed");
+  assert.ok(server.callsTo("POST", "/lease/renew").length > 0);
+  await lease.stop({ release: false });
+});
+
+test("a getToken that never answers fails after requestTimeoutMs", async () => {
+  let hang = false;
+  const getToken = () => (hang ? new Promise(() => {}) : Promise.resolve("token-1"));
+  const { clock, server, lease } = setup({ lease: { getToken } });
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  hang = true;
+  await clock.advance(15000 + 10000);
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].message, /getToken failed: no token within 10 s/);
+  hang = false;
+  await clock.advance(1000);
+  assert.equal(server.callsTo("POST", "/lease/renew").length, 1, "the retry renews");
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
 test("a 401 asks getToken for a fresh token once and retries", async () => {
   const asked = [];
   const getToken = async (o) => {

@@ -111,7 +111,9 @@ export interface TabLeaseOptions {
   /** The agent session: 1–128 characters of [A-Za-z0-9._:@|-]. */
   sessionId: string;
   /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401.
-   *  When it throws, the request fails with TabLeaseError UNAUTHENTICATED (the thrown value as its cause). */
+   *  When it throws or takes longer than requestTimeoutMs, the request fails with TabLeaseError
+   *  UNAUTHENTICATED, retryable (the thrown value as its cause): a renew keeps the lease until its
+   *  deadline and retries, as after a network error. */
   getToken: (opts: { refresh?: boolean }) => string | Promise<string>;
   /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
   label?: string | (() => string);
@@ -137,6 +139,9 @@ export interface TabLeaseOptions {
   viewerPollMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
+  /** getToken, and then each request with its answer, get this long; a request not answered by
+   *  then is aborted and fails as NETWORK (retried like one). Default 10000. */
+  requestTimeoutMs?: number;
   /** "fetch" (default): GET …/events with the Authorization header and Last-Event-ID;
    *  "ticket": POST …/events/ticket then EventSource(…?ticket=); false: no stream. */
   stream?: "fetch" | "ticket" | false;
@@ -215,6 +220,7 @@ export interface TabLeaseEventMap {
   catalog: CatalogDetail;
   handoff: HandoffDetail;
   state: StateDetail;
+  /** The stream went up or down, or this tab started or stopped carrying it. */
   stream: { live: boolean; carrier: boolean };
   /** A tab joined or left: {type: "joined" | "left", tab: {tabId, label, hidden, connectedAt}, …}. */
   tabs: unknown;
@@ -505,6 +511,7 @@ export declare const DEFAULTS: Readonly<{
   hiddenTtlMs: number;
   backoffBaseMs: number;
   backoffMaxMs: number;
+  requestTimeoutMs: number;
   handoffTimeoutMs: number;
   handoffGraceMs: number;
   hiddenAcquireDelayMs: number;
