@@ -249,7 +249,7 @@ export class FakeServer {
     const path = u.pathname.replace(`/v1/sessions/${encodeURIComponent(this.sessionId)}`, "");
     const body = init.body ? JSON.parse(init.body) : undefined;
     const headers = { ...(init.headers ?? {}) };
-    const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), at: this.clock.now() };
+    const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), cache: init.cache, at: this.clock.now() };
     this.calls.push(call);
     if (this.down) throw new TypeError("fetch failed");
     const f = this.failures.find((x) => x.match === `${method} ${path}` && x.times > 0);

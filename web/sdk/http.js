@@ -98,7 +98,8 @@ export class SessionApi {
     this._fetch = fetch;
     this._origin = origin;
     this._clock = clock;
-    this._timeoutMs = timeoutMs;
+    /** How long getToken, and each request with its answer, may take. */
+    this.timeoutMs = timeoutMs;
     /** The last access token getToken gave: what a request during pagehide sends. */
     this.lastToken = null;
   }
@@ -118,11 +119,17 @@ export class SessionApi {
   async token(refresh = false) {
     let t;
     let timer = null;
+    // signal aborts when the client gives up, so that a getToken that fetches can stop too.
+    const ac = new AbortController();
     try {
       const late = new Promise((_, reject) => {
-        timer = this._clock.setTimeout(() => reject(new Error(`no token within ${this._timeoutMs / 1000} s`)), this._timeoutMs);
+        timer = this._clock.setTimeout(() => {
+          const e = new Error(`no token within ${this.timeoutMs / 1000} s`);
+          ac.abort(e);
+          reject(e);
+        }, this.timeoutMs);
       });
-      t = await Promise.race([this._getToken(refresh ? { refresh: true } : {}), late]);
+      t = await Promise.race([this._getToken(refresh ? { refresh: true, signal: ac.signal } : { signal: ac.signal }), late]);
     } catch (e) {
       throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken failed: ${e?.message ?? e}`, retryable: true, cause: e });
     } finally {
@@ -147,8 +154,8 @@ export class SessionApi {
       if (body !== undefined) headers["Content-Type"] = "application/json";
       // A keepalive request outlives the page: nothing waits for it.
       const ac = keepalive ? null : new AbortController();
-      const timeout = new Error(`no answer within ${this._timeoutMs / 1000} s`);
-      const timer = ac ? this._clock.setTimeout(() => ac.abort(timeout), this._timeoutMs) : null;
+      const timeout = new Error(`no answer within ${this.timeoutMs / 1000} s`);
+      const timer = ac ? this._clock.setTimeout(() => ac.abort(timeout), this.timeoutMs) : null;
       try {
         let res;
         try {
@@ -157,7 +164,10 @@ export class SessionApi {
             headers,
             body: body === undefined ? undefined : JSON.stringify(body),
             keepalive,
-            cache: "no-store",
+            // Only a GET's answer could be cached. Another method's cache mode "no-store" would
+            // also keep the browser from caching a CORS preflight (Access-Control-Max-Age), so
+            // that every call of a page on another origin would be preflighted.
+            cache: method === "GET" || method === "HEAD" ? "no-store" : undefined,
             signal: ac?.signal,
           });
         } catch (e) {

@@ -197,9 +197,25 @@ test("a getToken that fails keeps the lease until its deadline, as a network err
   await lease.stop({ release: false });
 });
 
-test("a getToken that never answers fails after requestTimeoutMs", async () => {
+test("only GETs bypass the HTTP cache: another method's no-store would stop the browser caching CORS preflights", async () => {
+  const { clock, server, lease } = setup({ lease: { presence: true } });
+  await lease.start();
+  await clock.advance(16000);
+  const modes = new Set(server.calls.map((c) => `${c.method} ${c.cache ?? "default"}`));
+  assert.deepEqual([...modes].sort(), ["POST default", "PUT default"]);
+  await lease.refresh();
+  assert.equal(server.calls.at(-1).method, "GET");
+  assert.equal(server.calls.at(-1).cache, "no-store");
+  await lease.stop({ release: false });
+});
+
+test("a getToken that never answers fails after requestTimeoutMs, and its signal tells it to stop", async () => {
   let hang = false;
-  const getToken = () => (hang ? new Promise(() => {}) : Promise.resolve("token-1"));
+  const signals = [];
+  const getToken = ({ signal } = {}) => {
+    signals.push(signal);
+    return hang ? new Promise(() => {}) : Promise.resolve("token-1");
+  };
   const { clock, server, lease } = setup({ lease: { getToken } });
   const errors = [];
   lease.on("error", ({ error }) => errors.push(error));
@@ -208,6 +224,8 @@ test("a getToken that never answers fails after requestTimeoutMs", async () => {
   await clock.advance(15000 + 10000);
   assert.equal(errors.length, 1);
   assert.match(errors[0].message, /getToken failed: no token within 10 s/);
+  assert.ok(signals.every((s) => s instanceof AbortSignal), "every call gets a signal");
+  assert.equal(signals.filter((s) => s.aborted).length, 1, "the call given up on is told so");
   hang = false;
   await clock.advance(1000);
   assert.equal(server.callsTo("POST", "/lease/renew").length, 1, "the retry renews");

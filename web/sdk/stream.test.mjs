@@ -62,6 +62,20 @@ test("the stream sends the token and tabId, and resumes with Last-Event-ID after
   await lease.stop({ release: false });
 });
 
+test("a stream connect that is never answered is given up after requestTimeoutMs and tried again", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  server.fail("GET /events", { hang: true });
+  const lease = new TabLease(fakeOptions(server, clock, { stream: "fetch" }));
+  await lease.start();
+  await flush();
+  assert.equal(lease.streamLive, false);
+  await clock.advance(10000 + 1000); // the timeout, then the runner's first backoff (at most 1 s)
+  assert.equal(server.callsTo("GET", "/events").length, 2, "connected again");
+  assert.equal(lease.streamLive, true);
+  await lease.stop({ release: false });
+});
+
 test("a stream the server does not have yet (404) is retried slowly and the lease still works", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);

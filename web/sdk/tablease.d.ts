@@ -110,11 +110,12 @@ export interface TabLeaseOptions {
   baseUrl?: string;
   /** The agent session: 1–128 characters of [A-Za-z0-9._:@|-]. */
   sessionId: string;
-  /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401.
+  /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401;
+   *  signal aborts when the client gives up on the call (requestTimeoutMs).
    *  When it throws or takes longer than requestTimeoutMs, the request fails with TabLeaseError
    *  UNAUTHENTICATED, retryable (the thrown value as its cause): a renew keeps the lease until its
    *  deadline and retries, as after a network error. */
-  getToken: (opts: { refresh?: boolean }) => string | Promise<string>;
+  getToken: (opts: { refresh?: boolean; signal?: AbortSignal }) => string | Promise<string>;
   /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
   label?: string | (() => string);
   /** TTL asked for while visible; default: the server's. */
