@@ -345,7 +345,8 @@ func testClusterRevokeReplicas(t *testing.T, c *redistest.Cluster) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout, RevokeReplicas: 1})
+	// WAIT gets three quarters of OpTimeout: as long as replicaOpTimeout (replicas_test.go).
+	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: prefix, OpTimeout: 3 * time.Second, RevokeReplicas: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
