@@ -113,27 +113,36 @@ export class SessionApi {
     return url;
   }
 
+  /** A deadline timeoutMs from now: signal aborts with error ("no <what> within N s") when it
+   *  passes, or with the reason of follow when that aborts first; clear() ends both. */
+  deadline(what, follow = undefined) {
+    const ac = new AbortController();
+    const error = new Error(`no ${what} within ${this.timeoutMs / 1000} s`);
+    const timer = this._clock.setTimeout(() => ac.abort(error), this.timeoutMs);
+    const onFollow = () => ac.abort(follow?.reason);
+    follow?.addEventListener("abort", onFollow, { once: true });
+    const clear = () => {
+      this._clock.clearTimeout(timer);
+      follow?.removeEventListener("abort", onFollow);
+    };
+    return { signal: ac.signal, error, clear };
+  }
+
   /** The access token (a fresh one from the identity provider when refresh). getToken failing
    *  proves nothing about the lease (an identity provider down, the network): the error is
    *  retryable, and the caller retries as it does after a network error. */
   async token(refresh = false) {
     let t;
-    let timer = null;
-    // signal aborts when the client gives up, so that a getToken that fetches can stop too.
-    const ac = new AbortController();
+    // getToken gets the signal, so that one that fetches can stop when the client gives up.
+    const d = this.deadline("token");
     try {
-      const late = new Promise((_, reject) => {
-        timer = this._clock.setTimeout(() => {
-          const e = new Error(`no token within ${this.timeoutMs / 1000} s`);
-          ac.abort(e);
-          reject(e);
-        }, this.timeoutMs);
-      });
-      t = await Promise.race([this._getToken(refresh ? { refresh: true, signal: ac.signal } : { signal: ac.signal }), late]);
+      const late = new Promise((_, reject) => d.signal.addEventListener("abort", () => reject(d.error), { once: true }));
+      const { signal } = d;
+      t = await Promise.race([this._getToken(refresh ? { refresh: true, signal } : { signal }), late]);
     } catch (e) {
       throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken failed: ${e?.message ?? e}`, retryable: true, cause: e });
     } finally {
-      this._clock.clearTimeout(timer);
+      d.clear();
     }
     if (typeof t !== "string" || t === "") throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: "tablease: getToken returned no token" });
     this.lastToken = t;
@@ -153,9 +162,7 @@ export class SessionApi {
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";
       // A keepalive request outlives the page: nothing waits for it.
-      const ac = keepalive ? null : new AbortController();
-      const timeout = new Error(`no answer within ${this.timeoutMs / 1000} s`);
-      const timer = ac ? this._clock.setTimeout(() => ac.abort(timeout), this.timeoutMs) : null;
+      const d = keepalive ? null : this.deadline("answer");
       try {
         let res;
         try {
@@ -168,10 +175,10 @@ export class SessionApi {
             // also keep the browser from caching a CORS preflight (Access-Control-Max-Age), so
             // that every call of a page on another origin would be preflighted.
             cache: method === "GET" || method === "HEAD" ? "no-store" : undefined,
-            signal: ac?.signal,
+            signal: d?.signal,
           });
         } catch (e) {
-          throw this.networkError(method, path, ac?.signal.aborted ? timeout : e);
+          throw this.networkError(method, path, d?.signal.aborted ? d.error : e);
         }
         if (res.status === 401 && attempt === 0 && !keepalive) continue;
         let answer = null;
@@ -182,11 +189,11 @@ export class SessionApi {
           failed = e;
         }
         // An answer whose body stopped coming is no answer.
-        if (ac?.signal.aborted) throw this.networkError(method, path, timeout);
+        if (d?.signal.aborted) throw this.networkError(method, path, d.error);
         if (failed) throw failed;
         return answer;
       } finally {
-        if (timer != null) this._clock.clearTimeout(timer);
+        d?.clear();
       }
     }
   }

@@ -469,18 +469,15 @@ export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idl
       let res;
       // Connecting (until the answer's headers) gets the API's request timeout: a connect that
       // is never answered would otherwise keep the stream down for as long as it hangs.
-      const connect = new AbortController();
-      const late = new Error(`no answer within ${api.timeoutMs / 1000} s`);
-      const timer = clock.setTimeout(() => connect.abort(late), api.timeoutMs);
-      const onAbort = () => connect.abort(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
+      // (After the headers, pump stops reading when signal aborts.)
+      const connect = api.deadline("answer", signal);
       try {
         res = await fetch(api.url("/events", query()), { headers, signal: connect.signal, cache: "no-store" });
       } catch (e) {
         if (signal.aborted) return;
-        throw api.networkError("GET", "/events", connect.signal.aborted ? late : e);
+        throw api.networkError("GET", "/events", connect.signal.aborted ? connect.error : e);
       } finally {
-        clock.clearTimeout(timer);
+        connect.clear();
       }
       if (res.status === 401 && attempt === 0) {
         refresh = true;
