@@ -42,7 +42,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 		Feed:        opts.Engine,
 		Presence:    opts.Engine,
 		Nonces:      opts.Nonces,
-		Views:       streamViews{},
+		Views:       streamViews{catalogs: catalogs},
 		Catalog:     catalogs.Watch,
 		HS256Secret: opts.Auth.HS256Secret,
 		Now:         now,
@@ -148,20 +148,29 @@ func streamError(err error) error {
 	return ticketError(err)
 }
 
-// streamViews render the data of the stream's events with the views of the API.
-type streamViews struct{}
+// streamViews render the data of the stream's events with the views of the API; catalogs names
+// the catalog version in snapshots.
+type streamViews struct {
+	catalogs *catalog.Source
+}
 
 // snapshotJSON is the data of `event: snapshot`: the lease object as GET …/lease answers it for the
 // tab, the tabs connected, and whether the events that follow are a replay of what the client
-// missed (already included in the snapshot).
+// missed (already included in the snapshot), and the version of the tool catalog served, so that
+// a client whose stream was down when the catalog changed learns of it on reconnecting.
 type snapshotJSON struct {
 	*leaseJSON
-	Tabs    []tabJSON `json:"tabs"`
-	Resumed bool      `json:"resumed"`
+	Tabs           []tabJSON `json:"tabs"`
+	Resumed        bool      `json:"resumed"`
+	CatalogVersion string    `json:"catalogVersion,omitempty"`
 }
 
-func (streamViews) Snapshot(w *lease.Watch, tabID string) ([]byte, error) {
-	return json.Marshal(snapshotJSON{leaseJSON: leaseView(w.Snapshot, tabID), Tabs: tabsView(w.Tabs), Resumed: w.Resumed})
+func (v streamViews) Snapshot(w *lease.Watch, tabID string) ([]byte, error) {
+	snap := snapshotJSON{leaseJSON: leaseView(w.Snapshot, tabID), Tabs: tabsView(w.Tabs), Resumed: w.Resumed}
+	if version, ok := v.catalogs.Served(); ok {
+		snap.CatalogVersion = version
+	}
+	return json.Marshal(snap)
 }
 
 // leaseEventJSON is the data of `event: lease` (DESIGN §3).

@@ -276,8 +276,9 @@ type tabsEventAnswer struct {
 
 type snapshotAnswer struct {
 	leaseAnswer
-	Tabs    []tabAnswer `json:"tabs"`
-	Resumed bool        `json:"resumed"`
+	Tabs           []tabAnswer `json:"tabs"`
+	Resumed        bool        `json:"resumed"`
+	CatalogVersion *string     `json:"catalogVersion"`
 }
 
 func eventsPath(sid, query string) string {
@@ -810,6 +811,31 @@ func TestEveryStreamIsToldWhenTheCatalogVersionChanges(t *testing.T) {
 		if ev.Version != want || it.HasID {
 			t.Fatalf("catalog event %+v (id %q), want version %s without id", ev, it.ID, want)
 		}
+	}
+}
+
+// A catalog event is not replayed: a stream that was down when the catalog changed learns of it
+// from its next snapshot, which names the version served.
+func TestTheSnapshotNamesTheCatalogVersionServed(t *testing.T) {
+	h := catalogHarness(t)
+	ts := h.serve()
+	alice := h.token("alice")
+	var snap snapshotAnswer
+	c := mustStream(t, ts, eventsPath("doc-1", "tabId=t1"), alice, nil)
+	c.expect("snapshot", &snap)
+	if first := mustCatalog(t, eventsCatalog).Version; snap.CatalogVersion == nil || *snap.CatalogVersion != first {
+		t.Fatalf("the snapshot names the catalog version %v, want %s", snap.CatalogVersion, first)
+	}
+	c.close()
+
+	if rec := h.putCatalog(h.adminToken("root"), "*", `{"tools":[]}`); rec.Code != 200 {
+		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
+	}
+	snap.CatalogVersion = nil
+	c = mustStream(t, ts, eventsPath("doc-1", "tabId=t1"), alice, nil)
+	c.expect("snapshot", &snap)
+	if next := mustCatalog(t, `{"tools":[]}`).Version; snap.CatalogVersion == nil || *snap.CatalogVersion != next {
+		t.Fatalf("after the PUT the snapshot names the catalog version %v, want %s", snap.CatalogVersion, next)
 	}
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -505,6 +509,31 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		}
 	})
 
+	t.Run("a tool disabled while a viewer tab's server was out of reach is unregistered as soon as its stream is back", func(t *testing.T) {
+		// catalog events are not replayed: the snapshot of the reconnect names the version served.
+		// The viewer's role does not change across the outage, so nothing else reads the catalog.
+		const session = "catalog-outage"
+		srv := startDemoServer(t, rds, nil)
+		other := startDemoServer(t, rds, nil) // another instance on the same Redis, for the admin
+		srv.takeOverElsewhere(session, elsewhereTab)
+		b := browsertest.Start(t)
+		viewer := srv.open(b.NewTab("viewer"), session)
+		viewer.WaitFor("the viewer to expose the read-only tools", exposedJS("get_event_details, search_events"), 10*time.Second)
+
+		srv.stop()
+		viewer.WaitFor("the stream to be down", `!tablease.streamLive`, 10*time.Second)
+		other.putCatalog(disableTool(t, "search_events"))
+		srv.start()
+		back := time.Now()
+		viewer.WaitFor("the stream to be back", `tablease.streamLive`, lateBound)
+		shown, ok := showsWithin(viewer, exposedJS("get_event_details"), back, lateBound)
+		if !ok {
+			t.Fatalf("the viewer still exposed %q %v after the server was back; client: %v", browsertest.Eval[string](viewer,
+				`document.querySelector('[data-field="exposed"]').textContent`), shown.Round(time.Millisecond), lifecycleOf(viewer))
+		}
+		t.Logf("the disabled tool was unregistered %v after the server was back", shown.Round(time.Millisecond))
+	})
+
 	t.Run("after a server restart an owner tab is owner again, and its event stream back, within a round trip of each other", func(t *testing.T) {
 		const session = "restart"
 		srv := startDemoServer(t, rds, nil)
@@ -844,4 +873,55 @@ func crossOriginOf(tab *browsertest.Tab) crossOriginState {
 		return crossOriginState{Err: err.Error()}
 	}
 	return s
+}
+
+// disableTool is the demo's catalog file with every entry of the tool name disabled.
+func disableTool(t *testing.T, name string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("../../web/demo/catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Tools []map[string]any `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tool := range doc.Tools {
+		if tool["name"] == name {
+			tool["disabled"] = true
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the demo's catalog has no tool %s", name)
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// putCatalog replaces the stored catalog as an admin does, whatever its version.
+func (s demoServer) putCatalog(doc []byte) {
+	s.t.Helper()
+	req, err := http.NewRequest("PUT", s.base+"/v1/admin/catalog", bytes.NewReader(doc))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.admin.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("If-Match", "*")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		body, _ := io.ReadAll(resp.Body)
+		s.t.Fatalf("PUT /v1/admin/catalog: %d %s", resp.StatusCode, body)
+	}
 }

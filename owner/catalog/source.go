@@ -109,6 +109,15 @@ func (s *Source) Current(ctx context.Context) (State, error) {
 	return s.refresh(ctx, false)
 }
 
+// Served is the version of the catalog this instance serves, without reading the store: what the
+// last read (or Put) gave, kept within maxAge of the store by the poller while anyone watches.
+// ok is false until the store has been read once.
+func (s *Source) Served() (version string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur.Catalog.Version, s.loaded
+}
+
 // Fresh reads the store now, whatever the cache's age: for writes, which compare against it.
 func (s *Source) Fresh(ctx context.Context) (State, error) {
 	return s.refresh(ctx, true)

@@ -396,7 +396,7 @@ export class FakeServer {
     });
     this.streams.add(stream);
     signal?.addEventListener("abort", () => stream.close(), { once: true });
-    stream.send(`retry: 1000\nid: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify(this.lease(call.query.tabId))}\n\n`);
+    stream.send(`retry: 1000\nid: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify({ ...this.lease(call.query.tabId), catalogVersion: this.catalogVersion })}\n\n`);
     return Promise.resolve(new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } }));
   }
 

@@ -1216,6 +1216,10 @@ export class TabLease extends EventTarget {
         const mine = d.held && d.holder?.tabId === this.tabId && d.epoch === this._epoch;
         if (!mine) this._setView(d, now);
         this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
+        // catalog events are not replayed: a version changed while the stream was down shows here.
+        if (typeof d.catalogVersion === "string" && this._catalogVersion !== null && d.catalogVersion !== this._catalogVersion) {
+          this._catalogChanged(d.catalogVersion);
+        }
         return;
       }
       case "lease": {
@@ -1253,12 +1257,18 @@ export class TabLease extends EventTarget {
         this._emit("tabs", d);
         return;
       case "catalog":
-        this._catalogCache.clear();
-        if (d && typeof d === "object" && d.version) this._catalogVersion = d.version;
-        this._emit("catalog", { version: this._catalogVersion, reason: "version" });
+        this._catalogChanged(d && typeof d === "object" && d.version ? d.version : null);
         return;
       default:
     }
+  }
+
+  /** The server serves another catalog version (`version`, or unknown when null): what was cached
+   *  is stale. */
+  _catalogChanged(version) {
+    this._catalogCache.clear();
+    if (version) this._catalogVersion = version;
+    this._emit("catalog", { version: this._catalogVersion, reason: "version" });
   }
 
   _afterLeaseNews(held, event) {

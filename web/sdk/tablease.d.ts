@@ -201,7 +201,8 @@ export interface LeaseDetail {
 
 export interface CatalogDetail {
   version: string | null;
-  /** "version": the catalog changed on the server; "role": this tab's role changed. */
+  /** "version": the catalog changed on the server (a catalog event, or a reconnect's snapshot
+   *  naming another version than the one read); "role": this tab's role changed. */
   reason: "version" | "role";
 }
 

@@ -185,6 +185,42 @@ test("WebMCP: a catalog event re-registers changed tools, and an empty catalog f
   await lease.stop({ release: false });
 });
 
+test("WebMCP: a catalog changed while the stream was down is read again when the stream is back", async () => {
+  const { clock, server, lease } = setup({ stream: "fetch" });
+  const mc = new ModelContext();
+  await lease.start();
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "save_event", "search_events"]);
+  const events = [];
+  lease.on("catalog", (e) => e.reason === "version" && events.push(e));
+
+  // The stream drops; a kill switch disables save_event meanwhile. Its catalog event reaches no
+  // one, and the snapshot of the reconnect names the new version.
+  server.down = true;
+  server.dropStreams();
+  await clock.advance(3000);
+  server.tools = TOOLS.filter((t) => t.name !== "save_event");
+  server.catalogVersion = "sha256:v2";
+  server.down = false;
+  for (let t = 0; !lease.streamLive && t < 30000; t += 10) await clock.advance(10);
+  assert.equal(lease.streamLive, true, "the stream reconnects");
+  await flush();
+  await bridge.sync(); // let the triggered sync finish
+  assert.deepEqual(events, [{ version: "sha256:v2", reason: "version" }]);
+  assert.deepEqual(mc.names(), ["get_event", "rename_event", "search_events"]);
+
+  // A reconnect that finds the same version announces no change.
+  server.dropStreams();
+  for (let t = 0; lease.streamLive && t < 1000; t += 10) await clock.advance(10);
+  for (let t = 0; !lease.streamLive && t < 30000; t += 10) await clock.advance(10);
+  await flush();
+  assert.equal(lease.streamLive, true);
+  assert.equal(events.length, 1, "no catalog event for an unchanged version");
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
 test("WebMCP: a catalog that cannot be read keeps the last reading's tools for the role, and is read again", async () => {
   const { clock, server, lease } = setup();
   await lease.start();
