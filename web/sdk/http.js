@@ -113,12 +113,12 @@ export class SessionApi {
     return url;
   }
 
-  /** A deadline timeoutMs from now: signal aborts with error ("no <what> within N s") when it
-   *  passes, or with the reason of follow when that aborts first; clear() ends both. */
-  deadline(what, follow = undefined) {
+  /** A deadline ms (default timeoutMs) from now: signal aborts with error ("no <what> within
+   *  N s") when it passes, or with the reason of follow when that aborts first; clear() ends both. */
+  deadline(what, follow = undefined, ms = this.timeoutMs) {
     const ac = new AbortController();
-    const error = new Error(`no ${what} within ${this.timeoutMs / 1000} s`);
-    const timer = this._clock.setTimeout(() => ac.abort(error), this.timeoutMs);
+    const error = new Error(`no ${what} within ${ms / 1000} s`);
+    const timer = this._clock.setTimeout(() => ac.abort(error), ms);
     const onFollow = () => ac.abort(follow?.reason);
     follow?.addEventListener("abort", onFollow, { once: true });
     const clear = () => {
@@ -153,8 +153,9 @@ export class SessionApi {
     return this.request("POST", path, body, opts);
   }
 
-  /** One call: JSON in, JSON out. Resolves {status, body, etag}; rejects with a TabLeaseError. */
-  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false } = {}) {
+  /** One call: JSON in, JSON out. Resolves {status, body, etag}; rejects with a TabLeaseError.
+   *  timeoutMs (at most the client's) bounds the request and its answer. */
+  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs } = {}) {
     for (let attempt = 0; ; attempt++) {
       let token;
       if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
@@ -162,7 +163,7 @@ export class SessionApi {
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";
       // A keepalive request outlives the page: nothing waits for it.
-      const d = keepalive ? null : this.deadline("answer");
+      const d = keepalive ? null : this.deadline("answer", undefined, Math.min(timeoutMs, this.timeoutMs));
       try {
         let res;
         try {

@@ -46,6 +46,9 @@ const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
 /** The least time between two reads of the lease by a viewer's timer. */
 const VIEWER_READ_GAP_MS = 1000;
 
+/** The least time a renew waits for its answer, however close its deadline. */
+const MIN_RENEW_TIMEOUT_MS = 1000;
+
 /** The states of a TabLease, and the states each may move to. */
 const TRANSITIONS = Object.freeze({
   stopped: ["viewer"],
@@ -954,7 +957,7 @@ export class TabLease extends EventTarget {
     let ok = false;
     const p = (async () => {
       try {
-        const { body } = await this._call("POST", "/lease/renew", this._body({ epoch }));
+        const { body } = await this._call("POST", "/lease/renew", this._body({ epoch }), { timeoutMs: this._renewTimeoutMs(sentAt) });
         this._attempts.renew = 0;
         ok = this._confirm(body, sentAt, gen);
         return ok;
@@ -982,6 +985,15 @@ export class TabLease extends EventTarget {
     })();
     this._renewing = { p, gen, epoch };
     return p;
+  }
+
+  /** How long a renew sent at now waits for its answer: half the time left before the deadline
+   *  (at least a second, at most requestTimeoutMs), so that a renew never answered is given up
+   *  early enough for a retry to keep the lease, whatever the TTL. */
+  _renewTimeoutMs(now) {
+    const left = this._deadline - now;
+    if (!(left > 0)) return this._api.timeoutMs;
+    return Math.max(MIN_RENEW_TIMEOUT_MS, Math.min(this._api.timeoutMs, Math.floor(left / 2)));
   }
 
   async _release(why, { keepalive = false } = {}) {

@@ -155,18 +155,37 @@ test("a renew that is never answered is given up after requestTimeoutMs and retr
   await lease.stop({ release: false });
 });
 
+test("under a short TTL a renew that is never answered is given up in time for a retry to keep the lease", async () => {
+  // TTL 6 s: renewed every 2 s, deadline 4.5 s after it was sent (margin a quarter of the TTL).
+  // A renew waiting requestTimeoutMs (10 s) would outlive the lease.
+  const { clock, server, lease } = setup({ server: { ttlMs: 6000 } });
+  await lease.start();
+  const epoch = lease.epoch;
+  server.fail("POST /lease/renew", { hang: true });
+  await clock.advance(2000 + 1250 + 125);
+  const times = server.callsTo("POST", "/lease/renew").map((c) => c.at);
+  // sent at 3000 with 2500 ms left before the deadline: given up at half of it, retried after
+  // the first backoff step (random() = 0: 125 ms)
+  assert.deepEqual(times, [3000, 4375]);
+  await clock.advance(10000);
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.epoch, epoch, "the same lease, kept");
+  assert.equal(server.epoch, epoch);
+  await lease.stop({ release: false });
+});
+
 test("a renew still waiting from an earlier period holds back none of the next one's renews", async () => {
-  // No timeout to speak of: the renew of the first epoch stays unanswered for the whole test.
-  const { clock, server, lease } = setup({ lease: { requestTimeoutMs: 3600000, stream: "fetch" } });
+  const { clock, server, lease } = setup({ lease: { stream: "fetch" } });
   await lease.start();
   const first = lease.epoch;
   server.fail("POST /lease/renew", { hang: true });
-  await clock.advance(15000 + 30000); // the renew hangs, the lease lapses
-  server.expireNow(); // and the server says so: the tab takes it again
+  await clock.advance(15000 + 1000); // the renew is sent and hangs (given up only about 14 s later)
+  server.expireNow(); // meanwhile the server ends the lease and says so: the tab takes it again
   await clock.advance(1000);
   assert.equal(lease.role, "owner");
   assert.notEqual(lease.epoch, first, "a new period of ownership");
-  await clock.advance(15000);
+  server.dropStreams(); // the owner renews at once to confirm
+  await clock.advance(500);
   const epochs = server.callsTo("POST", "/lease/renew").map((c) => c.body.epoch);
   assert.equal(epochs[0], first);
   assert.ok(epochs.length > 1 && epochs.slice(1).every((e) => e === lease.epoch), `the new period renews, though the old renew still waits: ${epochs}`);

@@ -141,7 +141,8 @@ export interface TabLeaseOptions {
   backoffBaseMs?: number;
   backoffMaxMs?: number;
   /** getToken, and then each request with its answer, get this long; a request not answered by
-   *  then is aborted and fails as NETWORK (retried like one). Default 10000. */
+   *  then is aborted and fails as NETWORK (retried like one); a renew waits at most half the
+   *  time left before its deadline (at least 1000). Default 10000. */
   requestTimeoutMs?: number;
   /** "fetch" (default): GET …/events with the Authorization header and Last-Event-ID;
    *  "ticket": POST …/events/ticket then EventSource(…?ticket=); false: no stream. */
