@@ -46,6 +46,10 @@ const ID_RE = /^[A-Za-z0-9._:@|-]{1,128}$/;
 /** The least time between two reads of the lease by a viewer's timer. */
 const VIEWER_READ_GAP_MS = 1000;
 
+/** How many routes' catalog answers a tab keeps (the latest read), for their ETags and for the
+ *  tool adapters to stand in with when the catalog cannot be read. */
+const CATALOG_CACHE_ROUTES = 32;
+
 /** The least time a renew waits for its answer, however close its deadline. */
 const MIN_RENEW_TIMEOUT_MS = 1000;
 
@@ -513,6 +517,16 @@ export class TabLease extends EventTarget {
     let body = res.body;
     if (res.status === 304 && cached) body = cached.body;
     else if (res.etag) this._catalogCache.set(key, { etag: res.etag, body });
+    // The routes are the page's own (one per entity an SPA shows): keep the latest few.
+    const entry = this._catalogCache.get(key);
+    if (entry) {
+      this._catalogCache.delete(key);
+      this._catalogCache.set(key, entry);
+      for (const old of this._catalogCache.keys()) {
+        if (this._catalogCache.size <= CATALOG_CACHE_ROUTES) break;
+        this._catalogCache.delete(old);
+      }
+    }
     if (body.version) this._catalogVersion = body.version;
     return this._catalogView(body);
   }

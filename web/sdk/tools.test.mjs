@@ -89,6 +89,22 @@ test("catalog() gives a viewer only read-only tools and uses the ETag", async ()
   await lease.stop({ release: false });
 });
 
+test("catalog() keeps the answers of the latest 32 routes only, however many pages an SPA shows", async () => {
+  const { server, lease } = setup({ autoAcquire: false });
+  await lease.start();
+  for (let i = 0; i < 1000; i++) await lease.catalog(`/events/evt-${i}`);
+  await lease.catalog("/events/evt-968"); // the oldest kept: read again, it becomes the latest
+  await lease.catalog("/events/evt-0"); // forgotten long ago
+  await lease.catalog("/events/evt-969"); // the oldest now: pushed out by evt-0
+  await lease.catalog("/events/evt-968");
+  const revalidated = (route) => server.callsTo("GET", "/catalog").filter((c) => c.query.route === route).at(-1).headers["If-None-Match"] !== undefined;
+  assert.equal(revalidated("/events/evt-0"), false, "a route read 999 routes ago is read afresh");
+  assert.equal(revalidated("/events/evt-969"), false, "the oldest route was dropped for the latest");
+  assert.equal(revalidated("/events/evt-968"), true, "a route read again stays");
+  assert.ok(lease._catalogCache.size <= 32);
+  await lease.stop({ release: false });
+});
+
 test("catalog() filters mutation tools by the local role even when the server still says owner", async () => {
   const { clock, server, lease } = setup();
   server.fail("POST /lease/renew", { network: true, times: 1000 });
