@@ -1092,6 +1092,67 @@ func TestAResyncWatchesAgainFromTheLastIDWithAFreshSnapshotThenTheReplay(t *test
 	}
 }
 
+// A resync may follow a store that lost its data, the stream's presence entry with it: the stream
+// lists its tab again at once, in the snapshot that follows, not at its next refresh.
+func TestAResyncListsTheStreamsTabAgainAtOnce(t *testing.T) {
+	var feed *resyncFeed
+	var presence *forgetfulPresence
+	h := newHarness(t, func(o *Options) {
+		feed = &resyncFeed{inner: o.Engine}
+		presence = &forgetfulPresence{Presence: o.Engine}
+		o.Engine = storeParts{o.Engine, feed, presence, o.Engine}
+	})
+	ts := h.serve()
+	alice := h.token("alice")
+	c := mustStream(t, ts, eventsPath("doc-1", "tabId=tab-a"), alice, nil)
+	c.expect("snapshot", nil)
+	presence.forget(t) // the store lost the entry (here announced: the engine's Leave)
+	c.expect("tabs", nil)
+	if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 0 {
+		t.Fatalf("tabs after the loss: %+v", tabs)
+	}
+	feed.resync()
+
+	var snap snapshotAnswer
+	c.expect("snapshot", &snap)
+	if len(snap.Tabs) != 1 || snap.Tabs[0].TabID != "tab-a" {
+		t.Fatalf("the snapshot after the resync lists %+v, want the stream's own tab", snap.Tabs)
+	}
+	if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 1 || tabs[0].TabID != "tab-a" {
+		t.Fatalf("GET …/tabs after the resync: %+v, want the stream's tab", tabs)
+	}
+}
+
+// forgetfulPresence records the entries joined, so that a test can remove them as a store that
+// lost its data does.
+type forgetfulPresence struct {
+	lease.Presence
+	mu      sync.Mutex
+	entries map[string]lease.Key // conn → key
+	tabs    map[string]string    // conn → tab id
+}
+
+func (p *forgetfulPresence) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
+	p.mu.Lock()
+	if p.entries == nil {
+		p.entries, p.tabs = make(map[string]lease.Key), make(map[string]string)
+	}
+	p.entries[conn], p.tabs[conn] = key, tab.TabID
+	p.mu.Unlock()
+	return p.Presence.Join(ctx, key, conn, tab)
+}
+
+func (p *forgetfulPresence) forget(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for conn, key := range p.entries {
+		if err := p.Presence.Leave(t.Context(), key, conn, p.tabs[conn]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // storeParts is a lease.Store made of parts, for tests that replace one.
 type storeParts struct {
 	lease.Engine

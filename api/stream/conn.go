@@ -380,6 +380,11 @@ func (sc *streamConn) resubscribe() bool {
 	sc.w.Close()
 	sc.w = nil
 	if errors.Is(err, lease.ErrResync) {
+		// What the store lost may include the tab's presence entry (a Redis restarted empty):
+		// refresh it now, not a third of the TTL later, so that the snapshot lists the tab.
+		if sc.conn != "" {
+			sc.refreshAt = time.Now().Add(sc.refresh())
+		}
 		if sc.w, err = sc.rewatch(); err == nil {
 			sc.w.OnReady(sc.st.wake)
 			sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false)

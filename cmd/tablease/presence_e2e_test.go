@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -38,5 +39,38 @@ func TestATabPutThroughOneInstanceIsListedAndAnnouncedThroughAnother(t *testing.
 	}
 	if ev := s.must("tabs", 5*time.Second); ev["type"] != "left" || ev["tab"].(map[string]any)["tabId"] != "tab-b" {
 		t.Fatalf("tabs event through instance 1: %v", ev)
+	}
+}
+
+// A Redis that restarts empty loses every presence entry: a stream still open lists its tab again
+// as soon as Redis answers (in the snapshot that follows, or at the latest in a tabs event when
+// Redis came back after that snapshot), not at its next refresh, a third of the 45 s TTL later.
+func TestAStreamListsItsTabAgainAtOnceAfterRedisRestartsEmpty(t *testing.T) {
+	c1, _, rds := redisPair(t)
+	s := openEvents(t, c1.base, "/v1/sessions/doc-1/events?tabId=tab-a&label=Events", c1.token)
+	s.must("snapshot", 5*time.Second)
+	rds.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for listed := false; !listed; {
+		ev, ok := s.next(deadline)
+		if !ok {
+			t.Fatal("the stream's tab was not listed again within 5 s of Redis restarting empty")
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ev.data), &m); err != nil {
+			t.Fatalf("event data %q: %v", ev.data, err)
+		}
+		switch ev.name {
+		case "snapshot":
+			tabs, _ := m["tabs"].([]any)
+			listed = len(tabs) == 1 && tabs[0].(map[string]any)["tabId"] == "tab-a"
+		case "tabs":
+			tab, _ := m["tab"].(map[string]any)
+			listed = m["type"] == "joined" && tab["tabId"] == "tab-a"
+		}
+	}
+	code, tabs := c1.do(http.MethodGet, "/v1/sessions/doc-1/tabs", nil)
+	if list, _ := tabs["tabs"].([]any); code != 200 || len(list) != 1 {
+		t.Fatalf("GET …/tabs after Redis restarted empty: %d %v", code, tabs)
 	}
 }
