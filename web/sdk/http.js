@@ -98,7 +98,8 @@ export class SessionApi {
     this._fetch = fetch;
     this._origin = origin;
     this._clock = clock;
-    /** How long getToken, and each request with its answer, may take. */
+    /** How long getToken, and each request with its answer, may take.
+     *  @type {number} */
     this.timeoutMs = timeoutMs;
     /** The last access token getToken gave: what a request during pagehide sends. */
     this.lastToken = null;
