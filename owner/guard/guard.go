@@ -13,7 +13,8 @@
 //     of another user or session (403 NOT_LEASE_OWNER);
 //  4. in strict mode, asks tablease whether the epoch is still current, with
 //     POST <base>/v1/sessions/{sid}/lease/check {"token": …} (409 from tablease: 409 LEASE_LOST;
-//     tablease unreachable, timing out or failing: 503, fail closed);
+//     tablease unreachable, timing out or failing, or a 200 that vouches for another lease than
+//     the token's tab and epoch: 503, fail closed);
 //  5. puts the verified claims in the request context (FromContext), so the handler can fence
 //     its writes with the epoch.
 //
@@ -267,6 +268,13 @@ func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error
 	}
 	var answer struct {
 		Valid *bool `json:"valid"`
+		Lease *struct {
+			Held   bool `json:"held"`
+			Holder *struct {
+				TabID string `json:"tabId"`
+			} `json:"holder"`
+			Epoch json.Number `json:"epoch"`
+		} `json:"lease"`
 		Error *struct {
 			Code    string         `json:"code"`
 			Details map[string]any `json:"details"`
@@ -285,6 +293,11 @@ func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error
 		}
 		if !*answer.Valid {
 			return leaseLost(c, nil, errors.New("lease check: valid is false"))
+		}
+		// The lease it vouches for must be the token's: anything else is not tablease's answer
+		// (a BaseURL that names another service), and proves nothing.
+		if l := answer.Lease; l == nil || !l.Held || l.Holder == nil || l.Holder.TabID != c.Tab || l.Epoch.String() != strconv.FormatInt(c.Epoch, 10) {
+			return unavailable("The lease cannot be checked now.", 1, fmt.Errorf("lease check: a valid answer for another lease than the token's: %.200q", raw))
 		}
 		return nil
 	case resp.StatusCode == http.StatusConflict:

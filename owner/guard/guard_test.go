@@ -90,7 +90,7 @@ func newFakeTablease(t *testing.T) *fakeTablease {
 		if text == "" {
 			switch status {
 			case http.StatusOK:
-				text = `{"valid":true,"lease":{"sessionId":"doc-42","held":true,"epoch":7}}`
+				text = `{"valid":true,"lease":{"sessionId":"doc|A","held":true,"holder":{"tabId":"t-1","label":"","hidden":false},"epoch":7}}`
 			case http.StatusConflict:
 				text = `{"error":{"code":"LEASE_LOST","message":"lost","retryable":false,"details":{"epoch":8,"holder":{"tabId":"t-other","label":"","hidden":false}}}}`
 			default:
@@ -411,7 +411,14 @@ func TestGuardStrict(t *testing.T) {
 	for name, set := range map[string]func(){
 		"a 503 from tablease fails closed":         func() { tl.setCheck(http.StatusServiceUnavailable, "", false) },
 		"a 200 that is not an answer fails closed": func() { tl.setCheck(http.StatusOK, "<html>", false) },
-		"a check that hangs fails closed":          func() { tl.setCheck(http.StatusOK, "", true) },
+		"a 200 valid without a lease fails closed": func() { tl.setCheck(http.StatusOK, `{"valid":true}`, false) },
+		"a 200 valid for another tab fails closed": func() {
+			tl.setCheck(http.StatusOK, `{"valid":true,"lease":{"held":true,"holder":{"tabId":"t-2"},"epoch":7}}`, false)
+		},
+		"a 200 valid for another epoch fails closed": func() {
+			tl.setCheck(http.StatusOK, `{"valid":true,"lease":{"held":true,"holder":{"tabId":"t-1"},"epoch":8}}`, false)
+		},
+		"a check that hangs fails closed": func() { tl.setCheck(http.StatusOK, "", true) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			set()

@@ -43,17 +43,20 @@ type JWKSOptions struct {
 	// Until a first set has been fetched the interval is at most a second (unfetchedRefresh):
 	// every lookup fails then, and the guard's 503 tells the client to retry in a second.
 	MinRefreshInterval time.Duration
-	// MaxAge is how long a fetched set is used before it is fetched again on the next lookup, so
-	// that retired keys disappear; default 5m. When that fetch fails, the old set is used until a
-	// fetch succeeds.
+	// MaxAge is how long a fetched set is used before it is fetched again, so that retired keys
+	// disappear; default 5m. A lookup that finds its key in a set older than MaxAge answers with
+	// it at once and has the set fetched behind it (one fetch at a time, at most one per
+	// MinRefreshInterval): a tablease that does not answer never holds up a lookup whose key is
+	// known. Until a fetch succeeds, the old set is used.
 	MaxAge time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
 
 // JWKSClient is a leasetoken.KeySource that fetches tablease's JWKS over HTTP, caches it, and
-// fetches it again when a token names an unknown kid (rate-limited) or the set is older than
-// MaxAge. It is safe for concurrent use; concurrent lookups share one fetch.
+// fetches it again when a token names an unknown kid (rate-limited, the lookup waits for it) or
+// the set is older than MaxAge (behind the lookup). It is safe for concurrent use; concurrent
+// lookups share one fetch.
 type JWKSClient struct {
 	url        string
 	client     *http.Client
@@ -124,14 +127,18 @@ func (c *JWKSClient) Fetches() int {
 	return c.fetches
 }
 
-// LookupKey finds kid in the cached set, fetching the set first when it has never been fetched,
-// is older than MaxAge, or lacks kid — unless the last fetch was less than MinRefreshInterval ago.
-// It fails with leasetoken.ErrUnknownKey when kid is not in a set fetched successfully, and
+// LookupKey finds kid in the cached set. When the set has never been fetched or lacks kid, it
+// fetches the set first, unless the last fetch was less than MinRefreshInterval ago; when the set
+// has kid but is older than MaxAge, it answers at once and fetches the set behind. It fails with
+// leasetoken.ErrUnknownKey when kid is not in a set fetched successfully, and
 // leasetoken.ErrKeysUnavailable when no set could ever be fetched, or when kid is not in the set
 // and the latest fetch (this call's, or the last one within MinRefreshInterval) failed.
 func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.PublicKey, error) {
 	k, found, fresh := c.cached(kid)
-	if found && fresh {
+	if found {
+		if !fresh {
+			c.refreshBehind()
+		}
 		return k, nil
 	}
 	err := c.fetch(ctx, true)
@@ -170,6 +177,20 @@ func (c *JWKSClient) cached(kid string) (k leasetoken.PublicKey, found, fresh bo
 // Refresh fetches the JWKS now, regardless of MinRefreshInterval. Use it at start to fail fast.
 func (c *JWKSClient) Refresh(ctx context.Context) error { return c.fetch(ctx, false) }
 
+// refreshBehind fetches the set in the background, unless a fetch runs already or the last one
+// was less than MinRefreshInterval ago.
+func (c *JWKSClient) refreshBehind() {
+	select {
+	case c.fetching <- struct{}{}:
+	default:
+		return // a fetch runs: it brings the set
+	}
+	go func() {
+		defer func() { <-c.fetching }()
+		_ = c.fetchHeld(context.Background(), true)
+	}()
+}
+
 // fetch fetches the set, at most one at a time; with limited, it skips the fetch when the last
 // one was less than MinRefreshInterval ago (including one that finished while it waited).
 func (c *JWKSClient) fetch(ctx context.Context, limited bool) error {
@@ -179,7 +200,11 @@ func (c *JWKSClient) fetch(ctx context.Context, limited bool) error {
 		return ctx.Err()
 	}
 	defer func() { <-c.fetching }()
+	return c.fetchHeld(ctx, limited)
+}
 
+// fetchHeld is fetch, by a caller that holds the fetching slot.
+func (c *JWKSClient) fetchHeld(ctx context.Context, limited bool) error {
 	c.mu.Lock()
 	now := c.now()
 	interval := c.minRefresh

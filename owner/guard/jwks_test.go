@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -48,11 +49,20 @@ func TestJWKSClient(t *testing.T) {
 		t.Fatalf("an unknown kid within the interval: %v, %d fetches", err, hits.Load())
 	}
 
-	// After MaxAge the set is fetched again; a failing fetch keeps the old set in use.
+	// After MaxAge the set is fetched again, behind the lookup; a failing fetch keeps the old set
+	// in use.
 	c0.Add(2 * time.Minute)
 	status.Store(http.StatusInternalServerError)
+	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil {
+		t.Fatalf("a stale set with tablease failing: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); hits.Load() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a stale set was not fetched again: %d fetches", hits.Load())
+		}
+	}
 	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 2 {
-		t.Fatalf("a stale set with tablease failing: %v, %d fetches", err, hits.Load())
+		t.Fatalf("within the interval after the failed fetch: %v, %d fetches", err, hits.Load())
 	}
 	if err := jc.Refresh(ctx); err == nil || hits.Load() != 3 {
 		t.Fatalf("Refresh ignores the interval and reports the failure: %v, %d fetches", err, hits.Load())
@@ -116,6 +126,58 @@ func TestJWKSClientFetchesEverySecondUntilItHasASet(t *testing.T) {
 	c0.Add(2 * time.Second)
 	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 2 {
 		t.Fatalf("an unknown kid 2s after a fetch: %v, %d fetches, want 2", err, hits.Load())
+	}
+}
+
+// TestJWKSClientNeverWaitsForAStaleSetsFetch: a tablease that accepts the connection and never
+// answers (paused, overloaded) holds up no lookup of a key the client has, when its set is older
+// than MaxAge: the fetch runs behind the lookup.
+func TestJWKSClientNeverWaitsForAStaleSetsFetch(t *testing.T) {
+	key, _ := leasetoken.GenerateKey()
+	var hung atomic.Bool
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hung.Load() {
+			arrived <- struct{}{}
+			<-release
+			return
+		}
+		_, _ = w.Write(leasetoken.EncodeJWKS([]leasetoken.PublicKey{key.Public()}))
+	}))
+	defer srv.Close()
+	defer close(release)
+	c0 := &clock{now: t0}
+	jc, err := guard.NewJWKSClient(guard.JWKSOptions{BaseURL: srv.URL, MaxAge: time.Minute, Timeout: time.Hour, Now: c0.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jc.LookupKey(t.Context(), key.KeyID()); err != nil {
+		t.Fatal(err)
+	}
+	hung.Store(true)
+	c0.Add(2 * time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		for range 3 {
+			if k, err := jc.LookupKey(t.Context(), key.KeyID()); err != nil || k.KeyID() != key.KeyID() {
+				done <- fmt.Errorf("lookup of a known key with the set stale and tablease hung: %v", err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lookup of a known key waited for the fetch of a stale set from a tablease that does not answer")
+	}
+	<-arrived // the set is being fetched, behind the lookups
+	if jc.Fetches() != 2 {
+		t.Fatalf("%d fetches, want one behind the lookups", jc.Fetches())
 	}
 }
 
