@@ -39,7 +39,8 @@ type JWKSOptions struct {
 	// MinRefreshInterval is the least time between two fetches, however many unknown kids
 	// arrive: an attacker sending tokens with made-up kids gets the JWKS fetched at most once per
 	// interval per process. Default 10s. A rotation is seen at once if the new key was published
-	// (KeySetOptions.Previous) before it signs, or after at most this interval otherwise.
+	// (KeySetOptions.Previous) at least this interval before it signs, or after at most this
+	// interval otherwise.
 	// Until a first set has been fetched the interval is at most a second (unfetchedRefresh):
 	// every lookup fails then, and the guard's 503 tells the client to retry in a second.
 	MinRefreshInterval time.Duration
