@@ -1192,6 +1192,57 @@ func TestAStreamKeepsItsTabListedByRefreshingItEveryThirdOfTheTTL(t *testing.T) 
 	c.quiet(50 * time.Millisecond) // no left/joined churn either
 }
 
+// A resync refreshes the stream's presence entry at once (and so moves its next refresh later):
+// the stream's timer must still fire for every keepalive and refresh that follow.
+func TestAStreamKeepsItsKeepalivesAndPresenceAfterAResync(t *testing.T) {
+	eng, err := leasemem.New(leasemem.Options{PresenceTTL: 600 * time.Millisecond}) // refresh every 200 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	var feed *resyncFeed
+	h := newHarness(t, func(o *Options) {
+		feed = &resyncFeed{inner: eng}
+		o.Engine, o.Now = storeParts{eng, feed, eng, eng}, nil
+		o.Streams.Keepalive = 500 * time.Millisecond
+	})
+	ts := h.serve()
+	alice := h.token("alice")
+	c := mustStream(t, ts, eventsPath("doc-1", "tabId=tab-a"), alice, nil)
+	c.expect("snapshot", nil)
+	c.quiet(100 * time.Millisecond)
+	feed.resync() // halfway to the first refresh, which the resync's refresh puts 100 ms later
+	c.expect("snapshot", nil)
+	// Watch the list meanwhile; the watcher ends before the test does, whatever happens.
+	stop, watched := make(chan struct{}), make(chan string, 1)
+	var once sync.Once
+	end := func() string { once.Do(func() { close(stop) }); return <-watched }
+	t.Cleanup(func() { end() })
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 1 {
+				watched <- fmt.Sprintf("%+v", tabs)
+				<-stop
+				return
+			}
+		}
+	}()
+	for i := range 3 {
+		if it := c.nextItem(); it.Comment != "keepalive" {
+			t.Fatalf("item %d after the resync: %+v, want a keepalive comment", i, it)
+		}
+	}
+	if tabs := end(); tabs != "" {
+		t.Fatalf("the tab of the open stream dropped out of the list after the resync: %s", tabs)
+	}
+}
+
 func TestStoreTroubleBeforeTheStreamBeginsIsUnavailable(t *testing.T) {
 	h := newHarness(t)
 	ts := h.serve()

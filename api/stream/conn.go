@@ -343,7 +343,10 @@ func (sc *streamConn) due() bool {
 		return false
 	}
 	if now.Before(sc.keepaliveAt) && (sc.refreshAt.IsZero() || now.Before(sc.refreshAt)) {
-		return true // nothing is due: the timer is set for the first
+		// Nothing is due. The timer may have fired for a time that moved since (a resync
+		// refreshes the presence entry early): set it for the first again.
+		sc.timer.Reset(sc.untilTimer(now))
+		return true
 	}
 	if !sc.refreshAt.IsZero() && !now.Before(sc.refreshAt) {
 		sc.refreshAt = time.Now().Add(sc.refresh())
