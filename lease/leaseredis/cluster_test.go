@@ -99,6 +99,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	t.Run("the next watch of a user reuses the subscription the last one left", func(t *testing.T) { testShardLinger(t, c) })
 	t.Run("the sweep announces the expiries nobody watches on every shard", func(t *testing.T) { testClusterSweep(t, c) })
 	t.Run("a revoke waits for the replica of its own shard", func(t *testing.T) { testClusterRevokeReplicas(t, c) })
+	t.Run("a user who may not ask CLUSTER MYID is not ready, and leaves the events of the others alone", func(t *testing.T) { testNoClusterMyID(t, c) })
 	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {
 		engine := func(url string) *leaseredis.Engine {
 			client, err := leaseredis.NewClient(url, time.Second)
@@ -394,5 +395,67 @@ func testClusterRevokeReplicas(t *testing.T, c *redistest.Cluster) {
 		case addr != stopped.Addr() && err != nil:
 			t.Errorf("the revoke of %s on another shard: %v", user, err)
 		}
+	}
+}
+
+// testNoClusterMyID runs an engine as a user with the README's rules but +cluster|myid, first on
+// a node whose library was just loaded: the library is shared by the node's users, and what that
+// user could not learn (whether to publish sharded) must not decide for the others.
+func testNoClusterMyID(t *testing.T, c *redistest.Cluster) {
+	const prefix = "nomyid"
+	key := lease.Key{User: "u1", Session: "doc"}
+	primary := c.PrimaryOf(t, prefix+":{"+key.User+"}:lease:"+key.Session)
+	if err := primary.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	args := []any{"ACL", "SETUSER", "nomyid", "reset", "on", ">pw"}
+	for _, r := range readmeACL(t, prefix, true) {
+		if r != "+cluster|myid" {
+			args = append(args, r)
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.Client(t).Do(t.Context(), args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	engine := func(url string) *leaseredis.Engine {
+		client, err := leaseredis.NewClient(url, topologyOpTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		e, err := leaseredis.New(client, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	addrs := c.Addrs()
+	limited := engine("redis://nomyid:pw@" + addrs[0] + "?cluster=true&addr=" + strings.Join(addrs[1:], "&addr="))
+	if _, err := limited.Acquire(t.Context(), lease.AcquireRequest{Key: key, Holder: lease.Holder{TabID: "t-limited"}, Mode: lease.ModeTry}); err != nil {
+		t.Fatalf("the limited user's acquire: %v", err)
+	}
+	if err := limited.Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("Ping of a user without +cluster|myid = %v, want unavailable", err)
+	}
+
+	full := engine(aclUser(t, clusterURL(c), c.Nodes, prefix, true))
+	w, err := full.Watch(t.Context(), key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := full.Acquire(t.Context(), lease.AcquireRequest{Key: key, Holder: lease.Holder{TabID: "t-full"}, Mode: lease.ModeTakeover}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.Events():
+		if ev.Type != lease.EventTakenOver || ev.Holder == nil || ev.Holder.TabID != "t-full" {
+			t.Fatalf("event %+v, want the takeover", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event reached the watch of a user with the README's rules after a user without +cluster|myid ran first")
 	}
 }

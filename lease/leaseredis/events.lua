@@ -81,12 +81,28 @@ end
 -- elsewhere with PUBLISH on CHANNEL. The engine subscribes alike (see feed.go).
 -- Whether the node is part of a Cluster is asked once: it is fixed for the life of a server, and so
 -- is the library, which a restarted server loads anew.
+-- The answer is kept only when it is one: a Cluster node answers its id, a Redis without cluster
+-- support says so (and ping.lua, told by the engine, sets it). An ACL user without +cluster|myid
+-- learns nothing (its calls publish with PUBLISH, where a Cluster's instances do not listen, and
+-- its instance is not ready: ping.lua); the library is shared by every user of the node, so that
+-- must not decide for the others.
 local sharded = nil
-local function publish(msg)
+local function is_sharded()
   if sharded == nil then
-    sharded = type(redis.pcall('CLUSTER', 'MYID')) == 'string'
+    local r = redis.pcall('CLUSTER', 'MYID')
+    if type(r) == 'string' then
+      sharded = true
+    elseif type(r) == 'table' and type(r.err) == 'string' and string.find(r.err, 'cluster support disabled', 1, true) then
+      sharded = false
+    else
+      return false
+    end
   end
-  if sharded then
+  return sharded
+end
+
+local function publish(msg)
+  if is_sharded() then
     redis.call('SPUBLISH', TAG .. 'events', msg)
   else
     redis.call('PUBLISH', CHANNEL, msg)

@@ -484,11 +484,16 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 var pingKey = lease.Key{User: "tablease", Session: "ping"}
 
 // Ping implements lease.Engine: it calls ping.lua, a function of the library that touches no key,
-// so that a Redis that answers PING but would refuse the engine's calls (no @scripting for the
-// ACL user, a read-only replica) is not ready. Bounded by OpTimeout.
+// so that a Redis that answers PING but would refuse the engine's calls (no @scripting or channel
+// for the ACL user, a read-only replica, no CLUSTER MYID on a Cluster) is not ready. Bounded by
+// OpTimeout.
 func (e *Engine) Ping(ctx context.Context) error {
 	const op = "ping"
-	v, err := e.call(ctx, op, pingFn, []string{e.stateKey(pingKey), e.knownKey(pingKey.User)}, nil)
+	topology := "single"
+	if _, ok := e.client.(*redis.ClusterClient); ok {
+		topology = "cluster"
+	}
+	v, err := e.call(ctx, op, pingFn, []string{e.stateKey(pingKey), e.knownKey(pingKey.User)}, []any{topology})
 	if err != nil {
 		return err
 	}

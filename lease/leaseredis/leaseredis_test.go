@@ -1367,7 +1367,8 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 
 // TestPingFailsWhereTheCallsWould checks that Ping runs a function of the library: ready on a
 // primary (loading the library when it is missing), not ready for an ACL user that may not run
-// scripts or TIME, nor on a read-only replica, though they answer PING.
+// scripts or TIME or publish on the prefix's channels, nor on a read-only replica, though they
+// answer PING.
 func TestPingFailsWhereTheCallsWould(t *testing.T) {
 	primary, replica := redistest.Start(t), redistest.Start(t)
 	c := primary.Client(t)
@@ -1397,6 +1398,15 @@ func TestPingFailsWhereTheCallsWould(t *testing.T) {
 		t.Errorf("Ping as an ACL user without @scripting = %v, want unavailable with NOPERM", err)
 	}
 	// TIME, which every session script reads first, is in no category but @fast.
+	// Events are published on the prefix's channel: a user whose channels leave it out would see
+	// every call that announces something refused.
+	if err := c.Do(t.Context(), "ACL", "SETUSER", "nochannel", "on", ">pw", "~*", "resetchannels", "&other:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := engineOn(t, "redis://nochannel:pw@"+primary.Addr()+"/0", "", time.Second).Ping(t.Context()); !errors.Is(err, lease.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "can't publish to the channel") {
+		t.Errorf("Ping as an ACL user without the prefix's channels = %v, want unavailable, the script refused to publish", err)
+	}
 	if err := c.Do(t.Context(), "ACL", "SETUSER", "notime", "on", ">pw", "~*", "&*", "+@all", "-time").Err(); err != nil {
 		t.Fatal(err)
 	}
