@@ -2,6 +2,7 @@ package leaseredis
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,11 +143,10 @@ func (e *Engine) subscribeAll(ctx context.Context) error {
 		return &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
 	if e.pubsub == nil {
-		// Without a channel, Subscribe does no I/O: read subscribes, and go-redis re-subscribes
-		// after every reconnect.
-		e.pubsub = e.client.Subscribe(e.ctx)
-		e.subscribed, e.readerDone = make(chan struct{}), make(chan struct{})
-		go e.read(e.pubsub, e.subscribed, e.readerDone)
+		e.heartbeat = "tablease-heartbeat " + rand.Text() // before the reader that reads it
+		e.startSubscription()
+		e.timers.Add(1)
+		go e.beat()
 	}
 	subscribed := e.subscribed
 	e.mu.Unlock()
@@ -168,6 +168,80 @@ func (e *Engine) subscribeAll(ctx context.Context) error {
 	case <-timer.C:
 		return &lease.UnavailableError{Op: op, Err: errNotSubscribed}
 	}
+}
+
+// startSubscription starts the engine's one subscription and its reader. e.mu must be held.
+func (e *Engine) startSubscription() {
+	// Without a channel, Subscribe does no I/O: read subscribes, and go-redis re-subscribes after
+	// every reconnect.
+	e.pubsub = e.client.Subscribe(e.ctx)
+	e.subscribed, e.readerDone = make(chan struct{}), make(chan struct{})
+	go e.read(e.pubsub, e.subscribed, e.readerDone)
+}
+
+// heartbeatEvery is how often an engine publishes its heartbeat on the prefix's channel.
+const heartbeatEvery = time.Second
+
+// beat publishes the engine's heartbeat every heartbeatEvery, until Close, and replaces the
+// subscription when a heartbeat published successfully was not heard back in time while the
+// latest one was published too: the subscription's connection is to a node that no longer gets
+// what is published, as after a Sentinel failover whose old primary still runs (go-redis moves
+// its commands to the new primary, not a subscription), until that node is demoted, or for good
+// when the sentinels cannot reach it. The watches then start over (lease.ErrResync) on the new
+// subscription. While the store does not take the heartbeat (an outage) nothing is judged: go-redis
+// re-subscribes by itself once it answers.
+func (e *Engine) beat() {
+	defer e.timers.Done()
+	lost := max(3*heartbeatEvery, 2*e.opTimeout)
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	var waiting time.Time // when a heartbeat not heard back yet was sent; zero when none
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		e.mu.Lock()
+		ps, subscribed := e.pubsub, e.subscribed
+		e.mu.Unlock()
+		select {
+		case <-subscribed:
+		default:
+			waiting = time.Time{} // not confirmed yet: subscribeAll's timeout judges it
+			continue
+		}
+		if !waiting.IsZero() && e.heard.Load() >= waiting.UnixNano() {
+			waiting = time.Time{}
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(e.ctx, e.opTimeout)
+		err := e.client.Publish(ctx, e.channel(), e.heartbeat).Err()
+		cancel()
+		switch {
+		case err != nil:
+			waiting = time.Time{}
+		case waiting.IsZero():
+			waiting = sent
+		case time.Since(waiting) > lost:
+			e.replaceSubscription(ps)
+			waiting = time.Time{}
+		}
+	}
+}
+
+// replaceSubscription closes ps, when it is still the engine's subscription, starts a new one,
+// and ends every local watch with lease.ErrResync: what was published meanwhile was not heard.
+func (e *Engine) replaceSubscription(ps *redis.PubSub) {
+	e.mu.Lock()
+	if e.shut || e.pubsub != ps {
+		e.mu.Unlock()
+		return
+	}
+	e.startSubscription()
+	e.mu.Unlock()
+	_ = ps.Close()
+	e.resync()
 }
 
 // read is the subscription's reader, the one goroutine that receives the events of every session
@@ -196,6 +270,10 @@ func (e *Engine) read(ps *redis.PubSub, subscribed, done chan struct{}) {
 			}
 			e.resync()
 		case *redis.Message:
+			if m.Payload == e.heartbeat {
+				e.heard.Store(time.Now().UnixNano())
+				continue
+			}
 			e.deliver(m.Payload)
 		}
 	}

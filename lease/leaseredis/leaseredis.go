@@ -173,6 +173,10 @@ type Engine struct {
 	pubsub     *redis.PubSub
 	subscribed chan struct{}
 	readerDone chan struct{}
+	// heartbeat is what this engine publishes on its channel to learn that its subscription still
+	// hears what is published (see feed.go); heard is when it last heard it (Unix nanoseconds).
+	heartbeat string
+	heard     atomic.Int64
 	// shards and users are the sharded subscriptions on a Redis Cluster instead (see feed.go): by
 	// the address of each shard's primary, and by user; nil until the first Watch.
 	shards map[string]*shardSub
