@@ -143,7 +143,7 @@ func TestTheSweepsOfARedisInstanceAreCounted(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{`tablease_sweeps_total{result="ok"} 0`, `tablease_sweeps_total{result="failed"} 0`, "tablease_sweep_expiries_total 0"} {
+	for _, want := range []string{`tablease_sweeps_total{result="ok"} 0`, `tablease_sweeps_total{result="failed"} 0`, "tablease_sweep_expiries_total 0", "tablease_event_resubscriptions_total 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s; server:\n%s", want, logs)
 		}

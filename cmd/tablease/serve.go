@@ -224,7 +224,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		Name: "tablease_sweep_expiries_total",
 		Help: "Expiries the sweeps of this instance announced (and so recorded in the audit log).",
 	})
-	if err := errors.Join(reg.Register(sweeps), reg.Register(swept)); err != nil {
+	resubscribed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tablease_event_resubscriptions_total",
+		Help: "Times this instance replaced its event subscription because it did not hear its own heartbeat back (docs/engines.md): a subscription left on a node that no longer gets the writes, as after a Sentinel failover.",
+	})
+	if err := errors.Join(reg.Register(sweeps), reg.Register(swept), reg.Register(resubscribed)); err != nil {
 		client.Close()
 		return store{}, err
 	}
@@ -233,6 +237,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 	e, err := leaseredis.New(client, leaseredis.Options{Limits: cfg.Limits, OpTimeout: cfg.RedisTimeout, HandoffTimeout: cfg.HandoffTimeout, HandoffReserve: cfg.HandoffReserve,
 		SessionsPerUser: cfg.SessionsPerUser, AuditRetention: cfg.AuditRetention, AuditMaxRecords: cfg.AuditMaxRecords,
 		RevokeReplicas: cfg.RevokeReplicas,
+		OnResubscribe: func(silence time.Duration) {
+			resubscribed.Inc()
+			log.Warn("the event subscription did not hear this instance's heartbeat back: subscribed again; the event streams start over with a snapshot",
+				"silence", silence)
+		},
 		OnSweep: func(n int, err error) {
 			swept.Add(float64(n))
 			if err != nil {

@@ -224,7 +224,7 @@ func (e *Engine) beat() {
 		case waiting.IsZero():
 			waiting = sent
 		case time.Since(waiting) > lost:
-			e.replaceSubscription(ps)
+			e.replaceSubscription(ps, lost)
 			waiting = time.Time{}
 		}
 	}
@@ -232,7 +232,7 @@ func (e *Engine) beat() {
 
 // replaceSubscription closes ps, when it is still the engine's subscription, starts a new one,
 // and ends every local watch with lease.ErrResync: what was published meanwhile was not heard.
-func (e *Engine) replaceSubscription(ps *redis.PubSub) {
+func (e *Engine) replaceSubscription(ps *redis.PubSub, silence time.Duration) {
 	e.mu.Lock()
 	if e.shut || e.pubsub != ps {
 		e.mu.Unlock()
@@ -241,6 +241,9 @@ func (e *Engine) replaceSubscription(ps *redis.PubSub) {
 	e.startSubscription()
 	e.mu.Unlock()
 	_ = ps.Close()
+	if e.onResubscribe != nil {
+		e.onResubscribe(silence)
+	}
 	e.resync()
 }
 

@@ -98,6 +98,11 @@ type Options struct {
 	// taking the turn failed. It runs on the sweep's goroutine, never after Close returns.
 	OnSweep func(announced int, err error)
 
+	// OnResubscribe, when set, is called each time the engine replaced its subscription because
+	// it did not hear its own heartbeat back within silence (see beat in feed.go), before the
+	// local watches end with lease.ErrResync. It must not block.
+	OnResubscribe func(silence time.Duration)
+
 	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
 	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (revokeCall in
 	// admin.go); zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
@@ -134,11 +139,12 @@ type Engine struct {
 	// handoffTimeout and handoffReserve time handoffs (Options.HandoffTimeout, HandoffReserve).
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
-	idle           time.Duration    // Options.IdleRetention
-	perUser        int              // Options.SessionsPerUser
-	sweepEvery     time.Duration    // how often the engine offers to sweep (sweep.go)
-	onSweep        func(int, error) // Options.OnSweep
-	revokeReplicas int              // Options.RevokeReplicas
+	idle           time.Duration       // Options.IdleRetention
+	perUser        int                 // Options.SessionsPerUser
+	sweepEvery     time.Duration       // how often the engine offers to sweep (sweep.go)
+	onSweep        func(int, error)    // Options.OnSweep
+	onResubscribe  func(time.Duration) // Options.OnResubscribe
+	revokeReplicas int                 // Options.RevokeReplicas
 	// common are the first seven arguments of every session script (see state.lua), formatted
 	// once.
 	common []any
@@ -264,6 +270,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		idle:           cmp.Or(opts.IdleRetention.Truncate(time.Millisecond), lease.DefaultIdleRetention),
 		perUser:        opts.SessionsPerUser,
 		onSweep:        opts.OnSweep,
+		onResubscribe:  opts.OnResubscribe,
 		revokeReplicas: opts.RevokeReplicas,
 		ctx:            ctx,
 		cancel:         cancel,

@@ -2,6 +2,7 @@ package leaseredis_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +33,9 @@ func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "heartbeat", OpTimeout: topologyOpTimeout})
+	var resubscribed atomic.Int32
+	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "heartbeat", OpTimeout: topologyOpTimeout,
+		OnResubscribe: func(time.Duration) { resubscribed.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +73,9 @@ func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T)
 			}
 			if !errors.Is(w.Err(), lease.ErrResync) {
 				t.Fatalf("the watch ended with %v, want lease.ErrResync", w.Err())
+			}
+			if n := resubscribed.Load(); n != 1 {
+				t.Errorf("OnResubscribe was called %d times, want once", n)
 			}
 			return
 		case <-tick.C:
