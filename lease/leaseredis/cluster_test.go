@@ -32,6 +32,23 @@ func sentinelURL(s *redistest.Sentinel) string {
 // primary is) or load the slot map, and the race subtests make 64 such calls at once.
 const topologyOpTimeout = time.Second
 
+// topologyEngine is an engine with opts on a client of url (bounded by topologyOpTimeout), both
+// closed in t.Cleanup.
+func topologyEngine(t *testing.T, url string, opts leaseredis.Options) *leaseredis.Engine {
+	t.Helper()
+	client, err := leaseredis.NewClient(url, topologyOpTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := leaseredis.New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
 // topologyTarget is the conformance factory of a topology reached by url: each Target gets a key
 // prefix of its own, LoseData flushes every primary, and Outage pauses every process (SIGSTOP), so
 // that the store hangs and no failover starts. On a Cluster each Target runs as an ACL user with
@@ -101,19 +118,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	t.Run("a revoke waits for the replica of its own shard", func(t *testing.T) { testClusterRevokeReplicas(t, c) })
 	t.Run("a user who may not ask CLUSTER MYID is not ready, and leaves the events of the others alone", func(t *testing.T) { testNoClusterMyID(t, c) })
 	t.Run("a node named without cluster=true is a mismatch", func(t *testing.T) {
-		engine := func(url string) *leaseredis.Engine {
-			client, err := leaseredis.NewClient(url, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
-			e, err := leaseredis.New(client, leaseredis.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Close() })
-			return e
-		}
+		engine := func(url string) *leaseredis.Engine { return topologyEngine(t, url, leaseredis.Options{}) }
 		if err := engine(c.Nodes[0].URL()).ServerMismatch(t.Context()); err == nil || !strings.Contains(err.Error(), "cluster=true") {
 			t.Errorf("ServerMismatch = %v, want it to ask for cluster=true", err)
 		}
@@ -420,17 +425,7 @@ func testNoClusterMyID(t *testing.T, c *redistest.Cluster) {
 		}
 	}
 	engine := func(url string) *leaseredis.Engine {
-		client, err := leaseredis.NewClient(url, topologyOpTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = client.Close() })
-		e, err := leaseredis.New(client, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		return e
+		return topologyEngine(t, url, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout})
 	}
 	addrs := c.Addrs()
 	limited := engine("redis://nomyid:pw@" + addrs[0] + "?cluster=true&addr=" + strings.Join(addrs[1:], "&addr="))

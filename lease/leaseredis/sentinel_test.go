@@ -28,18 +28,9 @@ func TestConformanceOnSentinel(t *testing.T) {
 // staying silent for good.
 func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	client, err := leaseredis.NewClient(sentinelURL(s), topologyOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	var resubscribed atomic.Int32
-	eng, err := leaseredis.New(client, leaseredis.Options{Prefix: "heartbeat", OpTimeout: topologyOpTimeout,
+	eng := topologyEngine(t, sentinelURL(s), leaseredis.Options{Prefix: "heartbeat", OpTimeout: topologyOpTimeout,
 		OnResubscribe: func(time.Duration) { resubscribed.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close() })
 	key := lease.Key{User: "u1", Session: "doc"}
 	w, err := eng.Watch(t.Context(), key, "")
 	if err != nil {

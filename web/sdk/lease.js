@@ -514,12 +514,11 @@ export class TabLease extends EventTarget {
     const cached = this._catalogCache.get(key);
     const headers = cached?.etag ? { "If-None-Match": cached.etag } : {};
     const res = await this._call("GET", "/catalog", undefined, { query, headers });
-    let body = res.body;
-    if (res.status === 304 && cached) body = cached.body;
-    else if (res.etag) this._catalogCache.set(key, { etag: res.etag, body });
-    // The routes are the page's own (one per entity an SPA shows): keep the latest few.
-    const entry = this._catalogCache.get(key);
+    const fresh = !(res.status === 304 && cached);
+    const body = fresh ? res.body : cached.body;
+    const entry = fresh && res.etag ? { etag: res.etag, body } : cached;
     if (entry) {
+      // The routes are the page's own (one per entity an SPA shows): keep the latest read few.
       this._catalogCache.delete(key);
       this._catalogCache.set(key, entry);
       for (const old of this._catalogCache.keys()) {
@@ -1007,7 +1006,7 @@ export class TabLease extends EventTarget {
   _renewTimeoutMs(now) {
     const left = this._deadline - now;
     if (!(left > 0)) return this._api.timeoutMs;
-    return Math.max(MIN_RENEW_TIMEOUT_MS, Math.min(this._api.timeoutMs, Math.floor(left / 2)));
+    return Math.max(MIN_RENEW_TIMEOUT_MS, Math.floor(left / 2)); // request() caps it at timeoutMs
   }
 
   async _release(why, { keepalive = false } = {}) {
