@@ -1,7 +1,10 @@
 // Command etcdpeer puts the lease work of `tablease bench` on etcd, the peer scripts/bench
 // compares tablease with: KeepAliveOnce of a granted lease (as renew) and Grant+Revoke (as
-// acquire+release), from as many concurrent clients, for as long. It prints one JSON object per
-// work with the count of operations, errors and p50/p99; scripts/bench reads the processes' CPU.
+// acquire+release), from as many concurrent clients, for as long. The clients share one gRPC
+// connection, which HTTP/2 multiplexes (etcd's own client does so, and it is etcd's cheapest
+// shape), or, with --connection-per-client, each has one, as each client of tablease bench has
+// its HTTP/1.1 connection. It prints one JSON object per work with the count of operations,
+// errors and p50/p99; scripts/bench reads the processes' CPU.
 // It is a module of its own so that tablease does not depend on the etcd client.
 package main
 
@@ -34,14 +37,23 @@ func main() {
 	work := flag.String("work", "keepalive", "keepalive (as renew) or grant+revoke (as acquire+release)")
 	concurrency := flag.Int("concurrency", 64, "concurrent clients")
 	duration := flag.Duration("duration", 10*time.Second, "how long the work runs")
+	perClient := flag.Bool("connection-per-client", false, "give each client a connection of its own instead of one shared by all")
 	flag.Parse()
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 5 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "etcdpeer:", err)
-		os.Exit(1)
+	clis := make([]*clientv3.Client, *concurrency) // the client of each worker
+	for w := range clis {
+		if w > 0 && !*perClient {
+			clis[w] = clis[0]
+			continue
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 5 * time.Second})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "etcdpeer:", err)
+			os.Exit(1)
+		}
+		defer cli.Close()
+		clis[w] = cli
 	}
-	defer cli.Close()
 	ctx := context.Background()
 
 	var op func(ctx context.Context, w int) error
@@ -49,21 +61,21 @@ func main() {
 	case "keepalive":
 		ids := make([]clientv3.LeaseID, *concurrency)
 		for w := range ids {
-			g, err := cli.Grant(ctx, 60)
+			g, err := clis[w].Grant(ctx, 60)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "etcdpeer: grant:", err)
 				os.Exit(1)
 			}
 			ids[w] = g.ID
 		}
-		op = func(ctx context.Context, w int) error { _, err := cli.KeepAliveOnce(ctx, ids[w]); return err }
+		op = func(ctx context.Context, w int) error { _, err := clis[w].KeepAliveOnce(ctx, ids[w]); return err }
 	case "grant+revoke":
 		op = func(ctx context.Context, w int) error {
-			g, err := cli.Grant(ctx, 60)
+			g, err := clis[w].Grant(ctx, 60)
 			if err != nil {
 				return err
 			}
-			_, err = cli.Revoke(ctx, g.ID)
+			_, err = clis[w].Revoke(ctx, g.ID)
 			return err
 		}
 	default:
@@ -101,6 +113,10 @@ func main() {
 		}
 		return float64(all[int(q*float64(len(all)-1))].Microseconds()) / 1000
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(result{Work: "etcd " + *work, Ops: ops.Load(), Errors: errs.Load(),
+	name := "etcd " + *work
+	if *perClient {
+		name += ", connection per client"
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(result{Work: name, Ops: ops.Load(), Errors: errs.Load(),
 		PerSec: float64(ops.Load()) / elapsed.Seconds(), P50Ms: at(0.5), P99Ms: at(0.99)})
 }
