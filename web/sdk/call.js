@@ -307,6 +307,10 @@ export async function runToolCall(handler, call, args, callerCtx) {
       headers: { get: () => leaseCtx.headers, enumerable: true },
     });
     const ctxFor = { signal, pageSignal: scope.pageSignal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
+    // The changes since generation are kept until the handler settles, even after the call was
+    // answered: it may still ask isCurrent() before it acts.
+    const release = scope.hold(generation);
+    let handled = null;
     try {
       if (signal.aborted) return abortAnswer(signal);
       let onAbort;
@@ -314,12 +318,15 @@ export async function runToolCall(handler, call, args, callerCtx) {
         onAbort = () => resolve({ ended: true });
         signal.addEventListener("abort", onAbort, { once: true });
       });
-      const out = await Promise.race([Promise.resolve().then(() => handler(input, ctx, callerCtx)).then((value) => ({ value })), ended]);
+      handled = Promise.resolve().then(() => handler(input, ctx, callerCtx));
+      const out = await Promise.race([handled.then((value) => ({ value })), ended]);
       signal.removeEventListener("abort", onAbort);
       if (out.ended) return abortAnswer(signal);
       if (call.mutation && scope.changeSince(generation, kind) && !isError(out.value)) return scope.staleAnswer(generation, kind, true);
       return checkResult(out.value, opts.maxResultBytes);
     } finally {
+      if (handled) handled.then(release, release);
+      else release();
       clock.clearTimeout(timer);
       agentEnd.off();
       ownerEnd.off();

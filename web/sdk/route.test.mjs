@@ -237,3 +237,53 @@ test("registry.sync drops the instances a route change retired at once, and sync
   reg.close();
   await lease.stop({ release: false });
 });
+
+test("a page's life of navigations keeps no log of generations; a call that runs across them still sees them", async () => {
+  const { window, lease } = setup("/events/evt-0");
+  const mc = new ModelContext();
+  await lease.start();
+  let finish;
+  let seen;
+  const bridge = registerWebMCPTools(lease, {
+    modelContext: mc,
+    handlers: {
+      ...handlers,
+      help: async (args, ctx) => {
+        await new Promise((resolve) => (finish = resolve));
+        seen = ctx;
+        return { current: ctx.isCurrent() };
+      },
+    },
+  });
+  await bridge.sync();
+  const scope = bridge._scope;
+  const go = (from, to) => {
+    for (let i = from; i <= to; i++) window.history.pushState(null, "", `/events/evt-${i}`);
+  };
+  go(1, 1000);
+  assert.equal(bridge.generation, 1000);
+  assert.equal(scope._changes.length, 0, "no call runs: no change is kept");
+
+  // help has no routes: route changes are not its, a document change is.
+  let call = mc.tools.get("help").execute({}, {});
+  await flush();
+  go(1001, 1500);
+  assert.equal(scope._changes.length, 500, "the changes since the running call started are kept");
+  finish();
+  assert.deepEqual(await call, { current: true }, "500 route changes later, the call is current");
+  await flush();
+  assert.equal(scope._changes.length, 0, "its handler settled: nothing is kept");
+
+  call = mc.tools.get("help").execute({}, {});
+  await flush();
+  go(1501, 1700);
+  await bridge.documentChanged();
+  finish();
+  assert.deepEqual(await call, { current: false }, "the document change 200 route changes later is seen");
+  await flush();
+  assert.equal(scope._changes.length, 0);
+  assert.equal(seen.isCurrent(), false, "asked after its handler settled, a change since its start still counts");
+  assert.equal(bridge.generation, 1701);
+  bridge.close();
+  await lease.stop({ release: false });
+});

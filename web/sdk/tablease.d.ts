@@ -369,7 +369,8 @@ export interface ToolCallContext {
   deadline: number;
   timeLeftMs(): number;
   /** Whether the page (for a route-bound tool), the document and the ownership (for a mutation
-   *  tool) are still those the call started with; check after each await. */
+   *  tool) are still those the call started with; check after each await. Asked after the
+   *  handler settled, false after any change. */
   isCurrent(): boolean;
   /** The answer for a call that is no longer current (ROUTE_CHANGED, DOCUMENT_CHANGED, NOT_LEASE_OWNER, or the end of its signal).
    *  A mutation whose handler returns after such a change gets the same code instead of its

@@ -53,7 +53,13 @@ class ToolScope {
       this._ownTracker = true;
     } else if (typeof r === "function") this._fixed = r;
     else this._fixed = typeof r === "string" ? r : "";
-    this._changes = []; // each change of generation: {reason, answer (for "owner": the call's NOT_LEASE_OWNER)}
+    // The changes of generation a running call may still ask about (changeSince): {reason, answer
+    // (for "owner": the call's NOT_LEASE_OWNER)}, the first of them generation _base. The older ones,
+    // before the generation the oldest running call started in, are dropped (_compact), so that a
+    // page's life of navigations keeps none of them.
+    this._changes = [];
+    this._base = 0;
+    this._held = new Map(); // generation → how many running calls started in it (hold)
     this.instances = new Map(); // key → instance
     this._life = new AbortController();
     this._page = new AbortController(); // the page on screen: aborts when the route changes
@@ -86,7 +92,7 @@ class ToolScope {
   }
 
   get generation() {
-    return this._changes.length;
+    return this._base + this._changes.length;
   }
 
   /** The signal every call of this scope includes: it aborts on pagehide, stop() and close(). */
@@ -102,13 +108,41 @@ class ToolScope {
 
   bump(reason, answer = null) {
     this._changes.push({ reason, answer });
+    this._compact();
+  }
+
+  /** Keeps the changes since generation gen while a call that started in it runs; the function
+   *  it answers, called once the call's handler has settled, lets them go. */
+  hold(gen) {
+    this._held.set(gen, (this._held.get(gen) ?? 0) + 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      const n = this._held.get(gen) - 1;
+      if (n > 0) this._held.set(gen, n);
+      else this._held.delete(gen);
+      this._compact();
+    };
+  }
+
+  _compact() {
+    let oldest = this.generation;
+    for (const gen of this._held.keys()) if (gen < oldest) oldest = gen;
+    if (oldest > this._base) {
+      this._changes.splice(0, oldest - this._base);
+      this._base = oldest;
+    }
   }
 
   /** The first change since generation gen that a call of this kind sees, or null: a read-only
    *  call ({mutation: false}) does not see ownership changes, nor a call of a tool without
-   *  routes ({routed: false}) route changes (its interactions still close with the page). */
+   *  routes ({routed: false}) route changes (its interactions still close with the page). The
+   *  changes before the ones kept (asked about by a handler that has settled) are a route change:
+   *  whatever they were, that call's page is gone. */
   changeSince(gen, { mutation, routed }) {
-    for (let i = gen; i < this._changes.length; i++) {
+    if (gen < this._base) return { reason: "route" };
+    for (let i = gen - this._base; i < this._changes.length; i++) {
       const c = this._changes[i];
       if ((c.reason === "owner" && !mutation) || (c.reason === "route" && !routed)) continue;
       return c;
@@ -361,6 +395,7 @@ function withScope(bridge, scope) {
     route: { get: () => scope.route(), enumerable: true },
     generation: { get: () => scope.generation, enumerable: true },
     routeTracker: { get: () => scope.tracker, enumerable: true },
+    _scope: { value: scope }, // for tests
   });
 }
 
