@@ -97,6 +97,28 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 	}
 }
 
+// TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo: cluster=true against a server that is not
+// a Cluster node (its cluster support disabled) is refused at start as a replica is: exit code 2,
+// and the last line names TABLEASE_REDIS_URL and what to change.
+func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
+	rds := redistest.Start(t)
+	var stdout, stderr bytes.Buffer
+	env := redisServeEnv("redis://"+rds.Addr()+"?cluster=true", keyFile(t))
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
+		OnListen: func(string) { t.Error("serve listened with cluster=true on a server outside a Cluster"); stop() }}
+	if code := p.Main(ctx, []string{"serve"}); code != 2 {
+		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	want := "tablease: configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
+		" is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true"
+	if last := lines[len(lines)-1]; last != want {
+		t.Fatalf("last line %q, want %q; stderr %q", last, want, stderr.String())
+	}
+}
+
 // TestServeStopsOnAnUnusablePublicKeysFileWithOneLine: a TABLEASE_JWT_PUBLIC_KEYS file that cannot
 // be read or holds no usable key is a configuration error too, found before anything starts.
 func TestServeStopsOnAnUnusablePublicKeysFileWithOneLine(t *testing.T) {

@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -197,7 +200,11 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
 		withTLS(o.TLSConfig)
-		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
+		return func() redis.UniversalClient {
+			c := redis.NewFailoverClient(o)
+			rememberSentinels(c, o)
+			return c
+		}, nil
 	}
 	o, err := redis.ParseURL(u.String())
 	if err != nil {
@@ -208,6 +215,25 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		&o.ContextTimeoutEnabled})
 	withTLS(o.TLSConfig)
 	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
+}
+
+// sentinelsOf holds the options of each Sentinel client that NewClient made, which go-redis keeps
+// to itself: the Sentinels' addresses and the master name, for ServerMismatch to ask the
+// Sentinels. An entry goes with its client, once the client is garbage.
+var sentinelsOf sync.Map // weak.Pointer[redis.Client] → *redis.FailoverOptions
+
+func rememberSentinels(c *redis.Client, o *redis.FailoverOptions) {
+	k := weak.Make(c)
+	sentinelsOf.Store(k, o)
+	runtime.AddCleanup(c, func(k weak.Pointer[redis.Client]) { sentinelsOf.Delete(k) }, k)
+}
+
+// sentinelOptions answers the options of the Sentinel client c that NewClient made, nil for any
+// other client.
+func sentinelOptions(c *redis.Client) *redis.FailoverOptions {
+	o, _ := sentinelsOf.Load(weak.Make(c))
+	fo, _ := o.(*redis.FailoverOptions)
+	return fo
 }
 
 // readCAFile reads the certificates of a PEM file into a pool.

@@ -13,6 +13,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -613,30 +615,131 @@ func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
 	return fewest, addr, nil
 }
 
-// ServerMismatch reports what a URL of one server (neither Sentinel nor Cluster) gets wrong about
-// the server it reached: a Cluster node, whose functions publish on shard channels that the plain
-// client does not hear (events would be lost), or a replica, which refuses every change with
-// READONLY. It answers nil for a Cluster client, and a Sentinel client asks the primary the
-// Sentinels name, which passes; also nil when the server does not answer (nothing to tell yet)
-// or refuses INFO.
+// ServerMismatch reports what the URL of the engine's client gets wrong about the servers it
+// reached, as they answer it:
+//
+//   - a URL of one server (neither Sentinel nor Cluster) that reached a Cluster node, whose
+//     functions publish on shard channels that the plain client does not hear (events would be
+//     lost); a replica, which refuses every change with READONLY; or a Sentinel, which knows none
+//     of the engine's commands;
+//   - a Sentinel URL of NewClient whose master_name none of the Sentinels that answer knows (no
+//     primary to find: go-redis says only that the Sentinels are unreachable);
+//   - a Cluster URL whose nodes, those that answer, all have cluster support disabled (no slot
+//     map to read).
+//
+// A Sentinel client is then checked as a URL of one server, on the primary the Sentinels name.
+// Only a definitive answer is a mismatch: it answers nil when no server answers (nothing to tell
+// yet), when the question is refused (an ACL user who may not ask it), when one Sentinel knows
+// the name, and when one node is in a Cluster. Bounded by OpTimeout.
 func (e *Engine) ServerMismatch(ctx context.Context) error {
-	c, ok := e.client.(*redis.Client)
-	if !ok || e.closed.Load() {
+	if e.closed.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
-	info, err := c.Info(ctx, "cluster", "replication").Result()
+	var c *redis.Client
+	switch client := e.client.(type) {
+	case *redis.ClusterClient:
+		return clusterMismatch(ctx, client.Options())
+	case *redis.Client:
+		c = client
+	default:
+		return nil
+	}
+	if o := sentinelOptions(c); o != nil {
+		if primary, unaware := askSentinels(ctx, o); primary == "" && len(unaware) > 0 {
+			return fmt.Errorf("no Sentinel at %s knows a primary named %q; set master_name to a name that SENTINEL MASTERS lists",
+				strings.Join(unaware, ", "), o.MasterName)
+		}
+	}
+	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
 	if err != nil {
 		return nil
 	}
 	switch {
+	case strings.Contains(info, "redis_mode:sentinel"):
+		return errors.New("the server is a Redis Sentinel; name the primary it monitors with master_name=<name>, and the other Sentinels with addr=<host:port>")
 	case strings.Contains(info, "cluster_enabled:1"):
 		return errors.New("the server is a node of a Redis Cluster; add cluster=true to the URL")
 	case strings.Contains(info, "role:slave"):
 		return errors.New("the server is a replica, which refuses every change; name the primary, or its Sentinels")
 	}
 	return nil
+}
+
+// askSentinels asks every Sentinel of o at once for the address of the primary named
+// o.MasterName. It answers the address one of them gave, and the Sentinels that answered that
+// they know no primary of that name; a Sentinel that does not answer, or refuses the question,
+// is in neither.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string, unaware []string) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, addr := range o.SentinelAddrs {
+		wg.Go(func() {
+			s := redis.NewSentinelClient(&redis.Options{Addr: addr, ClientName: o.ClientName, Dialer: o.Dialer,
+				Username: o.SentinelUsername, Password: o.SentinelPassword, TLSConfig: o.TLSConfig,
+				DialTimeout: o.DialTimeout, DialerRetries: o.DialerRetries, DialerRetryTimeout: o.DialerRetryTimeout,
+				ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true,
+				MaxRetries: -1, PoolSize: 1, DisableIdentity: o.DisableIdentity})
+			defer s.Close()
+			a, err := s.GetMasterAddrByName(ctx, o.MasterName).Result()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && len(a) == 2:
+				primary = net.JoinHostPort(a[0], a[1])
+			case errors.Is(err, redis.Nil):
+				unaware = append(unaware, addr)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(unaware)
+	return primary, unaware
+}
+
+// clusterMismatch asks every node that o names (its seeds) at once for the slot map, and reports
+// the nodes that answer that they have cluster support disabled when no node answers with the map.
+func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
+	if o.ClusterSlots != nil {
+		return nil // the client does not ask the nodes for the slot map
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	inCluster, standalone := false, []string(nil)
+	for _, addr := range o.Addrs {
+		wg.Go(func() {
+			c := redis.NewClient(&redis.Options{Addr: addr, ClientName: o.ClientName, Dialer: o.Dialer, Protocol: o.Protocol,
+				Username: o.Username, Password: o.Password, CredentialsProvider: o.CredentialsProvider,
+				CredentialsProviderContext: o.CredentialsProviderContext, TLSConfig: o.TLSConfig,
+				DialTimeout: o.DialTimeout, DialerRetries: o.DialerRetries, DialerRetryTimeout: o.DialerRetryTimeout,
+				ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true,
+				MaxRetries: -1, PoolSize: 1, DisableIdentity: o.DisableIdentity})
+			defer c.Close()
+			// CLUSTER SLOTS is what go-redis reads the slot map with, and what the README's ACL
+			// rules of a Cluster allow (go-redis's ClusterSlots method is deprecated).
+			err := c.Do(ctx, "cluster", "slots").Err()
+			var reply redis.Error
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				inCluster = true
+			case errors.As(err, &reply) && strings.Contains(reply.Error(), "cluster support disabled"):
+				standalone = append(standalone, addr)
+			}
+		})
+	}
+	wg.Wait()
+	switch {
+	case inCluster || len(standalone) == 0:
+		return nil
+	case len(standalone) == 1:
+		return fmt.Errorf("the server at %s is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true", standalone[0])
+	}
+	slices.Sort(standalone)
+	return fmt.Errorf("the servers at %s are not nodes of a Redis Cluster (their cluster support is disabled); remove cluster=true",
+		strings.Join(standalone, ", "))
 }
 
 // eval runs one session script that does not change the session (it may announce what expired,

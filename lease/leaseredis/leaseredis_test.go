@@ -1365,6 +1365,30 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 	}
 }
 
+// TestServerMismatchNamesAServerOutsideACluster: a Cluster URL (cluster=true) whose nodes answer
+// that their cluster support is disabled is a mismatch that names them, whether or not another
+// node of the URL answers at all; not when no node answers, nor when the user may not ask for the
+// slot map.
+func TestServerMismatchNamesAServerOutsideACluster(t *testing.T) {
+	s := redistest.Start(t)
+	down := net.JoinHostPort("127.0.0.1", unusedPort(t))
+	want := "the server at " + s.Addr() + " is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true"
+	for _, url := range []string{"redis://" + s.Addr() + "?cluster=true", "redis://" + down + "?cluster=true&addr=" + s.Addr()} {
+		if err := engineOn(t, url, "", time.Second).ServerMismatch(t.Context()); err == nil || err.Error() != want {
+			t.Errorf("ServerMismatch of %s = %v, want %q", url, err, want)
+		}
+	}
+	if err := engineOn(t, "redis://"+down+"?cluster=true", "", 200*time.Millisecond).ServerMismatch(t.Context()); err != nil {
+		t.Errorf("ServerMismatch of a Cluster URL whose node does not answer = %v, want none", err)
+	}
+	if err := s.Client(t).Do(t.Context(), "ACL", "SETUSER", "noslots", "on", ">pw", "~*", "&*", "+@all", "-cluster|slots").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := engineOn(t, "redis://noslots:pw@"+s.Addr()+"?cluster=true", "", time.Second).ServerMismatch(t.Context()); err != nil {
+		t.Errorf("ServerMismatch as an ACL user who may not ask CLUSTER SLOTS = %v, want none", err)
+	}
+}
+
 // TestPingFailsWhereTheCallsWould checks that Ping runs a function of the library: ready on a
 // primary (loading the library when it is missing), not ready for an ACL user that may not run
 // scripts or TIME or publish on the prefix's channels, nor on a read-only replica, though they

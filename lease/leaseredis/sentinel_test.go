@@ -2,6 +2,10 @@ package leaseredis_test
 
 import (
 	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +78,47 @@ func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T)
 		case <-ended:
 			t.Fatal("the watch stayed open and silent 30 s after the failover, its subscription on the old primary")
 		}
+	}
+}
+
+// TestServerMismatchOfSentinels: a Sentinel URL whose master_name none of the Sentinels that answer
+// knows is a mismatch that names them, and so is a URL of one server that reaches a Sentinel. The
+// primary's name is not, nor a wrong one that no Sentinel answers, nor one that the user may not
+// ask about.
+func TestServerMismatchOfSentinels(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	addrs := s.Addrs()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	mismatch := func(url string) error {
+		return topologyEngine(t, url, leaseredis.Options{OpTimeout: topologyOpTimeout}).ServerMismatch(t.Context())
+	}
+
+	url := "redis://" + addrs[0] + "/0?master_name=wrong&addr=" + down + "&addr=" + addrs[1]
+	want := fmt.Sprintf("no Sentinel at %s knows a primary named \"wrong\"; set master_name to a name that SENTINEL MASTERS lists",
+		strings.Join(slices.Sorted(slices.Values(addrs[:2])), ", "))
+	if err := mismatch(url); err == nil || err.Error() != want {
+		t.Errorf("ServerMismatch of a master_name the Sentinels do not know = %v, want %q", err, want)
+	}
+	if err := mismatch(sentinelURL(s)); err != nil {
+		t.Errorf("ServerMismatch of the primary's master_name = %v, want none", err)
+	}
+	if err := mismatch("redis://" + down + "/0?master_name=wrong"); err != nil {
+		t.Errorf("ServerMismatch of Sentinels that do not answer = %v, want none", err)
+	}
+	if err := s.Sentinels[0].Client(t).Do(t.Context(), "ACL", "SETUSER", "noask", "on", ">pw", "+@all", "-sentinel|get-master-addr-by-name").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mismatch("redis://noask:pw@" + addrs[0] + "/0?master_name=wrong"); err != nil {
+		t.Errorf("ServerMismatch as a Sentinel user who may not ask for the primary = %v, want none", err)
+	}
+
+	const sentinel = "the server is a Redis Sentinel; name the primary it monitors with master_name=<name>, and the other Sentinels with addr=<host:port>"
+	if err := mismatch("redis://" + addrs[0] + "/0"); err == nil || err.Error() != sentinel {
+		t.Errorf("ServerMismatch of a URL of one server that reaches a Sentinel = %v, want %q", err, sentinel)
 	}
 }
