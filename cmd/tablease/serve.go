@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -270,12 +272,15 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
 	}
 	if cfg.RevokeReplicas > 0 {
-		switch n, addr, err := e.FewestReplicas(ctx); {
-		case err != nil:
+		counts, err := e.Replicas(ctx)
+		if err != nil {
 			log.Warn("could not read how many replicas Redis has; TABLEASE_REVOKE_REPLICAS asks revokes to wait for them", "err", err)
-		case n < cfg.RevokeReplicas:
-			log.Warn("a Redis primary has fewer replicas than TABLEASE_REVOKE_REPLICAS: the revokes of its sessions answer 503 until enough connect",
-				"primary", addr, "replicas", n, "revoke_replicas", cfg.RevokeReplicas)
+		}
+		for _, addr := range slices.Sorted(maps.Keys(counts)) {
+			if n := counts[addr]; n < cfg.RevokeReplicas {
+				log.Warn("a Redis primary has fewer replicas than TABLEASE_REVOKE_REPLICAS: the revokes of its sessions answer 503 until enough connect",
+					"primary", addr, "replicas", n, "revoke_replicas", cfg.RevokeReplicas)
+			}
 		}
 	}
 	return store{engine: e, documents: e, nonces: e, name: "redis", close: func() error { return errors.Join(e.Close(), client.Close()) }}, nil

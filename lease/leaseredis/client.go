@@ -218,8 +218,8 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 }
 
 // sentinelsOf holds the options of each Sentinel client that NewClient made, which go-redis keeps
-// to itself: the Sentinels' addresses and the master name, for ServerMismatch to ask the
-// Sentinels. An entry goes with its client, once the client is garbage.
+// to itself: the Sentinels' addresses and the master name, for ServerMismatch and Replicas to ask
+// the Sentinels. An entry goes with its client, once the client is garbage.
 var sentinelsOf sync.Map // weak.Pointer[redis.Client] → *redis.FailoverOptions
 
 func rememberSentinels(c *redis.Client, o *redis.FailoverOptions) {

@@ -572,17 +572,19 @@ func (e *Engine) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
-// FewestReplicas answers the fewest replicas that a primary of the engine's Redis has connected
-// (INFO replication), and that primary's address: a revoke of a session it holds cannot be
-// confirmed by more (Options.RevokeReplicas). Bounded by OpTimeout.
-func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
+// Replicas answers how many replicas each primary of the engine's Redis has connected (INFO
+// replication), by the primary's address: a revoke of a session that a primary holds cannot be
+// confirmed by more (Options.RevokeReplicas). A Cluster has an entry for each primary; the
+// primary of a Sentinel client of NewClient has the address that the Sentinels give. Bounded by
+// OpTimeout.
+func (e *Engine) Replicas(ctx context.Context) (map[string]int, error) {
 	if e.closed.Load() {
-		return 0, "", &lease.UnavailableError{Op: "info", Err: ErrClosed}
+		return nil, &lease.UnavailableError{Op: "info", Err: ErrClosed}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
 	var mu sync.Mutex
-	fewest, addr := -1, ""
+	counts := make(map[string]int)
 	count := func(ctx context.Context, c *redis.Client) error {
 		info := c.InfoMap(ctx, "replication")
 		if err := info.Err(); err != nil {
@@ -593,11 +595,15 @@ func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
 		if err != nil {
 			return fmt.Errorf("leaseredis: INFO replication: connected_slaves %q", v)
 		}
+		addr := c.Options().Addr
+		if o := sentinelOptions(c); o != nil {
+			// go-redis's address of a Sentinel client is "FailoverClient".
+			primary, _ := askSentinels(ctx, o)
+			addr = cmp.Or(primary, "the primary of master_name="+o.MasterName)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if fewest < 0 || n < fewest {
-			fewest, addr = n, c.Options().Addr
-		}
+		counts[addr] = n
 		return nil
 	}
 	var err error
@@ -610,9 +616,9 @@ func (e *Engine) FewestReplicas(ctx context.Context) (int, string, error) {
 		err = fmt.Errorf("leaseredis: cannot read the replicas of a %T", e.client)
 	}
 	if err != nil {
-		return 0, "", &lease.UnavailableError{Op: "info", Err: err}
+		return nil, &lease.UnavailableError{Op: "info", Err: err}
 	}
-	return fewest, addr, nil
+	return counts, nil
 }
 
 // ServerMismatch reports what the URL of the engine's client gets wrong about the servers it

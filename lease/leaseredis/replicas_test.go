@@ -2,6 +2,7 @@ package leaseredis
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -44,8 +45,8 @@ func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
 	}
 	e := engine()
 	ctx := t.Context()
-	if n, _, err := e.FewestReplicas(ctx); err != nil || n != 1 {
-		t.Fatalf("FewestReplicas = %d, %v; want 1", n, err)
+	if n, err := e.Replicas(ctx); err != nil || !maps.Equal(n, map[string]int{primary.Addr(): 1}) {
+		t.Fatalf("Replicas = %v, %v; want 1 of %s", n, err, primary.Addr())
 	}
 	notReplicated := func(t *testing.T, what string, err error) {
 		t.Helper()

@@ -3,6 +3,7 @@ package leaseredis_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -84,7 +85,7 @@ func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T)
 // TestServerMismatchOfSentinels: a Sentinel URL whose master_name none of the Sentinels that answer
 // knows is a mismatch that names them, and so is a URL of one server that reaches a Sentinel. The
 // primary's name is not, nor a wrong one that no Sentinel answers, nor one that the user may not
-// ask about.
+// ask about. Replicas names the primary by the address that the Sentinels give.
 func TestServerMismatchOfSentinels(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	addrs := s.Addrs()
@@ -120,5 +121,10 @@ func TestServerMismatchOfSentinels(t *testing.T) {
 	const sentinel = "the server is a Redis Sentinel; name the primary it monitors with master_name=<name>, and the other Sentinels with addr=<host:port>"
 	if err := mismatch("redis://" + addrs[0] + "/0"); err == nil || err.Error() != sentinel {
 		t.Errorf("ServerMismatch of a URL of one server that reaches a Sentinel = %v, want %q", err, sentinel)
+	}
+
+	eng := topologyEngine(t, sentinelURL(s), leaseredis.Options{OpTimeout: topologyOpTimeout})
+	if n, err := eng.Replicas(t.Context()); err != nil || !maps.Equal(n, map[string]int{s.MasterAddr(t): 1}) {
+		t.Errorf("Replicas = %v, %v; want 1 of %s", n, err, s.MasterAddr(t))
 	}
 }
