@@ -85,9 +85,11 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	env := redisServeEnv(replica.URL(), keyFile(t))
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
 	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
-		OnListen: func(string) { t.Error("serve listened on a replica") }}
-	if code := p.Main(t.Context(), []string{"serve"}); code != 2 {
+		OnListen: func(string) { t.Error("serve listened on a replica"); stop() }}
+	if code := p.Main(ctx, []string{"serve"}); code != 2 {
 		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
