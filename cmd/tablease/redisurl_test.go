@@ -115,7 +115,7 @@ func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 	want := "tablease: configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
-		" is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true"
+		" is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
 	if last := lines[len(lines)-1]; last != want {
 		t.Fatalf("last line %q, want %q; stderr %q", last, want, stderr.String())
 	}

@@ -598,7 +598,7 @@ func (e *Engine) Replicas(ctx context.Context) (map[string]int, error) {
 		addr := c.Options().Addr
 		if o := sentinelOptions(c); o != nil {
 			// go-redis's address of a Sentinel client is "FailoverClient".
-			primary, _ := askSentinels(ctx, o)
+			primary, _, _ := askSentinels(ctx, o)
 			addr = cmp.Or(primary, "the primary of master_name="+o.MasterName)
 		}
 		mu.Lock()
@@ -653,9 +653,14 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		return nil
 	}
 	if o := sentinelOptions(c); o != nil {
-		if primary, unaware := askSentinels(ctx, o); primary == "" && len(unaware) > 0 {
+		switch primary, unaware, servers := askSentinels(ctx, o); {
+		case primary != "":
+		case len(unaware) > 0:
 			return fmt.Errorf("no Sentinel at %s knows a primary named %q; set master_name to a name that SENTINEL MASTERS lists",
 				strings.Join(unaware, ", "), o.MasterName)
+		case len(servers) > 0:
+			return fmt.Errorf("%s Redis, not Sentinel (SENTINEL is an unknown command): with master_name the URL names the Sentinels (port 26379 by default); to use one server, drop master_name",
+				serversAt(servers))
 		}
 	}
 	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
@@ -674,10 +679,10 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 }
 
 // askSentinels asks every Sentinel of o at once for the address of the primary named
-// o.MasterName. It answers the address one of them gave, and the Sentinels that answered that
-// they know no primary of that name; a Sentinel that does not answer, or refuses the question,
-// is in neither.
-func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string, unaware []string) {
+// o.MasterName. It answers the address one of them gave, the Sentinels that answered that they
+// know no primary of that name, and the addresses whose servers do not know the command (Redis
+// servers, not Sentinels); a server that does not answer, or refuses the question, is in none.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string, unaware, servers []string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, addr := range o.SentinelAddrs {
@@ -696,16 +701,34 @@ func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string
 				primary = net.JoinHostPort(a[0], a[1])
 			case errors.Is(err, redis.Nil):
 				unaware = append(unaware, addr)
+			case unknownCommand(err):
+				servers = append(servers, addr)
 			}
 		})
 	}
 	wg.Wait()
 	slices.Sort(unaware)
-	return primary, unaware
+	slices.Sort(servers)
+	return primary, unaware, servers
+}
+
+// unknownCommand reports whether err is a server's answer that it does not know the command.
+func unknownCommand(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "ERR unknown command")
+}
+
+// serversAt is "the server at a is" or "the servers at a, b are", for the sorted addresses addrs.
+func serversAt(addrs []string) string {
+	if len(addrs) == 1 {
+		return "the server at " + addrs[0] + " is"
+	}
+	return "the servers at " + strings.Join(addrs, ", ") + " are"
 }
 
 // clusterMismatch asks every node that o names (its seeds) at once for the slot map, and reports
-// the nodes that answer that they have cluster support disabled when no node answers with the map.
+// the nodes that answer that they have cluster support disabled, or do not know the command (a
+// Sentinel), when no node answers with the map.
 func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 	if o.ClusterSlots != nil {
 		return nil // the client does not ask the nodes for the slot map
@@ -731,21 +754,17 @@ func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 			switch {
 			case err == nil:
 				inCluster = true
-			case errors.As(err, &reply) && strings.Contains(reply.Error(), "cluster support disabled"):
+			case errors.As(err, &reply) && strings.Contains(reply.Error(), "cluster support disabled"), unknownCommand(err):
 				standalone = append(standalone, addr)
 			}
 		})
 	}
 	wg.Wait()
-	switch {
-	case inCluster || len(standalone) == 0:
+	if inCluster || len(standalone) == 0 {
 		return nil
-	case len(standalone) == 1:
-		return fmt.Errorf("the server at %s is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true", standalone[0])
 	}
 	slices.Sort(standalone)
-	return fmt.Errorf("the servers at %s are not nodes of a Redis Cluster (their cluster support is disabled); remove cluster=true",
-		strings.Join(standalone, ", "))
+	return fmt.Errorf("%s outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true", serversAt(standalone))
 }
 
 // eval runs one session script that does not change the session (it may announce what expired,

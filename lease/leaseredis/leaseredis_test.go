@@ -1372,7 +1372,7 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 func TestServerMismatchNamesAServerOutsideACluster(t *testing.T) {
 	s := redistest.Start(t)
 	down := net.JoinHostPort("127.0.0.1", unusedPort(t))
-	want := "the server at " + s.Addr() + " is not a node of a Redis Cluster (its cluster support is disabled); remove cluster=true"
+	want := "the server at " + s.Addr() + " is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
 	for _, url := range []string{"redis://" + s.Addr() + "?cluster=true", "redis://" + down + "?cluster=true&addr=" + s.Addr()} {
 		if err := engineOn(t, url, "", time.Second).ServerMismatch(t.Context()); err == nil || err.Error() != want {
 			t.Errorf("ServerMismatch of %s = %v, want %q", url, err, want)

@@ -123,6 +123,16 @@ func TestServerMismatchOfSentinels(t *testing.T) {
 		t.Errorf("ServerMismatch of a URL of one server that reaches a Sentinel = %v, want %q", err, sentinel)
 	}
 
+	primary := s.MasterAddr(t)
+	want = "the server at " + primary + " is Redis, not Sentinel (SENTINEL is an unknown command): with master_name the URL names the Sentinels (port 26379 by default); to use one server, drop master_name"
+	if err := mismatch("redis://" + primary + "/0?master_name=" + redistest.MasterName + "&addr=" + down); err == nil || err.Error() != want {
+		t.Errorf("ServerMismatch of a master_name URL that names the primary = %v, want %q", err, want)
+	}
+	want = "the server at " + addrs[0] + " is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
+	if err := mismatch("redis://" + addrs[0] + "?cluster=true"); err == nil || err.Error() != want {
+		t.Errorf("ServerMismatch of cluster=true on a Sentinel = %v, want %q", err, want)
+	}
+
 	eng := topologyEngine(t, sentinelURL(s), leaseredis.Options{OpTimeout: topologyOpTimeout})
 	if n, err := eng.Replicas(t.Context()); err != nil || !maps.Equal(n, map[string]int{s.MasterAddr(t): 1}) {
 		t.Errorf("Replicas = %v, %v; want 1 of %s", n, err, s.MasterAddr(t))
