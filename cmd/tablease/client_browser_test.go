@@ -325,6 +325,67 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		// No setting shortens the presence TTL (45 s), so a crashed tab's leaving is not checked here.
 	})
 
+	t.Run("tabs frozen and resumed while the stream changes carrier leave one stream open, and the owner in control", func(t *testing.T) {
+		const session = "carrier-churn"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		var tabs []demoTab
+		for _, name := range []string{"first", "second", "third"} {
+			tab := srv.open(b.NewTab(name), session)
+			// A getToken that takes 300 ms, as an identity provider's may: a carrier that steps
+			// down while it waits must not open its stream afterwards.
+			browsertest.Eval[bool](tab, `(() => { const g = tablease._api._getToken; `+
+				`tablease._api._getToken = (o) => new Promise((r) => setTimeout(r, 300)).then(() => g(o)); return true; })()`)
+			tabs = append(tabs, tab)
+		}
+		owner := tabs[0]
+		owner.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		carrierOf := func(but demoTab) demoTab {
+			for _, tab := range tabs {
+				if tab.Tab != but.Tab && browsertest.Eval[bool](tab, `tablease.streamCarrier`) {
+					return tab
+				}
+			}
+			return demoTab{}
+		}
+		for cycle := range 4 {
+			carrier := carrierOf(demoTab{})
+			if carrier.Tab == nil {
+				t.Fatalf("cycle %d: no tab carries the stream: %v / %v / %v", cycle, lifecycleOf(tabs[0]), lifecycleOf(tabs[1]), lifecycleOf(tabs[2]))
+			}
+			carrier.Freeze()
+			// The tab the stream goes to is frozen in turn while it waits for its token.
+			var next demoTab
+			if _, ok := within(time.Now(), 2*time.Second, func() bool { next = carrierOf(carrier); return next.Tab != nil }); !ok {
+				t.Fatalf("cycle %d: no tab took the stream from the frozen carrier: %v / %v / %v", cycle, lifecycleOf(tabs[0]), lifecycleOf(tabs[1]), lifecycleOf(tabs[2]))
+			}
+			next.Freeze()
+			time.Sleep(2 * time.Second) // frozen for a while, as a background tab is
+			carrier.Resume()
+			next.Resume()
+		}
+		// Every stream the server still has open must be one the browser uses: one, once the
+		// tabs settle (a stream left open holds one of the browser's six connections to the
+		// server for good; six of them stop every request of the page).
+		var open float64
+		hc := &http.Client{Timeout: 5 * time.Second}
+		settled, ok := within(time.Now(), 10*time.Second, func() bool {
+			n, err := openStreams(hc, srv.base)
+			open = n
+			return err == nil && n == 1
+		})
+		if !ok {
+			t.Errorf("the server has %v event streams open %v after the tabs settled, want 1: %v / %v / %v",
+				open, settled.Round(time.Millisecond), lifecycleOf(tabs[0]), lifecycleOf(tabs[1]), lifecycleOf(tabs[2]))
+		}
+		if err := owner.Until(ownerJS, 10*time.Second); err != nil {
+			t.Errorf("the first tab is no longer owner: %v; client: %v", err, lifecycleOf(owner))
+		}
+		if got := guardAnswer(owner); got != "ran" {
+			t.Errorf("the owner's guarded mutation answered %s, want ran; client: %v", got, lifecycleOf(owner))
+		}
+	})
+
 	t.Run("a guarded mutation that never settles keeps neither a takeover nor a later handoff from completing", func(t *testing.T) {
 		const session = "wedge"
 		srv := startDemoServer(t, rds, nil)

@@ -121,7 +121,8 @@ export class SessionApi {
     const error = new Error(`no ${what} within ${ms / 1000} s`);
     const timer = this._clock.setTimeout(() => ac.abort(error), ms);
     const onFollow = () => ac.abort(follow?.reason);
-    follow?.addEventListener("abort", onFollow, { once: true });
+    if (follow?.aborted) onFollow();
+    else follow?.addEventListener("abort", onFollow, { once: true });
     const clear = () => {
       this._clock.clearTimeout(timer);
       follow?.removeEventListener("abort", onFollow);
@@ -130,8 +131,9 @@ export class SessionApi {
   }
 
   /** The access token (a fresh one from the identity provider when refresh). getToken failing
-   *  proves nothing about the lease (an identity provider down, the network): the error is
-   *  retryable, and the caller retries as it does after a network error. */
+   *  (throwing, answering late, or answering anything but a non-empty string) proves nothing
+   *  about the lease (an identity provider down, the network): the error is retryable, and the
+   *  caller retries as it does after a network error. */
   async token(refresh = false) {
     let t;
     // getToken gets the signal, so that one that fetches can stop when the client gives up.
@@ -145,7 +147,9 @@ export class SessionApi {
     } finally {
       d.clear();
     }
-    if (typeof t !== "string" || t === "") throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: "tablease: getToken returned no token" });
+    if (typeof t !== "string" || t === "") {
+      throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken returned no token (${t === "" ? "an empty string" : typeof t})`, retryable: true });
+    }
     this.lastToken = t;
     return t;
   }

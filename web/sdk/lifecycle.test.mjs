@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { TabLease } from "./tablease.js";
-import { FakeClock, FakeServer, browserTabs, fakeOptions, flush, settle } from "./fakes.mjs";
+import { FakeClock, FakeLocks, FakeServer, browserTabs, fakeOptions, flush, settle } from "./fakes.mjs";
 
 /** Advances the fake clock in steps of stepMs, letting channel messages through between them. */
 async function run(clock, ms, stepMs = 50) {
@@ -45,6 +45,39 @@ test("a silent carrier is taken over within carrierTimeoutMs, and the owner behi
   const conns = server.callsTo("GET", "/events");
   assert.equal(conns.length, 2);
   assert.equal(conns[1].query.tabId, b.tabId);
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a hidden follower whose timers fire seconds apart leaves a carrier that answers its pings alone", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  // b's timers fire at least 1.5 s after they are set, as a hidden page's are (a second or more),
+  // longer than carrierTimeoutMs (1 s): at each of its checks the carrier has been quiet that long.
+  const throttled = {
+    now: () => clock.now(),
+    setTimeout: (fn, ms) => clock.setTimeout(fn, Math.max(ms, 1500)),
+    clearTimeout: (id) => clock.clearTimeout(id),
+    sleep: (ms) => clock.sleep(Math.max(ms, 1500)),
+  };
+  const locks = new FakeLocks();
+  const [a] = browserTabs(TabLease, 1, server, clock, { autoAcquire: false, locks });
+  const [b] = browserTabs(TabLease, 1, server, throttled, { autoAcquire: false, locks });
+  await a.start();
+  await settle(clock);
+  await b.start();
+  await settle(clock);
+  assert.deepEqual([a.streamCarrier, b.streamCarrier], [true, false]);
+  await run(clock, 20000, 250);
+  assert.equal(b.streamCarrier, false, "b never took the stream from a carrier that answers");
+  assert.equal(a.streamCarrier, true);
+  assert.equal(server.callsTo("GET", "/events").length, 1, "one connection all along");
+
+  hang(a); // now the carrier does not answer: the first unanswered ping condemns it
+  const hungAt = clock.now();
+  while (!b.streamCarrier && clock.now() - hungAt < 6000) await run(clock, 250, 250);
+  assert.equal(b.streamCarrier, true, "b took over the carrier that stopped answering");
+  assert.ok(clock.now() - hungAt <= 4500, `within three of its checks: ${clock.now() - hungAt} ms`);
   for (const t of [a, b]) await t.stop({ release: false });
   await settle(clock);
 });

@@ -252,6 +252,28 @@ test("a getToken that never answers fails after requestTimeoutMs, and its signal
   await lease.stop({ release: false });
 });
 
+test("a getToken that answers no token (a token endpoint that failed) keeps the lease and is retried", async () => {
+  let token = "token-1";
+  const { clock, server, lease } = setup({ lease: { getToken: async () => token } });
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  const epoch = lease.epoch;
+  token = undefined; // e.g. `(await res.json()).token` of an error answer
+  await clock.advance(15000);
+  assert.equal(lease.role, "owner", "no token proves nothing about the lease");
+  assert.ok(errors.length >= 1);
+  assert.equal(errors[0].code, "UNAUTHENTICATED");
+  assert.equal(errors[0].retryable, true);
+  assert.match(errors[0].message, /getToken returned no token \(undefined\)/);
+  token = "token-1";
+  await clock.advance(3000);
+  assert.ok(server.callsTo("POST", "/lease/renew").length >= 1, "the retry renews");
+  assert.equal(lease.role, "owner");
+  assert.equal(lease.epoch, epoch);
+  await lease.stop({ release: false });
+});
+
 test("a 401 asks getToken for a fresh token once and retries", async () => {
   const asked = [];
   const getToken = async (o) => {

@@ -14,8 +14,10 @@
 // A carrier can stop talking without freeing its lock: the page is frozen, hung, or its renderer
 // is stuck. So followers check it: a follower that has heard nothing from the carrier for half of
 // carrierTimeoutMs pings it (the carrier answers with a beat at once, whatever its timers are
-// doing), and one that has heard nothing for carrierTimeoutMs takes the lock with `steal: true`
-// and carries the stream itself. Until it does, its tab treats the stream as down (news may be
+// doing), and one that has heard nothing for carrierTimeoutMs, a ping of its own unanswered for a
+// quarter of it included, takes the lock with `steal: true` and carries the stream itself. The
+// unanswered ping is what condemns the carrier: a hidden follower's timers fire a second or more
+// apart, so at each of its checks the carrier has been quiet that long, healthy or not. Until it does, its tab treats the stream as down (news may be
 // missed), which the lease time model turns into "confirm before mutating".
 //
 // A tab being frozen (`freeze`) gives the stream up at once (it steps down and leaves the queue),
@@ -147,6 +149,7 @@ export class StreamHub {
     this._carrierId = null; // the carrier this tab listens to (a follower)
     this._heardAt = -Infinity; // when the carrier was last heard from
     this._stoleAt = -Infinity; // when this tab last asked to take the lock from a silent carrier
+    this._pingedAt = -Infinity; // when this tab sent the oldest ping the carrier has not answered
     this._frozen = false;
     this._runner = null;
     this._channel = null;
@@ -345,8 +348,13 @@ export class StreamHub {
       if (this.carrier || this._frozen || this._subs.size === 0) return;
       const now = this._clock.now();
       const quiet = now - this._heardAt;
-      if (quiet >= this._timeoutMs && now - this._stoleAt >= this._timeoutMs) this._carrierSilent();
-      else if (quiet >= this._timeoutMs / 2) this._post({ t: "ping" });
+      const unanswered = this._pingedAt > this._heardAt; // a ping sent since the carrier last spoke
+      if (quiet >= this._timeoutMs && unanswered && now - this._pingedAt >= this._timeoutMs / 4 && now - this._stoleAt >= this._timeoutMs) {
+        this._carrierSilent();
+      } else if (quiet >= this._timeoutMs / 2) {
+        if (!unanswered) this._pingedAt = now;
+        this._post({ t: "ping" });
+      }
       this._watch();
     }, Math.max(1, Math.floor(this._timeoutMs / 4 + this._random() * (this._timeoutMs / 8))));
   }
@@ -464,6 +472,7 @@ export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idl
     let refresh = false;
     for (let attempt = 0; attempt < 2; attempt++) {
       const token = await api.token(refresh);
+      if (signal.aborted) return; // ended while getToken ran: nothing to open
       const headers = { Authorization: `Bearer ${token}`, Accept: "text/event-stream" };
       if (lastEventId) headers["Last-Event-ID"] = lastEventId;
       let res;
@@ -495,7 +504,8 @@ export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idl
   };
 }
 
-/** Reads body as text/event-stream until it ends, breaks, or is silent for idleMs. */
+/** Reads body as text/event-stream until it ends, breaks, is silent for idleMs, or signal aborts;
+ *  a body left before its end is cancelled, which closes its connection. */
 async function pump(body, signal, onItem, clock, idleMs) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -507,11 +517,16 @@ async function pump(body, signal, onItem, clock, idleMs) {
   };
   const onAbort = () => reader.cancel().catch(() => {});
   signal.addEventListener("abort", onAbort, { once: true });
+  let ended = false;
   arm();
   try {
-    for (;;) {
+    while (!signal.aborted) {
       const { value, done } = await reader.read();
-      if (done || signal.aborted) break;
+      if (done) {
+        ended = true;
+        break;
+      }
+      if (signal.aborted) break;
       arm();
       for (const item of parser.feed(decoder.decode(value, { stream: true }))) onItem(item);
     }
@@ -520,6 +535,7 @@ async function pump(body, signal, onItem, clock, idleMs) {
   } finally {
     if (idle != null) clock.clearTimeout(idle);
     signal.removeEventListener("abort", onAbort);
+    if (!ended) reader.cancel().catch(() => {});
   }
 }
 

@@ -4,6 +4,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { SSEParser, StreamRunner, TabLease, tokenSubject } from "./tablease.js";
+import { SessionApi } from "./http.js";
+import { fetchStreamOpener } from "./stream.js";
 import { FakeClock, FakeLocks, FakeServer, browserTabs, fakeJWT, fakeOptions, flush, settle } from "./fakes.mjs";
 
 test("the SSE parser handles chunks split anywhere, CRLF, comments, ids and retry", () => {
@@ -303,4 +305,59 @@ test("ticket mode takes a single-use ticket for every EventSource it opens", asy
   assert.notEqual(u2.searchParams.get("ticket"), u.searchParams.get("ticket"), "a new ticket");
   assert.equal(u2.searchParams.get("lastEventId"), "5-0", "resumes from the last id it saw");
   await lease.stop({ release: false });
+});
+
+// A stream opened with fetch() whose opener is ended at each step of its opening: it must leave
+// no connection behind, or a few such ends use up the browser's connections to the server (six
+// per origin over HTTP/1.1) and every request of the page waits.
+test("a stream ended while it opens leaves no connection open: not while getToken runs, nor once answered", async () => {
+  const clock = new FakeClock(1000);
+  const opened = [];
+  const fetch = async (url, init) => {
+    let cancelled = false;
+    const body = new ReadableStream({
+      start(c) {
+        c.enqueue(new TextEncoder().encode("event: snapshot\ndata: {}\n\n"));
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    opened.push({ init, cancelled: () => cancelled });
+    return new Response(body, { headers: { "Content-Type": "text/event-stream" } });
+  };
+  let giveToken;
+  const api = new SessionApi({ baseUrl: "http://t", sessionId: "s", clock, fetch, getToken: () => new Promise((resolve) => (giveToken = resolve)) });
+  const open = fetchStreamOpener({ api, fetch, clock, query: () => ({}) });
+
+  // Ended while getToken runs: nothing is fetched.
+  let ac = new AbortController();
+  let done = open({ lastEventId: "", signal: ac.signal, onOpen() {}, onItem() {} });
+  await flush();
+  ac.abort();
+  giveToken("tok");
+  await done;
+  assert.equal(opened.length, 0, "a stream ended before its token came is not fetched");
+
+  // Ended once the answer's headers came, while the body is read: the body is cancelled.
+  ac = new AbortController();
+  const items = [];
+  done = open({ lastEventId: "", signal: ac.signal, onOpen() {}, onItem: (i) => items.push(i) });
+  await flush();
+  giveToken("tok");
+  await flush();
+  assert.equal(items.length, 1, "the snapshot was read");
+  ac.abort();
+  await done;
+  assert.equal(opened.length, 1);
+  assert.equal(opened[0].cancelled(), true, "the body of an ended stream is cancelled");
+
+  // Ended between the answer and the first read: the body is cancelled all the same.
+  ac = new AbortController();
+  done = open({ lastEventId: "", signal: ac.signal, onOpen: () => ac.abort(), onItem() {} });
+  await flush();
+  giveToken("tok");
+  await done;
+  assert.equal(opened.length, 2);
+  assert.equal(opened[1].cancelled(), true, "a body never read is cancelled");
 });

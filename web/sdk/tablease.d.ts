@@ -112,9 +112,10 @@ export interface TabLeaseOptions {
   sessionId: string;
   /** Returns the access token (JWT). Called before each request; {refresh: true} after a 401;
    *  signal aborts when the client gives up on the call (requestTimeoutMs).
-   *  When it throws or takes longer than requestTimeoutMs, the request fails with TabLeaseError
-   *  UNAUTHENTICATED, retryable (the thrown value as its cause): a renew keeps the lease until its
-   *  deadline and retries, as after a network error. */
+   *  When it throws, answers anything but a non-empty string, or takes longer than
+   *  requestTimeoutMs, the request fails with TabLeaseError UNAUTHENTICATED, retryable (the thrown
+   *  value as its cause): a renew keeps the lease until its deadline and retries, as after a
+   *  network error. */
   getToken: (opts: { refresh?: boolean; signal?: AbortSignal }) => string | Promise<string>;
   /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
   label?: string | (() => string);
