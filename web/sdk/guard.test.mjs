@@ -363,3 +363,17 @@ test("release() gives the lease up and the tab stays a viewer until asked again"
   assert.equal(lease.role, "owner");
   await lease.stop({ release: false });
 });
+
+test("after stop() a refusal names no holder when the stop released the lease, and this tab when it kept it", async () => {
+  for (const release of [true, false]) {
+    const { lease } = setup();
+    await lease.start();
+    assert.equal(lease.role, "owner");
+    const guarded = lease.guard(async () => "ran");
+    await lease.stop({ release });
+    const r = await guarded({});
+    assert.equal(r.error.code, "NOT_LEASE_OWNER");
+    assert.equal(r.error.details.reason, "stopped");
+    assert.deepEqual(r.error.details.holder, release ? null : { tabId: lease.tabId, label: "Tab" }, `stop({release: ${release}})`);
+  }
+});

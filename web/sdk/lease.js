@@ -178,6 +178,7 @@ export class TabLease extends EventTarget {
     this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
     this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
+    this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
     this._view = null; // what this tab knows about the lease: {..lease object, at}
     this._hidden = this._document?.visibilityState === "hidden";
@@ -334,6 +335,7 @@ export class TabLease extends EventTarget {
     this._handoffWait?.finish({ status: "cancelled" });
     this._endHandoffAsk();
     if (holding) this._learn(epoch + 1);
+    this._releasedOnStop = holding && release;
     // Stopped before the stream is left, so that losing it is not taken for news missed (which
     // would renew the lease being given up, and pass through "unconfirmed").
     this._to("stopped", "stopped");
@@ -656,9 +658,10 @@ export class TabLease extends EventTarget {
   _notOwner() {
     const reason = this._whyNotOwner();
     const v = this._view;
-    // A lease this tab lost is not held by this tab, whatever the view (not updated yet by the
-    // release that ended it, as on pagehide) says.
-    const held = Boolean(v?.held && v.holder && !(reason === "lost" && v.holder.tabId === this.tabId));
+    // A lease this tab lost, or released as it stopped, is not held by this tab, whatever the
+    // view (not updated yet by the release that ended it, as on pagehide) says.
+    const gone = reason === "lost" || (reason === "stopped" && this._releasedOnStop);
+    const held = Boolean(v?.held && v.holder && !(gone && v.holder.tabId === this.tabId));
     let key = reason === "lost" && !held ? "lostFree" : reason;
     if (reason === "stopped" && this._state === "away") key = "away";
     return {
