@@ -664,6 +664,11 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		}
 	}
 	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
+	if unknownCommand(err) {
+		// A command of the connection's set-up (SELECT of a database other than 0, HELLO) or INFO
+		// itself is unknown there: a Sentinel, which knows no database but 0's SELECT.
+		return fmt.Errorf("the server does not know a command of tablease's (%v); a Sentinel is named with master_name=<name> and database 0", err)
+	}
 	if err != nil {
 		return nil
 	}

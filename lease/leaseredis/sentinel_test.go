@@ -123,6 +123,10 @@ func TestServerMismatchOfSentinels(t *testing.T) {
 		t.Errorf("ServerMismatch of a URL of one server that reaches a Sentinel = %v, want %q", err, sentinel)
 	}
 
+	if err := mismatch("redis://" + addrs[0] + "/1"); err == nil || !strings.HasPrefix(err.Error(), "the server does not know a command of tablease's") {
+		t.Errorf("ServerMismatch of a URL of one server, database 1, that reaches a Sentinel = %v, want it refused", err)
+	}
+
 	primary := s.MasterAddr(t)
 	want = "the server at " + primary + " is Redis, not Sentinel (SENTINEL is an unknown command): with master_name the URL names the Sentinels (port 26379 by default); to use one server, drop master_name"
 	if err := mismatch("redis://" + primary + "/0?master_name=" + redistest.MasterName + "&addr=" + down); err == nil || err.Error() != want {
