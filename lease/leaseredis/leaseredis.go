@@ -664,9 +664,9 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		}
 	}
 	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
-	if unknownCommand(err) {
-		// A command of the connection's set-up (SELECT of a database other than 0, HELLO) or INFO
-		// itself is unknown there: a Sentinel, which knows no database but 0's SELECT.
+	if unknownCommand(err) && strings.Contains(err.Error(), "'select'") {
+		// The SELECT of the connection's set-up (a database other than 0) is unknown there: a
+		// Sentinel. (A server without INFO, renamed away by its operator, is not refused.)
 		return fmt.Errorf("the server does not know a command of tablease's (%v); a Sentinel is named with master_name=<name> and database 0", err)
 	}
 	if err != nil {
