@@ -103,6 +103,33 @@ test("an owner whose carrier went silent is read-only even before its own timers
   await settle(clock);
 });
 
+test("an owner that hears its carrier again after a silence no timer of its noticed confirms with a renew, with state events", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
+  await a.start();
+  await b.start();
+  await settle(clock);
+  await b.acquire();
+  await settle(clock, 100);
+  assert.equal(b.state, "owner");
+  const states = [];
+  b.on("state", ({ state, reason }) => states.push(`${state}:${reason}`));
+  const renews = server.callsTo("POST", "/lease/renew").length;
+  // Neither tab's timers run for 1.2 s (a carrier whose page was busy, a throttled follower)…
+  clock._now += 1200;
+  assert.equal(b.state, "unconfirmed", "past carrierTimeoutMs of silence the tab may have missed news");
+  // … then the carrier speaks again.
+  server.leaseEvent("updated");
+  await settle(clock, 50);
+  assert.ok(states.includes("unconfirmed:stream_down"), `a state event says why: ${states}`);
+  assert.ok(server.callsTo("POST", "/lease/renew").length > renews, "the silence is confirmed away with a renew");
+  assert.equal(b.state, "owner");
+  assert.equal(states.at(-1), "owner:confirmed", `${states}`);
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
 test("a carrier being frozen gives the stream up at once and follows again on resume", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);

@@ -383,7 +383,15 @@ export class StreamHub {
       return;
     }
     if (typeof m.term !== "number" || !this._fromCarrier(m)) return;
-    this._heardAt = this._clock.now();
+    const now = this._clock.now();
+    if (this.live && now - this._heardAt >= this._timeoutMs) {
+      // The carrier was silent long enough for news to be missed, and no timer of this tab ran
+      // meanwhile to say so (a busy or throttled page): the stream was down, and the leases
+      // confirm again. The carrier's beat, asked for now, says it is live.
+      this._setLive(false);
+      this._post({ t: "ping" });
+    }
+    this._heardAt = now;
     switch (m.t) {
       case "lead":
       case "beat":
