@@ -786,16 +786,23 @@ export class TabLease extends EventTarget {
   async _call(method, path, body = undefined, opts = {}) {
     try {
       const r = await this._api.request(method, path, body, opts);
-      if (this._unreachable) {
-        this._unreachable = false;
-        // The server answers again: the stream need not wait out the backoff it grew meanwhile.
-        this._stream?.hub.reconnectNow();
-      }
+      this._reached(method, path);
       return r;
     } catch (e) {
-      if (e?.code !== "NETWORK") this._unreachable = false;
+      if (e?.code !== "NETWORK") this._reached(method, path);
       throw e;
     }
+  }
+
+  /** The server answered method path (an error answer included). */
+  _reached(method, path) {
+    if (!this._unreachable) return;
+    this._unreachable = false;
+    // The server answers again: the stream need not wait out the backoff it grew meanwhile, nor
+    // this tab's listing, which the server may have timed out meanwhile (another tab's stream may
+    // have stayed up all along, so that its coming back says nothing).
+    this._stream?.hub.reconnectNow();
+    if (this._attempts.presence > 0 && !(method === "PUT" && path === this._tabPath())) this._announce();
   }
 
   // --- internals: timers -----------------------------------------------------------------------

@@ -302,6 +302,39 @@ test("a server that forgot its tabs (a restart) lists them again as soon as thei
   await settle(clock);
 });
 
+test("a tab whose own network comes back lists itself again at its first answer, though the stream stayed up", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  let offline = false;
+  const fetch = (...args) => (offline ? Promise.reject(new TypeError("Failed to fetch")) : server.fetch(...args));
+  const locks = new FakeLocks();
+  // The stream stays up all along (the fake server sends no keepalives: no idle timeout either).
+  const quiet = { presence: true, autoAcquire: false, locks, streamIdleMs: 600000 };
+  const [a] = browserTabs(TabLease, 1, server, clock, quiet);
+  const [b] = browserTabs(TabLease, 1, server, clock, { ...quiet, fetch });
+  await a.start();
+  await settle(clock, 100);
+  await b.start();
+  await settle(clock, 100);
+  await b.acquire();
+  await settle(clock, 100);
+  assert.deepEqual([a.streamCarrier, b.streamCarrier, b.role], [true, false, "owner"]);
+  offline = true; // b alone: a carries the stream, which stays up
+  await run(clock, 50000, 500);
+  server.tabs.delete(b.tabId); // the server timed b out of the list meanwhile
+  offline = false;
+  const back = clock.now();
+  while (!server.tabs.has(b.tabId) && clock.now() - back < 20000) await run(clock, 250, 250);
+  assert.ok(server.tabs.has(b.tabId), "b is listed again");
+  const ofB = server.calls.filter((c) => c.at >= back && (c.body?.tabId === b.tabId || c.path.endsWith("/tabs/" + b.tabId)));
+  const answered = ofB.find((c) => c.method !== "PUT").at;
+  const listed = ofB.find((c) => c.method === "PUT").at;
+  assert.ok(listed - answered <= 100, `listed ${listed - back} ms after its network came back, its first answer at ${answered - back} ms`);
+  assert.equal(server.callsTo("GET", "/events").length, 1, "the stream stayed up");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
 test("a tab that starts carrying the stream says so, though the stream stayed live", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
