@@ -209,8 +209,9 @@ export interface CatalogDetail {
 }
 
 export interface HandoffDetail {
-  /** Holder side: requested, released. Requester side: requesting, waiting, granted, timeout,
-   *  taken_over, cancelled, failed. */
+  /** Holder side: requested, released. Requester side: requesting, waiting (again at each of
+   *  the requester's polls while the holder still holds: every 2–5 s with the event stream
+   *  live, 0.25–2 s without), granted, timeout, taken_over, cancelled, failed. */
   phase: string;
   requester?: { tabId: string; label?: string } | null;
   holder?: Holder | null;
