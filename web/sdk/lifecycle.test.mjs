@@ -21,7 +21,8 @@ function hang(lease) {
 
 const ran = async () => "ran";
 
-test("a silent carrier is taken over within carrierTimeoutMs, and the owner behind it refuses after a takeover elsewhere", async () => {
+/** Two tabs: a carries the event stream, b (opened second, a follower) holds the lease. */
+async function ownerBehindCarrier() {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
   const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
@@ -30,6 +31,11 @@ test("a silent carrier is taken over within carrierTimeoutMs, and the owner behi
   await settle(clock);
   await b.acquire();
   await settle(clock, 100);
+  return { clock, server, a, b };
+}
+
+test("a silent carrier is taken over within carrierTimeoutMs, and the owner behind it refuses after a takeover elsewhere", async () => {
+  const { clock, server, a, b } = await ownerBehindCarrier();
   assert.deepEqual([a.streamCarrier, b.streamCarrier], [true, false]);
   assert.equal(b.role, "owner");
 
@@ -83,14 +89,7 @@ test("a hidden follower whose timers fire seconds apart leaves a carrier that an
 });
 
 test("an owner whose carrier went silent is read-only even before its own timers run", async () => {
-  const clock = new FakeClock(1000);
-  const server = new FakeServer(clock);
-  const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
-  await a.start();
-  await b.start();
-  await settle(clock);
-  await b.acquire();
-  await settle(clock, 100);
+  const { clock, server, a, b } = await ownerBehindCarrier();
   hang(a);
   // The clock moves without b's timers running (a throttled background tab).
   clock._now += 1200;
@@ -104,14 +103,7 @@ test("an owner whose carrier went silent is read-only even before its own timers
 });
 
 test("an owner that hears its carrier again after a silence no timer of its noticed confirms with a renew, with state events", async () => {
-  const clock = new FakeClock(1000);
-  const server = new FakeServer(clock);
-  const [a, b] = browserTabs(TabLease, 2, server, clock, { autoAcquire: false });
-  await a.start();
-  await b.start();
-  await settle(clock);
-  await b.acquire();
-  await settle(clock, 100);
+  const { clock, server, a, b } = await ownerBehindCarrier();
   assert.equal(b.state, "owner");
   const states = [];
   b.on("state", ({ state, reason }) => states.push(`${state}:${reason}`));
