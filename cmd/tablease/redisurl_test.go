@@ -83,19 +83,9 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	env := redisServeEnv(replica.URL(), keyFile(t))
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
-		OnListen: func(string) { t.Error("serve listened on a replica"); stop() }}
-	if code := p.Main(ctx, []string{"serve"}); code != 2 {
-		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 	const want = "tablease: configuration: TABLEASE_REDIS_URL: the server is a replica"
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, want) {
-		t.Fatalf("last line %q, want %q…; stderr %q", last, want, stderr.String())
+	if last := serveRefuses(t, replica.URL()); !strings.HasPrefix(last, want) {
+		t.Fatalf("last line %q, want %q…", last, want)
 	}
 }
 
@@ -104,21 +94,28 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 // and the last line names TABLEASE_REDIS_URL and what to change.
 func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
 	rds := redistest.Start(t)
+	want := "tablease: configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
+		" is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
+	if last := serveRefuses(t, "redis://"+rds.Addr()+"?cluster=true"); last != want {
+		t.Fatalf("last line %q, want %q", last, want)
+	}
+}
+
+// serveRefuses runs serve on the Redis URL url, which it must refuse once Redis answers (exit
+// code 2; a serve that listens is stopped, and t fails), and answers the last line it wrote.
+func serveRefuses(t *testing.T, url string) string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	env := redisServeEnv("redis://"+rds.Addr()+"?cluster=true", keyFile(t))
+	env := redisServeEnv(url, keyFile(t))
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] },
-		OnListen: func(string) { t.Error("serve listened with cluster=true on a server outside a Cluster"); stop() }}
+		OnListen: func(string) { t.Errorf("serve listened on %s", url); stop() }}
 	if code := p.Main(ctx, []string{"serve"}); code != 2 {
 		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-	want := "tablease: configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
-		" is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
-	if last := lines[len(lines)-1]; last != want {
-		t.Fatalf("last line %q, want %q; stderr %q", last, want, stderr.String())
-	}
+	return lines[len(lines)-1]
 }
 
 // TestServeStopsOnAnUnusablePublicKeysFileWithOneLine: a TABLEASE_JWT_PUBLIC_KEYS file that cannot

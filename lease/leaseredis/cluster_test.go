@@ -37,15 +37,7 @@ const topologyOpTimeout = time.Second
 // closed in t.Cleanup.
 func topologyEngine(t *testing.T, url string, opts leaseredis.Options) *leaseredis.Engine {
 	t.Helper()
-	client, err := leaseredis.NewClient(url, topologyOpTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := leaseredis.New(client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := clientEngine(t, url, topologyOpTimeout, opts)
 	t.Cleanup(func() { _ = e.Close() })
 	return e
 }
@@ -71,16 +63,7 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 			if cluster {
 				url = aclUser(t, url, nodes, opts.Prefix, true)
 			}
-			client, err := leaseredis.NewClient(url, topologyOpTimeout)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
-			eng, err := leaseredis.New(client, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return eng
+			return clientEngine(t, url, topologyOpTimeout, opts)
 		}
 		eng := newEngine(t)
 		return leasetest.Target{

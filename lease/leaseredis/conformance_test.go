@@ -37,17 +37,7 @@ func TestConformance(t *testing.T) {
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 		newEngine := func(t *testing.T, opts leaseredis.Options) *leaseredis.Engine {
-			url := aclUser(t, srv.URL(), []*redistest.Server{srv}, opts.Prefix, false)
-			client, err := leaseredis.NewClient(url, conformanceOpTimeout)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
-			eng, err := leaseredis.New(client, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return eng
+			return clientEngine(t, aclUser(t, srv.URL(), []*redistest.Server{srv}, opts.Prefix, false), conformanceOpTimeout, opts)
 		}
 		eng := newEngine(t, opts)
 		return leasetest.Target{
@@ -73,4 +63,20 @@ func TestConformance(t *testing.T) {
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
+}
+
+// clientEngine is an engine with opts on a client of url bounded by opTimeout. The client is
+// closed in t.Cleanup; the engine is the caller's (the conformance suite closes its own).
+func clientEngine(t *testing.T, url string, opTimeout time.Duration, opts leaseredis.Options) *leaseredis.Engine {
+	t.Helper()
+	client, err := leaseredis.NewClient(url, opTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := leaseredis.New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -17,8 +17,9 @@
 // doing), and one that has heard nothing for carrierTimeoutMs, a ping of its own unanswered for a
 // quarter of it included, takes the lock with `steal: true` and carries the stream itself. The
 // unanswered ping is what condemns the carrier: a hidden follower's timers fire a second or more
-// apart, so at each of its checks the carrier has been quiet that long, healthy or not. Until it does, its tab treats the stream as down (news may be
-// missed), which the lease time model turns into "confirm before mutating".
+// apart, so at each of its checks the carrier has been quiet that long, healthy or not. Until it
+// takes over, its tab treats the stream as down (news may be missed), which the lease time model
+// turns into "confirm before mutating".
 //
 // A tab being frozen (`freeze`) gives the stream up at once (it steps down and leaves the queue),
 // and queues again on `resume`. A carrier that closes or crashes frees its lock with its page.
