@@ -24,6 +24,14 @@ func TestEchoMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	colon, err := signer.Sign(leasetoken.Claims{Subject: "alice", Session: "a:b@c", Tab: "t", Epoch: 42, IssuedAt: now, ExpiresAt: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docA, err := signer.Sign(leasetoken.Claims{Subject: "alice", Session: "docA", Tab: "t", Epoch: 42, IssuedAt: now, ExpiresAt: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, err := guard.New(guard.Options{
 		Keys:   keys,
 		Issuer: "tablease",
@@ -60,6 +68,11 @@ func TestEchoMiddleware(t *testing.T) {
 		{"a skipped GET passes unchecked", http.MethodGet, "/sessions/doc-A/items", "", http.StatusOK, ""},
 		{"Echo's :sid is the Target's r.PathValue(\"sid\")", http.MethodPost, "/sessions/doc-A/items", tok, http.StatusOK, ""},
 		{"a token for another session is refused", http.MethodPost, "/sessions/doc-B/items", tok, http.StatusForbidden, guard.CodeNotLeaseOwner},
+		// encodeURIComponent("a:b@c"): Echo routes on the still-encoded RawPath.
+		{"a percent-encoded :sid is decoded for the Target", http.MethodPost, "/sessions/a%3Ab%40c/items", colon, http.StatusOK, ""},
+		{"an unencoded one passes alike", http.MethodPost, "/sessions/a:b@c/items", colon, http.StatusOK, ""},
+		// %2541 is a literal "%41": Go keeps the decoded Path alone, which must not be decoded again.
+		{"a decoded path is not decoded twice", http.MethodPost, "/sessions/doc%2541/items", docA, http.StatusForbidden, guard.CodeNotLeaseOwner},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
