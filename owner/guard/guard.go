@@ -6,15 +6,17 @@
 //
 //  1. reads the token (missing, or in more than one header: 403 NOT_LEASE_OWNER);
 //  2. verifies it offline — signature against tablease's JWKS (JWKSClient) or given keys,
-//     algorithm, typ, issuer, expiry (invalid, expired or unknown key: 403 NOT_LEASE_OWNER; keys
-//     unreachable: 503);
+//     algorithm, typ, issuer, expiry (invalid, expired, or of a key the JWKS fetched for it
+//     lacks: 403 NOT_LEASE_OWNER; keys unreachable, or a key not in the JWKS fetched before the
+//     token came while it may not be fetched again yet: 503);
 //  3. asks the application which user and session the request touches (Options.Target: the user
 //     from the application's own authentication, the session from the route) and refuses a token
 //     of another user or session (403 NOT_LEASE_OWNER);
 //  4. in strict mode, asks tablease whether the epoch is still current, with
 //     POST <base>/v1/sessions/{sid}/lease/check {"token": …} (409 from tablease: 409 LEASE_LOST;
 //     tablease unreachable, timing out or failing, or a 200 that vouches for another lease than
-//     the token's tab and epoch: 503, fail closed);
+//     the token's tab and epoch: 503, fail closed, with tablease's status and error code in
+//     details when it answered);
 //  5. puts the verified claims in the request context (FromContext), so the handler can fence
 //     its writes with the epoch.
 //
@@ -203,7 +205,12 @@ func (g *Guard) check(r *http.Request) (Claims, *Error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, leasetoken.ErrKeysUnavailable):
-		return Claims{}, unavailable("The lease token cannot be verified now: tablease's keys are unreachable.", 1, err)
+		retryAfter := 1
+		var due interface{ RetryAfter() time.Duration }
+		if errors.As(err, &due) {
+			retryAfter = min(int(due.RetryAfter()/time.Second), 60)
+		}
+		return Claims{}, unavailable("The lease token cannot be verified now: tablease's keys cannot be had, or do not have the token's key yet.", retryAfter, err)
 	case errors.Is(err, leasetoken.ErrTokenExpired):
 		return Claims{}, notOwner(ReasonExpiredToken, "The lease token has expired.", err)
 	case errors.Is(err, leasetoken.ErrUnknownKey):
@@ -312,7 +319,14 @@ func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error
 		return e
 	}
 	retryAfter, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-	return unavailable("The lease cannot be checked now.", min(max(retryAfter, 1), 60), fmt.Errorf("lease check: %s %.200q", resp.Status, raw))
+	e := unavailable("The lease cannot be checked now.", min(max(retryAfter, 1), 60), fmt.Errorf("lease check: %s %.200q", resp.Status, raw))
+	// What tablease answered, so that a client can tell its user's rate limit (429 RATE_LIMITED)
+	// from its store being down (503 STORE_UNAVAILABLE).
+	e.Details["status"] = resp.StatusCode
+	if jsonErr == nil && answer.Error != nil && answer.Error.Code != "" {
+		e.Details["code"] = answer.Error.Code
+	}
+	return e
 }
 
 // NewLeaseLost is the 409 LEASE_LOST rejection for a request made under the lease of c that can

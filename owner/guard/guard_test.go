@@ -254,7 +254,10 @@ func TestGuardOffline(t *testing.T) {
 		{name: "a tampered token is refused", user: "alice", sid: "doc-A", token: tampered, reason: guard.ReasonInvalidToken},
 		{name: "garbage is refused", user: "alice", sid: "doc-A", token: "abc", reason: guard.ReasonInvalidToken},
 		{name: "two headers are refused, even both valid", user: "alice", sid: "doc-A", token: good + "\n" + good, reason: guard.ReasonInvalidToken},
-		{name: "a token signed by a key tablease does not publish is refused", user: "alice", sid: "doc-A", token: forged, reason: guard.ReasonUnknownKey},
+		// Once the JWKS may be fetched again (MinRefreshInterval, 10 s): the fetch the token
+		// causes finds no such key. Within the interval, see TestGuardRefreshesOnceOnUnknownKid.
+		{name: "a token signed by a key tablease does not publish is refused", user: "alice", sid: "doc-A", token: forged, reason: guard.ReasonUnknownKey,
+			setup: func() { tl.clock.Add(10 * time.Second) }},
 		{name: "a request the app cannot attribute is refused", user: "", sid: "doc-A", token: good, reason: guard.ReasonNoTarget},
 		{name: "an expired token is refused", user: "alice", sid: "doc-A", token: expired, reason: guard.ReasonExpiredToken,
 			setup: func() { tl.clock.Add(time.Hour) }},
@@ -294,9 +297,13 @@ func TestGuardRefreshesOnceOnUnknownKid(t *testing.T) {
 	fresh := tl.token("alice", "doc-A", 2)
 
 	// Within MinRefreshInterval of the last fetch, unknown kids — the new key's and an
-	// attacker's made-up ones — cause no fetch.
+	// attacker's made-up ones — cause no fetch. The guard cannot tell them apart before the next
+	// fetch, so it answers "try again when the JWKS may be fetched" (9 s), not "forged".
 	for _, res := range concurrently(t, a, 20, fresh) {
-		expectRejected(t, res.rec, res.rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonUnknownKey)
+		expectRejected(t, res.rec, res.rej, http.StatusServiceUnavailable, guard.CodeUnavailable, "")
+		if ra := res.rec.Header().Get("Retry-After"); ra != "9" || !*res.rej.Error.Retryable {
+			t.Fatalf("Retry-After %q, retryable %v, want 9 and true", ra, *res.rej.Error.Retryable)
+		}
 	}
 	if n := tl.jwksHits.Load(); n != 1 {
 		t.Fatalf("JWKS fetched %d times within the refresh interval, want 1", n)
@@ -433,6 +440,24 @@ func TestGuardStrict(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a 503 names what tablease answered: its user's rate limit, or its store down", func(t *testing.T) {
+		for _, tc := range []struct {
+			status int
+			body   string
+			code   any
+		}{
+			{http.StatusTooManyRequests, `{"error":{"code":"RATE_LIMITED","message":"m","retryable":true,"details":{"retryAfterMs":900,"limit":"requests"}}}`, "RATE_LIMITED"},
+			{http.StatusServiceUnavailable, `{"error":{"code":"STORE_UNAVAILABLE","message":"m","retryable":true,"details":{}}}`, "STORE_UNAVAILABLE"},
+			{http.StatusBadGateway, `<html>`, nil},
+		} {
+			tl.setCheck(tc.status, tc.body, false)
+			rec, rej := a.do(t, http.MethodPost, "alice", "doc|A", tok)
+			expectRejected(t, rec, rej, http.StatusServiceUnavailable, guard.CodeUnavailable, "")
+			if rej.Error.Details["status"] != float64(tc.status) || rej.Error.Details["code"] != tc.code {
+				t.Fatalf("tablease's %d: details %v, want status %d and code %v", tc.status, rej.Error.Details, tc.status, tc.code)
+			}
+		}
+	})
 	t.Run("a mismatched token never reaches tablease", func(t *testing.T) {
 		before := tl.checkHits.Load()
 		rec, rej := a.do(t, http.MethodPost, "alice", "doc-B", tok)

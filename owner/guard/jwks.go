@@ -40,7 +40,7 @@ type JWKSOptions struct {
 	// arrive: an attacker sending tokens with made-up kids gets the JWKS fetched at most once per
 	// interval per process. Default 10s. A rotation is seen at once if the new key was published
 	// (KeySetOptions.Previous) at least this interval before it signs, or after at most this
-	// interval otherwise.
+	// interval otherwise (its tokens meanwhile fail with ErrKeysUnavailable, see LookupKey).
 	// Until a first set has been fetched the interval is at most a second (unfetchedRefresh):
 	// every lookup fails then, and the guard's 503 tells the client to retry in a second.
 	MinRefreshInterval time.Duration
@@ -71,6 +71,7 @@ type JWKSClient struct {
 	mu          sync.Mutex // guards the fields below
 	keys        leasetoken.PublicKeys
 	fetchedAt   time.Time // of the last successful fetch; zero before the first
+	fetched     int       // successful fetches so far
 	attemptedAt time.Time // of the last fetch, successful or not
 	lastErr     error     // of the last fetch
 	fetches     int
@@ -131,9 +132,12 @@ func (c *JWKSClient) Fetches() int {
 // LookupKey finds kid in the cached set. When the set has never been fetched or lacks kid, it
 // fetches the set first, unless the last fetch was less than MinRefreshInterval ago; when the set
 // has kid but is older than MaxAge, it answers at once and fetches the set behind. It fails with
-// leasetoken.ErrUnknownKey when kid is not in a set fetched successfully, and
-// leasetoken.ErrKeysUnavailable when no set could ever be fetched, or when kid is not in the set
-// and the latest fetch (this call's, or the last one within MinRefreshInterval) failed.
+// leasetoken.ErrUnknownKey when kid is not in a set fetched successfully since the call began
+// (its own fetch, or one it waited for), and leasetoken.ErrKeysUnavailable otherwise: no set could
+// ever be fetched, the latest fetch failed, or the set was fetched before the call and may not be
+// fetched again yet (a key published since, as when a rotation skipped its first step, would be
+// refused as forged until the next fetch). That error has a RetryAfter() method giving when a
+// fetch may be made again, at least a second.
 func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.PublicKey, error) {
 	k, found, fresh := c.cached(kid)
 	if found {
@@ -142,6 +146,9 @@ func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.Publ
 		}
 		return k, nil
 	}
+	c.mu.Lock()
+	before := c.fetched
+	c.mu.Unlock()
 	err := c.fetch(ctx, true)
 	if err != nil && ctx.Err() != nil {
 		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable, Err: ctx.Err()}
@@ -160,8 +167,25 @@ func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.Publ
 		// "forged".
 		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable,
 			Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", kid), Err: err}
+	case c.fetched == before:
+		// No fetch since the call began: the set may lack a key published since.
+		return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrKeysUnavailable,
+			Reason: fmt.Sprintf("kid %q is not in the JWKS fetched %s ago", kid, c.now().Sub(c.fetchedAt).Round(time.Millisecond)),
+			Err:    fetchDue{c.attemptedAt.Add(c.minRefresh).Sub(c.now())}}
 	}
 	return leasetoken.PublicKey{}, &leasetoken.Error{Kind: leasetoken.ErrUnknownKey, Reason: fmt.Sprintf("kid %q is not in the JWKS", kid)}
+}
+
+// fetchDue is why a kid that the set lacks cannot be decided before the next fetch, in wait.
+type fetchDue struct{ wait time.Duration }
+
+func (f fetchDue) Error() string {
+	return fmt.Sprintf("the JWKS may be fetched again in %s (MinRefreshInterval)", f.RetryAfter())
+}
+
+// RetryAfter is when the next fetch may be made, rounded up to whole seconds, at least one.
+func (f fetchDue) RetryAfter() time.Duration {
+	return max((f.wait+time.Second-1)/time.Second*time.Second, time.Second)
 }
 
 func (c *JWKSClient) cached(kid string) (k leasetoken.PublicKey, found, fresh bool) {
@@ -232,6 +256,7 @@ func (c *JWKSClient) fetchHeld(ctx context.Context, limited bool) error {
 	c.lastErr = err
 	if err == nil {
 		c.keys, c.fetchedAt = keys, c.now()
+		c.fetched++
 	}
 	return err
 }

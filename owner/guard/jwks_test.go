@@ -45,8 +45,18 @@ func TestJWKSClient(t *testing.T) {
 	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 1 {
 		t.Fatalf("a cached key was fetched again (%d fetches): %v", hits.Load(), err)
 	}
-	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 1 {
+	// An unknown kid within the interval causes no fetch, and cannot be decided before the next
+	// one; after the interval it causes one, which decides it.
+	_, err = jc.LookupKey(ctx, "made-up")
+	if !errors.Is(err, leasetoken.ErrKeysUnavailable) || errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 1 {
 		t.Fatalf("an unknown kid within the interval: %v, %d fetches", err, hits.Load())
+	}
+	if got := retryAfter(err); got != 10*time.Second {
+		t.Fatalf("an unknown kid within the interval: retry after %s, want 10s", got)
+	}
+	c0.Add(10 * time.Second)
+	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 2 {
+		t.Fatalf("an unknown kid after the interval: %v, %d fetches, want 2", err, hits.Load())
 	}
 
 	// After MaxAge the set is fetched again, behind the lookup; a failing fetch keeps the old set
@@ -56,18 +66,18 @@ func TestJWKSClient(t *testing.T) {
 	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil {
 		t.Fatalf("a stale set with tablease failing: %v", err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); hits.Load() != 2; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); hits.Load() != 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a stale set was not fetched again: %d fetches", hits.Load())
 		}
 	}
-	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 2 {
+	if _, err := jc.LookupKey(ctx, key.KeyID()); err != nil || hits.Load() != 3 {
 		t.Fatalf("within the interval after the failed fetch: %v, %d fetches", err, hits.Load())
 	}
-	if err := jc.Refresh(ctx); err == nil || hits.Load() != 3 {
+	if err := jc.Refresh(ctx); err == nil || hits.Load() != 4 {
 		t.Fatalf("Refresh ignores the interval and reports the failure: %v, %d fetches", err, hits.Load())
 	}
-	if jc.Fetches() != 3 {
+	if jc.Fetches() != 4 {
 		t.Fatalf("Fetches = %d", jc.Fetches())
 	}
 
@@ -124,9 +134,18 @@ func TestJWKSClientFetchesEverySecondUntilItHasASet(t *testing.T) {
 	}
 	// With a set, made-up kids are held to MinRefreshInterval again.
 	c0.Add(2 * time.Second)
-	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrUnknownKey) || hits.Load() != 2 {
+	if _, err := jc.LookupKey(ctx, "made-up"); !errors.Is(err, leasetoken.ErrKeysUnavailable) || retryAfter(err) != 8*time.Second || hits.Load() != 2 {
 		t.Fatalf("an unknown kid 2s after a fetch: %v, %d fetches, want 2", err, hits.Load())
 	}
+}
+
+// retryAfter is what err says of when to try again, 0 when nothing.
+func retryAfter(err error) time.Duration {
+	var due interface{ RetryAfter() time.Duration }
+	if errors.As(err, &due) {
+		return due.RetryAfter()
+	}
+	return 0
 }
 
 // TestJWKSClientNeverWaitsForAStaleSetsFetch: a tablease that accepts the connection and never
