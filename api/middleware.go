@@ -215,7 +215,7 @@ func (s *Server) chargeUser(sub string) error {
 			Code:       CodeRateLimited,
 			Message:    "too many requests for this user; retry after the Retry-After delay",
 			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait)},
+			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": "requests"},
 			RetryAfter: wait,
 		}
 	}

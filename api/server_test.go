@@ -294,7 +294,7 @@ func TestRateLimit(t *testing.T) {
 	if ra := rec.Header().Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After = %q, want 1", ra)
 	}
-	if ms, _ := e.Error.Details["retryAfterMs"].(float64); !*e.Error.Retryable || ms < 1 || ms > 1000 {
+	if ms, _ := e.Error.Details["retryAfterMs"].(float64); !*e.Error.Retryable || ms < 1 || ms > 1000 || e.Error.Details["limit"] != "requests" {
 		t.Fatalf("429 answer %s", rec.Body)
 	}
 	t.Run("another user has a bucket of their own", func(t *testing.T) {
