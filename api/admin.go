@@ -134,7 +134,8 @@ func pageLimit(v string) (int, error) {
 
 func nextCursor(next string) *string { return optString(next) }
 
-func (s *Server) adminListLeases(c echo.Context) error {
+func (s *Server) adminListLeases(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("admin_list", &err)
 	ids, cursor, limit, err := pageQuery(c, "sub")
 	if err != nil {
 		return err
@@ -151,7 +152,8 @@ func (s *Server) adminListLeases(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) adminGetLease(c echo.Context) error {
+func (s *Server) adminGetLease(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("admin_get", &err)
 	key, err := adminKey(c)
 	if err != nil {
 		return err
@@ -172,7 +174,8 @@ func RevokeRequestID(id string) bool {
 	return saneRequestID(id) && lease.ValidateID("requestId", id) == nil
 }
 
-func (s *Server) adminRevoke(c echo.Context) error {
+func (s *Server) adminRevoke(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("admin_revoke", &err)
 	key, err := adminKey(c)
 	if err != nil {
 		return err
@@ -247,7 +250,8 @@ func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.Re
 	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, msg, attrs...)
 }
 
-func (s *Server) adminAudit(c echo.Context) error {
+func (s *Server) adminAudit(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("admin_audit", &err)
 	ids, cursor, limit, err := pageQuery(c, "sub", "sid")
 	if err != nil {
 		return err

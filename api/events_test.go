@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
@@ -699,6 +701,23 @@ func TestATicketIsSingleUseAcrossInstancesSharingTheirNonces(t *testing.T) {
 }
 
 // --- limits, presence, catalog, shutdown -------------------------------------------------------------
+
+// TestAStreamOfOneTabTooManyIsRefusedAndCounted: a listing stream of a tab the session's full
+// presence list has no room for is 409 TOO_MANY_TABS, counted as a refused stream.
+func TestAStreamOfOneTabTooManyIsRefusedAndCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, func(o *Options) { o.Registry = reg })
+	ts := h.serve()
+	alice := h.token("alice")
+	for i := range lease.MaxPresence {
+		h.putTab(alice, "doc-1", fmt.Sprintf("tab-%d", i), "")
+	}
+	_, resp := openStream(t, ts, eventsPath("doc-1", "tabId=t-new"), alice, nil)
+	httpError(t, resp, http.StatusConflict, CodeTooManyTabs)
+	if want := `tablease_event_streams_refused_total{reason="too_many_tabs"} 1`; !strings.Contains(h.get("/metrics", "").Body.String(), want) {
+		t.Fatalf("/metrics lacks %s", want)
+	}
+}
 
 func TestStreamsBeyondTheLimitsAreRateLimited(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Streams = stream.Options{PerUser: 2, PerInstance: 3} })

@@ -99,7 +99,8 @@ func epochFrom(raw json.RawMessage) (int64, error) {
 	return v, nil
 }
 
-func (s *Server) acquire(c echo.Context) error {
+func (s *Server) acquire(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("acquire", &err)
 	key, err := s.key(c)
 	if err != nil {
 		return err
@@ -139,7 +140,8 @@ func (s *Server) acquire(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) renew(c echo.Context) error {
+func (s *Server) renew(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("renew", &err)
 	key, err := s.key(c)
 	if err != nil {
 		return err
@@ -173,7 +175,8 @@ func (s *Server) renew(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *Server) release(c echo.Context) error {
+func (s *Server) release(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("release", &err)
 	key, err := s.key(c)
 	if err != nil {
 		return err
@@ -197,7 +200,8 @@ func (s *Server) release(c echo.Context) error {
 	return c.JSON(http.StatusOK, releaseAnswer{Released: res.Released})
 }
 
-func (s *Server) get(c echo.Context) error {
+func (s *Server) get(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("get", &err)
 	key, err := s.key(c)
 	if err != nil {
 		return err
@@ -216,7 +220,8 @@ func (s *Server) get(c echo.Context) error {
 	return c.JSON(http.StatusOK, leaseView(l, tabID))
 }
 
-func (s *Server) check(c echo.Context) error {
+func (s *Server) check(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("check", &err)
 	key, err := s.key(c)
 	if err != nil {
 		return err

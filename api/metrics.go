@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"route", "method"}),
 		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_lease_operations_total",
-			Help: "Lease operations, by operation (acquire, renew, release, get, check, admin_list, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, too_many_sessions, too_many_tabs, unavailable, error).",
+			Help: "Lease operations, by operation (acquire, renew, release, get, check, join, admin_list, admin_get, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, too_many_sessions, too_many_tabs, unavailable, error).",
 		}, []string{"op", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_store_errors_total",
@@ -49,13 +49,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// observeOp counts one lease operation by the class of its outcome.
+// observeOp counts one lease operation by the class of its outcome, but for invalid input, which
+// countInvalid counts: most of it never reaches the store.
 func (m *metrics) observeOp(op string, err error) {
 	result := "ok"
 	switch {
 	case err == nil:
 	case errors.Is(err, lease.ErrInvalid):
-		result = "invalid"
+		return
 	case errors.Is(err, lease.ErrHeld):
 		result = "held"
 	case errors.Is(err, lease.ErrLost):
@@ -76,4 +77,13 @@ func (m *metrics) observeOp(op string, err error) {
 		m.storeErrors.WithLabelValues(op).Inc()
 	}
 	m.leaseOps.WithLabelValues(op, result).Inc()
+}
+
+// countInvalid counts the request of op as invalid when its answer, *err, is 400
+// INVALID_ARGUMENT: its path, query or body was refused by the handler or by the engine. Each
+// handler of an op defers it first, so that every way out is counted once.
+func (m *metrics) countInvalid(op string, err *error) {
+	if *err != nil && errorFor(*err).Code == CodeInvalidArgument {
+		m.leaseOps.WithLabelValues(op, "invalid").Inc()
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -216,6 +217,16 @@ func TestMetricsExposeTheCounters(t *testing.T) {
 	wantError(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-b"}`), 409, CodeLeaseHeld)
 	wantError(t, h.post(leasePath("doc-2")+"/renew", alice, `{"tabId":"tab-b","epoch":12}`), 409, CodeLeaseLost)
 	h.get("/a/random/path/that/must/not/become/a/label", "")
+	// Input refused by the handler (a bad tab id, epoch 0, a body that is not JSON) counts as
+	// invalid, as input the engine refuses would.
+	wantError(t, h.post(leasePath("doc-1"), alice, `{"tabId":"a tab"}`), 400, CodeInvalidArgument)
+	wantError(t, h.post(leasePath("doc-1")+"/renew", alice, `{"tabId":"tab-a","epoch":0}`), 400, CodeInvalidArgument)
+	wantError(t, h.post(leasePath("doc-1")+"/release", alice, `{`), 400, CodeInvalidArgument)
+	// A presence PUT is the op join, and one tab more than a session lists is too_many_tabs.
+	for i := range lease.MaxPresence {
+		h.putTab(alice, "doc-3", fmt.Sprintf("tab-%d", i), "")
+	}
+	wantError(t, h.do(request{method: http.MethodPut, path: tabPath("doc-3", "tab-new"), token: alice}), 409, CodeTooManyTabs)
 
 	rec := h.get("/metrics", "")
 	if rec.Code != 200 {
@@ -226,10 +237,15 @@ func TestMetricsExposeTheCounters(t *testing.T) {
 		`tablease_http_requests_total{method="POST",route="/v1/sessions/:sid/lease",status="200"} 1`,
 		`tablease_http_requests_total{method="POST",route="/v1/sessions/:sid/lease",status="409"} 1`,
 		`tablease_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
-		`tablease_http_request_duration_seconds_bucket{method="POST",route="/v1/sessions/:sid/lease/renew",le="+Inf"} 1`,
+		`tablease_http_request_duration_seconds_bucket{method="POST",route="/v1/sessions/:sid/lease/renew",le="+Inf"} 2`,
 		`tablease_lease_operations_total{op="acquire",result="ok"} 1`,
 		`tablease_lease_operations_total{op="acquire",result="held"} 1`,
 		`tablease_lease_operations_total{op="renew",result="lost"} 1`,
+		`tablease_lease_operations_total{op="acquire",result="invalid"} 1`,
+		`tablease_lease_operations_total{op="renew",result="invalid"} 1`,
+		`tablease_lease_operations_total{op="release",result="invalid"} 1`,
+		`tablease_lease_operations_total{op="join",result="ok"} 100`,
+		`tablease_lease_operations_total{op="join",result="too_many_tabs"} 1`,
 		`# TYPE tablease_store_errors_total counter`,
 	} {
 		if !strings.Contains(body, want) {

@@ -106,7 +106,8 @@ func (s *Server) tabKey(c echo.Context) (lease.Key, string, error) {
 
 // putTab serves PUT /v1/sessions/{sid}/tabs/{tabId}: the tab is listed, with the body's label and
 // hidden flag, until the answered TTL passes without another PUT.
-func (s *Server) putTab(c echo.Context) error {
+func (s *Server) putTab(c echo.Context) (err error) {
+	defer s.metrics.countInvalid("join", &err)
 	key, tabID, err := s.tabKey(c)
 	if err != nil {
 		return err
@@ -119,8 +120,8 @@ func (s *Server) putTab(c echo.Context) error {
 		return err
 	}
 	ttl, err := s.engine.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden})
+	s.metrics.observeOp("join", err)
 	if err != nil {
-		s.storeError("join", err)
 		return err
 	}
 	return c.JSON(http.StatusOK, tabPresenceJSON{TabID: tabID, TTLMs: ttl.Milliseconds(), RefreshAfterMs: stream.RefreshAfter(ttl).Milliseconds()})

@@ -146,6 +146,9 @@ func (sc *streamConn) join(ctx context.Context) error {
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
 	if err != nil {
 		sc.h.storeError("join", err)
+		if errors.Is(err, lease.ErrTooManyTabs) {
+			sc.h.refused.WithLabelValues("too_many_tabs").Inc()
+		}
 		if !errors.Is(err, lease.ErrInvalid) {
 			// A Join that timed out may still be applied when the store comes back (Redis runs
 			// the commands it had queued while paused): the tab would be listed, by a stream

@@ -230,7 +230,7 @@ func New(cfg Config) (*Handler, error) {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_event_streams_refused_total",
-			Help: "Event streams refused, by reason (user_limit, instance_limit, closing).",
+			Help: "Event streams refused, by reason (user_limit, instance_limit, too_many_tabs, closing).",
 		}, []string{"reason"}),
 		closing: make(chan struct{}),
 		streams: make(map[*stream]struct{}),
@@ -245,7 +245,7 @@ func New(cfg Config) (*Handler, error) {
 			return nil, err
 		}
 	}
-	for _, r := range []string{"user_limit", "instance_limit", "closing"} {
+	for _, r := range []string{"user_limit", "instance_limit", "too_many_tabs", "closing"} {
 		h.refused.WithLabelValues(r)
 	}
 	h.sent = newSentCounters(sent)
