@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -214,9 +215,13 @@ func (s *Server) adminRevoke(c echo.Context) (err error) {
 	res, err := s.admin.Revoke(c.Request().Context(), req)
 	s.metrics.observeOp("admin_revoke", err)
 	if err != nil {
+		var repl *lease.ReplicationError
+		if errors.As(err, &repl) && repl.Revoke != nil {
+			s.logRevoke(c, req, *repl.Revoke, repl) // it took effect, though it answers 503
+		}
 		return err
 	}
-	s.logRevoke(c, req, res)
+	s.logRevoke(c, req, res, nil)
 	return c.JSON(http.StatusOK, revokeJSON{
 		Revoked:      res.Revoked,
 		Epoch:        res.Epoch,
@@ -226,8 +231,9 @@ func (s *Server) adminRevoke(c echo.Context) (err error) {
 }
 
 // logRevoke writes what a revoke did, for the operator who reads the log rather than the audit log:
-// the request line alone says only that an admin posted to the route.
-func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.RevokeResult) {
+// the request line alone says only that an admin posted to the route. repl is set when too few
+// replicas confirmed it: it took effect on the primary, and a failover may undo it.
+func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.RevokeResult, repl *lease.ReplicationError) {
 	attrs := []slog.Attr{
 		slog.String("request_id", requestID(c)),
 		slog.String("sub", req.Admin),
@@ -243,11 +249,16 @@ func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.Re
 	if !res.BlockedUntil.IsZero() {
 		attrs = append(attrs, slog.String("blocked_until", res.BlockedUntil.UTC().Format(timeLayout)))
 	}
-	msg := "lease revoked"
+	msg, level := "lease revoked", slog.LevelInfo
 	if !res.Revoked {
 		msg = "revoke found no lease to end"
 	}
-	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, msg, attrs...)
+	if repl != nil {
+		msg += ", on the primary only: too few replicas confirmed it in time (a failover may undo it; retry with the same X-Request-ID)"
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Int("replicas", repl.Acked), slog.Int("wanted", repl.Wanted))
+	}
+	s.log.LogAttrs(c.Request().Context(), level, msg, attrs...)
 }
 
 func (s *Server) adminAudit(c echo.Context) (err error) {

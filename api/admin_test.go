@@ -400,7 +400,8 @@ func TestAdminErrorsGoThroughTheOneTable(t *testing.T) {
 func TestARevokeTooFewReplicasConfirmedSaysSoAndHowToRetry(t *testing.T) {
 	h, fa := newAdminHarness(t)
 	fa.mu.Lock()
-	fa.err = &lease.ReplicationError{Op: "revoke", Wanted: 2, Acked: 1}
+	fa.err = &lease.ReplicationError{Op: "revoke", Wanted: 2, Acked: 1,
+		Revoke: &lease.RevokeResult{Revoked: true, Epoch: 20, Previous: &lease.Previous{TabID: "tab-a", Epoch: 10}}}
 	fa.mu.Unlock()
 	rec := h.post(revokePath, h.adminToken("root"), `{"reason":"r"}`)
 	e := wantError(t, rec, http.StatusServiceUnavailable, CodeStoreUnavailable)
@@ -412,6 +413,14 @@ func TestARevokeTooFewReplicasConfirmedSaysSoAndHowToRetry(t *testing.T) {
 	}
 	if !strings.Contains(e.Error.Message, "took effect") || !strings.Contains(e.Error.Message, "X-Request-ID") {
 		t.Fatalf("the message does not say the revoke took effect and how to retry it: %q", e.Error.Message)
+	}
+	// It took effect on the primary: the log says what it did, as a warning that says why.
+	logged := h.logs.String()
+	for _, want := range []string{`"level":"WARN","msg":"lease revoked, on the primary only`, `"user":"alice"`,
+		`"previous_tab":"tab-a"`, `"epoch":20`, `"replicas":1`, `"wanted":2`} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the log lacks %s:\n%s", want, logged)
+		}
 	}
 }
 

@@ -121,6 +121,9 @@ type ReplicationError struct {
 	Op     string
 	Wanted int
 	Acked  int
+	// Revoke is what a revoke did on the primary (Op "revoke"), when its answer was read: what
+	// the log says of it, as of a revoke that replicas confirmed.
+	Revoke *RevokeResult
 }
 
 func (e *ReplicationError) Error() string {

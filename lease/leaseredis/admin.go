@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -218,6 +219,12 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	v, err := e.revokeCall(ctx, op, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
 		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
 	if err != nil {
+		var repl *lease.ReplicationError
+		if errors.As(err, &repl) {
+			if status, res, perr := parseRevoke(v); perr == nil && status == statusOK {
+				repl.Revoke = &res
+			}
+		}
 		return lease.RevokeResult{}, err
 	}
 	status, res, err := parseRevoke(v)
@@ -238,7 +245,8 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 // retry that replays its answer, the replay's, which comes after it: see replayed in state.lua).
 // Both are bounded by OpTimeout, and WAIT by three quarters of what is left of it, so that Redis
 // answers how many confirmed before the call's time runs out. Fewer than asked is a
-// *lease.ReplicationError: the revoke took effect on the primary, and may still reach them.
+// *lease.ReplicationError, with the primary's answer: the revoke took effect there, and may still
+// reach them.
 func (e *Engine) revokeCall(ctx context.Context, op string, keys []string, args []any) (any, error) {
 	if e.revokeReplicas == 0 {
 		return e.call(ctx, op, revokeFn, keys, args)
@@ -263,7 +271,7 @@ func (e *Engine) revokeCall(ctx context.Context, op string, keys []string, args 
 		return nil, &lease.UnavailableError{Op: op, Err: err}
 	}
 	if acked < int64(e.revokeReplicas) {
-		return nil, &lease.ReplicationError{Op: op, Wanted: e.revokeReplicas, Acked: int(acked)}
+		return v, &lease.ReplicationError{Op: op, Wanted: e.revokeReplicas, Acked: int(acked)}
 	}
 	return v, nil
 }

@@ -76,6 +76,11 @@ func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
 		req := lease.RevokeRequest{Key: key, Admin: "root", Reason: "r", RequestID: "req-1"}
 		_, err := e.Revoke(ctx, req)
 		notReplicated(t, "Revoke", err)
+		// The error says what the revoke did on the primary, for the log.
+		var re *lease.ReplicationError
+		if errors.As(err, &re); re.Revoke == nil || !re.Revoke.Revoked || re.Revoke.Previous == nil || re.Revoke.Previous.TabID != "tab-a" {
+			t.Fatalf("the ReplicationError's revoke = %+v, want tab-a revoked", re.Revoke)
+		}
 		if l, err := e.Get(ctx, key); err != nil || l.Held {
 			t.Fatalf("Get after the revoke = %+v, %v; want the lease revoked on the primary", l, err)
 		}
