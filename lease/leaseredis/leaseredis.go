@@ -626,8 +626,9 @@ func (e *Engine) Replicas(ctx context.Context) (map[string]int, error) {
 //
 //   - a URL of one server (neither Sentinel nor Cluster) that reached a Cluster node, whose
 //     functions publish on shard channels that the plain client does not hear (events would be
-//     lost); a replica, which refuses every change with READONLY; or a Sentinel, which knows none
-//     of the engine's commands;
+//     lost); a replica, which refuses every change with READONLY; a Sentinel, which knows none
+//     of the engine's commands; or a server without the URL's database, which refuses the
+//     connection's SELECT;
 //   - a Sentinel URL of NewClient whose master_name none of the Sentinels that answer knows (no
 //     primary to find: go-redis says only that the Sentinels are unreachable);
 //   - a Cluster URL whose nodes, those that answer, all have cluster support disabled (no slot
@@ -668,6 +669,10 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		// The SELECT of the connection's set-up (a database other than 0) is unknown there: a
 		// Sentinel. (A server without INFO, renamed away by its operator, is not refused.)
 		return fmt.Errorf("the server does not know a command of tablease's (%v); a Sentinel is named with master_name=<name> and database 0", err)
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && strings.Contains(reply.Error(), "DB index is out of range") {
+		return fmt.Errorf("the server has no database %d (%v); use a database below its `databases` setting (16 by default)", c.Options().DB, err)
 	}
 	if err != nil {
 		return nil

@@ -1358,6 +1358,11 @@ func TestServerMismatchNamesAReplica(t *testing.T) {
 	if err := engineOn(t, primary.URL(), "", time.Second).ServerMismatch(t.Context()); err != nil {
 		t.Errorf("ServerMismatch of a primary = %v, want none", err)
 	}
+	// redis-server has databases 0 to 15 unless configured otherwise.
+	if err := engineOn(t, "redis://"+primary.Addr()+"/99", "", time.Second).ServerMismatch(t.Context()); err == nil ||
+		!strings.Contains(err.Error(), "no database 99") {
+		t.Errorf("ServerMismatch of database 99 = %v, want it named", err)
+	}
 	down := engineOn(t, primary.URL(), "", 200*time.Millisecond)
 	primary.Stop(t)
 	if err := down.ServerMismatch(t.Context()); err != nil {
