@@ -80,9 +80,13 @@ var knownMethods = map[string]bool{
 	http.MethodConnect: true, http.MethodTrace: true,
 }
 
-// routeLabel is the route pattern of the request for metrics and logs, or "unmatched" for a 404
-// or 405, so that label values stay bounded whatever paths clients send.
+// routeLabel is the route pattern of the request for metrics and logs, "unmatched" for a 404 or
+// 405, so that label values stay bounded whatever paths clients send, or "protocol_error" for the
+// preface of HTTP/2, as for the other requests that are not HTTP/1.1 (see ProtocolErrors).
 func (s *Server) routeLabel(c echo.Context) string {
+	if h2Preface(c.Request()) {
+		return routeProtocolError
+	}
 	p := c.Path()
 	if s.routeSet[c.Request().Method+" "+p] {
 		return p
@@ -94,8 +98,13 @@ func methodLabel(m string) string {
 	if knownMethods[m] {
 		return m
 	}
-	return "OTHER"
+	return methodOther
 }
+
+// h2Preface reports whether req is the preface of HTTP/2 with prior knowledge, which net/http
+// hands on as a request of the method PRI: it is not valid HTTP/1.1, the one protocol served
+// without TLS.
+func h2Preface(req *http.Request) bool { return req.Method == "PRI" && req.RequestURI == "*" }
 
 // observe is the outermost middleware: it assigns the request id, turns panics into 500s, lets
 // the error handler answer errors, and then logs the request and counts it. It never logs the
@@ -113,9 +122,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		h.Set(echo.HeaderXRequestID, id)
 		h.Set(echo.HeaderXContentTypeOptions, "nosniff")
 
-		if req.Method == "PRI" && req.RequestURI == "*" {
-			// The preface of HTTP/2 with prior knowledge, which net/http hands on as a request: it
-			// is not valid HTTP/1.1, the one protocol served without TLS (see ProtocolErrors).
+		if h2Preface(req) {
 			h.Set(echo.HeaderConnection, "close")
 			c.Error(errInvalid("HTTP/2 without TLS (prior knowledge) is not served: use HTTP/1.1"))
 		} else if err := callRecovering(next, c); err != nil {

@@ -22,6 +22,9 @@ import (
 // INVALID_ARGUMENT for the others, its message naming what was wrong as net/http says it (which
 // holds nothing of the request).
 
+// routeProtocolError and methodOther are the labels of requests that are not valid HTTP/1.1.
+const routeProtocolError, methodOther = "protocol_error", "OTHER"
+
 // ProtocolErrors wraps ln so that the errors net/http answers by itself are JSON (see above), and
 // logged and counted as the answers of routes are, with the route "protocol_error" and the method
 // "OTHER" (net/http read neither). Serve the api with http.Server.Serve(s.ProtocolErrors(ln)).
@@ -52,7 +55,7 @@ const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConn
 func (c *protocolConn) Write(p []byte) (int, error) {
 	if out, e, id, ok := jsonProtocolError(p); ok {
 		_, err := c.Conn.Write(out)
-		c.s.logProtocolError(e, id)
+		c.s.logProtocolError(e, id, c.RemoteAddr())
 		if err != nil {
 			return 0, err
 		}
@@ -61,14 +64,15 @@ func (c *protocolConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// logProtocolError logs and counts the answer e, with request id id, that net/http gave by itself.
-func (s *Server) logProtocolError(e *Error, id string) {
-	const route, method = "protocol_error", "OTHER"
+// logProtocolError logs and counts the answer e, with request id id, that net/http gave by itself
+// to the peer at addr. The line has no path and no duration: net/http read no request.
+func (s *Server) logProtocolError(e *Error, id string, addr net.Addr) {
 	status := e.Status()
-	s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	s.metrics.requests.WithLabelValues(routeProtocolError, methodOther, strconv.Itoa(status)).Inc()
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
-		slog.String("request_id", id), slog.String("method", method), slog.String("route", route),
-		slog.Int("status", status), slog.String("code", e.Code), slog.String("error", e.Message))
+		slog.String("request_id", id), slog.String("method", methodOther), slog.String("route", routeProtocolError),
+		slog.String("peer", peerHost(addr.String())), slog.Int("status", status), slog.String("code", e.Code),
+		slog.String("error", e.Message))
 }
 
 // CloseWrite lets net/http half-close the connection after a 431, as it does without the wrapper.

@@ -84,12 +84,19 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 			}
 			t.Logf("message: %s", body.Error.Message)
 			// Logged like any answer, under the id the answer gave, so that a client's report of it
-			// can be found.
-			line := `"request_id":"` + resp.Header.Get("X-Request-ID") + `"`
+			// can be found, with the route protocol_error and the address that sent it.
+			id := `"request_id":"` + resp.Header.Get("X-Request-ID") + `"`
 			deadline := time.Now().Add(5 * time.Second)
-			for !strings.Contains(logs.String(), line) {
+			for {
+				line := lineWith(logs.String(), id)
+				if line != "" {
+					if !strings.Contains(line, `"route":"protocol_error"`) || !strings.Contains(line, `"peer":"127.0.0.1"`) {
+						t.Fatalf("the log line lacks the route protocol_error or the peer: %s", line)
+					}
+					break
+				}
 				if time.Now().After(deadline) {
-					t.Fatalf("no log line with %s:\n%s", line, logs.String())
+					t.Fatalf("no log line with %s:\n%s", id, logs.String())
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -101,6 +108,16 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 			t.Fatalf("status %d, body %+v", resp.StatusCode, body)
 		}
 	})
+}
+
+// lineWith is the first line of logs that holds s, or "".
+func lineWith(logs, s string) string {
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }
 
 // errorBody is the JSON shape of every error answer.
