@@ -242,7 +242,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		OnResubscribe: func(silence time.Duration) {
 			resubscribed.Inc()
 			log.Warn("the event subscription did not hear this instance's heartbeat back: subscribed again; the event streams start over with a snapshot",
-				"silence", silence)
+				"silence", silence.String())
 		},
 		OnSweep: func(n int, err error) {
 			swept.Add(float64(n))
