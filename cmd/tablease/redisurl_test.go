@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -83,7 +84,7 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 	if err := replica.Client(t).ReplicaOf(t.Context(), host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const want = "tablease: configuration: TABLEASE_REDIS_URL: the server is a replica"
+	const want = "configuration: TABLEASE_REDIS_URL: the server is a replica"
 	if last := serveRefuses(t, replica.URL()); !strings.HasPrefix(last, want) {
 		t.Fatalf("last line %q, want %q…", last, want)
 	}
@@ -94,7 +95,7 @@ func TestServeStopsOnAURLThatReachesAReplicaWithExitCodeTwo(t *testing.T) {
 // and the last line names TABLEASE_REDIS_URL and what to change.
 func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
 	rds := redistest.Start(t)
-	want := "tablease: configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
+	want := "configuration: TABLEASE_REDIS_URL: the server at " + rds.Addr() +
 		" is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
 	if last := serveRefuses(t, "redis://"+rds.Addr()+"?cluster=true"); last != want {
 		t.Fatalf("last line %q, want %q", last, want)
@@ -102,7 +103,7 @@ func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
 }
 
 // serveRefuses runs serve on the Redis URL url, which it must refuse once Redis answers (exit
-// code 2; a serve that listens is stopped, and t fails), and answers the last line it wrote.
+// code 2; a serve that listens is stopped, and t fails), and answers why, as its last line says.
 func serveRefuses(t *testing.T, url string) string {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
@@ -114,8 +115,20 @@ func serveRefuses(t *testing.T, url string) string {
 	if code := p.Main(ctx, []string{"serve"}); code != 2 {
 		t.Fatalf("exit code %d, want 2 (a configuration error); stderr %q", code, stderr.String())
 	}
-	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-	return lines[len(lines)-1]
+	return stoppedBecause(t, stderr.String())
+}
+
+// stoppedBecause is the err of the last line of the JSON log out, which must be the line
+// "tablease stopped" that ends it, and end with a newline.
+func stoppedBecause(t *testing.T, out string) string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var last struct{ Level, Msg, Err string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || !strings.HasSuffix(out, "\n") ||
+		last.Msg != "tablease stopped" || last.Level != "ERROR" {
+		t.Fatalf("the last line is not the log's ERROR \"tablease stopped\" (%v): %q", err, out)
+	}
+	return last.Err
 }
 
 // TestServeStopsOnAnUnusablePublicKeysFileWithOneLine: a TABLEASE_JWT_PUBLIC_KEYS file that cannot
@@ -139,9 +152,15 @@ func TestServeStopsOnAnUnusablePublicKeysFileWithOneLine(t *testing.T) {
 		if code := p.Main(context.Background(), []string{"serve"}); code != 2 {
 			t.Fatalf("%s: exit code %d, want 2 (a configuration error); stderr %q", file, code, stderr.String())
 		}
+		// A file that cannot be read is found with the other values, before the log starts: a
+		// plain line. One that does not parse is found by the start: the log's last line.
 		out := stderr.String()
-		const prefix = "tablease: configuration: TABLEASE_JWT_PUBLIC_KEYS: "
-		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, prefix) || !strings.Contains(out, file) || strings.Contains(out, "api:") {
+		why, plain := strings.CutPrefix(strings.TrimSuffix(out, "\n"), "tablease: ")
+		if !plain {
+			why = stoppedBecause(t, out)
+		}
+		const prefix = "configuration: TABLEASE_JWT_PUBLIC_KEYS: "
+		if strings.Count(out, "\n") != 1 || !strings.HasPrefix(why, prefix) || !strings.Contains(why, file) || strings.Contains(why, "api:") {
 			t.Fatalf("%s: want one line %q… naming the file, got %q", file, prefix, out)
 		}
 	}

@@ -42,7 +42,9 @@ func (p Program) serve(ctx context.Context, args []string) int {
 	if err := p.run(ctx, cfg, log); err != nil {
 		var bad *configError
 		if errors.As(err, &bad) {
-			fmt.Fprintln(p.Stderr, "tablease: configuration:", bad.err)
+			// Written by the log, in its format, as its last line: a log pipeline reads it as
+			// it reads the lines before it.
+			log.Error("tablease stopped", "err", "configuration: "+bad.err.Error())
 			return 2
 		}
 		log.Error("tablease stopped", "err", err)
@@ -51,8 +53,9 @@ func (p Program) serve(ctx context.Context, args []string) int {
 	return 0
 }
 
-// A configError is a bad value that only the start finds (a key file that does not parse): serve
-// reports it as config.Load's errors are, with exit code 2.
+// A configError is a bad value that only the start finds (a key file that does not parse, a Redis
+// URL of the wrong server): serve exits with code 2, as for config.Load's errors, its log's last
+// line "tablease stopped" naming it.
 type configError struct{ err error }
 
 func (e *configError) Error() string { return e.err.Error() }
