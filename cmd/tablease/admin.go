@@ -212,7 +212,11 @@ func (c *adminClient) do(ctx context.Context, method string, segments []string, 
 	resp, err := c.http.Do(req)
 	if err != nil {
 		var ue *url.Error
-		if errors.As(err, &ue) {
+		if errors.As(err, &ue) && ue.Timeout() {
+			// The request may have reached the server, which may still act on it.
+			return nil, fmt.Errorf("no answer from %s within --timeout (%s)", c.base.Redacted(), c.http.Timeout)
+		}
+		if ue != nil {
 			err = ue.Err // the URL is said once, below
 		}
 		return nil, fmt.Errorf("cannot reach %s: %v", c.base.Redacted(), err)

@@ -377,6 +377,27 @@ func TestAdminServerErrorsExitOneWithTheCodeAndMessage(t *testing.T) {
 		}
 	})
 
+	t.Run("a server that does not answer in time is not said to be unreachable", func(t *testing.T) {
+		answered := make(chan struct{})
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select { // reached, and never answers before the client gives up
+			case <-r.Context().Done():
+			case <-answered:
+			}
+		}))
+		defer hs.Close()
+		defer close(answered)
+		var out, errb bytes.Buffer
+		env := map[string]string{"TABLEASE_TOKEN": e.token}
+		p := Program{Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}
+		code := p.Main(context.Background(), []string{"admin", "revoke", "--sub", "a", "--sid", "b", "--reason", "r",
+			"--url", hs.URL, "--timeout", "200ms"})
+		if code != 1 || !strings.Contains(errb.String(), "no answer from "+hs.URL+" within --timeout (200ms)") ||
+			strings.Contains(errb.String(), "cannot reach") || !strings.Contains(errb.String(), "--request-id") {
+			t.Fatalf("exit %d, stderr %q; want no answer within --timeout, and the retry", code, errb.String())
+		}
+	})
+
 	t.Run("something that is not tablease is named as such", func(t *testing.T) {
 		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html")
