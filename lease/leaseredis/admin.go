@@ -142,6 +142,12 @@ func (e *Engine) store(ctx context.Context, op string, f func(ctx context.Contex
 	return nil
 }
 
+// outOfMemory reports whether err is Redis's refusal of a write at its maxmemory.
+func outOfMemory(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
+}
+
 // addUser adds user to the users index: one idempotent ZADD, before the script that may give the
 // user a held lease or audit records; none while the engine knows the user is there (indexed).
 func (e *Engine) addUser(ctx context.Context, op, user string) error {
@@ -209,7 +215,10 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := req.Validate(); err != nil {
 		return lease.RevokeResult{}, err
 	}
-	if err := e.addUser(ctx, op, req.Key.User); err != nil {
+	// At maxmemory Redis refuses the add, and runs the revoke (revokeFn.allowOOM): the user of a
+	// lease to end is in the index since its grant, and one that is not (a block of a user this
+	// store never saw) has its records listed by user until an add of the user succeeds.
+	if err := e.addUser(ctx, op, req.Key.User); err != nil && !outOfMemory(err) {
 		return lease.RevokeResult{}, err
 	}
 	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))

@@ -720,6 +720,15 @@ func TestStoreTroubleIsUnavailableNeverADecision(t *testing.T) {
 		if r, err := e.Renew(t.Context(), lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: l.Epoch, TTL: time.Minute}); err != nil || !r.ExpiresAt.After(l.ExpiresAt) {
 			t.Fatalf("Renew with the server out of memory = %+v, %v; want the lease extended", r, err)
 		}
+		// An admin can still end it, and block the session, from an instance that has not seen the
+		// user yet (whose add of the user to the users index Redis refuses).
+		res, err := engineOn(t, srv.URL(), "", time.Second).Revoke(t.Context(), lease.RevokeRequest{Key: alice, Admin: "root", Reason: "incident", Block: time.Minute})
+		if err != nil || !res.Revoked || res.BlockedUntil.IsZero() {
+			t.Fatalf("Revoke with the server out of memory = %+v, %v; want the lease revoked and the session blocked", res, err)
+		}
+		if _, err := e.Check(t.Context(), alice, "tab-a", l.Epoch); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Check after the revoke = %v, want lost", err)
+		}
 	})
 
 	t.Run("a stopped server, then restarted empty", func(t *testing.T) {

@@ -80,7 +80,9 @@ type function struct {
 	// allowOOM lets the function run while Redis is at its maxmemory: those that only read, or
 	// write what they must announce (an expiry, a tab that left), and renew, which changes only
 	// fields the state hash has, so that guards and holders keep working while grants are
-	// refused. The others are refused then, with Redis's OOM error.
+	// refused; and revoke, which an operator reaches for in just such an incident, and which
+	// writes a few hundred bytes (its audit records and the answer kept for its retries). The
+	// others are refused then, with Redis's OOM error.
 	allowOOM bool
 	// leaseForm lets the function be called with the lease's keys alone (see state.lua).
 	leaseForm bool
@@ -97,7 +99,7 @@ var (
 	joinFn    = &function{name: "join", body: joinLua}
 	leaveFn   = &function{name: "leave", body: leaveLua}
 	tabsFn    = &function{name: "tabs", body: tabsLua, allowOOM: true}
-	revokeFn  = &function{name: "revoke", body: revokeLua}
+	revokeFn  = &function{name: "revoke", body: revokeLua, allowOOM: true}
 	pingFn    = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
 	// library is the source of the library. Its name is "tablease_" and the start of the SHA-1
