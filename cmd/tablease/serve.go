@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,7 +109,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	defer store.close()
+	defer store.close(context.Background()) // on a return before the shutdown, which closes it within its timeout
 	if cfg.Dev && cfg.RedisURL != "" {
 		log.Warn("dev mode on Redis: /dev/token mints tokens for any user, so whoever reaches this instance can act on every lease of this store; never point dev mode at a Redis that a deployment uses")
 	}
@@ -191,6 +192,10 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		log.Warn("shutdown did not finish in time; closing connections", "err", err)
 		httpServer.Close()
 	}
+	// The store last, before the last line, within what is left of the timeout: once it ends, the
+	// calls still waiting for a Redis that does not answer (the engine's own, a stream's leave) are
+	// failed rather than awaited.
+	store.close(shutdownCtx)
 	log.Info("tablease stopped")
 	return nil
 }
@@ -201,8 +206,12 @@ type store struct {
 	engine    lease.Store
 	documents catalog.Documents
 	nonces    stream.Nonces
-	name      string       // "memory" or "redis"
-	close     func() error // closes the engine, then the Redis client, which the engine does not own
+	name      string // "memory" or "redis"
+	// close closes the engine, then the Redis client, which the engine does not own. When ctx
+	// ends first, it closes the client at once, failing the calls that Redis has not answered
+	// (the engine's own, which its Close waits for, and any a stream still makes). Closing again
+	// does nothing.
+	close func(ctx context.Context) error
 }
 
 // openStore opens the lease engine and the stores beside it: the Redis engine is all three; the
@@ -215,7 +224,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		if err != nil {
 			return store{}, err
 		}
-		return store{engine: e, documents: leasemem.NewDocumentStore(nil), nonces: leasemem.NewNonceStore(nil), name: "memory", close: e.Close}, nil
+		return store{engine: e, documents: leasemem.NewDocumentStore(nil), nonces: leasemem.NewNonceStore(nil), name: "memory",
+			close: func(context.Context) error { return e.Close() }}, nil
 	}
 	client, err := leaseredis.NewClient(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
@@ -286,7 +296,17 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 			}
 		}
 	}
-	return store{engine: e, documents: e, nonces: e, name: "redis", close: func() error { return errors.Join(e.Close(), client.Close()) }}, nil
+	closeClient := sync.OnceValue(client.Close)
+	closeStore := func(ctx context.Context) error {
+		// go-redis ends a call at its context's deadline, not when the context is cancelled: the
+		// engine's Close cancels its calls, yet waits for one in flight until OpTimeout. Closing
+		// the client's connections is what ends it at once.
+		abandon := context.AfterFunc(ctx, func() { _ = closeClient() })
+		err := e.Close()
+		abandon()
+		return errors.Join(err, closeClient())
+	}
+	return store{engine: e, documents: e, nonces: e, name: "redis", close: closeStore}, nil
 }
 
 // leaseKeySet is the key set of lease tokens: the configured signing key, or one generated for

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tablease/tablease/api/stream"
+	"github.com/tablease/tablease/internal/redistest"
 )
 
 // TestShutdownEndsInTimeWithAStreamClientThatStopsReading stops the server while one of its
@@ -110,4 +111,42 @@ func leaseEventsSent(t *testing.T, base string) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	t.Fatal("no tablease_events_sent_total{event=\"lease\"} in /metrics")
 	return 0
+}
+
+// TestShutdownEndsInTimeWhileRedisDoesNotAnswer stops the server, with two streams open, while its
+// Redis is paused (SIGSTOP: connections stay open, nothing answers). Store calls are in flight
+// then: the streams leaving the presence list, the heartbeat of the event subscription, which
+// closing the engine waits for. go-redis ends them at TABLEASE_REDIS_TIMEOUT, not when their
+// context is cancelled, so the stop must fail them when TABLEASE_SHUTDOWN_TIMEOUT ends rather than
+// wait for them.
+func TestShutdownEndsInTimeWhileRedisDoesNotAnswer(t *testing.T) {
+	const shutdownTimeout, redisTimeout = time.Second, 8 * time.Second
+	rds := redistest.Start(t)
+	s := serveAt(t, map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_REDIS_TIMEOUT":     redisTimeout.String(),
+		"TABLEASE_SHUTDOWN_TIMEOUT":  shutdownTimeout.String(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+	}, "127.0.0.1:0", &syncBuffer{})
+	base, tok := "http://"+s.addr, e2eToken(t, "alice")
+	for _, tab := range []string{"tab-a", "tab-b"} {
+		openEvents(t, base, "/v1/sessions/doc-1/events?tabId="+tab, tok).must("snapshot", 5*time.Second)
+	}
+
+	rds.Pause(t)
+	t.Cleanup(func() { rds.Resume(t) }) // before redistest kills it
+	start := time.Now()
+	s.stop()
+	took := time.Since(start)
+	t.Logf("stopped %v after the signal, with TABLEASE_SHUTDOWN_TIMEOUT=%v and TABLEASE_REDIS_TIMEOUT=%v",
+		took.Round(time.Millisecond), shutdownTimeout, redisTimeout)
+	// The margin is for the work after the timeout on a busy machine; waiting out the Redis
+	// timeout takes twice as long.
+	if limit := shutdownTimeout + 3*time.Second; took > limit {
+		t.Fatalf("the stop took %v: more than TABLEASE_SHUTDOWN_TIMEOUT (%v) and a margin, as if it waited out TABLEASE_REDIS_TIMEOUT (%v); logs:\n%s",
+			took.Round(time.Millisecond), shutdownTimeout, redisTimeout, s.logs)
+	}
 }
