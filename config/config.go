@@ -511,6 +511,67 @@ const defaultLeaseIssuer = "tablease"
 // boolFlags are the variables whose flags are booleans: --dev rather than --dev=true.
 var boolFlags = map[string]bool{"TABLEASE_DEV": true, "TABLEASE_DEMO": true}
 
+// readElsewhere are the TABLEASE_ variables that serve does not read and others do: the admin
+// CLI's, docker-compose.yml's, and (by prefix) the test suite's and benchmarks'.
+var readElsewhere = []string{"TABLEASE_TOKEN", "TABLEASE_URL", "TABLEASE_ENV_FILE", "TABLEASE_VERSION",
+	"TABLEASE_ARTIFACTS", "TABLEASE_CHROMIUM", "TABLEASE_TEST_", "TABLEASE_BENCH_"}
+
+// Unknown lists the names of environ (NAME=value pairs, as os.Environ gives them) that start
+// with TABLEASE_ and that nothing reads: misspelt, most likely, and so ignored by mistake. Each
+// comes with the variable of serve it is one or two letters away from, if any.
+func Unknown(environ []string) (names, nearest []string) {
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TABLEASE_") || known(name) {
+			continue
+		}
+		near := ""
+		for _, v := range variables {
+			if editDistance(name, v.env) <= 2 {
+				near = v.env
+				break
+			}
+		}
+		names, nearest = append(names, name), append(nearest, near)
+	}
+	return names, nearest
+}
+
+func known(name string) bool {
+	for _, v := range variables {
+		if v.env == name {
+			return true
+		}
+	}
+	for _, other := range readElsewhere {
+		if name == other || (strings.HasSuffix(other, "_") && strings.HasPrefix(name, other)) {
+			return true
+		}
+	}
+	return false
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, strings.TrimSpace(v) != ""

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +317,18 @@ func TestBooleanFlagsAndBadFlags(t *testing.T) {
 	}
 	if _, err := Load([]string{"--help"}, env(nil), &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "-demo") {
 		t.Errorf("--help: %v, usage %q", err, out.String())
+	}
+}
+
+func TestUnknownNamesTheVariablesNothingReads(t *testing.T) {
+	names, nearest := Unknown([]string{
+		"HOME=/root", "TABLEASE_TTL_MAX=120s", "TABLEASE_TTL_MAXX=5s", "TABLEASE_REDIS=redis://r",
+		"TABLEASE_TOKEN=t", "TABLEASE_URL=u", "TABLEASE_TEST_REDIS_URL=redis://t", "TABLEASE_BENCH_IDLE=9",
+		"TABLEASE_SOMETHING_ELSE=x", "TABLEASE_=",
+	})
+	want := []string{"TABLEASE_TTL_MAXX", "TABLEASE_REDIS", "TABLEASE_SOMETHING_ELSE", "TABLEASE_"}
+	wantNear := []string{"TABLEASE_TTL_MAX", "", "", ""}
+	if !slices.Equal(names, want) || !slices.Equal(nearest, wantNear) {
+		t.Fatalf("Unknown = %q, %q; want %q, %q", names, nearest, want, wantNear)
 	}
 }

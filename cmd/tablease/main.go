@@ -20,7 +20,7 @@ import (
 func main() {
 	redis.SetLogger(redisLog{log: &serveLog, limit: newLogLimit(time.Now)})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Main(ctx, os.Args[1:])
+	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Environ: os.Environ}.Main(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

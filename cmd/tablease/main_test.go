@@ -77,9 +77,16 @@ func serveAt(t *testing.T, env map[string]string, addr string, logs *syncBuffer)
 	addrs := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := Program{
-		Stdout:   io.Discard,
-		Stderr:   logs,
-		Getenv:   func(k string) string { return env[k] },
+		Stdout: io.Discard,
+		Stderr: logs,
+		Getenv: func(k string) string { return env[k] },
+		Environ: func() []string {
+			var kv []string
+			for k, v := range env {
+				kv = append(kv, k+"="+v)
+			}
+			return kv
+		},
 		OnListen: func(addr string) { addrs <- addr },
 	}
 	done := make(chan int, 1)
@@ -372,5 +379,16 @@ func TestGoRedisLinesRepeatedWithinASecondAreCounted(t *testing.T) {
 	if len(lines) != 3 || lines[0]["repeated"] != nil || lines[1]["detail"] != "redis: sentinel s1 does not answer" ||
 		lines[2]["repeated"] != float64(24) {
 		t.Fatalf("logged %v; want the first dial line, the sentinel line, then a dial line saying 24 were left out", lines)
+	}
+}
+
+// TestServeWarnsOfAVariableNothingReads: a misspelt TABLEASE_ variable is ignored, as every
+// unknown variable is, but serve says so at start, with the variable it is most likely meant as.
+func TestServeWarnsOfAVariableNothingReads(t *testing.T) {
+	_, logs := startServer(t, map[string]string{"TABLEASE_DEV": "true", "TABLEASE_TTL_MAXX": "5s"})
+	for _, want := range []string{`"level":"WARN"`, `"variable":"TABLEASE_TTL_MAXX"`, `"did_you_mean":"TABLEASE_TTL_MAX"`} {
+		if line := lineWith(logs.String(), `"variable":"TABLEASE_TTL_MAXX"`); !strings.Contains(line, want) {
+			t.Fatalf("no warning with %s: %q", want, logs.String())
+		}
 	}
 }

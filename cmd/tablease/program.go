@@ -17,6 +17,9 @@ var version = ""
 type Program struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// Environ, when set, lists the environment (os.Environ), for serve to warn of TABLEASE_
+	// variables that nothing reads.
+	Environ func() []string
 	// OnListen, when set, is told the address the server listens on (tests bind port 0).
 	OnListen func(addr string)
 }

@@ -40,6 +40,16 @@ func (p Program) serve(ctx context.Context, args []string) int {
 	}
 	log := newLogger(p, cfg)
 	serveLog.Store(log)
+	if p.Environ != nil {
+		names, nearest := config.Unknown(p.Environ())
+		for i, name := range names {
+			attrs := []any{"variable", name}
+			if nearest[i] != "" {
+				attrs = append(attrs, "did_you_mean", nearest[i])
+			}
+			log.Warn("an environment variable named like tablease's is read by nothing, and ignored", attrs...)
+		}
+	}
 	if err := p.run(ctx, cfg, log); err != nil {
 		var bad *configError
 		if errors.As(err, &bad) {
