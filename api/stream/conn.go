@@ -186,18 +186,20 @@ func (h *Handler) leaveLater(key lease.Key, conn, tabID string) {
 	}()
 }
 
-// refresh joins again, and answers when to refresh next: a third of the TTL, or sooner after a
-// failure.
-func (sc *streamConn) refresh() time.Duration {
+// refresh joins again, sets when to refresh next (a third of the TTL, or sooner after a failure),
+// and reports whether the join succeeded.
+func (sc *streamConn) refresh() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
 	defer cancel()
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
 	if err != nil {
 		sc.h.storeError("join", err)
-		return min(presenceRetry, RefreshAfter(sc.ttl))
+		sc.refreshAt = time.Now().Add(min(presenceRetry, RefreshAfter(sc.ttl)))
+		return false
 	}
 	sc.ttl = ttl
-	return RefreshAfter(ttl)
+	sc.refreshAt = time.Now().Add(RefreshAfter(ttl))
+	return true
 }
 
 // close ends the watch, ends the response (closing the connection of a stream taken over), takes
@@ -352,7 +354,7 @@ func (sc *streamConn) due() bool {
 		return true
 	}
 	if !sc.refreshAt.IsZero() && !now.Before(sc.refreshAt) {
-		sc.refreshAt = time.Now().Add(sc.refresh())
+		sc.refresh()
 	}
 	if !now.Before(sc.keepaliveAt) {
 		if sc.keepaliveAt = sc.keepaliveAt.Add(sc.h.opts.Keepalive); sc.keepaliveAt.Before(now) {
@@ -386,11 +388,6 @@ func (sc *streamConn) resubscribe() bool {
 	sc.w.Close()
 	sc.w = nil
 	if errors.Is(err, lease.ErrResync) {
-		// What the store lost may include the tab's presence entry (a Redis restarted empty):
-		// refresh it now, not a third of the TTL later, so that the snapshot lists the tab.
-		if sc.conn != "" {
-			sc.refreshAt = time.Now().Add(sc.refresh())
-		}
 		if sc.w, err = sc.rewatch(); err == nil {
 			sc.w.OnReady(sc.st.wake)
 			sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false)
@@ -412,13 +409,20 @@ func RefreshAfter(ttl time.Duration) time.Duration {
 }
 
 // rewatch watches the stream's session again after lease.ErrResync, from the last event sent,
-// trying for at most rewatchFor while the store does not answer.
+// trying for at most rewatchFor while the store does not answer. What the store lost may include
+// the tab's presence entry (a Redis restarted empty): a stream that lists its tab refreshes the
+// entry first, at each try until it succeeds, rather than a third of the TTL later, so that the
+// snapshot of the watch lists the tab.
 func (sc *streamConn) rewatch() (*lease.Watch, error) {
 	delay := 50 * time.Millisecond
 	deadline := time.Now().Add(rewatchFor)
+	listed := sc.conn == "" // presence=false, or a stream that never joined: nothing to list
 	for {
 		if sc.st.gone() {
 			return nil, errGone
+		}
+		if !listed {
+			listed = sc.refresh()
 		}
 		w, err := sc.h.feed.Watch(context.Background(), sc.key, sc.last)
 		if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
