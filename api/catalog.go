@@ -258,7 +258,8 @@ func catalogInvalid(err error) *Error {
 }
 
 // SeedCatalog stores Options.Catalog as the catalog when the store holds none yet, and answers
-// which catalog the server serves (catalog.Source.Seed). Call it at start.
+// which catalog the server serves (catalog.Source.Seed). Call it at start, and again while the
+// store does not answer.
 func (s *Server) SeedCatalog(ctx context.Context) (catalog.Status, error) {
 	return s.catalogs.Seed(ctx)
 }

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"maps"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/owner/catalog"
 )
 
 // TestServeListensWithinOneRedisTimeoutWhenRedisDoesNotAnswer: a Redis that takes connections and
@@ -77,5 +84,151 @@ func TestServeListensWithinOneRedisTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 	tab := client{t: t, base: base, token: tok}
 	if code, body := tab.do("POST", "/v1/sessions/doc-1/lease", map[string]any{"tabId": "tab-a"}); code != 503 || errCode(body) != "STORE_UNAVAILABLE" {
 		t.Errorf("an acquire while Redis does not answer: %d %v, want 503 STORE_UNAVAILABLE", code, body)
+	}
+}
+
+// TestTheFileCatalogIsStoredOnceRedisAnswers starts `tablease serve` with a catalog file while
+// nothing listens on its Redis URL's port, then starts Redis there. The instance stores the
+// file's catalog as a start with Redis up would have, and says so, so that an instance without a
+// file on the same Redis serves the same version, not an empty catalog of its own.
+func TestTheFileCatalogIsStoredOnceRedisAnswers(t *testing.T) {
+	rds := redistest.Start(t)
+	rds.Stop(t) // nothing listens on the URL's port until Restart
+	const cat = `{"tools":[{"name":"search_events","description":"Search.","annotations":{"readOnlyHint":true}}]}`
+	file := filepath.Join(t.TempDir(), "catalog.json")
+	if err := os.WriteFile(file, []byte(cat), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := catalog.Parse([]byte(cat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := parsed.Version
+	env := map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_CATALOG_FILE":      file,
+	}
+	a := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	if !strings.Contains(a.logs.String(), "serving the file's catalog until the store answers") {
+		t.Fatalf("the start did not say the store does not answer; logs:\n%s", a.logs)
+	}
+
+	rds.Restart(t)
+	rdb := rds.Client(t)
+	stored := func() string {
+		v, _ := rdb.HGet(t.Context(), "tablease:doc:catalog", "version").Result()
+		return v
+	}
+	if took, ok := within(time.Now(), 20*time.Second, func() bool { return stored() == want }); !ok {
+		t.Fatalf("the store holds catalog version %q %v after Redis started, want the file's %s; logs:\n%s", stored(), took, want, a.logs)
+	}
+	if !strings.Contains(a.logs.String(), "stored the file's catalog") {
+		t.Fatalf("the instance did not say it stored the file's catalog; logs:\n%s", a.logs)
+	}
+
+	noFile := maps.Clone(env)
+	delete(noFile, "TABLEASE_CATALOG_FILE")
+	b := serveAt(t, noFile, "127.0.0.1:0", &syncBuffer{})
+	tok := e2eToken(t, "alice")
+	for name, s := range map[string]served{"the instance with the file": a, "an instance without a file": b} {
+		c := client{t: t, base: "http://" + s.addr, token: tok}
+		var got map[string]any
+		serves := func() bool {
+			var code int
+			code, got = c.do("GET", "/v1/sessions/doc-1/catalog", nil)
+			return code == 200 && got["version"] == want
+		}
+		if _, ok := within(time.Now(), 10*time.Second, serves); !ok {
+			t.Fatalf("%s answers %v, want version %s; logs:\n%s", name, got, want, s.logs)
+		}
+	}
+}
+
+// setUpOnlyRedis is a Redis that answers the set-up of a connection (HELLO and CLIENT SETINFO,
+// refused as an old Redis refuses them) and then never answers: a hung Redis, to which a client
+// still sends its commands. sent counts the times s was sent to it.
+func setUpOnlyRedis(t *testing.T) (url string, sent func(s string) int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	conns := make(map[net.Conn]*bytes.Buffer) // held open until cleanup, with what each sent
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			got := &bytes.Buffer{}
+			mu.Lock()
+			conns[c] = got
+			mu.Unlock()
+			go func() {
+				buf, answered := make([]byte, 4096), 0
+				for {
+					n, err := c.Read(buf)
+					mu.Lock()
+					got.Write(buf[:n])
+					setUp := bytes.Count(got.Bytes(), []byte("\r\nhello\r\n")) + bytes.Count(got.Bytes(), []byte("\r\nclient\r\n"))
+					mu.Unlock()
+					for ; answered < setUp; answered++ {
+						_, _ = c.Write([]byte("-ERR unknown command\r\n"))
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range conns {
+			c.Close()
+		}
+	})
+	return "redis://" + ln.Addr().String() + "/0", func(s string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, got := range conns {
+			n += bytes.Count(got.Bytes(), []byte(s))
+		}
+		return n
+	}
+}
+
+// TestServeStopsAtOnceWhileTheLateCatalogSeedWaitsForRedis: the seed of the catalog, tried again
+// after a start Redis did not answer, ends with the server. A stop while a try waits for a hung
+// Redis does not wait out the try's TABLEASE_REDIS_TIMEOUT (go-redis does not end a read when
+// its context is cancelled; closing the store does).
+func TestServeStopsAtOnceWhileTheLateCatalogSeedWaitsForRedis(t *testing.T) {
+	url, sent := setUpOnlyRedis(t)
+	const timeout = 3 * time.Second
+	s := serveAt(t, map[string]string{
+		"TABLEASE_REDIS_URL":         url,
+		"TABLEASE_REDIS_TIMEOUT":     timeout.String(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_CATALOG_FILE":      "../../web/demo/catalog.json",
+	}, "127.0.0.1:0", &syncBuffer{})
+	const key = "tablease:doc:catalog"
+	atStart := sent(key)
+	if _, ok := within(time.Now(), timeout, func() bool { return sent(key) > atStart }); !ok {
+		t.Fatalf("the catalog was not tried again within %v of the start; logs:\n%s", timeout, s.logs)
+	}
+	stopping := time.Now()
+	s.stop()
+	if took := time.Since(stopping); took > timeout/2 {
+		t.Fatalf("the stop took %v while the seed waited for Redis, want far less than TABLEASE_REDIS_TIMEOUT (%v)", took, timeout)
 	}
 }

@@ -119,7 +119,15 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	defer store.close(context.Background()) // on a return before the shutdown, which closes it within its timeout
+	// onStore is what may still be calling the store when run returns (the catalog's late seed).
+	// It is waited for after the store is closed, since closing it ends a call Redis does not
+	// answer, which a cancelled context does not (go-redis reads until its deadline): the stop
+	// does not wait out a TABLEASE_REDIS_TIMEOUT.
+	var onStore sync.WaitGroup
+	defer func() {
+		_ = store.close(context.Background()) // on a return before the shutdown, which closes it within its timeout
+		onStore.Wait()
+	}()
 	if cfg.Dev && cfg.RedisURL != "" {
 		log.Warn("dev mode on Redis: /dev/token mints tokens for any user, so whoever reaches this instance can act on every lease of this store; never point dev mode at a Redis that a deployment uses")
 	}
@@ -151,7 +159,11 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	seedCatalog(startCtx, srv, cfg, log)
+	if err := seedCatalog(startCtx, srv, cfg, log); storeDidNotAnswer(err) {
+		seedCtx, stopSeeding := context.WithCancel(ctx)
+		defer stopSeeding() // runs before the store is closed: the try the close fails is the last
+		onStore.Go(func() { seedCatalogLater(seedCtx, srv, cfg, log) })
+	}
 	cancelStart()
 
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -206,6 +218,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	// calls still waiting for a Redis that does not answer (the engine's own, a stream's leave) are
 	// failed rather than awaited.
 	store.close(shutdownCtx)
+	onStore.Wait() // ended by ctx, and by the close if it waits for Redis
 	log.Info("tablease stopped")
 	return nil
 }
@@ -351,9 +364,17 @@ func leaseKeySet(cfg config.Config, log *slog.Logger) (*leasetoken.KeySet, error
 }
 
 // seedCatalog stores the file's catalog when the store holds none, and says which catalog is
-// served. A store that does not answer is only logged: the file's catalog is served meanwhile.
-func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) {
+// served. A store that does not answer is logged and returned: the file's catalog is served
+// meanwhile, and seedCatalogLater makes the seed once the store answers.
+func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) error {
 	st, err := srv.SeedCatalog(ctx)
+	logSeed(st, err, cfg, log)
+	return err
+}
+
+// logSeed says what a seed of the catalog found: which catalog is served, and whether this
+// instance stored it.
+func logSeed(st catalog.Status, err error, cfg config.Config, log *slog.Logger) {
 	switch {
 	case err != nil && cfg.CatalogFile == "":
 		log.Warn("could not read the stored catalog; serving an empty one until the store answers", "err", err)
@@ -369,5 +390,47 @@ func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *s
 			"version", st.Version, "updated_at", st.UpdatedAt, "file", cfg.CatalogFile, "file_version", st.FileVersion)
 	default:
 		log.Info("tool catalog", "version", st.Version, "source", st.Source, "updated_at", st.UpdatedAt)
+	}
+}
+
+// storeDidNotAnswer reports whether err is a store that could not be reached or did not answer in
+// time, which a later try may find answering (unlike a stored catalog that is not valid).
+func storeDidNotAnswer(err error) bool {
+	return errors.Is(err, lease.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// The waits between the tries of seedCatalogLater double from the first up to the longest, so that
+// a store back within a second is seeded at once and one that stays down costs a try per 10 s.
+const (
+	seedRetryFirst = 250 * time.Millisecond
+	seedRetryMax   = 10 * time.Second
+)
+
+// seedCatalogLater makes the seed the start could not make because the store did not answer.
+// Without it this instance would serve its file's catalog alone, never stored, while the other
+// instances serve what the store holds (an empty catalog, when they have no file). It tries again,
+// each try within one TABLEASE_REDIS_TIMEOUT, until the store answers or ctx ends (the shutdown),
+// and logs what the seed found as the start does.
+func seedCatalogLater(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) {
+	for wait := seedRetryFirst; ; wait = min(2*wait, seedRetryMax) {
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		tryCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+		st, err := srv.SeedCatalog(tryCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil: // stopped: the try was cut short, it did not fail
+			return
+		case storeDidNotAnswer(err):
+			log.Debug("the store still does not answer; the catalog is seeded once it does", "err", err)
+		default:
+			logSeed(st, err, cfg, log)
+			return
+		}
 	}
 }

@@ -51,9 +51,10 @@ type State struct {
 
 // Source is the catalog an instance serves. The stored catalog wins: once the store holds the
 // document DocumentName (an admin's Put, or Seed), every instance serves it, whatever its own
-// file says. Seed, called at start, stores the file's catalog when the store holds none (the
-// first instance to start wins). While the store holds none — before the seed, or after the store
-// lost its data — an instance serves its file's catalog, or an empty one without a file.
+// file says. Seed, called at start (and again until the store answers), stores the file's catalog
+// when the store holds none (the first instance to start wins). While the store holds none —
+// before the seed, or after the store lost its data — an instance serves its file's catalog, or an
+// empty one without a file.
 //
 // A Source re-reads the store when what it has is older than maxAge (a read of the version only,
 // and of the data when the version changed), so all instances serve the same version within
@@ -260,8 +261,8 @@ func (s *Source) Put(ctx context.Context, cat *Catalog, base State) (State, erro
 
 // Seed stores the file's catalog when the store holds none yet (the first instance to start
 // wins; the stored catalog wins over every file afterwards), and reports which catalog is served.
-// Call it at start; a store that does not answer is an error that can be logged and ignored: the
-// file's catalog is served until the store answers.
+// Call it at start, and again while it fails because the store does not answer: the file's
+// catalog is served meanwhile, but only Seed stores it, so that every instance serves it.
 func (s *Source) Seed(ctx context.Context) (Status, error) {
 	status := Status{}
 	if s.hasFile {
