@@ -173,6 +173,10 @@ export class TabLease extends EventTarget {
     this._deadline = -Infinity;
     this._confirmedAt = -Infinity; // send time of the answer the deadline comes from
     this._minValidEpoch = 0;
+    // The epoch whose renew the server refused to authenticate (a 401 after a fresh token, a
+    // 403): the server may still list this tab at it, which the tab cannot prove. It does not
+    // hold it, until an acquire confirms it again (the server gives the holder its epoch back).
+    this._unproven = 0;
     this._viewerReadAt = -Infinity; // when the viewer's timer last read the lease
     this._requireConfirmAfter = -Infinity; // the last moment news may have been missed
     this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
@@ -549,7 +553,7 @@ export class TabLease extends EventTarget {
   // --- internals: the state machine ------------------------------------------------------------
 
   _holdsEpoch() {
-    return this._epoch > 0 && this._epoch >= this._minValidEpoch;
+    return this._epoch > 0 && this._epoch >= this._minValidEpoch && this._epoch !== this._unproven;
   }
 
   /** The last moment news may have been missed: a stream drop, a freeze, a silent carrier. */
@@ -718,6 +722,7 @@ export class TabLease extends EventTarget {
       this._update("lost");
       return false;
     }
+    this._unproven = 0;
     if (lease.epoch !== this._epoch) {
       this._endHandoffAsk();
       this._epoch = lease.epoch;
@@ -935,7 +940,7 @@ export class TabLease extends EventTarget {
       this._scheduleAcquire(ms + Math.floor(this._random() * 250));
     } else {
       this._requestFailed(e);
-      if (e.retryable) this._scheduleAcquire(backoffDelay(this._attempts.acquire++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
+      if (e.retryable || this._listedUnproven()) this._scheduleAcquire(backoffDelay(this._attempts.acquire++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
     }
     this._scheduleViewerRefresh();
     return r;
@@ -950,14 +955,29 @@ export class TabLease extends EventTarget {
     if (!this._running()) return;
     this._timers.acquire = this._clock.setTimeout(() => {
       this._timers.acquire = null;
-      if (this._mayTakeFreeLease() && !this._view?.held) this._acquireQuietly("try");
+      if (this._mayTakeFreeLease() && this._freeForThisTab()) this._acquireQuietly("try");
     }, Math.max(0, delay));
+  }
+
+  /** Whether the lease is free by what this tab knows, or held by this tab at the epoch it could
+   *  not prove, which an acquire gives back. */
+  _freeForThisTab() {
+    return !this._view?.held || this._listedUnproven();
+  }
+
+  /** Whether the server lists this tab as the holder at the epoch it could not prove (_unproven),
+   *  as far as this tab knows: until the deadline its last renew gave, past which the lease may
+   *  have expired unseen (every read refused too) and this tab is a viewer like any other. */
+  _listedUnproven() {
+    const v = this._view;
+    return this._unproven > 0 && Boolean(v?.held) && v.holder?.tabId === this.tabId && v.epoch === this._unproven &&
+      this._clock.now() < this._deadline;
   }
 
   /** When the lease is free (by what this tab knows) and this tab may take it by itself, it
    *  tries after a short random delay (longer when hidden, so that a visible tab wins). */
   _maybeAutoAcquire() {
-    if (!this._mayTakeFreeLease() || this._view?.held || this._timers.acquire != null) return;
+    if (!this._mayTakeFreeLease() || !this._freeForThisTab() || this._timers.acquire != null) return;
     const delay = (this._hidden ? this._hiddenAcquireDelayMs : 0) + Math.floor(this._random() * 200);
     this._scheduleAcquire(delay);
   }
@@ -992,9 +1012,15 @@ export class TabLease extends EventTarget {
           if (e.code === "NETWORK" || e.code === "UNAUTHENTICATED") this._requestFailed(e);
           this._scheduleRenew(this._clock.now() + backoffDelay(this._attempts.renew++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
         } else {
-          // 400/401/403: this tab cannot keep the lease; fail closed and say why.
-          this._lost(epoch, null, "lost");
+          // 400/401/403: this tab cannot prove it holds the lease; fail closed and say why. The
+          // server still lists it, and gives it this epoch back when it acquires: it tries, with
+          // backoff, until it can authenticate or the server lists another holder (or none).
+          this._unproven = epoch;
+          this._endHandoffAsk();
+          this._clearTimer("renew");
+          this._update("lost");
           this._emitError(e);
+          this._scheduleAcquire(backoffDelay(this._attempts.acquire++, { ...this._backoff, random: this._random }));
         }
         return false;
       } finally {

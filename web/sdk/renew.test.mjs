@@ -389,3 +389,40 @@ test("a renew answer that arrives after its deadline announces no confirmed leas
   assert.deepEqual(confirmed, [], "no lease event said this tab's lease was confirmed");
   await lease.stop({ release: false });
 });
+
+test("a renew the server refuses to authenticate ends ownership, and the tab takes the same lease back once it authenticates", async () => {
+  let token = "token-1";
+  const { clock, server, lease } = setup({ lease: { getToken: async () => token } });
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  await lease.start();
+  const epoch = lease.epoch;
+  server.rejectToken = "token-1"; // a session the identity provider ended: every token refused
+  await clock.advance(15000 + 100); // the renew: 401, a fresh token, 401 again
+  assert.equal(lease.role, "viewer", "the tab cannot prove it holds the lease");
+  assert.ok(errors.some((e) => e.code === "UNAUTHENTICATED" && !e.retryable));
+  await clock.advance(4000); // still refused: no owner on this side
+  assert.equal(lease.role, "viewer");
+  token = "token-2"; // the user signed in again, 20 s before the lease would expire
+  await clock.advance(10000);
+  assert.equal(lease.role, "owner", "taken back as soon as the tab authenticates, not when the lease expires");
+  assert.equal(lease.epoch, epoch, "the server still listed this tab: the same epoch");
+  assert.equal(server.epoch, epoch);
+  await lease.stop({ release: false });
+});
+
+test("a tab that cannot authenticate stops trying to take its lease back once the server no longer lists it", async () => {
+  const { clock, server, lease } = setup({ lease: { getToken: async () => "token-1" } });
+  await lease.start();
+  server.rejectToken = "token-1";
+  await clock.advance(15000 + 100);
+  assert.equal(lease.role, "viewer");
+  await clock.advance(45000); // the lease expires on the server meanwhile
+  assert.equal(server.valid(), false);
+  const before = server.callsTo("POST", "/lease").length;
+  await clock.advance(120000);
+  const during = server.callsTo("POST", "/lease").length - before;
+  assert.ok(during <= 1, `${during} acquires in 2 minutes with the lease free and every token refused`);
+  assert.equal(lease.role, "viewer");
+  await lease.stop({ release: false });
+});
