@@ -269,25 +269,38 @@ export async function runToolCall(handler, call, args, callerCtx) {
   const bad = validateInput(call.schema, input);
   if (bad) return toolError("INVALID_ARGUMENT", `${bad.path} ${bad.reason}.`, bad);
 
+  // The call's deadline and the agent's cancel run from the start: a mutation's guard may first
+  // wait for the server to confirm the lease, and that wait is the call's.
+  const clock = lease._clock;
+  const opts = scope.options;
+  const timeoutMs = typeof call.timeoutMs === "number" && call.timeoutMs > 0 ? call.timeoutMs : opts.timeoutMs;
+  const margin = Math.min(opts.timeoutMarginMs, Math.floor(timeoutMs / 10));
+  const start = clock.now();
+  const deadline = start + timeoutMs - margin;
+  const timeout = () => toolError("TIMEOUT", `The tool did not finish within ${timeoutMs} ms (its timeoutMs); it was ended so that the agent gets an answer.`, { timeoutMs });
+  const ac = new AbortController();
+  const timer = clock.setTimeout(() => ac.abort(endReason(timeout())), deadline - start);
+  const agent = callerCtx && typeof callerCtx === "object" && callerCtx.signal && typeof callerCtx.signal.addEventListener === "function" ? callerCtx.signal : null;
+  // The agent's and the lease's signals give this call's answer when they abort.
+  const agentEnd = mapAbort(agent, () => toolError("CANCELLED", "The agent cancelled the call."));
+  const early = anySignal([ac.signal, agentEnd.signal]);
+
   const run = async (leaseCtx) => {
-    const clock = lease._clock;
-    const opts = scope.options;
-    const timeoutMs = typeof call.timeoutMs === "number" && call.timeoutMs > 0 ? call.timeoutMs : opts.timeoutMs;
-    const margin = Math.min(opts.timeoutMarginMs, Math.floor(timeoutMs / 10));
-    const start = clock.now();
-    const deadline = start + timeoutMs - margin;
-    const ac = new AbortController();
-    const timer = clock.setTimeout(() => {
-      ac.abort(endReason(toolError("TIMEOUT", `The tool did not finish within ${timeoutMs} ms (its timeoutMs); it was ended so that the agent gets an answer.`, { timeoutMs })));
-    }, deadline - start);
-    const agent = callerCtx && typeof callerCtx === "object" && callerCtx.signal && typeof callerCtx.signal.addEventListener === "function" ? callerCtx.signal : null;
-    // The agent's and the lease's signals give this call's answer when they abort.
-    const agentEnd = mapAbort(agent, () => toolError("CANCELLED", "The agent cancelled the call."));
     const ownerEnd = mapAbort(leaseCtx.signal, () => lease._notOwner());
-    const signal = anySignal([ac.signal, agentEnd.signal, ownerEnd.signal, instance.callSignal, scope.signal]);
+    const signal = anySignal([early, ownerEnd.signal, instance.callSignal, scope.signal]);
     const generation = scope.generation;
     const kind = { mutation: call.mutation, routed: instance.pattern !== null };
-    const current = () => !signal.aborted && !scope.changeSince(generation, kind);
+    // Current: not ended, not past the deadline (a frozen page's timers run late), the page and
+    // document as they were and, for a mutation, the lease confirmed now (after a freeze or a
+    // silence, another tab may have taken over).
+    const owner = () => !call.mutation || lease.role === "owner";
+    const current = () => !signal.aborted && clock.now() < deadline && !scope.changeSince(generation, kind) && owner();
+    const stale = () => {
+      if (signal.aborted) return abortAnswer(signal);
+      if (!owner()) return lease._notOwner();
+      if (clock.now() >= deadline) return timeout();
+      return scope.staleAnswer(generation, kind);
+    };
     const ctx = {
       ...leaseCtx,
       signal,
@@ -298,7 +311,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
       deadline,
       timeLeftMs: () => Math.max(0, Math.floor(deadline - clock.now())),
       isCurrent: current,
-      stale: () => (signal.aborted ? abortAnswer(signal) : scope.staleAnswer(generation, kind)),
+      stale,
       interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
     };
     // Readings of the lease context's, whose token renews replace (guard).
@@ -306,7 +319,9 @@ export async function runToolCall(handler, call, args, callerCtx) {
       token: { get: () => leaseCtx.token, enumerable: true },
       headers: { get: () => leaseCtx.headers, enumerable: true },
     });
-    const ctxFor = { signal, pageSignal: scope.pageSignal, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
+    // The page's signal as interact() is called: a tool without routes, whose call outlives a
+    // route change, asks its question on the page shown then.
+    const ctxFor = { signal, get pageSignal() { return scope.pageSignal; }, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
     // The changes since generation are kept until the handler settles, even after the call was
     // answered: it may still ask isCurrent() before it acts.
     const release = scope.hold(generation);
@@ -321,19 +336,40 @@ export async function runToolCall(handler, call, args, callerCtx) {
       handled = Promise.resolve().then(() => handler(input, ctx, callerCtx));
       const out = await Promise.race([handled.then((value) => ({ value })), ended]);
       signal.removeEventListener("abort", onAbort);
-      if (out.ended) return abortAnswer(signal);
+      // A mutation ended while its handler ran may have acted (its write sent, its answer not
+      // in yet): the agent looks before it calls again.
+      if (out.ended) return call.mutation ? mayHaveActed(abortAnswer(signal)) : abortAnswer(signal);
       if (call.mutation && scope.changeSince(generation, kind) && !isError(out.value)) return scope.staleAnswer(generation, kind, true);
       return checkResult(out.value, opts.maxResultBytes);
     } finally {
       if (handled) handled.then(release, release);
       else release();
-      clock.clearTimeout(timer);
-      agentEnd.off();
       ownerEnd.off();
     }
   };
-  if (call.mutation) return lease.guard((a, leaseCtx) => run(leaseCtx))(input, callerCtx);
-  return run(call.readContext());
+  try {
+    if (!call.mutation) return await run(call.readContext());
+    let onEarly;
+    const endedEarly = new Promise((resolve) => {
+      onEarly = () => resolve(abortAnswer(early));
+      early.addEventListener("abort", onEarly, { once: true });
+    });
+    // The guard's handler checks the signal before it runs: one that runs after the call was
+    // answered (the check came back later) never starts.
+    const guarded = lease.guard((a, leaseCtx) => run(leaseCtx))(input, callerCtx);
+    const out = await Promise.race([guarded, endedEarly]);
+    early.removeEventListener("abort", onEarly);
+    return out;
+  } finally {
+    clock.clearTimeout(timer);
+    agentEnd.off();
+  }
+}
+
+/** The answer of an ended mutation, saying that it may have acted. */
+function mayHaveActed(answer) {
+  if (!isError(answer)) return answer;
+  return { ...answer, error: { ...answer.error, details: { ...(answer.error.details ?? {}), mayHaveActed: true } } };
 }
 
 function isError(v) {

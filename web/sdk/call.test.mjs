@@ -411,3 +411,125 @@ test("a running mutation and an open question go on through unconfirmed (news ma
   reg.close();
   await lease.stop({ release: false });
 });
+
+test("a mutation handler that asks isCurrent() while the lease is unconfirmed is told no, and stale() says why", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const handlers = {
+    // Seed 002's confirm-then-write: the user answers after the page was frozen, or the stream
+    // went quiet; the write goes only if the tab is the owner now.
+    ask_user: async (args, ctx) => {
+      await gate();
+      return ctx.isCurrent() ? { applied: true } : ctx.stale();
+    },
+  };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  const p = tool("ask_user").execute({ question: "q" }, {});
+  await flush();
+  await clock.advance(1000);
+  server.fail("POST /lease/renew", { hang: true });
+  server.dropStreams(); // news may have been missed: unconfirmed until a renew answers
+  await flush();
+  assert.equal(lease.state, "unconfirmed");
+  release();
+  const out = await p;
+  assert.equal(out.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(out)}`);
+  assert.equal(out.error.details.reason, "unconfirmed");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a mutation waiting for the guard's check of the lease is ended by the agent's cancel and by its deadline", async () => {
+  let ran = 0;
+  const handlers = {
+    ask_user: async () => {
+      ran++;
+      return { applied: true };
+    },
+  };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  const save = tool("ask_user");
+  await clock.advance(1000);
+  server.fail("POST /lease/renew", { hang: true, times: 1000 });
+  server.fail("POST /lease/check", { hang: true, times: 1000 });
+  server.dropStreams();
+  await flush();
+  assert.equal(lease.state, "unconfirmed");
+
+  const agent = new AbortController();
+  const cancelled = save.execute({ question: "q" }, { signal: agent.signal });
+  await clock.advance(500);
+  agent.abort();
+  await flush();
+  const c = await cancelled;
+  assert.equal(c.error?.code, "CANCELLED", `answered ${JSON.stringify(c)}`);
+
+  const t0 = clock.now();
+  const timedOut = save.execute({ question: "q" }, {}); // timeoutMs 10000, settled 1 s before
+  let settledAt = null;
+  timedOut.then(() => (settledAt = clock.now()));
+  await clock.advance(9500);
+  assert.equal((await timedOut).error?.code, "TIMEOUT");
+  assert.equal(settledAt - t0, 9000, "at the call's deadline, not when the check gives up");
+  await clock.advance(30000);
+  assert.equal(ran, 0, "a handler whose call was answered never runs");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a mutation ended while its handler runs says it may have acted; a tool without routes asks on the page shown now", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const seen = {};
+  const handlers = {
+    edit: async () => {
+      await gate(); // its write sent, its answer not in yet
+      return { applied: true };
+    },
+    confirm: async (args, ctx) => {
+      await gate();
+      return ctx.interact((ui) => {
+        seen.ui = ui;
+        seen.opened = (seen.opened ?? 0) + 1;
+        return () => (seen.closed = (seen.closed ?? 0) + 1);
+      });
+    },
+  };
+  const { window, lease, reg, tool } = await setup({ handlers });
+  const edit = tool("edit").execute({}, {});
+  await flush();
+  window.history.pushState(null, "", "/events/evt-2"); // the route leaves the instance
+  const e = await edit;
+  assert.equal(e.error.code, "UI_CONTEXT_CLOSED");
+  assert.equal(e.error.details.mayHaveActed, true);
+  assert.equal(e.error.details.reason, "route");
+  release();
+
+  await reg.sync();
+  const asked = tool("confirm").execute({}, {});
+  await flush();
+  window.history.pushState(null, "", "/events/evt-3"); // before the question is asked
+  release();
+  await flush();
+  assert.equal(seen.opened, 1, "the question is shown, on the page the user sees now");
+  seen.ui.submit("yes");
+  assert.deepEqual(await asked, { result: "yes" });
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("stop() ends a mutation's open question with the reason stopped", async () => {
+  const seen = {};
+  const { lease, reg, tool } = await setup({ handlers: { confirm: asking(seen) } });
+  const asked = tool("confirm").execute({}, {});
+  await flush();
+  assert.equal(seen.opened, 1);
+  await lease.stop();
+  const out = await asked;
+  assert.equal(out.error.code, "NOT_LEASE_OWNER");
+  assert.equal(out.error.details.reason, "stopped");
+  assert.equal(seen.closed, 1);
+  reg.close();
+});

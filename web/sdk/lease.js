@@ -578,9 +578,11 @@ export class TabLease extends EventTarget {
     // The period of ownership follows the state, also when it stays the same: staying unconfirmed
     // while the deadline passes ends it (_periodGoesOn).
     if (next === "owner") this._period ??= { ac: new AbortController(), inFlight: 0, interactions: 0, ended: false };
-    else if (!this._periodGoesOn(next)) this._endPeriod();
-    if (prev === next) return false;
+    const ends = next !== "owner" && !this._periodGoesOn(next);
     this._state = next;
+    // Ended in the new state, so that the calls it ends answer its reason (stopped, not lost).
+    if (ends) this._endPeriod();
+    if (prev === next) return false;
     const wasOwner = prev === "owner";
     const isOwner = next === "owner";
     this._emit("state", { state: next, previous: prev, reason });

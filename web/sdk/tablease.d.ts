@@ -371,12 +371,14 @@ export interface ToolCallContext {
   deadline: number;
   timeLeftMs(): number;
   /** Whether the page (for a route-bound tool), the document and the ownership (for a mutation
-   *  tool) are still those the call started with; check after each await. Asked after the
-   *  handler settled, false after any change. */
+   *  tool: the tab is the confirmed owner now, not unconfirmed) are still those the call started
+   *  with, and the deadline has not passed; check after each await, right before writing. Asked
+   *  after the handler settled, false after any change. */
   isCurrent(): boolean;
-  /** The answer for a call that is no longer current (ROUTE_CHANGED, DOCUMENT_CHANGED, NOT_LEASE_OWNER, or the end of its signal).
-   *  A mutation whose handler returns after such a change gets the same code instead of its
-   *  result, with details.mayHaveActed: true. */
+  /** The answer for a call that is no longer current (NOT_LEASE_OWNER, TIMEOUT, ROUTE_CHANGED,
+   *  DOCUMENT_CHANGED, or the end of its signal). A mutation whose handler returns after such a
+   *  change, or is ended while its handler runs, gets that answer instead of its result, with
+   *  details.mayHaveActed: true. */
   stale(): ToolErrorAnswer;
   /** Opens an interaction with the user: open(ui) shows it and may return a function that closes
    *  it; resolves what ui.submit(value) gives, {cancelled: true, reason: "user_cancelled"} for
