@@ -253,6 +253,10 @@ func (s *Server) logRevoke(c echo.Context, req lease.RevokeRequest, res lease.Re
 	if !res.Revoked {
 		msg = "revoke found no lease to end"
 	}
+	if res.Retried {
+		// Its X-Request-ID names a revoke already made: the line says that one's outcome again.
+		msg = "revoke retried, answered as the first (" + msg + "), and did nothing more"
+	}
 	if repl != nil {
 		msg += ", on the primary only: too few replicas confirmed it in time (a failover may undo it; retry with the same X-Request-ID)"
 		level = slog.LevelWarn

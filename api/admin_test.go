@@ -311,6 +311,20 @@ func TestAdminRevoke(t *testing.T) {
 		}
 	})
 
+	t.Run("a retry under the same request id is answered as the first, and logged as a retry", func(t *testing.T) {
+		fa.mu.Lock()
+		fa.revokeRes = lease.RevokeResult{Revoked: true, Epoch: 43, Previous: &lease.Previous{TabID: "tab-a", Epoch: 41}, Retried: true}
+		fa.mu.Unlock()
+		rec := h.do(request{method: http.MethodPost, path: revokePath, token: tok, body: `{"reason":"stuck"}`, headers: map[string]string{"X-Request-ID": "retry-2"}})
+		if rec.Code != http.StatusOK ||
+			strings.TrimSpace(rec.Body.String()) != `{"revoked":true,"epoch":43,"blockedUntil":null,"previous":{"tabId":"tab-a","epoch":41}}` {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if line := lineWithText(h.logs.String(), `"request_id":"retry-2","sub"`); !strings.Contains(line, `"msg":"revoke retried, answered as the first (lease revoked), and did nothing more"`) {
+			t.Errorf("the retry is not logged as one: %q", line)
+		}
+	})
+
 	t.Run("the largest block is accepted", func(t *testing.T) {
 		rec := h.post(revokePath, tok, `{"reason":"r","blockMs":600000}`)
 		if rec.Code != http.StatusOK {
@@ -531,4 +545,14 @@ func TestAdminLimitsAnswerTheConfiguredMaximumBlock(t *testing.T) {
 		over := fmt.Sprintf(`{"reason":"r","blockMs":%d}`, tt.want+1)
 		wantError(t, h.post(revokePath, tok, over), http.StatusBadRequest, CodeInvalidArgument)
 	}
+}
+
+// lineWithText is the first line of logs that holds s, or "".
+func lineWithText(logs, s string) string {
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }

@@ -140,6 +140,9 @@ type RevokeResult struct {
 	BlockedUntil time.Time
 	// Previous is the holder revoked; nil when the lease was free.
 	Previous *Previous
+	// Retried is true when the call was a retry of a revoke with the same RequestID, answered as
+	// that revoke was, which it did not repeat.
+	Retried bool
 }
 
 // AuditAction names what an audit record records.

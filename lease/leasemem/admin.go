@@ -193,6 +193,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	id := revokeID{admin: req.Admin, requestID: req.RequestID}
 	if s != nil && req.RequestID != "" {
 		if res, ok := s.retriedRevoke(id, now); ok {
+			res.Retried = true
 			return res, nil
 		}
 	}

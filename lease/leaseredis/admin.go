@@ -286,7 +286,7 @@ func (e *Engine) revokeCall(ctx context.Context, op string, keys []string, args 
 }
 
 // parseRevoke reads revoke.lua's answer: {status, revoked, epoch, until_us, previous tab, previous
-// epoch, now_us}.
+// epoch, now_us}, its status "RETRIED" as "OK" with Retried set.
 func parseRevoke(v any) (string, lease.RevokeResult, error) {
 	bad := fmt.Errorf("leaseredis: malformed revoke reply %v", v)
 	a, ok := v.([]any)
@@ -305,6 +305,9 @@ func parseRevoke(v any) (string, lease.RevokeResult, error) {
 		return "", lease.RevokeResult{}, bad
 	}
 	r := lease.RevokeResult{Revoked: revoked == 1, Epoch: epoch}
+	if status == statusRetried {
+		status, r.Retried = statusOK, true
+	}
 	if until != 0 {
 		r.BlockedUntil = micros(until)
 	}

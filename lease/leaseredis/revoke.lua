@@ -11,7 +11,8 @@
 -- ARGV[11] the request id, or "" for none
 -- ARGV[12] how long a revoke with a request id is remembered for its retries, in milliseconds
 -- Answers {status, revoked (1|0), epoch, until_us, previous tab, previous epoch, now_us}: status
--- "OK"; revoked 1 when this call ended a lease; the epoch it minted then, the last epoch
+-- "OK", or "RETRIED" for the retry of a revoke with the same request id, with that revoke's
+-- answer; revoked 1 when this call ended a lease; the epoch it minted then, the last epoch
 -- otherwise; until_us the end of the session's block when grants are blocked after the call, 0
 -- when they are not; the holder revoked ("" and 0 when none). Status "EXHAUSTED" (and the rest as
 -- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
@@ -64,7 +65,7 @@ if request ~= '' then
   local m = redis.call('GET', KEY_REVOKE)
   if m then
     local a = cmsgpack.unpack(m) -- {revoked, epoch, until_us, previous tab, previous epoch}
-    return finish(s, now, {'OK', a[1], a[2], a[3], a[4], a[5], now})
+    return finish(s, now, {'RETRIED', a[1], a[2], a[3], a[4], a[5], now})
   end
 end
 

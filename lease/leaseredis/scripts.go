@@ -142,6 +142,7 @@ const (
 	statusOK        = "OK"        // granted, renewed, confirmed, read
 	statusHeld      = "HELD"      // acquire: another tab holds the lease
 	statusExhausted = "EXHAUSTED" // acquire, revoke: the next epoch would reach 2^53
+	statusRetried   = "RETRIED"   // revoke: the retry of a revoke with the same request id, answered as it was
 	statusBlocked   = "BLOCKED"   // acquire: an admin blocked grants (until_us says until when)
 	statusPending   = "PENDING"   // acquire: a handoff is requested or the lease reserved (until_us: until when)
 	statusLost      = "LOST"      // renew, check: the tab does not hold the lease at that epoch
