@@ -212,6 +212,10 @@ func (s *Server) adminRevoke(c echo.Context) (err error) {
 	if id := c.Request().Header.Get(echo.HeaderXRequestID); RevokeRequestID(id) {
 		req.RequestID = id
 	}
+	// The audit records lead to the log lines of this request, whoever made its id up.
+	if id := requestID(c); lease.ValidateID("auditRequestId", id) == nil {
+		req.AuditRequestID = id
+	}
 	res, err := s.admin.Revoke(c.Request().Context(), req)
 	s.metrics.observeOp("admin_revoke", err)
 	if err != nil {

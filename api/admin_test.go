@@ -280,7 +280,7 @@ func TestAdminRevoke(t *testing.T) {
 		t.Fatalf("answer: %s", rec.Body)
 	}
 	want := lease.RevokeRequest{Key: lease.Key{User: "alice", Session: "doc-1"}, Admin: "root",
-		Reason: "stuck tab — user asked", Block: 5 * time.Minute, RequestID: "retry-1"}
+		Reason: "stuck tab — user asked", Block: 5 * time.Minute, RequestID: "retry-1", AuditRequestID: "retry-1"}
 	if len(fa.revokes) != 1 || fa.revokes[0] != want {
 		t.Fatalf("engine asked %+v, want %+v", fa.revokes, want)
 	}
@@ -444,7 +444,7 @@ func TestAdminAuditLog(t *testing.T) {
 	fa.auditPage = lease.AuditPage{
 		Records: []lease.AuditRecord{
 			{ID: "r2", At: at, Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditRevoke, Epoch: 20,
-				Admin: "root", Previous: &lease.Previous{TabID: "tab-a", Epoch: 10}, Reason: "stuck", Until: at.Add(time.Minute)},
+				Admin: "root", Previous: &lease.Previous{TabID: "tab-a", Epoch: 10}, Reason: "stuck", Until: at.Add(time.Minute), RequestID: "req-9"},
 			{ID: "r1", At: at.Add(-time.Second), Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditGrant,
 				Epoch: 10, TabID: "tab-a"},
 		},
@@ -455,8 +455,8 @@ func TestAdminAuditLog(t *testing.T) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 	want := `{"records":[` +
-		`{"id":"r2","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"revoke","epoch":20,"tabId":null,"admin":"root","previous":{"tabId":"tab-a","epoch":10},"reason":"stuck","until":"2026-12-02T13:01:00.123Z"},` +
-		`{"id":"r1","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"grant","epoch":10,"tabId":"tab-a","admin":null,"previous":null,"reason":null,"until":null}` +
+		`{"id":"r2","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"revoke","epoch":20,"tabId":null,"admin":"root","previous":{"tabId":"tab-a","epoch":10},"reason":"stuck","until":"2026-12-02T13:01:00.123Z","requestId":"req-9"},` +
+		`{"id":"r1","at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"grant","epoch":10,"tabId":"tab-a","admin":null,"previous":null,"reason":null,"until":null,"requestId":null}` +
 		`],"nextCursor":"r1"}`
 	want = strings.Replace(want, `"at":"2026-12-02T13:00:00.123Z","sub":"alice","sessionId":"doc-1","action":"grant"`,
 		`"at":"2026-12-02T12:59:59.123Z","sub":"alice","sessionId":"doc-1","action":"grant"`, 1)

@@ -155,7 +155,8 @@ type auditRecordJSON struct {
 	Admin     *string            `json:"admin"` // the acting admin: revoke, block
 	Previous  *adminPreviousJSON `json:"previous"`
 	Reason    *string            `json:"reason"`
-	Until     *string            `json:"until"` // the end of a block
+	Until     *string            `json:"until"`     // the end of a block
+	RequestID *string            `json:"requestId"` // the admin's request, as the log names it: revoke, block
 }
 
 type auditPageJSON struct {
@@ -183,6 +184,7 @@ func auditRecordView(r lease.AuditRecord) auditRecordJSON {
 		Previous:  adminPreviousView(r.Previous),
 		Reason:    optString(r.Reason),
 		Until:     timeView(r.Until),
+		RequestID: optString(r.RequestID),
 	}
 }
 

@@ -128,6 +128,10 @@ type RevokeRequest struct {
 	// RequestID makes a retried revoke answer as the first did (see Admin.Revoke); optional, an
 	// identifier when set.
 	RequestID string
+	// AuditRequestID is the id under which the caller logs this request (its X-Request-ID, or
+	// one made up for it), kept in the revoke's audit records so that they lead to its log
+	// lines; optional, an identifier when set.
+	AuditRequestID string
 }
 
 // RevokeResult is the answer to Revoke.
@@ -183,6 +187,9 @@ type AuditRecord struct {
 	Reason   string // the admin's, for revoke and block; what changed, for catalog; empty otherwise
 	// Until is the end of a block; zero for the other actions.
 	Until time.Time
+	// RequestID is the id of the admin's request that made the change (revoke, block: the
+	// RevokeRequest's AuditRequestID), as its log lines name it; empty otherwise.
+	RequestID string
 }
 
 // AuditQuery selects audit records. Session requires User (sessions are namespaced by user).
@@ -286,6 +293,11 @@ func (r RevokeRequest) Validate() error {
 	}
 	if r.RequestID != "" {
 		if err := ValidateID("requestId", r.RequestID); err != nil {
+			return err
+		}
+	}
+	if r.AuditRequestID != "" {
+		if err := ValidateID("auditRequestId", r.AuditRequestID); err != nil {
 			return err
 		}
 	}

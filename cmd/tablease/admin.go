@@ -311,6 +311,7 @@ type cliAuditRecord struct {
 	Previous  *cliPrevious `json:"previous"`
 	Reason    *string      `json:"reason"`
 	Until     *string      `json:"until"`
+	RequestID *string      `json:"requestId"`
 }
 
 // clean makes a value from the server safe for a terminal and a table: control characters
@@ -642,6 +643,9 @@ func (p Program) adminAudit(ctx context.Context, args []string) (int, error) {
 				switch {
 				case r.Admin != nil:
 					actor = "admin " + deref(r.Admin)
+					if r.RequestID != nil { // the id its log lines carry
+						actor += " (request " + deref(r.RequestID) + ")"
+					}
 				case r.TabID != nil:
 					actor = "tab " + deref(r.TabID)
 				}

@@ -286,14 +286,14 @@ func TestAdminAudit(t *testing.T) {
 	at := time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
 	e.admin.auditPage = lease.AuditPage{Records: []lease.AuditRecord{
 		{ID: "2", At: at, Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditRevoke, Epoch: 99, Admin: "root",
-			Previous: &lease.Previous{TabID: "tab-a", Epoch: 42}, Reason: "stuck tab"},
+			Previous: &lease.Previous{TabID: "tab-a", Epoch: 42}, Reason: "stuck tab", RequestID: "req-7"},
 		{ID: "1", At: at.Add(-time.Minute), Key: lease.Key{User: "alice", Session: "doc-1"}, Action: lease.AuditGrant, Epoch: 42, TabID: "tab-a"},
 	}, Next: "1"}
 	code, out, errOut := e.run(t, e.token, "audit", "--sub", "alice", "--sid", "doc-1", "--limit", "2")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"TIME", "ACTION", "revoke", "admin root", "tab-a@42", "stuck tab", "grant", "tab tab-a",
+	for _, want := range []string{"TIME", "ACTION", "revoke", "admin root (request req-7)", "tab-a@42", "stuck tab", "grant", "tab tab-a",
 		"older: tablease admin audit --limit '2' --sid 'doc-1' --sub 'alice' --cursor '1'"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the audit table lacks %q:\n%s", want, out)

@@ -218,12 +218,12 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		s.releasedTab, s.releasedEpoch = "", 0
 		s.ended = epoch // a revoked lease never expires: nothing is left to announce
 		e.emit(req.Key, s, now, lease.Event{Type: lease.EventRevoked, Epoch: epoch, Previous: clonePrevious(res.Previous), Reason: req.Reason, At: now})
-		e.record(now, lease.AuditRecord{Key: req.Key, Action: lease.AuditRevoke, Epoch: epoch, Admin: req.Admin, Previous: clonePrevious(res.Previous), Reason: req.Reason})
+		e.record(now, lease.AuditRecord{Key: req.Key, Action: lease.AuditRevoke, Epoch: epoch, Admin: req.Admin, Previous: clonePrevious(res.Previous), Reason: req.Reason, RequestID: req.AuditRequestID})
 	}
 	if req.Block > 0 {
 		// A new block replaces the old one, even one that would have ended later.
 		s.blockedUntil = now.Add(req.Block)
-		e.record(now, lease.AuditRecord{Key: req.Key, Action: lease.AuditBlock, Epoch: s.epoch, Admin: req.Admin, Reason: req.Reason, Until: s.blockedUntil})
+		e.record(now, lease.AuditRecord{Key: req.Key, Action: lease.AuditBlock, Epoch: s.epoch, Admin: req.Admin, Reason: req.Reason, Until: s.blockedUntil, RequestID: req.AuditRequestID})
 	}
 	if s != nil {
 		res.Epoch = s.epoch

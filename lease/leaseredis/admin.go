@@ -226,7 +226,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 		keys = append(keys, e.revokeAnswerKey(req))
 	}
 	v, err := e.revokeCall(ctx, op, keys, []any{req.Admin, req.Reason, req.Block.Milliseconds(),
-		req.RequestID, lease.RevokeRetryWindow.Milliseconds()})
+		req.RequestID, lease.RevokeRetryWindow.Milliseconds(), req.AuditRequestID})
 	if err != nil {
 		var repl *lease.ReplicationError
 		if errors.As(err, &repl) {
@@ -965,6 +965,8 @@ func parseAuditEntry(user string, x any) (auditEntry, error) {
 		TabID:  f["tab"],
 		Admin:  f["adm"],
 		Reason: f["r"],
+		// Records written before request ids were kept have none.
+		RequestID: f["rid"],
 	}
 	if !ok1 || !ok2 || !ok3 || !ok4 || at <= 0 || rec.Action == "" || rec.Key.Validate() != nil || epoch >= lease.MaxEpoch {
 		return auditEntry{}, bad

@@ -29,6 +29,7 @@
 --           stores once. (Records written before this rule have them; both read alike.)
 --   r       the admin's reason (revoke, block)
 --   until   the end of a block in µs (block)
+--   rid     the id of the admin's request, as its log lines name it (revoke, block), when it had one
 -- Entry ids are "<ms>-<seq>" by the rule of lease.NextEventID (the store clock in ms, or the newest
 -- entry's id with seq+1 when the clock did not move past it), so a user's records are in exactly
 -- the order of the changes, and records of different users compare by the time they were appended,
@@ -74,7 +75,7 @@ end
 
 -- AUDIT_MORE are the fields a record may have after a, e and at (which every record has), in
 -- their order in XADD.
-local AUDIT_MORE = {'tab', 'adm', 'ptab', 'pep', 'r', 'until'}
+local AUDIT_MORE = {'tab', 'adm', 'ptab', 'pep', 'r', 'until', 'rid'}
 
 -- audit_fields is the field list of XADD for rec, in a fixed order. The table is made at its size
 -- for most records (one field after at: tab, or an expiry's ptab), as a Lua table that grows is

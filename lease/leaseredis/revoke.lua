@@ -10,6 +10,8 @@
 -- ARGV[10] the block in milliseconds; 0 leaves the session's block as it is
 -- ARGV[11] the request id, or "" for none
 -- ARGV[12] how long a revoke with a request id is remembered for its retries, in milliseconds
+-- ARGV[13] the id of the admin's request as its log lines name it, kept in the audit records
+--          (rid), or "" for none (an engine before this argument sends none: nil reads as "")
 -- Answers {status, revoked (1|0), epoch, until_us, previous tab, previous epoch, now_us}: status
 -- "OK", or "RETRIED" for the retry of a revoke with the same request id, with that revoke's
 -- answer; revoked 1 when this call ended a lease; the epoch it minted then, the last epoch
@@ -42,6 +44,7 @@ local admin, reason = ARGV[8], ARGV[9]
 local block_ms = arg_int(10, 0, MAX_EPOCH)
 local request = ARGV[11]
 local window_ms = arg_int(12, 0, MAX_EPOCH)
+local rid = ARGV[13] or ''
 if admin == '' or reason == '' then
   error('tablease: ARGV[8] and ARGV[9] must not be empty')
 end
@@ -92,14 +95,15 @@ if revoked then
   emit({type = 'revoked', epoch = int(epoch), prev = {tab = previous.tab, epoch = int(previous.epoch)},
     reason = reason, at = int(now)})
   record({a = 'revoke', e = epoch, at = now, adm = admin, ptab = previous.tab, pep = previous.epoch,
-    r = reason})
+    r = reason, rid = rid})
 end
 
 -- Write state: block.
 if block_ms > 0 then
   s.block_until_us = now + block_ms * 1000
   state_set('block_until_us', int(s.block_until_us))
-  record({a = 'block', e = s.epoch, at = now, adm = admin, r = reason, ['until'] = s.block_until_us})
+  record({a = 'block', e = s.epoch, at = now, adm = admin, r = reason, ['until'] = s.block_until_us,
+    rid = rid})
 end
 
 -- Remember the answer for retries, and answer.

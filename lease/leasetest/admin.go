@@ -258,6 +258,14 @@ type rec struct {
 	reason string
 	until  time.Time // the end of a block
 	at     time.Time
+	// requestID is the admin's request (RevokeRequest.AuditRequestID): revoke, block.
+	requestID string
+}
+
+// req is w with the request id requestID.
+func (w rec) req(requestID string) rec {
+	w.requestID = requestID
+	return w
 }
 
 func (w rec) String() string {
@@ -276,6 +284,9 @@ func (w rec) String() string {
 	}
 	if !w.until.IsZero() {
 		s += fmt.Sprintf(" until %v", w.until)
+	}
+	if w.requestID != "" {
+		s += " request " + w.requestID
 	}
 	return s
 }
@@ -297,11 +308,15 @@ func showRecord(r lease.AuditRecord) string {
 	if !r.Until.IsZero() {
 		s += fmt.Sprintf(" until %v", r.Until)
 	}
+	if r.RequestID != "" {
+		s += " request " + r.RequestID
+	}
 	return s
 }
 
 func (w rec) matches(r lease.AuditRecord) bool {
-	if r.Key != w.key || r.Action != w.action || r.Epoch != w.epoch || r.TabID != w.tab || r.Admin != w.admin || r.Reason != w.reason {
+	if r.Key != w.key || r.Action != w.action || r.Epoch != w.epoch || r.TabID != w.tab || r.Admin != w.admin || r.Reason != w.reason ||
+		r.RequestID != w.requestID {
 		return false
 	}
 	if (r.Previous == nil) != (w.prev == nil) || (w.prev != nil && *r.Previous != *w.prev) {
@@ -525,7 +540,7 @@ func testRevokeRetried(t *testing.T, newTarget Factory) {
 	f.acquire(key, "tab-a", minute, lease.ModeTry)
 
 	req1 := revokeReq(key, "retried")
-	req1.RequestID = "req-1"
+	req1.RequestID, req1.AuditRequestID = "req-1", "log-1" // the audit records keep the latter
 	r1 := f.revoke(adm, req1)
 	if !r1.Revoked {
 		t.Fatalf("the first revoke = %s, want Revoked", showResult(r1))
@@ -583,7 +598,7 @@ func testRevokeRetried(t *testing.T, newTarget Factory) {
 	blocked := lease.Key{User: "alice", Session: "doc-blocked"}
 	d := f.acquire(blocked, "tab-d", minute, lease.ModeTry)
 	req4 := revokeReq(blocked, "blocked for an hour")
-	req4.Block, req4.RequestID = time.Hour, "req-4"
+	req4.Block, req4.RequestID, req4.AuditRequestID = time.Hour, "req-4", "log-4"
 	r4 := f.revoke(adm, req4)
 	if !r4.Revoked || r4.BlockedUntil.IsZero() {
 		t.Errorf("a revoke with a block = %s, want Revoked and BlockedUntil", showResult(r4))
@@ -594,17 +609,17 @@ func testRevokeRetried(t *testing.T, newTarget Factory) {
 
 	wantRecords(t, "the audit of the session", f.auditPages(adm, lease.AuditQuery{User: "alice", Session: "doc-1"}), reversed([]rec{
 		{key: key, action: lease.AuditGrant, epoch: r1.Previous.Epoch, tab: "tab-a"},
-		revokeRec(key, r1, "root", "retried"),
+		revokeRec(key, r1, "root", "retried").req("log-1"),
 		grantRec(key, b, "tab-b"),
-		revokeRec(key, r2, "other-admin", "retried"),
+		revokeRec(key, r2, "other-admin", "retried").req("log-1"),
 		grantRec(key, c, "tab-c"),
 		revokeRec(key, r5, "root", "plain"),
 	})...)
 	recs := f.auditPages(adm, lease.AuditQuery{User: "alice", Session: "doc-blocked"})
 	wantRecords(t, "the audit of the blocked session", recs, reversed([]rec{
 		grantRec(blocked, d, "tab-d"),
-		revokeRec(blocked, r4, "root", "blocked for an hour"),
-		blockRec(blocked, r4, "root", "blocked for an hour"),
+		revokeRec(blocked, r4, "root", "blocked for an hour").req("log-4"),
+		blockRec(blocked, r4, "root", "blocked for an hour").req("log-4"),
 	})...)
 }
 

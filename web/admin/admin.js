@@ -314,7 +314,8 @@ async function refreshLeases() {
 // --- audit ---------------------------------------------------------------------------------
 
 function actorOf(r) {
-  if (r.admin) return `admin ${r.admin}`;
+  // An admin's request id is the one its log lines carry: it leads from the record to them.
+  if (r.admin) return r.requestId ? `admin ${r.admin} (request ${r.requestId})` : `admin ${r.admin}`;
   if (r.tabId) return `tab ${r.tabId}`;
   return r.action === 'expire' ? '(expiry)' : '—';
 }
