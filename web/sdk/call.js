@@ -284,6 +284,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
   // The agent's and the lease's signals give this call's answer when they abort.
   const agentEnd = mapAbort(agent, () => toolError("CANCELLED", "The agent cancelled the call."));
   const early = anySignal([ac.signal, agentEnd.signal]);
+  let started = false; // the handler runs: its call's end answers from run, saying it may have acted
 
   const run = async (leaseCtx) => {
     const ownerEnd = mapAbort(leaseCtx.signal, () => lease._notOwner());
@@ -333,6 +334,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
         onAbort = () => resolve({ ended: true });
         signal.addEventListener("abort", onAbort, { once: true });
       });
+      started = true;
       handled = Promise.resolve().then(() => handler(input, ctx, callerCtx));
       const out = await Promise.race([handled.then((value) => ({ value })), ended]);
       signal.removeEventListener("abort", onAbort);
@@ -351,7 +353,9 @@ export async function runToolCall(handler, call, args, callerCtx) {
     if (!call.mutation) return await run(call.readContext());
     let onEarly;
     const endedEarly = new Promise((resolve) => {
-      onEarly = () => resolve(abortAnswer(early));
+      onEarly = () => {
+        if (!started) resolve(abortAnswer(early)); // ended before the guard let the handler run
+      };
       early.addEventListener("abort", onEarly, { once: true });
     });
     // The guard's handler checks the signal before it runs: one that runs after the call was

@@ -506,6 +506,16 @@ test("a mutation ended while its handler runs says it may have acted; a tool wit
   assert.equal(e.error.details.mayHaveActed, true);
   assert.equal(e.error.details.reason, "route");
   release();
+  // So does one the agent cancels, or whose deadline passes, while its handler runs.
+  await reg.sync();
+  const agent = new AbortController();
+  const cancelled = tool("edit").execute({}, { signal: agent.signal });
+  await flush();
+  agent.abort();
+  const c = await cancelled;
+  assert.equal(c.error.code, "CANCELLED");
+  assert.equal(c.error.details?.mayHaveActed, true);
+  release();
 
   await reg.sync();
   const asked = tool("confirm").execute({}, {});
