@@ -327,8 +327,12 @@ export async function runToolCall(handler, call, args, callerCtx) {
     // answered: it may still ask isCurrent() before it acts.
     const release = scope.hold(generation);
     let handled = null;
+    // The deadline is a timer, which a hidden or frozen page runs late: it is also checked before
+    // the handler starts, and when it returns.
+    const late = () => clock.now() >= deadline;
     try {
       if (signal.aborted) return abortAnswer(signal);
+      if (late()) return timeout();
       let onAbort;
       const ended = new Promise((resolve) => {
         onAbort = () => resolve({ ended: true });
@@ -341,6 +345,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
       // A mutation ended while its handler ran may have acted (its write sent, its answer not
       // in yet): the agent looks before it calls again.
       if (out.ended) return call.mutation ? mayHaveActed(abortAnswer(signal)) : abortAnswer(signal);
+      if (late()) return call.mutation ? mayHaveActed(timeout()) : timeout();
       if (call.mutation && scope.changeSince(generation, kind) && !isError(out.value)) return scope.staleAnswer(generation, kind, true);
       return checkResult(out.value, opts.maxResultBytes);
     } finally {

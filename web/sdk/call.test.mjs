@@ -543,3 +543,38 @@ test("stop() ends a mutation's open question with the reason stopped", async () 
   assert.equal(seen.closed, 1);
   reg.close();
 });
+
+test("a handler that returns after the deadline, before the late timer of a frozen page fires, answers TIMEOUT", async () => {
+  let release;
+  const gate = () => new Promise((r) => (release = r));
+  const handlers = {
+    ask_user: async (args, ctx) => {
+      await gate();
+      return { wrote: true, current: ctx.isCurrent() };
+    },
+    peek: async () => {
+      await gate();
+      return { read: true };
+    },
+  };
+  const { clock, lease, reg, tool } = await setup({ handlers });
+  const frozenPast = (ms) => (clock._now += ms); // time passes; no timer has run yet
+  const p = tool("ask_user").execute({ question: "q" }, {}); // timeoutMs 10000: deadline at 9 s
+  await flush();
+  frozenPast(9500);
+  release();
+  const m = await p;
+  assert.equal(m.error?.code, "TIMEOUT", `answered ${JSON.stringify(m)}`);
+  assert.equal(m.error.details.mayHaveActed, true, "a mutation that returned late may have acted");
+  await clock.advance(0);
+
+  const q = tool("peek").execute({}, {}); // the default timeoutMs, 60000
+  await flush();
+  frozenPast(60000);
+  release();
+  const r = await q;
+  assert.equal(r.error?.code, "TIMEOUT");
+  assert.equal(r.error.details.mayHaveActed, undefined);
+  reg.close();
+  await lease.stop({ release: false });
+});

@@ -376,9 +376,9 @@ export interface ToolCallContext {
    *  after the handler settled, false after any change. */
   isCurrent(): boolean;
   /** The answer for a call that is no longer current (NOT_LEASE_OWNER, TIMEOUT, ROUTE_CHANGED,
-   *  DOCUMENT_CHANGED, or the end of its signal). A mutation whose handler returns after such a
-   *  change, or is ended while its handler runs, gets that answer instead of its result, with
-   *  details.mayHaveActed: true. */
+   *  DOCUMENT_CHANGED, or the end of its signal). A mutation whose handler returns after a route
+   *  or document change or after its deadline, or is ended while its handler runs, gets such an
+   *  answer instead of its result, with details.mayHaveActed: true. */
   stale(): ToolErrorAnswer;
   /** Opens an interaction with the user: open(ui) shows it and may return a function that closes
    *  it; resolves what ui.submit(value) gives, {cancelled: true, reason: "user_cancelled"} for
