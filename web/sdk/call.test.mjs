@@ -29,6 +29,15 @@ async function setup({ path = "/events/evt-1", options = {}, handlers = {}, leas
   return { clock, server, window, lease, reg, tool };
 }
 
+/** gate() is a promise that release() resolves: the latest gate, for a handler to wait on. */
+function gates() {
+  let open = () => {};
+  return {
+    gate: () => new Promise((r) => (open = r)),
+    release: (v) => open(v),
+  };
+}
+
 /** A handler that opens an interaction and records what the page did with it. */
 function asking(seen) {
   return (args, ctx) =>
@@ -183,8 +192,7 @@ test("with interactions: \"one\" a second interaction answers INTERACTION_ALREAD
 });
 
 test("a mutation that finishes after its generation ended answers DOCUMENT_CHANGED, saying it may have acted; a tool without routes does not see route changes", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const ctxs = [];
   const handlers = {
     ask_user: async (args, ctx) => {
@@ -224,8 +232,7 @@ test("a mutation that finishes after its generation ended answers DOCUMENT_CHANG
 });
 
 test("a read-only call does not see ownership changes: it stays current and gives its result", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const ctxs = [];
   const handlers = {
     peek: async (args, ctx) => {
@@ -358,8 +365,7 @@ test("news that the holder let go, arriving while the handoff request is in flig
 
 
 test("a running mutation and an open question go on through unconfirmed (news may have been missed), and end when the deadline passes unconfirmed", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const seen = {};
   const handlers = {
     ask_user: async (args, ctx) => {
@@ -413,8 +419,7 @@ test("a running mutation and an open question go on through unconfirmed (news ma
 });
 
 test("a mutation handler that asks isCurrent() while the lease is unconfirmed is told no, and stale() says why", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const handlers = {
     // Seed 002's confirm-then-write: the user answers after the page was frozen, or the stream
     // went quiet; the write goes only if the tab is the owner now.
@@ -480,8 +485,7 @@ test("a mutation waiting for the guard's check of the lease is ended by the agen
 });
 
 test("a mutation ended while its handler runs says it may have acted; a tool without routes asks on the page shown now", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const seen = {};
   const handlers = {
     edit: async () => {
@@ -545,8 +549,7 @@ test("stop() ends a mutation's open question with the reason stopped", async () 
 });
 
 test("a handler that returns after the deadline, before the late timer of a frozen page fires, answers TIMEOUT", async () => {
-  let release;
-  const gate = () => new Promise((r) => (release = r));
+  const { gate, release } = gates();
   const handlers = {
     ask_user: async (args, ctx) => {
       await gate();

@@ -12,6 +12,16 @@ function setup({ server: so = {}, lease: lo = {} } = {}) {
   return { clock, server, lease };
 }
 
+/** setup with a getToken that answers the token setToken gave ("token-1" first), and the error
+ *  events collected. */
+function withToken() {
+  let token = "token-1";
+  const t = setup({ lease: { getToken: async () => token } });
+  const errors = [];
+  t.lease.on("error", ({ error }) => errors.push(error));
+  return { ...t, errors, setToken: (v) => (token = v) };
+}
+
 test("backoff doubles from the base, is capped, and keeps half of each step fixed", () => {
   const low = (n) => backoffDelay(n, { baseMs: 250, maxMs: 15000, random: () => 0 });
   const high = (n) => backoffDelay(n, { baseMs: 250, maxMs: 15000, random: () => 1 });
@@ -253,20 +263,17 @@ test("a getToken that never answers fails after requestTimeoutMs, and its signal
 });
 
 test("a getToken that answers no token (a token endpoint that failed) keeps the lease and is retried", async () => {
-  let token = "token-1";
-  const { clock, server, lease } = setup({ lease: { getToken: async () => token } });
-  const errors = [];
-  lease.on("error", ({ error }) => errors.push(error));
+  const { clock, server, lease, errors, setToken } = withToken();
   await lease.start();
   const epoch = lease.epoch;
-  token = undefined; // e.g. `(await res.json()).token` of an error answer
+  setToken(undefined); // e.g. `(await res.json()).token` of an error answer
   await clock.advance(15000);
   assert.equal(lease.role, "owner", "no token proves nothing about the lease");
   assert.ok(errors.length >= 1);
   assert.equal(errors[0].code, "UNAUTHENTICATED");
   assert.equal(errors[0].retryable, true);
   assert.match(errors[0].message, /getToken returned no token \(undefined\)/);
-  token = "token-1";
+  setToken("token-1");
   await clock.advance(3000);
   assert.ok(server.callsTo("POST", "/lease/renew").length >= 1, "the retry renews");
   assert.equal(lease.role, "owner");
@@ -391,10 +398,7 @@ test("a renew answer that arrives after its deadline announces no confirmed leas
 });
 
 test("a renew the server refuses to authenticate ends ownership, and the tab takes the same lease back once it authenticates", async () => {
-  let token = "token-1";
-  const { clock, server, lease } = setup({ lease: { getToken: async () => token } });
-  const errors = [];
-  lease.on("error", ({ error }) => errors.push(error));
+  const { clock, server, lease, errors, setToken } = withToken();
   await lease.start();
   const epoch = lease.epoch;
   server.rejectToken = "token-1"; // a session the identity provider ended: every token refused
@@ -403,7 +407,7 @@ test("a renew the server refuses to authenticate ends ownership, and the tab tak
   assert.ok(errors.some((e) => e.code === "UNAUTHENTICATED" && !e.retryable));
   await clock.advance(4000); // still refused: no owner on this side
   assert.equal(lease.role, "viewer");
-  token = "token-2"; // the user signed in again, 20 s before the lease would expire
+  setToken("token-2"); // the user signed in again, 20 s before the lease would expire
   await clock.advance(10000);
   assert.equal(lease.role, "owner", "taken back as soon as the tab authenticates, not when the lease expires");
   assert.equal(lease.epoch, epoch, "the server still listed this tab: the same epoch");
