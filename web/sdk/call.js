@@ -302,6 +302,20 @@ export async function runToolCall(handler, call, args, callerCtx) {
       if (clock.now() >= deadline) return timeout();
       return scope.staleAnswer(generation, kind);
     };
+    // isCurrent(), after asking the server (as the guard does) when a mutation's tab holds the
+    // lease unconfirmed: a user's answer that came after a freeze is applied once confirmed.
+    const confirm = async () => {
+      if (call.mutation && !signal.aborted && lease.state === "unconfirmed") {
+        let onAbort;
+        const ended = new Promise((resolve) => {
+          onAbort = resolve;
+          signal.addEventListener("abort", onAbort, { once: true });
+        });
+        await Promise.race([lease.check(), ended]);
+        signal.removeEventListener("abort", onAbort);
+      }
+      return current();
+    };
     const ctx = {
       ...leaseCtx,
       signal,
@@ -312,6 +326,7 @@ export async function runToolCall(handler, call, args, callerCtx) {
       deadline,
       timeLeftMs: () => Math.max(0, Math.floor(deadline - clock.now())),
       isCurrent: current,
+      confirm,
       stale,
       interact: (open) => interact(ctxFor, open, { exclusive: opts.interactions === "one" }),
     };

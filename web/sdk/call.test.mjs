@@ -581,3 +581,40 @@ test("a handler that returns after the deadline, before the late timer of a froz
   reg.close();
   await lease.stop({ release: false });
 });
+
+test("ctx.confirm() asks the server for an unconfirmed tab: the write goes if it still holds the lease, not if another took it", async () => {
+  const { gate, release } = gates();
+  const handlers = {
+    ask_user: async (args, ctx) => {
+      await gate(); // the user's answer, after the page was frozen
+      return (await ctx.confirm()) ? { applied: true } : ctx.stale();
+    },
+  };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  const unconfirm = async () => {
+    server.fail("POST /lease/renew", { hang: true });
+    server.dropStreams();
+    await flush();
+    assert.equal(lease.state, "unconfirmed");
+  };
+  const kept = tool("ask_user").execute({ question: "q" }, {});
+  await flush();
+  await clock.advance(1000);
+  await unconfirm();
+  release();
+  assert.deepEqual(await kept, { applied: true }, "still the holder: confirmed, and written");
+  assert.equal(lease.state, "owner");
+
+  const taken = tool("ask_user").execute({ question: "q" }, {});
+  await flush();
+  await clock.advance(1000);
+  await unconfirm();
+  server.takeoverBy("tab-other"); // meanwhile, on the server
+  release();
+  const out = await taken;
+  assert.equal(out.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(out)}`);
+  assert.equal(out.error.details.reason, "lost");
+  reg.close();
+  await lease.stop({ release: false });
+});

@@ -375,6 +375,10 @@ export interface ToolCallContext {
    *  with, and the deadline has not passed; check after each await, right before writing. Asked
    *  after the handler settled, false after any change. */
   isCurrent(): boolean;
+  /** isCurrent(), after asking the server whether this tab still holds the lease when it is
+   *  unconfirmed (a mutation tool; POST …/lease/check, as the guard does), within the call's
+   *  signal: what a handler awaits right before writing after a wait, such as a question. */
+  confirm(): Promise<boolean>;
   /** The answer for a call that is no longer current (NOT_LEASE_OWNER, TIMEOUT, ROUTE_CHANGED,
    *  DOCUMENT_CHANGED, or the end of its signal). A mutation whose handler returns after a route
    *  or document change or after its deadline, or is ended while its handler runs, gets such an
