@@ -232,3 +232,28 @@ func TestServeStopsAtOnceWhileTheLateCatalogSeedWaitsForRedis(t *testing.T) {
 		t.Fatalf("the stop took %v while the seed waited for Redis, want far less than TABLEASE_REDIS_TIMEOUT (%v)", took, timeout)
 	}
 }
+
+// TestAStoredCatalogThatIsNotValidIsLoggedAsSuch: a stored catalog that does not parse (written
+// by hand, or by a version that wrote another format) is an error of its own at start, saying
+// what fails and how to mend it, not a store that does not answer.
+func TestAStoredCatalogThatIsNotValidIsLoggedAsSuch(t *testing.T) {
+	rds := redistest.Start(t)
+	if err := rds.Client(t).HSet(t.Context(), "tablease:doc:catalog", "version", "sha256:x", "data", "not json", "updated_us", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+	}
+	_, logs := startServer(t, env)
+	line := lineWith(logs.String(), "the stored tool catalog is not valid")
+	if !strings.Contains(line, `"level":"ERROR"`) || !strings.Contains(line, "PUT /v1/admin/catalog") {
+		t.Fatalf("no error line about the stored catalog; logs:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "until the store answers") {
+		t.Fatalf("the start says the store does not answer; logs:\n%s", logs)
+	}
+}

@@ -376,6 +376,8 @@ func seedCatalog(ctx context.Context, srv *api.Server, cfg config.Config, log *s
 // instance stored it.
 func logSeed(st catalog.Status, err error, cfg config.Config, log *slog.Logger) {
 	switch {
+	case err != nil && !storeDidNotAnswer(err):
+		log.Error("the stored tool catalog is not valid; catalog requests fail (500) until an admin replaces it (PUT /v1/admin/catalog)", "err", err)
 	case err != nil && cfg.CatalogFile == "":
 		log.Warn("could not read the stored catalog; serving an empty one until the store answers", "err", err)
 	case err != nil:
