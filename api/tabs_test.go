@@ -108,7 +108,12 @@ func TestEveryTabOfABrowserIsListedWithItsOwnLabelThroughPutAndLeavesThroughDele
 			t.Fatalf("tabs %+v, want tab-a (Events, visible) and tab-b (Calendar, hidden)", tabs)
 		}
 
-		// A repeat refreshes the same entry: the latest label and hidden flag, no new join.
+		// A repeat refreshes the same entry: the latest label and hidden flag, announced as a
+		// change, no new join; a repeat as it was announces nothing.
+		h.putTab(alice, "doc-1", "tab-a", `{"label":"Events — /events/1","hidden":true}`)
+		if ev := carrier.expectTabs("changed", "tab-a"); ev.Tab.Label != "Events — /events/1" || !ev.Tab.Hidden {
+			t.Fatalf("changed %+v", ev)
+		}
 		h.putTab(alice, "doc-1", "tab-a", `{"label":"Events — /events/1","hidden":true}`)
 		tabs = h.listTabs(alice, "doc-1")
 		if len(tabs) != 2 || tabs[0].TabID != "tab-a" || tabs[0].Label != "Events — /events/1" || !tabs[0].Hidden || tabs[0].ConnectedAt == "" {
@@ -118,11 +123,12 @@ func TestEveryTabOfABrowserIsListedWithItsOwnLabelThroughPutAndLeavesThroughDele
 		if tabs = h.listTabs(alice, "doc-1"); tabs[1].Label != "" || tabs[1].Hidden {
 			t.Fatalf("tabs after an empty PUT %+v", tabs)
 		}
+		carrier.expectTabs("changed", "tab-b")
 
 		if rec := h.deleteTab(alice, "doc-1", "tab-a"); rec.Code != http.StatusNoContent || rec.Body.Len() != 0 {
 			t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
 		}
-		// The next tabs event is this leave: the repeats above announced nothing.
+		// The next tabs event is this leave: the repeat as it was announced nothing.
 		carrier.expectTabs("left", "tab-a")
 		for _, tab := range []string{"tab-a", "tab-never"} { // idempotent
 			if rec := h.deleteTab(alice, "doc-1", tab); rec.Code != http.StatusNoContent {

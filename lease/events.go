@@ -47,6 +47,9 @@ const (
 	// EventTabLeft: the last connection of a tab left, or its entry expired because nobody
 	// refreshed it (Reason is then ReasonTimeout). Tab is the tab as it was listed.
 	EventTabLeft EventType = "left"
+	// EventTabChanged: a listed connection of a tab was refreshed with another label or hidden
+	// flag. Tab is the tab as listed after the refresh.
+	EventTabChanged EventType = "changed"
 )
 
 // ReasonTimeout is the Reason of an EventTabLeft whose entry expired unrefreshed (the instance
@@ -58,7 +61,7 @@ const ReasonHandoff = "handoff"
 
 // Stream is the name of the SSE event that carries t: "lease" or "tabs".
 func (t EventType) Stream() string {
-	if t == EventTabJoined || t == EventTabLeft {
+	if t == EventTabJoined || t == EventTabLeft || t == EventTabChanged {
 		return "tabs"
 	}
 	return "lease"

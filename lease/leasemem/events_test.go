@@ -231,6 +231,9 @@ func TestPresenceEntriesExpireByTheEngineClock(t *testing.T) {
 		t.Fatalf("Tabs 40s after a join refreshed at 20s = %+v, %v; want tab-a, connected at %v", tabs, err, joinedAt)
 	}
 	clock.Advance(10 * time.Second)
+	if ev := next(t, w); ev.Type != lease.EventTabChanged || ev.Tab == nil || ev.Tab.Label != "again" {
+		t.Fatalf("event = %+v, want tab-a changed, labelled again", ev)
+	}
 	ev := next(t, w)
 	if ev.Type != lease.EventTabLeft || ev.Reason != lease.ReasonTimeout || !ev.At.Equal(joinedAt.Add(50*time.Second).Truncate(time.Microsecond)) {
 		t.Errorf("event = %+v, want tab-a left by timeout when its refreshed entry expired", ev)

@@ -45,6 +45,10 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 		return 0, &lease.TabLimitError{Limit: lease.MaxPresence}
 	}
 	listed := s.listed(tab.TabID)
+	var before lease.Tab // the tab as listed before this join
+	if listed {
+		before = s.tab(tab.TabID)
+	}
 	if p == nil {
 		p = &presenceEntry{connectedAt: now}
 		if s.present == nil {
@@ -54,9 +58,10 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	}
 	p.label, p.hidden = tab.Label, tab.Hidden
 	p.refreshedAt, p.expiresAt = now, now.Add(e.presenceTTL)
-	if !listed {
-		t := s.tab(tab.TabID)
+	if t := s.tab(tab.TabID); !listed {
 		e.emit(key, s, now, lease.Event{Type: lease.EventTabJoined, Tab: &t, At: now})
+	} else if t.Label != before.Label || t.Hidden != before.Hidden {
+		e.emit(key, s, now, lease.Event{Type: lease.EventTabChanged, Tab: &t, At: now})
 	}
 	e.updateLive(key, s)
 	e.deadline(key, p.expiresAt)

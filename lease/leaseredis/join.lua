@@ -14,8 +14,9 @@
 -- connection is not listed and the list holds ARGV[13] live connections (settle dropped the
 -- others) already.
 --
--- Events: what settle announces; then "joined" when the tab was not listed, nothing otherwise (a
--- refresh, or a second connection of a listed tab).
+-- Events: what settle announces; then "joined" when the tab was not listed, "changed" when it was,
+-- with another label or hidden flag than this join's (a tab is listed with those of its latest
+-- refresh), nothing otherwise.
 
 -- Validate.
 local conn, tab, label = ARGV[8], ARGV[9], ARGV[10]
@@ -47,15 +48,20 @@ local member = tab .. '/' .. conn
 -- the other entries.
 local connected = now
 local old = redis.call('HGET', KEY_TABINFO, member)
-local listed = true
+local before -- the tab as listed before this join, read only when it may have changed
 if not old and redis.call('ZCARD', KEY_TABS) >= max_conns then
   return finish(s, now, {'TABS_FULL', now})
 end
 if old then
-  connected = tonumber(cjson.decode(old).c) or now
+  local o = cjson.decode(old)
+  connected = tonumber(o.c) or now
+  if o.l ~= label or o.h ~= hidden then
+    before = tab_of(entries(), tab)
+  end
 else
-  listed = tab_of(entries(), tab) ~= nil
+  before = tab_of(entries(), tab)
 end
+local listed = old ~= false or before ~= nil
 
 -- Write state.
 redis.call('HSET', KEY_TABINFO, member, cjson.encode({l = label, h = hidden, c = int(connected),
@@ -69,5 +75,10 @@ redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
 if not listed then
   emit({type = 'joined', tab = {id = tab, label = label, hidden = hidden == '1',
     connected = int(connected)}, at = int(now)})
+elseif before ~= nil then
+  local after = tab_of(entries(), tab)
+  if after.label ~= before.label or after.hidden ~= before.hidden then
+    emit({type = 'changed', tab = tab_json(after), at = int(now)})
+  end
 end
 return finish(s, now, {'OK', now})

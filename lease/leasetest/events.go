@@ -705,8 +705,14 @@ func testPresence(t *testing.T, newTarget Factory) {
 	if ev.Tab != nil && (ev.Tab.Label != "A" || ev.Tab.Hidden || ev.Tab.ConnectedAt.IsZero()) {
 		t.Errorf("joined Tab = %+v, want tab-a labelled A, visible, with its ConnectedAt", *ev.Tab)
 	}
-	join("conn-2", lease.Tab{TabID: "tab-a", Label: "A2", Hidden: true}) // a second connection: nothing
-	join("conn-1", lease.Tab{TabID: "tab-a", Label: "A2", Hidden: true}) // a refresh: nothing
+	join("conn-2", lease.Tab{TabID: "tab-a", Label: "A2", Hidden: true}) // a second connection, another label: changed
+	ev = w.next()
+	wantEvents(t, "a listed tab's new label", []lease.Event{ev}, tabChanged("tab-a"))
+	if ev.Tab != nil && (ev.Tab.Label != "A2" || !ev.Tab.Hidden) {
+		t.Errorf("changed Tab = %+v, want tab-a labelled A2, hidden", *ev.Tab)
+	}
+	join("conn-1", lease.Tab{TabID: "tab-a", Label: "A2", Hidden: true}) // the tab as it is listed: nothing
+	join("conn-2", lease.Tab{TabID: "tab-a", Label: "A2", Hidden: true}) // a refresh as it was: nothing
 	join("conn-3", lease.Tab{TabID: "tab-b", Label: "B"})
 
 	got := tabs()

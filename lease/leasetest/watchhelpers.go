@@ -212,6 +212,8 @@ func tabJoined(tab string) want { return want{typ: lease.EventTabJoined, tab: ta
 
 func tabLeft(tab, reason string) want { return want{typ: lease.EventTabLeft, tab: tab, reason: reason} }
 
+func tabChanged(tab string) want { return want{typ: lease.EventTabChanged, tab: tab} }
+
 func (w want) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s", w.typ)

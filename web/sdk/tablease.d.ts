@@ -227,7 +227,8 @@ export interface TabLeaseEventMap {
   state: StateDetail;
   /** The stream went up or down, or this tab started or stopped carrying it. */
   stream: { live: boolean; carrier: boolean };
-  /** A tab joined or left: {type: "joined" | "left", tab: {tabId, label, hidden, connectedAt}, …}. */
+  /** A tab joined, left, or changed its label or hidden flag: {type: "joined" | "left" | "changed",
+   *  tab: {tabId, label, hidden, connectedAt}, …}. */
   tabs: unknown;
   error: { error: TabLeaseError };
 }
