@@ -104,14 +104,8 @@ func TestTheFileCatalogIsStoredOnceRedisAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := parsed.Version
-	env := map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-		"TABLEASE_CATALOG_FILE":      file,
-	}
+	env := redisServeEnv(rds.URL(), keyFile(t))
+	env["TABLEASE_CATALOG_FILE"] = file
 	a := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
 	if !strings.Contains(a.logs.String(), "serving the file's catalog until the store answers") {
 		t.Fatalf("the start did not say the store does not answer; logs:\n%s", a.logs)
@@ -241,14 +235,7 @@ func TestAStoredCatalogThatIsNotValidIsLoggedAsSuch(t *testing.T) {
 	if err := rds.Client(t).HSet(t.Context(), "tablease:doc:catalog", "version", "sha256:x", "data", "not json", "updated_us", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-	}
-	_, logs := startServer(t, env)
+	_, logs := startServer(t, redisServeEnv(rds.URL(), keyFile(t)))
 	line := lineWith(logs.String(), "the stored tool catalog is not valid")
 	if !strings.Contains(line, `"level":"ERROR"`) || !strings.Contains(line, "PUT /v1/admin/catalog") {
 		t.Fatalf("no error line about the stored catalog; logs:\n%s", logs)

@@ -418,33 +418,6 @@ test("a running mutation and an open question go on through unconfirmed (news ma
   await lease.stop({ release: false });
 });
 
-test("a mutation handler that asks isCurrent() while the lease is unconfirmed is told no, and stale() says why", async () => {
-  const { gate, release } = gates();
-  const handlers = {
-    // Seed 002's confirm-then-write: the user answers after the page was frozen, or the stream
-    // went quiet; the write goes only if the tab is the owner now.
-    ask_user: async (args, ctx) => {
-      await gate();
-      return ctx.isCurrent() ? { applied: true } : ctx.stale();
-    },
-  };
-  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
-  await flush();
-  const p = tool("ask_user").execute({ question: "q" }, {});
-  await flush();
-  await clock.advance(1000);
-  server.fail("POST /lease/renew", { hang: true });
-  server.dropStreams(); // news may have been missed: unconfirmed until a renew answers
-  await flush();
-  assert.equal(lease.state, "unconfirmed");
-  release();
-  const out = await p;
-  assert.equal(out.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(out)}`);
-  assert.equal(out.error.details.reason, "unconfirmed");
-  reg.close();
-  await lease.stop({ release: false });
-});
-
 test("a mutation waiting for the guard's check of the lease is ended by the agent's cancel and by its deadline", async () => {
   let ran = 0;
   const handlers = {
@@ -582,39 +555,47 @@ test("a handler that returns after the deadline, before the late timer of a froz
   await lease.stop({ release: false });
 });
 
-test("ctx.confirm() asks the server for an unconfirmed tab: the write goes if it still holds the lease, not if another took it", async () => {
+test("while unconfirmed a mutation's isCurrent() is false; ctx.confirm() asks the server: written if still the holder, not if another took it", async () => {
   const { gate, release } = gates();
   const handlers = {
+    // Seed 002's confirm-then-write: the user answers after the page was frozen, or the stream
+    // went quiet; the write goes only if the tab is the owner now.
     ask_user: async (args, ctx) => {
-      await gate(); // the user's answer, after the page was frozen
+      await gate();
+      return ctx.isCurrent() ? { applied: true } : ctx.stale();
+    },
+    confirm: async (args, ctx) => {
+      await gate();
       return (await ctx.confirm()) ? { applied: true } : ctx.stale();
     },
   };
   const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
   await flush();
-  const unconfirm = async () => {
+  const tools = { ask_user: tool("ask_user"), confirm: tool("confirm") }; // kept while not owner
+  /** Runs tool until its handler waits, makes the tab unconfirmed (news may have been missed,
+   *  the renew hangs), runs meanwhile, then lets the handler go on; answers the call's answer. */
+  const answered = async (name, meanwhile = () => {}) => {
+    const p = tools[name].execute(name === "ask_user" ? { question: "q" } : {}, {});
+    await flush();
+    await clock.advance(1000);
     server.fail("POST /lease/renew", { hang: true });
     server.dropStreams();
     await flush();
     assert.equal(lease.state, "unconfirmed");
+    meanwhile();
+    release();
+    return p;
   };
-  const kept = tool("ask_user").execute({ question: "q" }, {});
-  await flush();
-  await clock.advance(1000);
-  await unconfirm();
-  release();
-  assert.deepEqual(await kept, { applied: true }, "still the holder: confirmed, and written");
+  const refused = await answered("ask_user");
+  assert.equal(refused.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(refused)}`);
+  assert.equal(refused.error.details.reason, "unconfirmed");
+
+  assert.deepEqual(await answered("confirm"), { applied: true }, "still the holder: confirmed, and written");
   assert.equal(lease.state, "owner");
 
-  const taken = tool("ask_user").execute({ question: "q" }, {});
-  await flush();
-  await clock.advance(1000);
-  await unconfirm();
-  server.takeoverBy("tab-other"); // meanwhile, on the server
-  release();
-  const out = await taken;
-  assert.equal(out.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(out)}`);
-  assert.equal(out.error.details.reason, "lost");
+  const taken = await answered("confirm", () => server.takeoverBy("tab-other"));
+  assert.equal(taken.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(taken)}`);
+  assert.equal(taken.error.details.reason, "lost");
   reg.close();
   await lease.stop({ release: false });
 });
