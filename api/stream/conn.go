@@ -416,13 +416,13 @@ func RefreshAfter(ttl time.Duration) time.Duration {
 func (sc *streamConn) rewatch() (*lease.Watch, error) {
 	delay := 50 * time.Millisecond
 	deadline := time.Now().Add(rewatchFor)
-	listed := sc.conn == "" // presence=false, or a stream that never joined: nothing to list
+	refreshed := sc.conn == "" // a stream that is not listed (presence=false) has nothing to refresh
 	for {
 		if sc.st.gone() {
 			return nil, errGone
 		}
-		if !listed {
-			listed = sc.refresh()
+		if !refreshed {
+			refreshed = sc.refresh()
 		}
 		w, err := sc.h.feed.Watch(context.Background(), sc.key, sc.last)
 		if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {

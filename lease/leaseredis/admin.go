@@ -142,12 +142,6 @@ func (e *Engine) store(ctx context.Context, op string, f func(ctx context.Contex
 	return nil
 }
 
-// outOfMemory reports whether err is Redis's refusal of a write at its maxmemory.
-func outOfMemory(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
-}
-
 // addUser adds user to the users index: one idempotent ZADD, before the script that may give the
 // user a held lease or audit records; none while the engine knows the user is there (indexed).
 func (e *Engine) addUser(ctx context.Context, op, user string) error {

@@ -670,8 +670,7 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		// Sentinel. (A server without INFO, renamed away by its operator, is not refused.)
 		return fmt.Errorf("the server does not know a command of tablease's (%v); a Sentinel is named with master_name=<name> and database 0", err)
 	}
-	var reply redis.Error
-	if errors.As(err, &reply) && strings.Contains(reply.Error(), "DB index is out of range") {
+	if serverSaid(err, "DB index is out of range") {
 		return fmt.Errorf("the server has no database %d (%v); use a database below its `databases` setting (16 by default)", c.Options().DB, err)
 	}
 	if err != nil {
@@ -722,11 +721,17 @@ func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string
 	return primary, unaware, servers
 }
 
-// unknownCommand reports whether err is a server's answer that it does not know the command.
-func unknownCommand(err error) bool {
+// serverSaid reports whether err is an error reply of the server that holds text.
+func serverSaid(err error, text string) bool {
 	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "ERR unknown command")
+	return errors.As(err, &reply) && strings.Contains(reply.Error(), text)
 }
+
+// unknownCommand reports whether err is a server's answer that it does not know the command.
+func unknownCommand(err error) bool { return serverSaid(err, "ERR unknown command") }
+
+// outOfMemory reports whether err is Redis's refusal of a write at its maxmemory.
+func outOfMemory(err error) bool { return serverSaid(err, "OOM ") }
 
 // serversAt is "the server at a is" or "the servers at a, b are", for the sorted addresses addrs.
 func serversAt(addrs []string) string {
@@ -758,13 +763,12 @@ func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 			// CLUSTER SLOTS is what go-redis reads the slot map with, and what the README's ACL
 			// rules of a Cluster allow (go-redis's ClusterSlots method is deprecated).
 			err := c.Do(ctx, "cluster", "slots").Err()
-			var reply redis.Error
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 				inCluster = true
-			case errors.As(err, &reply) && strings.Contains(reply.Error(), "cluster support disabled"), unknownCommand(err):
+			case serverSaid(err, "cluster support disabled"), unknownCommand(err):
 				standalone = append(standalone, addr)
 			}
 		})

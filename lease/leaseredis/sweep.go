@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,7 +71,7 @@ func (e *Engine) sweepTurn(ctx context.Context) (n int, turn bool, err error) {
 	err = e.store(ctx, opSweep, func(ctx context.Context) (err error) {
 		// Nine tenths of the period, so that the key has expired by the setter's next tick.
 		mine, err = e.client.SetNX(ctx, e.sweepKey(), "1", e.sweepEvery*9/10).Result()
-		if err != nil && strings.HasPrefix(err.Error(), "OOM ") {
+		if outOfMemory(err) {
 			// Redis at its maxmemory refuses the SET but runs get.lua, which announces what
 			// expired: every engine sweeps then, rather than none (each expiry is announced once).
 			mine, err = true, nil

@@ -284,6 +284,9 @@ export async function runToolCall(handler, call, args, callerCtx) {
   // The agent's and the lease's signals give this call's answer when they abort.
   const agentEnd = mapAbort(agent, () => toolError("CANCELLED", "The agent cancelled the call."));
   const early = anySignal([ac.signal, agentEnd.signal]);
+  // The deadline is a timer, which a hidden or frozen page runs late: it is also read from the
+  // clock, before the handler starts, when it returns, and by isCurrent().
+  const late = () => clock.now() >= deadline;
   let started = false; // the handler runs: its call's end answers from run, saying it may have acted
 
   const run = async (leaseCtx) => {
@@ -295,24 +298,20 @@ export async function runToolCall(handler, call, args, callerCtx) {
     // document as they were and, for a mutation, the lease confirmed now (after a freeze or a
     // silence, another tab may have taken over).
     const owner = () => !call.mutation || lease.role === "owner";
-    const current = () => !signal.aborted && clock.now() < deadline && !scope.changeSince(generation, kind) && owner();
+    const current = () => !signal.aborted && !late() && !scope.changeSince(generation, kind) && owner();
     const stale = () => {
       if (signal.aborted) return abortAnswer(signal);
       if (!owner()) return lease._notOwner();
-      if (clock.now() >= deadline) return timeout();
+      if (late()) return timeout();
       return scope.staleAnswer(generation, kind);
     };
     // isCurrent(), after asking the server (as the guard does) when a mutation's tab holds the
     // lease unconfirmed: a user's answer that came after a freeze is applied once confirmed.
     const confirm = async () => {
       if (call.mutation && !signal.aborted && lease.state === "unconfirmed") {
-        let onAbort;
-        const ended = new Promise((resolve) => {
-          onAbort = resolve;
-          signal.addEventListener("abort", onAbort, { once: true });
-        });
-        await Promise.race([lease.check(), ended]);
-        signal.removeEventListener("abort", onAbort);
+        const ended = whenAborted(signal);
+        await Promise.race([lease.check(), ended.promise]);
+        ended.off();
       }
       return current();
     };
@@ -342,21 +341,14 @@ export async function runToolCall(handler, call, args, callerCtx) {
     // answered: it may still ask isCurrent() before it acts.
     const release = scope.hold(generation);
     let handled = null;
-    // The deadline is a timer, which a hidden or frozen page runs late: it is also checked before
-    // the handler starts, and when it returns.
-    const late = () => clock.now() >= deadline;
     try {
       if (signal.aborted) return abortAnswer(signal);
       if (late()) return timeout();
-      let onAbort;
-      const ended = new Promise((resolve) => {
-        onAbort = () => resolve({ ended: true });
-        signal.addEventListener("abort", onAbort, { once: true });
-      });
+      const ended = whenAborted(signal);
       started = true;
       handled = Promise.resolve().then(() => handler(input, ctx, callerCtx));
-      const out = await Promise.race([handled.then((value) => ({ value })), ended]);
-      signal.removeEventListener("abort", onAbort);
+      const out = await Promise.race([handled.then((value) => ({ ended: false, value })), ended.promise.then(() => ({ ended: true, value: undefined }))]);
+      ended.off();
       // A mutation ended while its handler ran may have acted (its write sent, its answer not
       // in yet): the agent looks before it calls again.
       if (out.ended) return call.mutation ? mayHaveActed(abortAnswer(signal)) : abortAnswer(signal);
@@ -371,23 +363,30 @@ export async function runToolCall(handler, call, args, callerCtx) {
   };
   try {
     if (!call.mutation) return await run(call.readContext());
-    let onEarly;
-    const endedEarly = new Promise((resolve) => {
-      onEarly = () => {
-        if (!started) resolve(abortAnswer(early)); // ended before the guard let the handler run
-      };
-      early.addEventListener("abort", onEarly, { once: true });
-    });
     // The guard's handler checks the signal before it runs: one that runs after the call was
-    // answered (the check came back later) never starts.
+    // answered (the check came back later) never starts. Ended once the handler runs, the call
+    // answers from run, which says the handler may have acted.
     const guarded = lease.guard((a, leaseCtx) => run(leaseCtx))(input, callerCtx);
-    const out = await Promise.race([guarded, endedEarly]);
-    early.removeEventListener("abort", onEarly);
+    const ended = whenAborted(early);
+    const out = await Promise.race([guarded, ended.promise.then(() => (started ? guarded : abortAnswer(early)))]);
+    ended.off();
     return out;
   } finally {
     clock.clearTimeout(timer);
     agentEnd.off();
   }
+}
+
+/** {promise, off}: a promise that resolves once signal aborts (at once if it has), and off(),
+ *  which stops listening to a signal that outlives the wait. */
+function whenAborted(signal) {
+  let off = () => {};
+  const promise = new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    signal.addEventListener("abort", resolve, { once: true });
+    off = () => signal.removeEventListener("abort", resolve);
+  });
+  return { promise, off };
 }
 
 /** The answer of an ended mutation, saying that it may have acted. */
