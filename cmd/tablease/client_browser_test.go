@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -121,6 +122,49 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		if err := carrier.Until(viewerOfJS(elsewhereTab), 5*time.Second); err != nil {
 			t.Fatalf("the resumed carrier does not show %s in control: %v; client: %v", elsewhereTab, err, lifecycleOf(carrier))
 		}
+	})
+
+	t.Run("an owner tab hidden behind the carrier, its timers throttled, stays owner without stream drops and runs mutations", func(t *testing.T) {
+		// A minimised window's page is hidden and its timers fire a second or more apart, longer
+		// than carrierTimeoutMs (1 s): at each of its checks the carrier, with nothing to say, has
+		// been quiet that long. Only a ping it leaves unanswered may count against it.
+		const (
+			session = "hidden-follower-owner"
+			watch   = 12 * time.Second
+		)
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		carrier, owner := ownerBehind(t, srv, session, b.NewTab("carrier"), func() *browsertest.Tab { return b.NewWindow("owner") })
+		browsertest.Eval[bool](owner, `(window.seen = [],
+			tablease.on("state", (e) => seen.push("state " + e.state + " (" + e.reason + ")")),
+			tablease.on("stream", (e) => seen.push("stream live=" + e.live + " carrier=" + e.carrier)), true)`)
+		var renews, checks atomic.Int64
+		countRequests(t, owner, map[string]*atomic.Int64{"/lease/renew": &renews, "/lease/check": &checks})
+
+		owner.Minimize()
+		start := time.Now()
+		for time.Since(start) < watch {
+			if s := lifecycleOf(owner); s.State != "owner" {
+				t.Errorf("the hidden owner read %q %v after it was hidden, want owner all along: %v", s.State, time.Since(start).Round(time.Millisecond), s)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if seen := browsertest.Eval[[]string](owner, `seen`); len(seen) > 0 {
+			t.Errorf("the hidden owner's state or stream changed %d times in %v behind a carrier that answers (want none): %v", len(seen), watch, seen)
+		}
+		// One renew says the tab is hidden; the next is due a third of the hidden TTL later.
+		if n := renews.Load(); n > 2 {
+			t.Errorf("the hidden owner renewed %d times in %v, want at most 2", n, watch)
+		}
+		if got := guardAnswer(owner); got != "ran" {
+			t.Errorf("a guarded mutation in the hidden owner answered %s, want ran; client: %v", got, lifecycleOf(owner))
+		}
+		if n := checks.Load(); n != 0 {
+			t.Errorf("the hidden owner's guard asked the server %d times: the carrier answers its ping, want none", n)
+		}
+		checkCarrier(t, carrier, owner)
+		owner.Restore()
 	})
 
 	t.Run("a frozen carrier that owned the lease never runs a mutation once resumed, and the other tab shows the takeover within two seconds", func(t *testing.T) {
@@ -726,15 +770,52 @@ func (s demoServer) checkNoWedge(t *testing.T, holder demoTab, session string) {
 // keeps carrying the stream. It answers the two.
 func ownerBehindCarrier(t *testing.T, srv demoServer, b *browsertest.Browser, session string) (carrier, owner demoTab) {
 	t.Helper()
-	carrier = srv.open(b.NewTab("carrier"), session)
+	return ownerBehind(t, srv, session, b.NewTab("carrier"), func() *browsertest.Tab { return b.NewTab("owner") })
+}
+
+// ownerBehind is ownerBehindCarrier with the carrier's tab given, and the owner's opened by
+// newOwner once the carrier holds the lease.
+func ownerBehind(t *testing.T, srv demoServer, session string, carrierTab *browsertest.Tab, newOwner func() *browsertest.Tab) (carrier, owner demoTab) {
+	t.Helper()
+	carrier = srv.open(carrierTab, session)
 	carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-	owner = srv.open(b.NewTab("owner"), session)
+	owner = srv.open(newOwner(), session)
 	owner.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
 	browsertest.Eval[bool](owner, `tablease.takeover().then(() => true)`)
 	owner.WaitFor("the second tab to be owner", ownerJS, 5*time.Second)
 	carrier.WaitFor("the first tab to be a viewer of the second", viewerOfJS(owner.id), 5*time.Second)
 	checkCarrier(t, carrier, owner)
 	return carrier, owner
+}
+
+// countRequests counts the requests tab sends whose URL path ends with each key, and lets them go
+// on (CDP's Fetch domain).
+func countRequests(t *testing.T, tab demoTab, counts map[string]*atomic.Int64) {
+	t.Helper()
+	ctx := tab.Context()
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	go func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			if u, err := url.Parse(ev.Request.URL); err == nil {
+				for suffix, n := range counts {
+					if strings.HasSuffix(u.Path, suffix) {
+						n.Add(1)
+					}
+				}
+			}
+			_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	}()
+	var patterns []*fetch.RequestPattern
+	for suffix := range counts {
+		patterns = append(patterns, &fetch.RequestPattern{URLPattern: "*" + suffix + "*"})
+	}
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
+		t.Fatalf("Fetch.enable: %v", err)
+	}
 }
 
 func checkCarrier(t *testing.T, carrier demoTab, followers ...demoTab) {

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
@@ -103,8 +104,9 @@ type Browser struct {
 // Tab is one tab of a Browser. The tabs of one browser share its profile, as the tabs of one
 // user's browser do: localStorage, Web Locks, BroadcastChannel, and the pool of HTTP connections
 // (six per origin over HTTP/1.1). In headless Chromium every tab reports itself visible and its
-// timers run unthrottled, but a tab that is not in front does not take mouse input: click with
-// element.click() through Eval rather than chromedp.Click.
+// timers run unthrottled (unless its window is minimised: NewWindow, Minimize), but a tab that is
+// not in front does not take mouse input: click with element.click() through Eval rather than
+// chromedp.Click.
 type Tab struct {
 	b    *Browser
 	name string // "" for the first tab
@@ -190,7 +192,18 @@ func (t *Tab) collectConsole() {
 // screenshots apart. The tab is closed when the test ends, unless Close or Crash ended it before.
 func (b *Browser) NewTab(name string) *Tab {
 	b.t.Helper()
-	ctx, cancel := chromedp.NewContext(b.Tab.ctx)
+	return b.open(name)
+}
+
+// NewWindow opens a tab in a window of its own, which Minimize can hide without hiding the others.
+func (b *Browser) NewWindow(name string) *Tab {
+	b.t.Helper()
+	return b.open(name, chromedp.WithNewWindow(true))
+}
+
+func (b *Browser) open(name string, opts ...chromedp.ContextOption) *Tab {
+	b.t.Helper()
+	ctx, cancel := chromedp.NewContext(b.Tab.ctx, opts...)
 	// The first Do creates the target and binds it to ctx, which must have no deadline.
 	if err := chromedp.Do(ctx); err != nil {
 		cancel()
@@ -277,6 +290,36 @@ func (t *Tab) setLifecycle(what string, state page.SetWebLifecycleStateState) {
 	if _, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state}); err != nil {
 		b.t.Fatalf("browser: %s tab %s: %v", what, t.name, err)
 	}
+}
+
+// Minimize minimises the tab's window (open it with NewWindow, or every tab of the first window
+// goes with it), as a user does: the page turns hidden (visibilitychange) and Chromium throttles
+// its timers to once a second or less, as it does a background tab's. It returns once the page
+// reports itself hidden. Restore shows the window again.
+func (t *Tab) Minimize() {
+	t.b.t.Helper()
+	t.setWindowState("minimizing", browser.WindowStateMinimized, "hidden")
+}
+
+// Restore shows the window Minimize minimised; it returns once the page reports itself visible.
+func (t *Tab) Restore() {
+	t.b.t.Helper()
+	t.setWindowState("restoring", browser.WindowStateNormal, "visible")
+}
+
+func (t *Tab) setWindowState(what string, state browser.WindowState, visibility string) {
+	b := t.b
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(t.ctx, DefaultTimeout)
+	defer cancel()
+	w, err := chromedp.Call(ctx, browser.GetWindowForTarget, browser.GetWindowForTargetParams{})
+	if err == nil {
+		_, err = chromedp.Call(ctx, browser.SetWindowBounds, browser.SetWindowBoundsParams{WindowID: w.WindowID, Bounds: &browser.Bounds{WindowState: state}})
+	}
+	if err != nil {
+		b.t.Fatalf("browser: %s the window of tab %s: %v", what, t.name, err)
+	}
+	t.WaitFor("the page to be "+visibility, fmt.Sprintf("document.visibilityState === %q", visibility), DefaultTimeout)
 }
 
 // SetOffline cuts the tab off the network (true) or connects it again (false), as a lost Wi-Fi

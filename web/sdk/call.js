@@ -305,12 +305,13 @@ export async function runToolCall(handler, call, args, callerCtx) {
       if (late()) return timeout();
       return scope.staleAnswer(generation, kind);
     };
-    // isCurrent(), after asking the server (as the guard does) when a mutation's tab holds the
-    // lease unconfirmed: a user's answer that came after a freeze is applied once confirmed.
+    // isCurrent(), after confirming as the guard does (a mutation's tab that holds the lease
+    // unconfirmed asks the server): a user's answer that came after a freeze is applied once
+    // confirmed.
     const confirm = async () => {
-      if (call.mutation && !signal.aborted && lease.state === "unconfirmed") {
+      if (call.mutation && !signal.aborted) {
         const ended = whenAborted(signal);
-        await Promise.race([lease.check(), ended.promise]);
+        await Promise.race([lease._confirmForMutation(), ended.promise]);
         ended.off();
       }
       return current();

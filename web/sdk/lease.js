@@ -7,8 +7,8 @@
 //   owner        it holds an epoch, confirmed by the server after the last moment it could have
 //                missed news, and the local deadline has not passed: guards run mutations
 //   unconfirmed  it holds an epoch, but the deadline passed or news may have been missed (the
-//                stream went down, its carrier went silent, the page was frozen): read-only
-//                until a renew or a check confirms it
+//                stream went down, its carrier left a ping unanswered, the page was frozen):
+//                read-only until a renew or a check confirms it
 //   releasing    it was asked to hand control over: read-only, releasing at its safe point
 //   away         the page was hidden for good or put in the back/forward cache (pagehide)
 //
@@ -447,6 +447,14 @@ export class TabLease extends EventTarget {
     }
   }
 
+  /** Makes the local state fit to admit a mutation on: a follower tab that has not heard from its
+   *  stream's carrier for carrierTimeoutMs (a browser throttles a hidden tab's timers) asks the
+   *  carrier first, and a lease held unconfirmed asks the server (POST …/lease/check). */
+  async _confirmForMutation() {
+    if (this._computeState() === "owner") await this._stream?.hub.heard();
+    if (this._computeState() === "unconfirmed") await this.check();
+  }
+
   /** Changes the label; the owner re-acquires (same epoch) so that other tabs see it. */
   async setLabel(label) {
     this._label = label;
@@ -460,17 +468,18 @@ export class TabLease extends EventTarget {
    * (signal aborts when this period of ownership ends; token and headers read the grant's latest
    * token each time, as renews replace it), and otherwise returns
    * {error: {code: "NOT_LEASE_OWNER", message, retryable: false, details}} without running it.
-   * When the lease is held but unconfirmed it asks the server (POST …/lease/check) first.
-   * {check: "always"} asks before every call; {check: "never"} trusts the local state.
+   * When the lease is held but unconfirmed it asks the server (POST …/lease/check) first, and a
+   * follower tab asks its stream's carrier first when it has not heard from it lately
+   * (_confirmForMutation). {check: "always"} asks the server before every call; {check: "never"}
+   * trusts the local state.
    */
   guard(handler, { check = "auto" } = {}) {
     if (typeof handler !== "function") throw new TypeError("TabLease.guard: handler must be a function");
     return async (args, ctx) => {
       this._update("guard");
       const state = this._state;
-      if (state === "owner" || state === "unconfirmed") {
-        if (check === "always" || (check === "auto" && state === "unconfirmed")) await this.check();
-      }
+      if (check === "always" && (state === "owner" || state === "unconfirmed")) await this.check();
+      else if (check === "auto") await this._confirmForMutation();
       this._update("guard");
       if (this._state !== "owner") return this._notOwner();
       const period = this._period;
@@ -556,7 +565,8 @@ export class TabLease extends EventTarget {
     return this._epoch > 0 && this._epoch >= this._minValidEpoch && this._epoch !== this._unproven;
   }
 
-  /** The last moment news may have been missed: a stream drop, a freeze, a silent carrier. */
+  /** The last moment news may have been missed: a stream drop, a freeze, a carrier that left a
+   *  ping unanswered. */
   _missedSince() {
     return this._stream ? this._stream.hub.missedSince(this._clock.now()) : -Infinity;
   }

@@ -16,11 +16,14 @@
 // carrierTimeoutMs pings it (the carrier answers with a beat at once, whatever its timers are
 // doing), and one that has heard nothing for carrierTimeoutMs, a ping of its own unanswered for a
 // quarter of it included, takes the lock with `steal: true` and carries the stream itself. The
-// unanswered ping is what condemns the carrier: a hidden follower's timers fire a second or more
-// apart, so at each of its checks the carrier has been quiet that long, healthy or not. Until it
-// takes over, its tab treats the stream as down (news may be missed), which the lease time model
-// turns into "confirm before mutating".
-//
+// unanswered ping is what condemns the carrier, not silence: a healthy carrier with nothing to
+// say speaks only when pinged, and a hidden follower's timers fire a second or more apart, so at
+// each of its checks the carrier has been quiet that long. From the moment a ping is due (half of
+// carrierTimeoutMs after it was sent, and carrierTimeoutMs after the carrier last spoke) until the
+// carrier answers or another tab carries the stream, news may have been missed, which the lease
+// time model turns into "confirm before mutating". A guarded mutation in a follower that has not
+// heard the carrier for carrierTimeoutMs pings it first and waits for that answer (heard()).
+
 // A tab being frozen (`freeze`) gives the stream up at once (it steps down and leaves the queue),
 // and queues again on `resume`. A carrier that closes or crashes frees its lock with its page.
 
@@ -151,6 +154,7 @@ export class StreamHub {
     this._heardAt = -Infinity; // when the carrier was last heard from
     this._stoleAt = -Infinity; // when this tab last asked to take the lock from a silent carrier
     this._pingedAt = -Infinity; // when this tab sent the oldest ping the carrier has not answered
+    this._hearers = new Set(); // the waits of heard()
     this._frozen = false;
     this._runner = null;
     this._channel = null;
@@ -190,15 +194,53 @@ export class StreamHub {
   }
 
   /**
-   * The moment from which news may have been missed because the carrier went silent: when this
-   * tab is a follower that has not heard from the carrier for carrierTimeoutMs, the moment the
-   * carrier should have answered by; otherwise -Infinity. The lease time model asks for a
-   * confirmation sent after it. It does not wait for a timer, which a browser may delay.
+   * The moment from which news may have been missed because the carrier stopped answering: when
+   * this tab is a follower with a ping unanswered past its due (see "Carrier election" above),
+   * the moment it was due; otherwise -Infinity. The lease time model asks for a confirmation sent
+   * after it. It does not wait for a timer, which a browser may delay.
    */
   missedSince(now = this._clock.now()) {
     if (!this.shared || this.carrier || this._frozen || this._subs.size === 0) return -Infinity;
-    const silentAt = this._heardAt + this._timeoutMs; // when the carrier should have answered
-    return now >= silentAt ? silentAt : -Infinity;
+    if (!(this._pingedAt > this._heardAt)) return -Infinity; // no question left unanswered
+    const due = this._pingDue();
+    return now >= due ? due : -Infinity;
+  }
+
+  /** When the carrier should have answered this tab's oldest unanswered ping by. */
+  _pingDue() {
+    return Math.max(this._heardAt + this._timeoutMs, this._pingedAt + this._timeoutMs / 2);
+  }
+
+  /**
+   * Resolves once this tab has heard from the carrier within carrierTimeoutMs: at once when it has
+   * (or carries the stream, or shares none, or the stream is down anyway); otherwise it pings the
+   * carrier and resolves on its answer, or when the ping is due (missedSince then says so). A
+   * follower whose timers a browser throttled thus acts on a carrier heard from just now.
+   */
+  heard() {
+    const now = this._clock.now();
+    if (!this.shared || this.carrier || this._frozen || !this.live || now - this._heardAt < this._timeoutMs) return Promise.resolve();
+    this._ping(now);
+    return new Promise((resolve) => {
+      const done = () => {
+        this._clock.clearTimeout(timer);
+        this._hearers.delete(done);
+        resolve(undefined);
+      };
+      const timer = this._clock.setTimeout(done, Math.max(0, this._pingDue() - now));
+      this._hearers.add(done);
+    });
+  }
+
+  /** Pings the carrier; the oldest ping it has not answered is the one its answer is due for. */
+  _ping(now) {
+    if (!(this._pingedAt > this._heardAt)) this._pingedAt = now;
+    this._post({ t: "ping" });
+  }
+
+  /** Ends the waits of heard(): the carrier spoke, or this tab no longer follows one. */
+  _wakeHearers() {
+    for (const done of [...this._hearers]) done();
   }
 
   _start() {
@@ -222,6 +264,7 @@ export class StreamHub {
   _stop() {
     for (const off of this._off.splice(0)) off();
     this._stopWatch();
+    this._wakeHearers();
     this._stepDown("leaving");
     this._dropLockRequest();
     try {
@@ -279,6 +322,7 @@ export class StreamHub {
     const sub = this._subs.values().next().value;
     if (!sub) return;
     this._stopWatch();
+    this._wakeHearers();
     this._leading = req;
     this.carrier = true;
     this._term += 1;
@@ -329,6 +373,7 @@ export class StreamHub {
     // and leave the queue so that the lock is never granted to a page that cannot run.
     this._frozen = true;
     this._stopWatch();
+    this._wakeHearers();
     this._stepDown("frozen");
     this._dropLockRequest();
     this._setLive(false);
@@ -353,8 +398,7 @@ export class StreamHub {
       if (quiet >= this._timeoutMs && unanswered && now - this._pingedAt >= this._timeoutMs / 4 && now - this._stoleAt >= this._timeoutMs) {
         this._carrierSilent();
       } else if (quiet >= this._timeoutMs / 2) {
-        if (!unanswered) this._pingedAt = now;
-        this._post({ t: "ping" });
+        this._ping(now);
       }
       this._watch();
     }, Math.max(1, Math.floor(this._timeoutMs / 4 + this._random() * (this._timeoutMs / 8))));
@@ -385,14 +429,16 @@ export class StreamHub {
     }
     if (typeof m.term !== "number" || !this._fromCarrier(m)) return;
     const now = this._clock.now();
-    if (this.live && now - this._heardAt >= this._timeoutMs) {
-      // The carrier was silent long enough for news to be missed, and no timer of this tab ran
-      // meanwhile to say so (a busy or throttled page): the stream was down, and the leases
-      // confirm again. The carrier's beat, asked for now, says it is live.
+    if (this.live && this.missedSince(now) !== -Infinity) {
+      // The carrier answered a ping of this tab late, and no timer of this tab ran meanwhile to
+      // say so (a busy carrier page, a throttled follower): the getters read the stream as down
+      // since the ping was due, so it was, and the leases confirm again. The carrier's beat, asked
+      // for now, says it is live.
       this._setLive(false);
       this._post({ t: "ping" });
     }
     this._heardAt = now;
+    this._wakeHearers();
     switch (m.t) {
       case "lead":
       case "beat":

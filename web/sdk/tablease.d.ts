@@ -154,8 +154,9 @@ export interface TabLeaseOptions {
   streamIdleMs?: number;
   /** Wait before reconnecting when the server has no stream (404). Default 60000. */
   streamNotFoundMs?: number;
-  /** A stream carrier tab silent this long (frozen, hung) is taken over by a follower tab, and
-   *  the followers' leases need a confirmation meanwhile. Default 1000. */
+  /** A stream carrier tab that leaves a follower's ping unanswered (frozen, hung) and has been
+   *  silent this long is taken over by the follower, whose lease needs a confirmation meanwhile.
+   *  Default 1000. */
   carrierTimeoutMs?: number;
   /** List this tab with PUT …/tabs/{tabId} (refreshed, DELETE on pagehide). Default true. */
   presence?: boolean;
@@ -607,8 +608,12 @@ export declare class StreamHub {
   lastEventId: string;
   add(sub: StreamSubscriber): void;
   remove(sub: StreamSubscriber): boolean;
-  /** When news may have been missed from because the carrier went silent; -Infinity if not. */
+  /** When news may have been missed from because the carrier left a ping unanswered past its
+   *  due; -Infinity if not. */
   missedSince(now?: number): number;
+  /** Resolves once this tab has heard from the carrier within carrierTimeoutMs (asking it with a
+   *  ping when it has not), or when that ping's answer is due. */
+  heard(): Promise<void>;
   /** A subscriber heard from the server again: a stream waiting to reconnect connects now (in
    *  this tab, or asked over the channel, in the carrier's). */
   reconnectNow(): void;
