@@ -390,10 +390,12 @@ function whenAborted(signal) {
   return { promise, off };
 }
 
-/** The answer of an ended mutation, saying that it may have acted. */
+/** The answer of an ended mutation, saying that it may have acted (in its details, and to an
+ *  agent that reads only the message). */
 function mayHaveActed(answer) {
   if (!isError(answer)) return answer;
-  return { ...answer, error: { ...answer.error, details: { ...(answer.error.details ?? {}), mayHaveActed: true } } };
+  const message = `${answer.error.message ?? ""} Its handler was running, so it may have acted: look at what it did before calling again.`.trim();
+  return { ...answer, error: { ...answer.error, message, details: { ...(answer.error.details ?? {}), mayHaveActed: true } } };
 }
 
 function isError(v) {

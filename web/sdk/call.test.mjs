@@ -481,6 +481,7 @@ test("a mutation ended while its handler runs says it may have acted; a tool wit
   const e = await edit;
   assert.equal(e.error.code, "UI_CONTEXT_CLOSED");
   assert.equal(e.error.details.mayHaveActed, true);
+  assert.match(e.error.message, /may have acted: look at what it did before calling again\.$/, "the message says so too");
   assert.equal(e.error.details.reason, "route");
   release();
   // So does one the agent cancels, or whose deadline passes, while its handler runs.
@@ -492,6 +493,7 @@ test("a mutation ended while its handler runs says it may have acted; a tool wit
   const c = await cancelled;
   assert.equal(c.error.code, "CANCELLED");
   assert.equal(c.error.details?.mayHaveActed, true);
+  assert.match(c.error.message, /may have acted/);
   release();
 
   await reg.sync();
@@ -542,6 +544,7 @@ test("a handler that returns after the deadline, before the late timer of a froz
   const m = await p;
   assert.equal(m.error?.code, "TIMEOUT", `answered ${JSON.stringify(m)}`);
   assert.equal(m.error.details.mayHaveActed, true, "a mutation that returned late may have acted");
+  assert.match(m.error.message, /may have acted/);
   await clock.advance(0);
 
   const q = tool("peek").execute({}, {}); // the default timeoutMs, 60000
