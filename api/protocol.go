@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/labstack/echo/v4"
 )
 
 // # Protocol errors
@@ -21,6 +23,41 @@ import (
 // the api has, with a new X-Request-ID and nosniff: 431 HEADERS_TOO_LARGE, and 400
 // INVALID_ARGUMENT for the others, its message naming what was wrong as net/http says it (which
 // holds nothing of the request).
+
+// maxHeadSize bounds a request line and its headers together (16 KiB; see MaxHeaderBytes).
+const maxHeadSize = 16 << 10
+
+// errHeadersTooLarge is the answer to a request line and headers over maxHeadSize.
+var errHeadersTooLarge = &Error{Code: CodeHeadersTooLarge, Message: "the request line and headers are larger than 16 KiB"}
+
+// boundedHead refuses a request whose line and headers are over maxHeadSize, as net/http does for
+// the first request of a connection (MaxHeaderBytes): on a kept-alive connection net/http has
+// buffered up to 4 KiB of the next request before it starts counting, so that request could
+// carry up to 20 KiB. It counts the request as net/http parsed it (whitespace around header values
+// aside), and closes the connection after the answer, as net/http does.
+func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if headSize(c.Request()) > maxHeadSize {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return errHeadersTooLarge
+		}
+		return next(c)
+	}
+}
+
+// headSize is the size of r's request line and headers on the wire, as net/http parsed them.
+func headSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + len("\r\n")
+	if r.Host != "" {
+		n += len("Host: \r\n") + len(r.Host)
+	}
+	for name, values := range r.Header {
+		for _, v := range values {
+			n += len(name) + len(": \r\n") + len(v)
+		}
+	}
+	return n + len("\r\n")
+}
 
 // routeProtocolError and methodOther are the labels of requests that are not valid HTTP/1.1.
 const routeProtocolError, methodOther = "protocol_error", "OTHER"
@@ -102,7 +139,7 @@ func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	}
 	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		e = &Error{Code: CodeHeadersTooLarge, Message: "the request line and headers are larger than 16 KiB"}
+		e = errHeadersTooLarge
 	case http.StatusBadRequest, http.StatusHTTPVersionNotSupported:
 		e = errInvalid(msg)
 	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know

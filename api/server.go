@@ -32,7 +32,8 @@ const MaxBodyBytes = 16 << 10
 
 // MaxHeaderBytes is the http.Server.MaxHeaderBytes to serve the api with: net/http reads up to
 // 4 KiB more than it, so that a request line and headers of more than 16 KiB in all are refused by
-// net/http itself, before the api sees them (431 HEADERS_TOO_LARGE through ProtocolErrors). An
+// net/http itself, before the api sees them (431 HEADERS_TOO_LARGE through ProtocolErrors), on a
+// connection's first request; the api refuses them on the next ones (boundedHead). An
 // Authorization header is refused with a 401 from 8 KiB (maxAuthHeaderLen).
 const MaxHeaderBytes = 16<<10 - 4<<10
 
@@ -316,7 +317,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HidePort = true
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe)
+	e.Use(s.observe, boundedHead)
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}

@@ -54,6 +54,22 @@ func TestHeadersAreBoundedAt16KiB(t *testing.T) {
 			t.Fatalf("status %d, body %+v", resp.StatusCode, body)
 		}
 	})
+	// net/http counts from the first request of a connection only: the next ones are the api's.
+	healthz := "GET /healthz HTTP/1.1\r\nHost: " + strings.TrimPrefix(base, "http://") + "\r\n\r\n"
+	t.Run("so on a kept-alive connection: 16 KiB are served", func(t *testing.T) {
+		resp, _ := raw(t, base, healthz, sized(16<<10))
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want the 401 of a request without a token", resp.StatusCode)
+		}
+	})
+	t.Run("and one byte more is refused, in JSON, the connection closed", func(t *testing.T) {
+		for _, n := range []int{16<<10 + 1, 18 << 10, 20<<10 - 100} {
+			resp, body := raw(t, base, healthz, sized(n))
+			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || body.Error.Code != "HEADERS_TOO_LARGE" || !resp.Close {
+				t.Errorf("%d bytes: status %d, body %+v, connection closed %v", n, resp.StatusCode, body, resp.Close)
+			}
+		}
+	})
 	t.Run("a 12 KiB Authorization header gets a JSON 401", func(t *testing.T) {
 		resp := get(t, "Authorization", "Bearer "+strings.Repeat("a", 12<<10))
 		var body struct {
@@ -130,19 +146,26 @@ type errorBody struct {
 
 // raw sends request as it is to the server at base and reads the answer, which must be a JSON
 // error with the headers every answer has; a 401 and a 200 pass with their body unread.
-func raw(t *testing.T, base, request string) (*http.Response, errorBody) {
+func raw(t *testing.T, base string, requests ...string) (*http.Response, errorBody) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if _, err := io.WriteString(conn, request); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
+	r := bufio.NewReader(conn)
+	var resp *http.Response
+	for _, request := range requests {
+		if resp != nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err = http.ReadResponse(r, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	defer resp.Body.Close()
 	if resp.Header.Get("X-Request-ID") == "" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
