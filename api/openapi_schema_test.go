@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
 )
@@ -129,6 +131,18 @@ func TestOpenAPIIsValidYAMLAndItsSchemasCompile(t *testing.T) {
 	}
 	for name := range schemas.(map[string]any) {
 		s.schema(t, "/components/schemas/"+pointerToken(name))
+	}
+}
+
+// TestOpenAPIIsAValidOpenAPIDocument loads the document as code generators and validators do
+// (kin-openapi), which also checks where each OpenAPI 3.1 field may appear.
+func TestOpenAPIIsAValidOpenAPIDocument(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(openapiYAML)
+	if err != nil {
+		t.Fatalf("openapi.yaml does not load as OpenAPI: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
 	}
 }
 

@@ -52,6 +52,17 @@ func TestUnknownRoutesAndMethodsAnswerJSON(t *testing.T) {
 	}
 }
 
+func TestOptionsAnswersTheAllowedMethodsWithoutAToken(t *testing.T) {
+	h := newHarness(t)
+	for path, want := range map[string]string{leasePath("doc-1"): "OPTIONS, GET, HEAD, POST", "/healthz": "OPTIONS, GET, HEAD"} {
+		rec := h.do(request{method: http.MethodOptions, path: path})
+		if rec.Code != http.StatusNoContent || rec.Header().Get("Allow") != want || rec.Body.Len() != 0 {
+			t.Errorf("OPTIONS %s: %d, Allow %q, body %q; want 204, Allow %q and no body", path, rec.Code, rec.Header().Get("Allow"), rec.Body, want)
+		}
+	}
+	wantError(t, h.do(request{method: http.MethodOptions, path: "/v1/nope"}), http.StatusNotFound, CodeNotFound)
+}
+
 func TestHealthAndReadiness(t *testing.T) {
 	t.Run("healthz answers ok", func(t *testing.T) {
 		h := newHarness(t)
