@@ -195,6 +195,8 @@ export class TabLease extends EventTarget {
     this._streamLive = false;
     this._streamCarrier = false;
     this._streamWasLive = false; // live once: a stream live again is back from an outage
+    this._streamDownAt = -Infinity; // when the stream last went down
+    this._presencePut = null; // the last PUT of this tab's listing: {sentAt, label, hidden, inFlight, again, failed}
     this._unreachable = false; // the last request got no answer (reported once per outage)
     this._catalogCache = new Map();
     this._catalogVersion = null;
@@ -571,13 +573,18 @@ export class TabLease extends EventTarget {
     return this._stream ? this._stream.hub.missedSince(this._clock.now()) : -Infinity;
   }
 
+  /** The moment a confirmation must have been sent at or after for the tab to be owner. */
+  _confirmNeededAfter() {
+    return Math.max(this._requireConfirmAfter, this._missedSince());
+  }
+
   /** The state the facts give now, without acting on a change (a getter never emits). */
   _computeState() {
     const s = this._state;
     if (s === "stopped" || s === "away") return s;
     if (!this._holdsEpoch()) return "viewer";
     if (this._handoffAsk) return "releasing";
-    const confirmed = this._confirmedAt >= Math.max(this._requireConfirmAfter, this._missedSince());
+    const confirmed = this._confirmedAt >= this._confirmNeededAfter();
     return confirmed && this._clock.now() < this._deadline ? "owner" : "unconfirmed";
   }
 
@@ -994,13 +1001,13 @@ export class TabLease extends EventTarget {
     this._scheduleAcquire(delay);
   }
 
-  /** Renews now, or joins the renew in flight; {fresh: true} asks for one more afterwards
-   *  when the renew in flight was sent before news could have been missed. */
-  _renewNow({ fresh = false } = {}) {
+  /** Renews now, or joins the renew in flight; {after: t} asks for one more afterwards when the
+   *  renew in flight was sent before t (the moment from which news may have been missed). */
+  _renewNow({ after = -Infinity } = {}) {
     // Only a renew of this period of ownership is joined: one still waiting from an earlier
     // period can confirm nothing now.
     if (this._renewing && this._renewing.gen === this._gen && this._renewing.epoch === this._epoch) {
-      if (fresh) this._renewAgain = true;
+      if (this._renewing.sentAt < after) this._renewAgain = true;
       return this._renewing.p;
     }
     if (!this._running() || !this._holdsEpoch()) return Promise.resolve(false);
@@ -1044,7 +1051,7 @@ export class TabLease extends EventTarget {
         }
       }
     })();
-    this._renewing = { p, gen, epoch };
+    this._renewing = { p, gen, epoch, sentAt };
     return p;
   }
 
@@ -1093,7 +1100,7 @@ export class TabLease extends EventTarget {
     const ask = { requester: data.requester ?? null, at: this._clock.now(), graceTimer: null, lapseAt: null };
     const onGrace = async () => {
       if (this._handoffAsk !== ask) return;
-      await this._renewNow({ fresh: true });
+      await this._renewNow({ after: this._clock.now() });
       if (this._handoffAsk !== ask) return;
       if ((this._period?.interactions ?? 0) > 0) {
         const now = this._clock.now();
@@ -1183,19 +1190,45 @@ export class TabLease extends EventTarget {
   }
 
   /** Lists this tab (PUT …/tabs/{tabId}), now and every refreshAfterMs the server answers. */
-  _announce() {
+  /**
+   * Lists this tab (PUT …/tabs/{tabId}) with its label and hidden flag as they are now. One PUT is
+   * in flight at a time, so that the server applies them in the order they were made (two in
+   * flight at once may arrive in either order, and the older flag would stay listed): one asked
+   * for meanwhile goes when it answers, with the state then. With `since`, a PUT of the same
+   * label and flag sent from that moment on, in flight or answered, will do.
+   */
+  _announce(since = Infinity) {
     if (!this._presenceOn || !this._running()) return;
+    const label = this._labelNow();
+    const hidden = this._hidden;
+    const last = this._presencePut;
+    if (last && last.sentAt >= since && last.label === label && last.hidden === hidden && !last.failed) return;
+    if (last?.inFlight) {
+      last.again = true;
+      return;
+    }
     this._clearTimer("presence");
     const gen = this._gen;
-    this._call("PUT", this._tabPath(), { label: this._labelNow(), hidden: this._hidden }).then(
+    const put = { sentAt: this._clock.now(), label, hidden, inFlight: true, again: false, failed: false };
+    this._presencePut = put;
+    const done = () => {
+      put.inFlight = false;
+      if (!put.again) return false;
+      this._announce();
+      return true;
+    };
+    this._call("PUT", this._tabPath(), { label, hidden }).then(
       ({ body }) => {
-        if (gen !== this._gen || !this._running()) return;
+        if (gen !== this._gen || !this._running()) return void done();
         this._attempts.presence = 0;
+        if (done()) return;
         const every = typeof body?.refreshAfterMs === "number" && body.refreshAfterMs > 0 ? body.refreshAfterMs : 15000;
         this._schedulePresence(every);
       },
       (e) => {
-        if (gen !== this._gen || !this._running()) return;
+        put.failed = true;
+        if (gen !== this._gen || !this._running()) return void done();
+        put.inFlight = false; // the retry below sends the state then
         if (e.status === 404 || e.status === 405) return; // a server that does not list tabs
         if (!e.retryable) this._emitError(e);
         this._schedulePresence(backoffDelay(this._attempts.presence++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
@@ -1256,23 +1289,25 @@ export class TabLease extends EventTarget {
       return;
     }
     this._streamLive = live;
+    if (!live) this._streamDownAt = this._clock.now();
     this._streamCarrier = carrier;
     if (live && this._streamWasLive && this._running()) {
       // Back from an outage: a server that restarted, or timed this tab out of the list of tabs
-      // meanwhile, lists it again now, not at the next refresh.
-      this._announce();
+      // meanwhile, lists it again now, not at the next refresh (a listing sent since the stream
+      // went down will do).
+      this._announce(this._streamDownAt);
     }
     if (live) this._streamWasLive = true;
     if (!live && this._running() && this._streamMode) {
       // We may miss news from now on: read-only until a renew sent after this point confirms.
       this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
       this._update("stream_down");
-      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ fresh: true });
+      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ after: this._requireConfirmAfter });
     } else if (live && this._running() && this._holdsEpoch() && !this._pageFrozen() && this._computeState() === "unconfirmed") {
       // The server answers again (an outage ended): confirm now rather than when the renew's
       // backoff, which grew while the stream's did, comes round.
       this._attempts.renew = 0;
-      this._renewNow({ fresh: true });
+      this._renewNow({ after: this._confirmNeededAfter() });
     }
     this._emit("stream", { live, carrier });
     this._scheduleViewerRefresh();
@@ -1400,7 +1435,7 @@ export class TabLease extends EventTarget {
     this._requireConfirmAfter = this._clock.now();
     this._update("resumed");
     this._announce();
-    if (this._holdsEpoch()) this._renewNow({ fresh: true });
+    if (this._holdsEpoch()) this._renewNow({ after: this._requireConfirmAfter });
     else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
   }
 

@@ -197,6 +197,57 @@ test("a frozen owner's renew that answers before resume does not make it owner",
   await settle(clock);
 });
 
+test("a resumed owner behind a carrier confirms with one renew, and lists itself once", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { latencyMs: 50 }); // the renew is still in flight when the stream is back
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true, autoAcquire: false });
+  for (const t of [a, b]) {
+    const started = t.start();
+    await run(clock, 500);
+    await started;
+  }
+  const acquired = b.acquire();
+  await run(clock, 500);
+  await acquired;
+  assert.equal(b.state, "owner");
+  b._document.fire("freeze");
+  await run(clock, 5000);
+  const renews = server.callsTo("POST", "/lease/renew").length;
+  const puts = server.callsTo("PUT", `/tabs/${b.tabId}`).length;
+  b._document.fire("resume");
+  await run(clock, 1000);
+  assert.equal(b.state, "owner");
+  assert.equal(server.callsTo("POST", "/lease/renew").length - renews, 1, "the renew sent at resume confirms: the stream back after it needs no other");
+  assert.equal(server.callsTo("PUT", `/tabs/${b.tabId}`).length - puts, 1, "the listing sent at resume is the one the stream back asks for");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
+test("a tab's listing is one PUT at a time, the last with the state as it is then", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { latencyMs: 100 });
+  const [a] = browserTabs(TabLease, 1, server, clock, { presence: true, autoAcquire: false });
+  const started = a.start();
+  await run(clock, 1000);
+  await started;
+  const before = server.callsTo("PUT", `/tabs/${a.tabId}`).length;
+  // The page is hidden and shown again and again faster than the server answers.
+  for (const hidden of [true, false, true, false, true]) {
+    a._document.setHidden(hidden);
+    await settle(clock, 10);
+  }
+  await run(clock, 1000);
+  const sent = server.callsTo("PUT", `/tabs/${a.tabId}`).slice(before);
+  for (let i = 1; i < sent.length; i++) {
+    assert.ok(sent[i].at >= sent[i - 1].at + 100, `PUT ${i} went at ${sent[i].at}, before PUT ${i - 1} (at ${sent[i - 1].at}) answered`);
+  }
+  assert.equal(sent.length, 2, "the first change, then one for all the others");
+  assert.equal(sent.at(-1).body.hidden, true);
+  assert.equal(server.tabs.get(a.tabId).hidden, true);
+  await a.stop({ release: false });
+  await settle(clock);
+});
+
 test("a handler that never settles stops counting when ownership ends, and cannot block a later handoff", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
