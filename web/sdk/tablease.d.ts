@@ -27,6 +27,41 @@ export interface LeaseObject {
   role?: Role;
   /** Only in answers to the holder (acquire, renew). */
   token?: string;
+  /** A handoff in progress; absent when there is none (DESIGN §3). */
+  handoff?: {
+    state: "requested" | "reserved";
+    requester: Holder;
+    until: string;
+    remainingMs: number;
+  };
+}
+
+/** A tab of the session's list (GET …/tabs, the `tabs` events, a snapshot's `tabs`). */
+export interface ListedTab {
+  tabId: string;
+  label: string;
+  hidden: boolean;
+  connectedAt: string;
+}
+
+/** The first event of a stream: the lease as GET …/lease?tabId= answers it, the tabs connected,
+ *  whether a replay follows, and the version of the tool catalog served (once read). */
+export interface SnapshotEvent extends LeaseObject {
+  type: "snapshot";
+  tabs: ListedTab[];
+  resumed: boolean;
+  catalogVersion?: string;
+  id?: string;
+}
+
+/** A `tabs` event: a tab joined, left, or changed its label or hidden flag (`tab` as now
+ *  listed); `reason: "timeout"` when it left because its entry expired. */
+export interface TabsEvent {
+  type: "joined" | "left" | "changed";
+  sessionId: string;
+  tab: ListedTab;
+  reason?: "timeout";
+  at: string;
 }
 
 /** What a tab knows about its session's lease (TabLease.lease). */
@@ -58,7 +93,7 @@ export interface LeaseEvent {
   reason: string;
   at: string;
   /** handoff_requested: the tab that asked (if the server says). */
-  requester?: { tabId: string; label?: string } | null;
+  requester?: Holder | null;
   /** The SSE id of the event. */
   id?: string;
 }
@@ -88,8 +123,9 @@ export declare const NOT_LEASE_OWNER: "NOT_LEASE_OWNER";
 export interface LeaseContext {
   /** The fencing token of this grant: send it to the backend with every write. */
   epoch: number;
-  /** The signed lease token (send it as the `Tablease-Lease` header). */
-  token: string | null;
+  /** The signed lease token (send it as the `Tablease-Lease` header): the latest renew's while the
+   *  period of ownership lasts, the last one it had after. */
+  token: string;
   tabId: string;
   sessionId: string;
   /** Aborts when this tab's ownership ends (taken over, expired, released…). */
@@ -199,7 +235,7 @@ export interface LeaseDetail {
   lease: LeaseView;
   reason: string;
   /** The stream event behind the change (a LeaseEvent, or a snapshot), if any. */
-  event: (LeaseEvent | (LeaseObject & { type: "snapshot"; id?: string })) | null;
+  event: LeaseEvent | SnapshotEvent | null;
 }
 
 export interface CatalogDetail {
@@ -214,7 +250,10 @@ export interface HandoffDetail {
    *  the requester's polls while the holder still holds: every 2–5 s with the event stream
    *  live, 0.25–2 s without), granted, timeout, taken_over, cancelled, failed. */
   phase: string;
-  requester?: { tabId: string; label?: string } | null;
+  /** Requester side, at the end (granted, timeout, taken_over, cancelled, failed): the same as
+   *  phase, as requestHandoff() resolves it (HandoffResult). */
+  status?: HandoffResult["status"];
+  requester?: Holder | null;
   holder?: Holder | null;
   lease?: LeaseView;
   error?: TabLeaseError;
@@ -228,9 +267,7 @@ export interface TabLeaseEventMap {
   state: StateDetail;
   /** The stream went up or down, or this tab started or stopped carrying it. */
   stream: { live: boolean; carrier: boolean };
-  /** A tab joined, left, or changed its label or hidden flag: {type: "joined" | "left" | "changed",
-   *  tab: {tabId, label, hidden, connectedAt}, …}. */
-  tabs: unknown;
+  tabs: TabsEvent;
   error: { error: TabLeaseError };
 }
 
@@ -377,21 +414,31 @@ export interface ToolCallContext {
    *  with, and the deadline has not passed; check after each await, right before writing. Asked
    *  after the handler settled, false after any change. */
   isCurrent(): boolean;
-  /** isCurrent(), after asking the server whether this tab still holds the lease when it is
-   *  unconfirmed (a mutation tool; POST …/lease/check, as the guard does), within the call's
-   *  signal: what a handler awaits right before writing after a wait, such as a question. */
+  /** isCurrent(), after confirming as the guard does, within the call's signal (a mutation
+   *  tool): a lease held unconfirmed asks the server (POST …/lease/check), and a follower tab that
+   *  has not heard its stream's carrier lately pings it first. What a handler awaits right before
+   *  writing after a wait, such as a question. */
   confirm(): Promise<boolean>;
-  /** The answer for a call that is no longer current (NOT_LEASE_OWNER, TIMEOUT, ROUTE_CHANGED,
-   *  DOCUMENT_CHANGED, or the end of its signal). A mutation whose handler returns after a route
+  /** Call it once isCurrent() or confirm() said false: the answer for a call that is no longer
+   *  current (NOT_LEASE_OWNER, TIMEOUT, ROUTE_CHANGED, DOCUMENT_CHANGED, or the end of its
+   *  signal). A mutation whose handler returns after a route
    *  or document change or after its deadline, or is ended while its handler runs, gets such an
    *  answer instead of its result, with details.mayHaveActed: true. */
   stale(): ToolErrorAnswer;
   /** Opens an interaction with the user: open(ui) shows it and may return a function that closes
-   *  it; resolves what ui.submit(value) gives, {cancelled: true, reason: "user_cancelled"} for
-   *  ui.cancel(), or the call's end (TIMEOUT, UI_CONTEXT_CLOSED, NOT_LEASE_OWNER, CANCELLED);
-   *  INTERACTION_ALREADY_OPEN when another is open and the adapter has interactions: "one". */
-  interact<T = unknown>(open: (ui: InteractionUI<T>) => void | (() => void)): Promise<T | { cancelled: true; reason: string } | ToolErrorAnswer>;
+   *  it; resolves what ui.submit(value) gives, {cancelled: true, reason} for ui.cancel(reason)
+   *  (reason "user_cancelled" by default), or the call's end (TIMEOUT, UI_CONTEXT_CLOSED,
+   *  NOT_LEASE_OWNER, CANCELLED); INTERACTION_ALREADY_OPEN when another is open and the adapter
+   *  has interactions: "one". Give T (what ui.submit takes) explicitly: TypeScript cannot infer it. */
+  interact<T = unknown>(open: (ui: InteractionUI<T>) => void | (() => void)): Promise<InteractionResult<T>>;
 }
+
+/** What ctx.interact() resolves. Each variant has the others' `error` and `cancelled` as absent, so
+ *  that `if (answer.error || answer.cancelled) return answer;` narrows to the submitted value. */
+export type InteractionResult<T> =
+  | (T & { error?: undefined; cancelled?: undefined })
+  | { cancelled: true; reason: string; error?: undefined }
+  | (ToolErrorAnswer & { cancelled?: undefined });
 
 export interface InteractionUI<T = unknown> {
   signal: AbortSignal;
