@@ -23,7 +23,7 @@
 // carrier answers or another tab carries the stream, news may have been missed, which the lease
 // time model turns into "confirm before mutating". A guarded mutation in a follower that has not
 // heard the carrier for carrierTimeoutMs pings it first and waits for that answer (heard()).
-
+//
 // A tab being frozen (`freeze`) gives the stream up at once (it steps down and leaves the queue),
 // and queues again on `resume`. A carrier that closes or crashes frees its lock with its page.
 
