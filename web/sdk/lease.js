@@ -199,6 +199,8 @@ export class TabLease extends EventTarget {
     this._presencePut = null; // the last PUT of this tab's listing: {sentAt, label, hidden, inFlight, again, failed}
     this._unreachable = false; // the last request got no answer (reported once per outage)
     this._catalogCache = new Map();
+    this._catalogReads = new Map(); // route → {news, p}: the read in flight
+    this._catalogNews = 0; // catalog events so far (a role or version change)
     this._catalogVersion = null;
     this._listeners = [];
   }
@@ -525,6 +527,25 @@ export class TabLease extends EventTarget {
    * still counts it as owner). Resolves {role, serverRole, version, epoch, tools}.
    */
   async catalog(route = "") {
+    const key = route || "";
+    // A read of the route in flight since the last catalog event (a role or version change)
+    // answers this call too: the page and the tool adapter reading after one change make one
+    // request, where two in flight at once could not use the ETag.
+    let read = this._catalogReads.get(key);
+    if (!read || read.news !== this._catalogNews) {
+      read = { news: this._catalogNews, p: this._readCatalog(route) };
+      this._catalogReads.set(key, read);
+      const forget = () => {
+        if (this._catalogReads.get(key) === read) this._catalogReads.delete(key);
+      };
+      read.p.then(forget, forget);
+    }
+    return this._catalogView(await read.p);
+  }
+
+  /** GET …/catalog?tabId=&route=, revalidated with the ETag of the route's last answer; resolves
+   *  the catalog's body. */
+  async _readCatalog(route) {
     const query = { tabId: this.tabId };
     if (route) query.route = route;
     const key = route || "";
@@ -544,7 +565,7 @@ export class TabLease extends EventTarget {
       }
     }
     if (body.version) this._catalogVersion = body.version;
-    return this._catalogView(body);
+    return body;
   }
 
   /** What catalog(route) answered last, filtered by the role now, without a request; null when
@@ -606,6 +627,7 @@ export class TabLease extends EventTarget {
     if (isOwner !== wasOwner) {
       const role = isOwner ? "owner" : "viewer";
       this._emit("rolechange", { role, previous: wasOwner ? "owner" : "viewer", reason, lease: this.lease });
+      this._catalogNews++;
       this._emit("catalog", { version: this._catalogVersion, reason: "role" });
       this._emit("lease", { lease: this.lease, reason, event });
     }
@@ -1376,6 +1398,7 @@ export class TabLease extends EventTarget {
   _catalogChanged(version) {
     this._catalogCache.clear();
     if (version) this._catalogVersion = version;
+    this._catalogNews++;
     this._emit("catalog", { version: this._catalogVersion, reason: "version" });
   }
 

@@ -89,6 +89,25 @@ test("catalog() gives a viewer only read-only tools and uses the ETag", async ()
   await lease.stop({ release: false });
 });
 
+test("catalog() reads of one route made at once, after the same change, make one request", async () => {
+  const { server, lease } = setup({ autoAcquire: false });
+  await lease.start();
+  const reads = () => server.callsTo("GET", "/catalog").length;
+  const before = reads();
+  const [a, b] = await Promise.all([lease.catalog("/events"), lease.catalog("/events")]);
+  assert.equal(reads() - before, 1, "the second read joined the first");
+  assert.deepEqual(a, b);
+  // A read in flight before a change of role answers nothing after it: the change reads again.
+  const early = lease.catalog("/events");
+  await lease.acquire();
+  const late = lease.catalog("/events");
+  const [, l] = await Promise.all([early, late]);
+  assert.equal(reads() - before, 3);
+  assert.equal(l.role, "owner");
+  assert.equal(server.callsTo("GET", "/catalog").at(-1).query.route, "/events");
+  await lease.stop({ release: false });
+});
+
 test("catalog() keeps the answers of the latest 32 routes only, however many pages an SPA shows", async () => {
   const { server, lease } = setup({ autoAcquire: false });
   await lease.start();
