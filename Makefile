@@ -1,6 +1,6 @@
 .PHONY: test run build
 
-test: ## every test: installs redis-server if missing, go vet, go test -race
+test: ## every test, as CI runs it (scripts/test: installs what it needs if missing)
 	./scripts/test
 
 run: ## tablease on the embedded memory engine, in dev mode

@@ -404,9 +404,13 @@ async function main() {
       log(`${event.type} · epoch ${event.epoch} · holder ${who}`);
     }
   });
+  // The stream event also says when this tab starts or stops carrying the stream: log only
+  // the connection going up or down.
+  let streamLive = false;
   lease.on("stream", ({ live }) => {
     renderStatus();
-    log(live ? "event stream connected" : "event stream down");
+    if (live !== streamLive) log(live ? "event stream connected" : "event stream down");
+    streamLive = live;
   });
   lease.on("handoff", (d) => {
     const note = field("handoff-status");
