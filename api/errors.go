@@ -200,6 +200,11 @@ func tooLarge() *Error {
 	return &Error{Code: CodePayloadTooLarge, Message: "request body is larger than 16 KiB"}
 }
 
+// headersTooLarge is the answer to a request line and headers over 16 KiB (maxHeadSize).
+func headersTooLarge() *Error {
+	return &Error{Code: CodeHeadersTooLarge, Message: "the request line and headers are larger than 16 KiB"}
+}
+
 // fromEchoError maps the errors Echo itself returns (router 404/405, middleware). Echo's shared
 // error values are only read, never modified.
 func fromEchoError(he *echo.HTTPError) *Error {

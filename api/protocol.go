@@ -27,9 +27,6 @@ import (
 // maxHeadSize bounds a request line and its headers together (16 KiB; see MaxHeaderBytes).
 const maxHeadSize = 16 << 10
 
-// errHeadersTooLarge is the answer to a request line and headers over maxHeadSize.
-var errHeadersTooLarge = &Error{Code: CodeHeadersTooLarge, Message: "the request line and headers are larger than 16 KiB"}
-
 // boundedHead refuses a request whose line and headers are over maxHeadSize, as net/http does for
 // the first request of a connection (MaxHeaderBytes): on a kept-alive connection net/http has
 // buffered up to 4 KiB of the next request before it starts counting, so that request could
@@ -39,7 +36,7 @@ func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if headSize(c.Request()) > maxHeadSize {
 			c.Response().Header().Set(echo.HeaderConnection, "close")
-			return errHeadersTooLarge
+			return headersTooLarge()
 		}
 		return next(c)
 	}
@@ -139,7 +136,7 @@ func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	}
 	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		e = errHeadersTooLarge
+		e = headersTooLarge()
 	case http.StatusBadRequest, http.StatusHTTPVersionNotSupported:
 		e = errInvalid(msg)
 	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know

@@ -627,8 +627,7 @@ export class TabLease extends EventTarget {
     if (isOwner !== wasOwner) {
       const role = isOwner ? "owner" : "viewer";
       this._emit("rolechange", { role, previous: wasOwner ? "owner" : "viewer", reason, lease: this.lease });
-      this._catalogNews++;
-      this._emit("catalog", { version: this._catalogVersion, reason: "role" });
+      this._catalogEvent("role");
       this._emit("lease", { lease: this.lease, reason, event });
     }
     return true;
@@ -1324,7 +1323,7 @@ export class TabLease extends EventTarget {
       // We may miss news from now on: read-only until a renew sent after this point confirms.
       this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
       this._update("stream_down");
-      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ after: this._requireConfirmAfter });
+      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ after: this._confirmNeededAfter() });
     } else if (live && this._running() && this._holdsEpoch() && !this._pageFrozen() && this._computeState() === "unconfirmed") {
       // The server answers again (an outage ended): confirm now rather than when the renew's
       // backoff, which grew while the stream's did, comes round.
@@ -1398,8 +1397,14 @@ export class TabLease extends EventTarget {
   _catalogChanged(version) {
     this._catalogCache.clear();
     if (version) this._catalogVersion = version;
+    this._catalogEvent("version");
+  }
+
+  /** Says that the catalog to read changed (reason "role" or "version"); reads in flight before
+   *  it are not joined after it (catalog()). */
+  _catalogEvent(reason) {
     this._catalogNews++;
-    this._emit("catalog", { version: this._catalogVersion, reason: "version" });
+    this._emit("catalog", { version: this._catalogVersion, reason });
   }
 
   _afterLeaseNews(held, event) {
@@ -1458,7 +1463,7 @@ export class TabLease extends EventTarget {
     this._requireConfirmAfter = this._clock.now();
     this._update("resumed");
     this._announce();
-    if (this._holdsEpoch()) this._renewNow({ after: this._requireConfirmAfter });
+    if (this._holdsEpoch()) this._renewNow({ after: this._confirmNeededAfter() });
     else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
   }
 

@@ -201,9 +201,14 @@ export class StreamHub {
    */
   missedSince(now = this._clock.now()) {
     if (!this.shared || this.carrier || this._frozen || this._subs.size === 0) return -Infinity;
-    if (!(this._pingedAt > this._heardAt)) return -Infinity; // no question left unanswered
+    if (!this._unanswered()) return -Infinity;
     const due = this._pingDue();
     return now >= due ? due : -Infinity;
+  }
+
+  /** Whether this tab sent a ping since the carrier last spoke. */
+  _unanswered() {
+    return this._pingedAt > this._heardAt;
   }
 
   /** When the carrier should have answered this tab's oldest unanswered ping by. */
@@ -234,7 +239,7 @@ export class StreamHub {
 
   /** Pings the carrier; the oldest ping it has not answered is the one its answer is due for. */
   _ping(now) {
-    if (!(this._pingedAt > this._heardAt)) this._pingedAt = now;
+    if (!this._unanswered()) this._pingedAt = now;
     this._post({ t: "ping" });
   }
 
@@ -394,7 +399,7 @@ export class StreamHub {
       if (this.carrier || this._frozen || this._subs.size === 0) return;
       const now = this._clock.now();
       const quiet = now - this._heardAt;
-      const unanswered = this._pingedAt > this._heardAt; // a ping sent since the carrier last spoke
+      const unanswered = this._unanswered();
       if (quiet >= this._timeoutMs && unanswered && now - this._pingedAt >= this._timeoutMs / 4 && now - this._stoleAt >= this._timeoutMs) {
         this._carrierSilent();
       } else if (quiet >= this._timeoutMs / 2) {
