@@ -384,10 +384,11 @@ func FlagName(env string) string {
 // args (the arguments after `serve`). Usage goes to out on --help.
 func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	values := map[string]string{}
+	given := map[string]bool{} // the variables set by the environment or a flag
 	for _, v := range variables {
 		values[v.env] = v.def
 		if s, ok := lookup(getenv, v.env); ok {
-			values[v.env] = s
+			values[v.env], given[v.env] = s, true
 		}
 	}
 	fs := flag.NewFlagSet("tablease serve", flag.ContinueOnError)
@@ -427,7 +428,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		}
 		for env, p := range flagValues {
 			if FlagName(env) == f.Name {
-				values[env] = *p
+				values[env], given[env] = *p, true
 			}
 		}
 	})
@@ -438,22 +439,17 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 			return Config{}, &Error{Var: v.env, Reason: err.Error()}
 		}
 	}
-	if err := c.finish(); err != nil {
+	if err := c.finish(given); err != nil {
 		return Config{}, err
 	}
 	return c, nil
 }
 
-func (c *Config) finish() error {
+// finish checks what the variables say together; given holds the variables the environment or a
+// flag set, so that an error names the one the operator set rather than a default.
+func (c *Config) finish(given map[string]bool) error {
 	if err := c.Limits.Validate(); err != nil {
-		// The fields of lease.Limits, named as their variables.
-		vars := strings.NewReplacer("HiddenMax", "TABLEASE_TTL_HIDDEN_MAX", "Default", "TABLEASE_TTL_DEFAULT",
-			"Min", "TABLEASE_TTL_MIN", "Max", "TABLEASE_TTL_MAX")
-		var ie *lease.InvalidError
-		if !errors.As(err, &ie) {
-			return &Error{Var: "TABLEASE_TTL_MIN", Reason: err.Error()}
-		}
-		return &Error{Var: vars.Replace(ie.Field), Reason: vars.Replace(ie.Reason)}
+		return c.limitsError(err, given)
 	}
 	if c.RedisURL != "" && !c.Dev && c.LeaseSigningKey.IsZero() {
 		return &Error{Var: "TABLEASE_LEASE_SIGNING_KEY", Reason: "required with TABLEASE_REDIS_URL (unless --dev): every instance must sign lease tokens with the same key; create one with `tablease keygen --out lease-key.pem`"}
@@ -575,6 +571,34 @@ func editDistance(a, b string) int {
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, strings.TrimSpace(v) != ""
+}
+
+// ttlVars are the fields of lease.Limits in their order, with their variables.
+var ttlVars = []struct{ field, env string }{
+	{"Min", "TABLEASE_TTL_MIN"}, {"Default", "TABLEASE_TTL_DEFAULT"},
+	{"Max", "TABLEASE_TTL_MAX"}, {"HiddenMax", "TABLEASE_TTL_HIDDEN_MAX"},
+}
+
+// limitsError is err, an error of lease.Limits.Validate, as an Error naming variables. When two
+// bounds are out of order, it names the one the operator set: raising TABLEASE_TTL_MAX alone
+// above the hidden maximum's default is an error of TABLEASE_TTL_MAX.
+func (c *Config) limitsError(err error, given map[string]bool) error {
+	var ie *lease.InvalidError
+	if !errors.As(err, &ie) {
+		return &Error{Var: ttlVars[0].env, Reason: err.Error()}
+	}
+	names := make([]string, 0, 2*len(ttlVars))
+	for _, v := range ttlVars {
+		names = append(names, v.field, v.env)
+	}
+	vars := strings.NewReplacer(names...)
+	i := slices.IndexFunc(ttlVars, func(v struct{ field, env string }) bool { return v.field == ie.Field })
+	if i > 0 && !given[ttlVars[i].env] && given[ttlVars[i-1].env] {
+		values := []time.Duration{c.Limits.Min, c.Limits.Default, c.Limits.Max, c.Limits.HiddenMax}
+		return &Error{Var: ttlVars[i-1].env, Reason: fmt.Sprintf("%v must not be above %s (%v, its default): raise them together",
+			values[i-1], ttlVars[i].env, values[i])}
+	}
+	return &Error{Var: vars.Replace(ie.Field), Reason: vars.Replace(ie.Reason)}
 }
 
 // corsOrigins reads a comma-separated list of origins, each as origin.Parse reads it, or "*".

@@ -84,8 +84,10 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"an unknown log format is refused", "TABLEASE_LOG_FORMAT", "xml", "TABLEASE_LOG_FORMAT"},
 		{"a handoff timeout of an hour is refused", "TABLEASE_HANDOFF_TIMEOUT", "1h", "TABLEASE_HANDOFF_TIMEOUT"},
 		{"a handoff reserve that is not a duration is refused", "TABLEASE_HANDOFF_RESERVE", "soon", "TABLEASE_HANDOFF_RESERVE"},
-		{"a default above the maximum is refused", "TABLEASE_TTL_DEFAULT", "200s", "TABLEASE_TTL_MAX"},
-		{"a minimum above the default is refused", "TABLEASE_TTL_MIN", "50s", "TABLEASE_TTL_DEFAULT"},
+		// Two bounds out of order: the error names the one set, not the other's default.
+		{"a default above the maximum is refused", "TABLEASE_TTL_DEFAULT", "200s", "TABLEASE_TTL_DEFAULT"},
+		{"a minimum above the default is refused", "TABLEASE_TTL_MIN", "50s", "TABLEASE_TTL_MIN"},
+		{"a maximum above the hidden maximum is refused", "TABLEASE_TTL_MAX", "200s", "TABLEASE_TTL_MAX"},
 		{"a hidden maximum below the maximum is refused", "TABLEASE_TTL_HIDDEN_MAX", "100s", "TABLEASE_TTL_HIDDEN_MAX"},
 		{"a missing issuer is refused outside dev mode", "TABLEASE_JWT_ISSUER", "", "TABLEASE_JWT_ISSUER"},
 		{"a missing public keys file is refused", "TABLEASE_JWT_PUBLIC_KEYS", "/nonexistent/keys.pem", "TABLEASE_JWT_PUBLIC_KEYS"},
