@@ -83,12 +83,13 @@ type accessClaims struct {
 }
 
 // UnmarshalJSON reads the claims, refusing an exp, nbf or iat that is not a JSON number
-// (numericdate.Check), and a claim given twice or named in another case (jsontext.Claims).
+// (numericdate.Check), and text that is not UTF-8, a claim given twice or named in another case
+// (jsontext.Token).
 func (c *accessClaims) UnmarshalJSON(b []byte) error {
 	if err := numericdate.Check(b); err != nil {
 		return err
 	}
-	if err := jsontext.Claims(b, jsontext.Fields(c)); err != nil {
+	if err := jsontext.Token(b, jsontext.Fields(c)); err != nil {
 		return err
 	}
 	type plain accessClaims // without this method
@@ -223,9 +224,19 @@ var (
 	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
 )
 
+// headerError is a header jsontext.Header refused: a parameter given twice or named in another
+// case, or text that is not UTF-8.
+type headerError struct{ err error }
+
+func (e *headerError) Error() string { return "the token's header is ambiguous: " + e.err.Error() }
+func (e *headerError) Unwrap() error { return e.err }
+
 // keyFor chooses the verification key: the secret for HS256 and only for HS256; for the others
 // the public key named by kid, and only when that key is meant for the token's algorithm.
 func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
+	if err := jsontext.Header(t.Raw); err != nil {
+		return nil, &headerError{err}
+	}
 	if _, ok := t.Header["crit"]; ok { // RFC 7515 §4.1.11: extensions it does not understand
 		return nil, errCrit
 	}
@@ -282,11 +293,18 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 
 func tokenProblem(err error) string {
 	var ke *jsontext.KeyError
+	var he *headerError
 	switch {
 	case errors.Is(err, errCrit):
 		return errCrit.Error()
+	case errors.As(err, &he):
+		return he.Error()
 	case errors.As(err, &ke):
 		return "the token's claims are ambiguous: " + ke.Error()
+	case errors.Is(err, jsontext.ErrNotUTF8):
+		return "the token's claims are not valid UTF-8"
+	case errors.Is(err, jsontext.ErrLoneSurrogate):
+		return "the token's claims escape a lone UTF-16 surrogate, which is not a character"
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "the bearer token is malformed"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):

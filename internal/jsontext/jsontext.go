@@ -2,8 +2,9 @@
 // accept rather than refuse: bytes that are not UTF-8, and \u escapes of lone UTF-16 surrogates
 // ("\udead"), which name no character and which it would store as U+FFFD (Check); and keys of an
 // object that match a field only when case is ignored, keys given twice and null values (Keys;
-// Claims, for the claims of a token, only the first two). Request bodies, catalogs and tokens are
-// refused with a clear error instead of being read otherwise than they were written.
+// Claims, for the claims of a token, only the first two; Token and Header, for a token's claims
+// and header, Check and Claims). Request bodies, catalogs and tokens are refused with a clear
+// error instead of being read otherwise than they were written.
 package jsontext
 
 import (

@@ -2,7 +2,8 @@
 // NumericDate) before golang-jwt reads them: that package also reads a JSON string of digits
 // ("9999999999") as a date, which no issuer of ours writes and a verifier must refuse, and it turns
 // a number beyond int64 seconds (1e19) into a date in the distant past, so that such an exp reads
-// as "expired" rather than malformed. Both token
+// as "expired" rather than malformed, and it reads a null as the claim left out, so that
+// "nbf": null would pass where the claim's number would not. Both token
 // verifiers use it: access tokens (api) and lease tokens (owner/leasetoken).
 package numericdate
 
@@ -18,7 +19,7 @@ var names = []string{"exp", "nbf", "iat"}
 const latest = 253402300799
 
 // Check answers an error naming the first of names that payload, a JSON object, has with a value
-// that is neither null nor a JSON number of seconds from 1970 to the end of 9999; nil otherwise,
+// that is not a JSON number of seconds from 1970 to the end of 9999 (null included); nil otherwise,
 // and for a payload that is not a JSON object (the JSON decoder reports that).
 func Check(payload []byte) error {
 	var raw map[string]json.RawMessage
@@ -27,11 +28,11 @@ func Check(payload []byte) error {
 	}
 	for _, name := range names {
 		v, ok := raw[name]
-		if !ok || string(v) == "null" {
+		if !ok {
 			continue
 		}
 		var n json.Number
-		if len(v) == 0 || v[0] == '"' || json.Unmarshal(v, &n) != nil {
+		if len(v) == 0 || v[0] == '"' || string(v) == "null" || json.Unmarshal(v, &n) != nil {
 			return fmt.Errorf("%s must be a number", name)
 		}
 		if f, err := n.Float64(); err != nil || f < 0 || f > latest {

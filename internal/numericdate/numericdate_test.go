@@ -6,7 +6,9 @@ func TestCheck(t *testing.T) {
 	for payload, ok := range map[string]bool{
 		`{"exp":1796337361,"nbf":1796337300,"iat":1796337300}`: true,
 		`{"exp":1796337361.5}`:                                 true,
-		`{"exp":null}`:                                         true,
+		`{"exp":null}`:                                         false,
+		`{"nbf":null}`:                                         false,
+		`{"iat":null}`:                                         false,
 		`{"sub":"u"}`:                                          true,
 		`not json`:                                             true, // the decoder's to report
 		`{"exp":"1796337361"}`:                                 false,

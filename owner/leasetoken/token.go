@@ -163,12 +163,13 @@ type wireClaims struct {
 }
 
 // UnmarshalJSON reads the claims, refusing an exp or iat that is not a JSON number
-// (numericdate.Check), and a claim given twice or named in another case (jsontext.Claims).
+// (numericdate.Check), and text that is not UTF-8, a claim given twice or named in another case
+// (jsontext.Token).
 func (w *wireClaims) UnmarshalJSON(b []byte) error {
 	if err := numericdate.Check(b); err != nil {
 		return err
 	}
-	if err := jsontext.Claims(b, jsontext.Fields(w)); err != nil {
+	if err := jsontext.Token(b, jsontext.Fields(w)); err != nil {
 		return err
 	}
 	type plain wireClaims // without this method
@@ -327,6 +328,10 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	var keyErr error
 	var w wireClaims
 	_, err := v.parser.ParseWithClaims(token, &w, func(t *jwt.Token) (any, error) {
+		if err := jsontext.Header(t.Raw); err != nil {
+			keyErr = &Error{Kind: ErrTokenInvalid, Reason: "the header is ambiguous: " + err.Error()}
+			return nil, keyErr
+		}
 		if typ, _ := t.Header["typ"].(string); typ != TokenType {
 			keyErr = &Error{Kind: ErrTokenInvalid, Reason: fmt.Sprintf("typ must be %q", TokenType)}
 			return nil, keyErr

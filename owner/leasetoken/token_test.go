@@ -252,16 +252,18 @@ func TestVerifyRefuses(t *testing.T) {
 		}
 		return k.(ed25519.PrivateKey)
 	}()
-	// signedRaw signs the payload as written, for what a map cannot hold (a claim twice).
-	signedRaw := func(payload string) string {
-		signing := encodePart(t, map[string]any{"alg": "EdDSA", "kid": f.key.KeyID(), "typ": leasetoken.TokenType}) + "." +
-			base64.RawURLEncoding.EncodeToString([]byte(payload))
+	// signedParts signs the header and payload as written, for what a map cannot hold (a claim
+	// twice); signedRaw, the payload under the usual header.
+	signedParts := func(header, payload string) string {
+		signing := base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
 		sig, err := jwt.SigningMethodEdDSA.Sign(signing, priv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
 	}
+	rawHeader := fmt.Sprintf(`{"alg":"EdDSA","kid":%q,"typ":%q`, f.key.KeyID(), leasetoken.TokenType)
+	signedRaw := func(payload string) string { return signedParts(rawHeader+"}", payload) }
 	rawClaims := fmt.Sprintf(`{"iss":%q,"sub":"user-1","sid":"doc-42","tab":"t","epoch":5,"iat":%d,"exp":%d`, issuer, t0.Unix(), t0.Add(time.Minute).Unix())
 	pubBytes := []byte(f.key.Public().Key().(ed25519.PublicKey))
 	kidHdr := map[string]any{"kid": f.key.KeyID(), "typ": leasetoken.TokenType}
@@ -305,6 +307,11 @@ func TestVerifyRefuses(t *testing.T) {
 		{"an expired token", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "exp", t0.Add(-2*time.Second).Unix())), leasetoken.ErrTokenExpired},
 		{"an epoch given twice", signedRaw(rawClaims + `,"epoch":6}`), leasetoken.ErrTokenInvalid},
 		{"a sid beside SID", signedRaw(rawClaims + `,"SID":"doc-43"}`), leasetoken.ErrTokenInvalid},
+		{"a null nbf", signedRaw(rawClaims + `,"nbf":null}`), leasetoken.ErrTokenInvalid},
+		{"claims that are not UTF-8", signedRaw(rawClaims + ",\"x\":\"\xff\"}"), leasetoken.ErrTokenInvalid},
+		{"claims that escape a lone surrogate", signedRaw(rawClaims + `,"x":"\ud800"}`), leasetoken.ErrTokenInvalid},
+		{"a header that names alg twice", signedParts(`{"alg":"none",`+rawHeader[1:]+"}", rawClaims+"}"), leasetoken.ErrTokenInvalid},
+		{"a header that names kid beside KID", signedParts(rawHeader+`,"KID":"x"}`, rawClaims+"}"), leasetoken.ErrTokenInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
