@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -1027,9 +1028,16 @@ type resyncFeed struct {
 	senders []*lease.WatchSender
 	paused  bool
 	watches int
+	refuse  error // what Watch answers instead of watching, when set
 }
 
 func (f *resyncFeed) Watch(ctx context.Context, key lease.Key, after string) (*lease.Watch, error) {
+	f.mu.Lock()
+	refuse := f.refuse
+	f.mu.Unlock()
+	if refuse != nil {
+		return nil, refuse
+	}
 	in, err := f.inner.Watch(ctx, key, after)
 	if err != nil {
 		return nil, err
@@ -1108,6 +1116,46 @@ func TestAResyncWatchesAgainFromTheLastIDWithAFreshSnapshotThenTheReplay(t *test
 	feed.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d watches, want 2", n)
+	}
+}
+
+// TestAStreamThatCannotWatchAgainEndsWithAFinalEvent: a stream whose watch ends with a resync and
+// that cannot watch again (the store does not answer for rewatchFor, or refuses) tells its client
+// why with the final event, as at a shutdown, rather than ending bare.
+func TestAStreamThatCannotWatchAgainEndsWithAFinalEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		refuse       error
+	}{
+		{"the store refuses", "could not watch", &lease.SessionLimitError{Limit: 1}},
+		{"the store does not answer", "store does not answer", &lease.UnavailableError{Op: "watch", Err: errors.New("i/o timeout")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var feed *resyncFeed
+			h := newHarness(t, func(o *Options) {
+				o.Streams.Keepalive = time.Hour
+				feed = &resyncFeed{inner: o.Engine}
+				o.Engine = storeParts{o.Engine, feed, o.Engine, o.Engine}
+			})
+			ts := h.serve()
+			c := mustStream(t, ts, eventsPath("doc-1", "tabId=tab-a&presence=false"), h.token("alice"), nil)
+			c.expect("snapshot", nil)
+			feed.mu.Lock()
+			feed.refuse = tc.refuse
+			feed.mu.Unlock()
+			feed.resync()
+			var sd struct {
+				Reason  string `json:"reason"`
+				RetryMs int64  `json:"retryMs"`
+			}
+			c.expect("shutdown", &sd)
+			if !strings.Contains(sd.Reason, tc.reason) || sd.RetryMs < 250 || sd.RetryMs > 1250 {
+				t.Errorf("final event %+v, want the reason %q and a retry from 250 to 1250 ms", sd, tc.reason)
+			}
+			if rest := c.expectEnd(); len(rest) != 0 {
+				t.Fatalf("after the final event: %+v", rest)
+			}
+		})
 	}
 }
 

@@ -398,7 +398,14 @@ func (sc *streamConn) resubscribe() bool {
 		}
 	}
 	if err != nil && !errors.Is(err, errGone) && !errors.Is(err, errClosing) {
-		sc.h.log.Info("event stream ended by the store", slog.String("request_id", sc.reqID), slog.String("error", err.Error()))
+		// The client is told, as at a shutdown, rather than left with a bare end of the stream.
+		reason := reasonResumeFailed
+		if errors.Is(err, lease.ErrUnavailable) {
+			reason = reasonStore
+		}
+		_ = sc.sse.shutdown(reason)
+		sc.h.log.Info("event stream ended by the store", slog.String("request_id", sc.reqID),
+			slog.String("sub", sc.key.User), slog.String("session", sc.key.Session), slog.String("error", err.Error()))
 	}
 	return false
 }

@@ -184,12 +184,15 @@ type shutdownJSON struct {
 
 // The reasons of the final event.
 const (
-	reasonShutdown   = "the server is shutting down; reconnect"
-	reasonCredential = "the access token that opened the stream has expired; reconnect with a current one"
+	reasonShutdown     = "the server is shutting down; reconnect"
+	reasonCredential   = "the access token that opened the stream has expired; reconnect with a current one"
+	reasonStore        = "the store does not answer (a Redis failover?); reconnect with Last-Event-ID"
+	reasonResumeFailed = "the stream could not watch its session again; reconnect with Last-Event-ID"
 )
 
-// shutdown writes the final event of a stream that the server ends (its handler closes, or its
-// credential expired: reason), with a short, jittered reconnection delay.
+// shutdown writes the final event of a stream that the server ends (its handler closes, its
+// credential expired, or the store did not let it watch again: reason), with a short, jittered
+// reconnection delay.
 func (w *sseWriter) shutdown(reason string) error {
 	retry := shutdownRetry + mrand.N(shutdownJitter)
 	data, err := json.Marshal(shutdownJSON{Reason: reason, RetryMs: retry.Milliseconds()})
