@@ -296,6 +296,6 @@ func errString(err error) string {
 // storeError counts a store error of op.
 func (s *Server) storeError(op string, err error) {
 	if errors.Is(err, lease.ErrUnavailable) {
-		s.metrics.storeErrors.WithLabelValues(op).Inc()
+		s.metrics.storeFailed(op, err)
 	}
 }

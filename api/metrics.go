@@ -14,10 +14,12 @@ type metrics struct {
 	duration    *prometheus.HistogramVec // route, method
 	leaseOps    *prometheus.CounterVec   // op, result
 	storeErrors *prometheus.CounterVec   // op
+	store       *storeHealth             // logs the outages that storeErrors counts
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error) {
 	m := &metrics{
+		store: store,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_http_requests_total",
 			Help: "HTTP requests answered, by route pattern, method and status.",
@@ -71,12 +73,21 @@ func (m *metrics) observeOp(op string, err error) {
 		result = "too_many_tabs"
 	case errors.Is(err, lease.ErrUnavailable):
 		result = "unavailable"
-		m.storeErrors.WithLabelValues(op).Inc()
 	default:
 		result = "error"
-		m.storeErrors.WithLabelValues(op).Inc()
+	}
+	if result == "unavailable" || result == "error" {
+		m.storeFailed(op, err)
+	} else {
+		m.store.answered()
 	}
 	m.leaseOps.WithLabelValues(op, result).Inc()
+}
+
+// storeFailed counts a call of op that the store did not serve.
+func (m *metrics) storeFailed(op string, err error) {
+	m.storeErrors.WithLabelValues(op).Inc()
+	m.store.failed(op, err)
 }
 
 // countInvalid counts the request of op as invalid when its answer, *err, is 400

@@ -170,13 +170,13 @@ func New(opts Options) (*Server, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("api: Options.Registry: %w", err)
-	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
+	}
+	m, err := newMetrics(reg, newStoreHealth(logger, now))
+	if err != nil {
+		return nil, fmt.Errorf("api: Options.Registry: %w", err)
 	}
 	keys := opts.LeaseKeys
 	if keys == nil {
@@ -362,11 +362,12 @@ func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := contextWithTimeout(c, readyTimeout)
 	defer cancel()
 	if err := s.engine.Ping(ctx); err != nil {
-		s.metrics.storeErrors.WithLabelValues("ping").Inc()
+		s.metrics.storeFailed("ping", err)
 		if !errors.Is(err, lease.ErrUnavailable) {
 			err = &lease.UnavailableError{Op: "ping", Err: err}
 		}
 		return err
 	}
+	s.metrics.store.answered()
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -1,0 +1,62 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAStoreOutageIsLoggedOnceWhenItBeginsAndOnceWhenItEnds: the first failure warns, the later
+// ones add nothing, and only an answer a quiet second after the last failure ends the outage, as
+// when a Cluster shard fails over while the others answer.
+func TestAStoreOutageIsLoggedOnceWhenItBeginsAndOnceWhenItEnds(t *testing.T) {
+	var buf bytes.Buffer
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	now := t0
+	h := newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
+
+	h.answered() // no outage: nothing to say
+	if buf.Len() != 0 {
+		t.Fatalf("logged before any failure: %s", buf.String())
+	}
+	down := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	h.failed("renew", down)
+	for i := range 4 {
+		now = t0.Add(time.Duration(i+1) * 300 * time.Millisecond)
+		h.answered() // another shard's call, within the quiet second
+		h.failed("acquire", down)
+	}
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "level=WARN") || !strings.Contains(l[0], "store calls fail") ||
+		!strings.Contains(l[0], "op=renew") || !strings.Contains(l[0], "connection refused") {
+		t.Fatalf("after 5 failures: %q, want one warning naming the first call and its error", l)
+	}
+	now = now.Add(storeQuiet - time.Millisecond)
+	h.answered()
+	if l := lines(); len(l) != 1 {
+		t.Fatalf("an answer within the quiet second ended the outage: %q", l)
+	}
+	now = now.Add(time.Millisecond)
+	h.answered()
+	h.answered()
+	l := lines()
+	if len(l) != 2 {
+		t.Fatalf("after the quiet second: %q, want one line more", l)
+	}
+	for _, want := range []string{"level=INFO", "store calls are served again", "outage_s=1.2", "failed_calls=5", "failed_renew=1", "failed_acquire=4"} {
+		if !strings.Contains(l[1], want) {
+			t.Errorf("the line of the end %q lacks %q", l[1], want)
+		}
+	}
+	// The next outage is counted afresh.
+	now = now.Add(time.Minute)
+	h.failed("check", down)
+	now = now.Add(2 * storeQuiet)
+	h.answered()
+	if l := lines(); len(l) != 4 || !strings.Contains(l[3], "failed_calls=1") || strings.Contains(l[3], "failed_renew") {
+		t.Fatalf("a second outage: %q", l)
+	}
+}
