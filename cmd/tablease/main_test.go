@@ -362,12 +362,15 @@ func TestGoRedisLinesRepeatedWithinASecondAreCounted(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	r := redisLog{log: &p, limit: newLogLimit(func() time.Time { return now })}
 	const dial = "redis: failed to dial %s\n"
-	for range 25 {
+	start := now
+	for i := range 25 {
+		now = start.Add(time.Duration(i) * 10 * time.Millisecond)
 		r.Printf(context.Background(), dial, "127.0.0.1:6379")
 	}
+	lastLeftOut := now
 	r.Printf(context.Background(), "redis: sentinel %s does not answer\n", "s1") // another format
-	now = now.Add(time.Second)
-	r.Printf(context.Background(), dial, "127.0.0.1:6379")
+	now = now.Add(time.Minute)                                                   // a later outage
+	r.Printf(context.Background(), dial, "127.0.0.1:6380")
 	var lines []map[string]any
 	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
@@ -377,8 +380,9 @@ func TestGoRedisLinesRepeatedWithinASecondAreCounted(t *testing.T) {
 		lines = append(lines, m)
 	}
 	if len(lines) != 3 || lines[0]["repeated"] != nil || lines[1]["detail"] != "redis: sentinel s1 does not answer" ||
-		lines[2]["repeated"] != float64(24) {
-		t.Fatalf("logged %v; want the first dial line, the sentinel line, then a dial line saying 24 were left out", lines)
+		lines[2]["repeated"] != float64(24) || lines[2]["repeated_last"] != lastLeftOut.Format(time.RFC3339Nano) {
+		t.Fatalf("logged %v; want the first dial line, the sentinel line, then a dial line saying 24 were left out, the last at %v",
+			lines, lastLeftOut.Format(time.RFC3339Nano))
 	}
 }
 

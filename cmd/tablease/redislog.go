@@ -20,7 +20,8 @@ import (
 //
 // While Redis is out of reach go-redis writes the same line many times a second (every dial of
 // every pool, every sentinel asked), so a line whose format was logged within the last second is
-// only counted, and the next one logged says how many were left out ("repeated").
+// only counted, and the next one logged says how many were left out ("repeated") and when the last
+// of them was ("repeated_last": they may be of an earlier outage, or of another address).
 type redisLog struct {
 	log   *atomic.Pointer[slog.Logger] // nil until a serve starts: slog's default then
 	limit *logLimit
@@ -30,40 +31,45 @@ type redisLog struct {
 var serveLog atomic.Pointer[slog.Logger]
 
 // logLimit is the last time each format of go-redis's lines was logged, and how many lines of it
-// were left out since. go-redis has a few dozen formats, so the map stays small.
+// were left out since, the last of them when. go-redis has a few dozen formats, so the maps stay
+// small.
 type logLimit struct {
-	now  func() time.Time
-	mu   sync.Mutex
-	last map[string]time.Time
-	left map[string]int
+	now      func() time.Time
+	mu       sync.Mutex
+	last     map[string]time.Time
+	left     map[string]int
+	leftLast map[string]time.Time
 }
 
 func newLogLimit(now func() time.Time) *logLimit {
-	return &logLimit{now: now, last: map[string]time.Time{}, left: map[string]int{}}
+	return &logLimit{now: now, last: map[string]time.Time{}, left: map[string]int{}, leftLast: map[string]time.Time{}}
 }
 
-// allow reports whether a line of format may be logged now, and how many were left out before it.
-func (l *logLimit) allow(format string) (bool, int) {
+// allow reports whether a line of format may be logged now, and how many were left out before it,
+// the last of them when.
+func (l *logLimit) allow(format string) (ok bool, left int, leftLast time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	if last, ok := l.last[format]; ok && now.Sub(last) < time.Second {
 		l.left[format]++
-		return false, 0
+		l.leftLast[format] = now
+		return false, 0, time.Time{}
 	}
-	left := l.left[format]
+	left, leftLast = l.left[format], l.leftLast[format]
 	l.last[format], l.left[format] = now, 0
-	return true, left
+	delete(l.leftLast, format)
+	return true, left, leftLast
 }
 
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
-	repeated := 0
+	repeated, repeatedLast := 0, time.Time{}
 	if r.limit != nil {
-		ok, left := r.limit.allow(format)
+		ok, left, leftLast := r.limit.allow(format)
 		if !ok {
 			return
 		}
-		repeated = left
+		repeated, repeatedLast = left, leftLast
 	}
 	log := r.log.Load()
 	if log == nil {
@@ -71,7 +77,7 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	}
 	attrs := []any{"detail", strings.TrimSpace(fmt.Sprintf(format, v...))}
 	if repeated > 0 {
-		attrs = append(attrs, "repeated", repeated)
+		attrs = append(attrs, "repeated", repeated, "repeated_last", repeatedLast)
 	}
 	level := slog.LevelWarn
 	if slices.ContainsFunc(infoFormats, func(f string) bool { return strings.HasPrefix(format, f) }) {
