@@ -173,6 +173,8 @@ export class TabLease extends EventTarget {
     this._deadline = -Infinity;
     this._confirmedAt = -Infinity; // send time of the answer the deadline comes from
     this._minValidEpoch = 0;
+    // The highest epoch an answer or an event showed, and when it came (see _storeWentBack).
+    this._seen = { epoch: 0, at: -Infinity };
     // The epoch whose renew the server refused to authenticate (a 401 after a fresh token, a
     // 403): the server may still list this tab at it, which the tab cannot prove. It does not
     // hold it, until an acquire confirms it again (the server gives the holder its epoch back).
@@ -445,7 +447,7 @@ export class TabLease extends EventTarget {
       if (body.valid && body.lease) this._confirm(body.lease, sentAt, gen);
       return this.role === "owner";
     } catch (e) {
-      if (gen === this._gen && e.code === "LEASE_LOST") this._lost(epoch, e.details, "lost");
+      if (gen === this._gen && e.code === "LEASE_LOST") this._lost(epoch, e.details, "lost", sentAt);
       else if (!e.retryable) this._emitError(e);
       return false;
     }
@@ -730,13 +732,40 @@ export class TabLease extends EventTarget {
     if (!this._holdsEpoch()) this._endHandoffAsk();
   }
 
+  /** Notes an epoch an answer or an event showed, now. */
+  _saw(epoch) {
+    if (typeof epoch === "number" && epoch > this._seen.epoch) this._seen = { epoch, at: this._clock.now() };
+  }
+
+  /** Whether the answer to a request sent at sentAt, showing epoch, comes from a store that lost
+   *  the highest epoch this tab has seen: the request was sent after that epoch came, so it
+   *  reached the store after the store had it, and only a loss of the store's last writes (a
+   *  Redis failover) answers a lower one. Epoch 0, a store with no record of the session, is news
+   *  of its own (_setView). */
+  _storeWentBack(epoch, sentAt) {
+    return typeof epoch === "number" && epoch > 0 && epoch < this._seen.epoch && sentAt > this._seen.at;
+  }
+
+  /** Takes the store as it now is, below epochs it lost: they are forgotten, this tab's own with
+   *  them when it was one (a lost grant proves nothing), and the store's epoch is the floor. */
+  _forgetLostEpochs(epoch) {
+    if (this._epoch > epoch) this._epoch = 0;
+    this._minValidEpoch = epoch;
+    this._seen = { epoch, at: this._clock.now() };
+    this._view = null;
+  }
+
   _setView(lease, at) {
     if (!lease || typeof lease !== "object") return;
     const v = this._view;
     // Epochs only grow, so a lower one is older news (an answer overtaken by an event), unless it
     // is 0: the store has no record of the session (it forgot it, or lost its data), and the
-    // holder this tab knew of is gone with it.
-    if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch && lease.epoch !== 0) return;
+    // holder this tab knew of is gone with it; or unless the store lost the higher one.
+    if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch && lease.epoch !== 0) {
+      if (!this._storeWentBack(lease.epoch, at)) return;
+      this._forgetLostEpochs(lease.held ? lease.epoch : lease.epoch + 1);
+    }
+    this._saw(lease.epoch);
     this._view = {
       held: Boolean(lease.held),
       holder: lease.held ? lease.holder ?? null : null,
@@ -754,13 +783,18 @@ export class TabLease extends EventTarget {
     if (gen !== this._gen || this._state === "stopped") return false;
     const mine = lease && lease.held && lease.holder?.tabId === this.tabId && typeof lease.epoch === "number";
     if (!mine) {
-      this._lost(this._epoch, lease, "lost");
+      this._lost(this._epoch, lease, "lost", sentAt);
       return false;
     }
     if (lease.epoch < this._minValidEpoch) {
-      // An event already showed this grant to be over.
-      this._update("lost");
-      return false;
+      if (!this._storeWentBack(lease.epoch, sentAt)) {
+        // An event already showed this grant to be over.
+        this._update("lost");
+        return false;
+      }
+      // The store gave this tab its lease back, below epochs it lost: take a new one (_remint).
+      this._forgetLostEpochs(lease.epoch);
+      Promise.resolve().then(() => this._remint(lease.epoch));
     }
     this._unproven = 0;
     if (lease.epoch !== this._epoch) {
@@ -790,13 +824,15 @@ export class TabLease extends EventTarget {
     return true;
   }
 
-  _lost(epoch, details, reason) {
+  /** The answer to a request sent at sentAt says this tab's epoch is over; details are what it
+   *  says of the lease now. */
+  _lost(epoch, details, reason, sentAt) {
     if (epoch > 0) this._learn(epoch + 1);
     if (details && typeof details === "object") {
       const holder = details.holder ?? null;
       if (typeof details.epoch === "number") {
         this._learn(holder ? details.epoch : details.epoch + 1);
-        this._setView({ held: Boolean(holder), holder, epoch: details.epoch, remainingMs: details.remainingMs }, this._clock.now());
+        this._setView({ held: Boolean(holder), holder, epoch: details.epoch, remainingMs: details.remainingMs }, sentAt);
       }
     }
     this._clearTimer("renew");
@@ -1047,7 +1083,7 @@ export class TabLease extends EventTarget {
       } catch (e) {
         if (gen !== this._gen || epoch !== this._epoch) return false;
         if (e.code === "LEASE_LOST") {
-          this._lost(epoch, e.details, "lost");
+          this._lost(epoch, e.details, "lost", sentAt);
         } else if (e.retryable) {
           if (e.code === "NETWORK" || e.code === "UNAUTHENTICATED") this._requestFailed(e);
           this._scheduleRenew(this._clock.now() + backoffDelay(this._attempts.renew++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
@@ -1083,6 +1119,16 @@ export class TabLease extends EventTarget {
     const left = this._deadline - now;
     if (!(left > 0)) return this._api.timeoutMs;
     return Math.max(MIN_RENEW_TIMEOUT_MS, Math.floor(left / 2)); // request() caps it at timeoutMs
+  }
+
+  /** After the store lost epochs above epoch, at which it holds this tab's lease (a Redis
+   *  failover lost the grants above it), a resource that a write under a lost epoch fenced
+   *  refuses this one: the tab releases it and acquires again, which mints an epoch above them
+   *  (the store floors a new epoch at its clock). */
+  async _remint(epoch) {
+    if (this._epoch !== epoch || !this._holdsEpoch()) return;
+    const r = await this._release("remint");
+    if (r.released && this._running()) await this._acquireQuietly("try");
   }
 
   async _release(why, { keepalive = false } = {}) {
@@ -1343,6 +1389,9 @@ export class TabLease extends EventTarget {
         if (!d || typeof d !== "object") return;
         if (typeof d.epoch === "number") this._learn(d.held ? d.epoch : d.epoch + 1);
         const mine = d.held && d.holder?.tabId === this.tabId && d.epoch === this._epoch;
+        // A snapshot below an epoch this tab has seen is older news, or a store that lost its
+        // last writes (a Redis failover): a read sent now tells which (_storeWentBack).
+        if (typeof d.epoch === "number" && d.epoch > 0 && d.epoch < this._seen.epoch) this.refresh().catch(() => {});
         if (!mine) this._setView(d, now);
         this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
         // catalog events are not replayed: a version changed while the stream was down shows here.
@@ -1359,6 +1408,7 @@ export class TabLease extends EventTarget {
         if (!mine) {
           const v = this._view;
           if (!v || d.epoch >= v.epoch) {
+            this._saw(d.epoch);
             const same = v && v.held && held && v.epoch === d.epoch;
             this._view = {
               held,

@@ -532,3 +532,75 @@ test("after the store lost its data, every tab sees the lease free, one takes it
     await settle(clock);
   }
 });
+
+test("a takeover that a Redis failover lost leaves one owner within a second, every tab showing the store, at an epoch above the lost one", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { random: () => 0.5 });
+  try {
+    await a.start();
+    await run(clock, 300);
+    await b.start();
+    await run(clock, 300);
+    assert.deepEqual([a.role, b.role], ["owner", "viewer"]);
+    const before = { epoch: server.epoch, holder: { ...server.holder }, expiresAt: server.expiresAt };
+    await b.takeover();
+    await run(clock, 300);
+    assert.deepEqual([a.role, b.role], ["viewer", "owner"]);
+    const lost = server.epoch;
+    const bWrote = b.epoch; // the epoch b's backend writes carried: a resource they wrote is fenced at it
+
+    // The failover loses the takeover: the new primary has a's lease at its old epoch, and mints
+    // new epochs from its clock, above every earlier one.
+    Object.assign(server, { epoch: before.epoch, holder: before.holder, expiresAt: before.expiresAt + 5000 });
+    const grant = server.grant.bind(server);
+    server.grant = (body, ttl) => {
+      server.epoch = Math.max(server.epoch, lost + 1000);
+      grant(body, ttl);
+    };
+    server.dropStreams();
+    const calls = server.calls.length;
+    await run(clock, 1000);
+
+    const owners = [a, b].filter((t) => t.role === "owner");
+    assert.equal(owners.length, 1, "one tab is owner again");
+    assert.equal(owners[0], a, "the tab the store gave the lease back to");
+    assert.equal(server.holder?.tabId, a.tabId);
+    assert.ok(a.epoch > bWrote, `a holds epoch ${a.epoch}, above the lost ${bWrote}: a backend that fenced at it accepts a's writes`);
+    for (const t of [a, b]) {
+      assert.equal(t.lease.holder?.tabId, a.tabId, "every tab shows the store's holder");
+      assert.equal(t.lease.epoch, server.epoch);
+    }
+    await run(clock, 4000, 200);
+    assert.equal(a.role, "owner");
+    assert.ok(server.calls.length - calls < 12, `${server.calls.length - calls} requests in 5 s`);
+  } finally {
+    for (const t of [a, b]) await t.stop({ release: false });
+  }
+});
+
+test("an answer to a request sent before a takeover came is older news, not a store that went back", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { latencyMs: 300 });
+  const [a] = browserTabs(TabLease, 1, server, clock, { autoAcquire: false });
+  try {
+    const started = a.start();
+    await run(clock, 700);
+    await started;
+    const acquired = a.acquire();
+    await run(clock, 400);
+    await acquired;
+    assert.equal(a.role, "owner");
+    const mine = a.epoch;
+    a.refresh(); // answered 300 ms later, computed now: a at its epoch
+    await run(clock, 50);
+    server.takeoverBy("elsewhere"); // an event, heard at once
+    await run(clock, 500);
+    assert.equal(a.role, "viewer", "the late answer does not give the lease back");
+    assert.equal(a.lease.holder?.tabId, "elsewhere");
+    assert.ok(a.lease.epoch > mine);
+    assert.equal(server.calls.filter((c) => c.path === "/lease/release").length, 0);
+  } finally {
+    await a.stop({ release: false });
+  }
+});
