@@ -1389,10 +1389,11 @@ export class TabLease extends EventTarget {
         if (!d || typeof d !== "object") return;
         if (typeof d.epoch === "number") this._learn(d.held ? d.epoch : d.epoch + 1);
         const mine = d.held && d.holder?.tabId === this.tabId && d.epoch === this._epoch;
-        // A snapshot below an epoch this tab has seen is older news, or a store that lost its
-        // last writes (a Redis failover): a read sent now tells which (_storeWentBack).
+        // A snapshot below an epoch this tab has seen is older news (the stream may have been
+        // opened before that epoch came), or a store that lost its last writes (a Redis
+        // failover): a read sent now tells which (_storeWentBack).
         if (typeof d.epoch === "number" && d.epoch > 0 && d.epoch < this._seen.epoch) this.refresh().catch(() => {});
-        if (!mine) this._setView(d, now);
+        else if (!mine) this._setView(d, now);
         this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
         // catalog events are not replayed: a version changed while the stream was down shows here.
         if (typeof d.catalogVersion === "string" && this._catalogVersion !== null && d.catalogVersion !== this._catalogVersion) {

@@ -579,6 +579,44 @@ test("a takeover that a Redis failover lost leaves one owner within a second, ev
   }
 });
 
+test("a snapshot below the epoch a tab holds (a stream opened before its grant) leaves its lease alone", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a] = browserTabs(TabLease, 1, server, clock, { autoAcquire: false });
+  try {
+    await a.start();
+    await a.acquire();
+    await run(clock, 100);
+    const mine = a.epoch;
+    // The next stream's snapshot shows the store as it was before the grant: another tab's lease.
+    const before = { held: true, holder: { tabId: "before", label: "", hidden: false }, epoch: mine - 1, role: "viewer" };
+    const stream = server._stream.bind(server);
+    let stale = true;
+    server._stream = (call, signal) => {
+      if (!stale) return stream(call, signal);
+      stale = false;
+      const lease = server.lease;
+      server.lease = (tabId) => ({ ...lease.call(server, tabId), ...before });
+      try {
+        return stream(call, signal);
+      } finally {
+        server.lease = lease;
+      }
+    };
+    const states = new Set();
+    a.on("state", ({ state }) => states.add(state));
+    server.dropStreams();
+    await run(clock, 3000);
+    assert.equal(stale, false, "the stream reconnected and got the stale snapshot");
+    assert.equal(a.role, "owner");
+    assert.equal(a.epoch, mine);
+    assert.ok(!states.has("viewer"), `states ${[...states]}: the tab held its epoch throughout (unconfirmed while its stream was down)`);
+    assert.equal(server.calls.filter((c) => c.path === "/lease/release").length, 0);
+  } finally {
+    await a.stop({ release: false });
+  }
+});
+
 test("an answer to a request sent before a takeover came is older news, not a store that went back", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock, { latencyMs: 300 });
