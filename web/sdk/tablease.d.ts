@@ -217,7 +217,8 @@ export interface RoleChangeDetail {
   role: Role;
   previous: Role;
   /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · frozen ·
-   *  event · refresh · guard · away · pagehide */
+   *  event · refresh · guard · away · pagehide · remint (a release to take a new epoch after a
+   *  Redis failover lost higher ones: docs/browser-client.md, "When a tab is the owner") */
   reason: string;
   lease: LeaseView;
 }
