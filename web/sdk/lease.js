@@ -190,8 +190,8 @@ export class TabLease extends EventTarget {
     this._hidden = this._document?.visibilityState === "hidden";
     this._renewing = null;
     this._renewAgain = false;
-    this._attempts = { renew: 0, acquire: 0, viewer: 0, presence: 0 };
-    this._timers = { renew: null, role: null, viewer: null, acquire: null, presence: null };
+    this._attempts = { renew: 0, acquire: 0, viewer: 0, presence: 0, join: 0 };
+    this._timers = { renew: null, role: null, viewer: null, acquire: null, presence: null, join: null };
     this._handoffWait = null; // this tab's pending requestHandoff
     this._stream = null; // {hub, leave} while joined
     this._streamLive = false;
@@ -868,6 +868,7 @@ export class TabLease extends EventTarget {
     try {
       const r = await this._api.request(method, path, body, opts);
       this._reached(method, path);
+      if (this._timers.join != null) this._joinStream(); // getToken works again: join the stream now
       return r;
     } catch (e) {
       if (e?.code !== "NETWORK") this._reached(method, path);
@@ -1313,14 +1314,31 @@ export class TabLease extends EventTarget {
 
   // --- internals: the event stream ---------------------------------------------------------------
 
+  /** Joins the event stream shared by this browser's tabs of the same user and session. The user
+   *  is the access token's `sub`: a tab that cannot tell it yet (getToken failed) would be alone in
+   *  a group of its own and open a second stream, so it tries again, with backoff, and at once
+   *  when a request of its own gets an answer. */
   async _joinStream() {
+    this._clearTimer("join");
     let sub = "";
+    let failed = false;
     try {
       sub = tokenSubject(await this._api.token(false));
     } catch (e) {
+      failed = true;
       this._emitError(e);
     }
-    if (!this._running()) return;
+    if (!this._running() || this._stream) return;
+    if (failed) {
+      const delay = backoffDelay(this._attempts.join++, { ...this._backoff, random: this._random });
+      this._clearTimer("join");
+      this._timers.join = this._clock.setTimeout(() => {
+        this._timers.join = null;
+        this._joinStream();
+      }, delay);
+      return;
+    }
+    this._attempts.join = 0;
     const base = this.baseUrl || globalThis.location?.origin || "";
     const key = `${base}|${sub}|${this.sessionId}`;
     this._stream = joinHub(this._streamEnv.hubs, key, this._streamEnv, {

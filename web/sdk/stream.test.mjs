@@ -230,6 +230,41 @@ test("when the tab running the stream closes, another tab takes it over and resu
   await settle(clock);
 });
 
+test("a tab whose getToken fails when it joins (a page restored offline) shares the stream once it gets a token", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  let failures = 2; // b's first calls of getToken throw: an identity provider out of reach
+  const tokenOf = (tab) => async () => {
+    if (tab === "b" && failures-- > 0) throw new Error("the identity provider is out of reach");
+    return fakeJWT("alice");
+  };
+  const [a] = browserTabs(TabLease, 1, server, clock, { getToken: tokenOf("a") });
+  const locks = a._streamEnv.locks; // the browser's: b is another tab of it
+  const b = new TabLease({
+    ...fakeOptions(server, clock),
+    stream: "fetch",
+    shareStream: true,
+    locks,
+    BroadcastChannel,
+    hubs: new Map(),
+    getToken: tokenOf("b"),
+  });
+  const errors = [];
+  b.on("error", ({ error }) => errors.push(error));
+  await a.start();
+  await b.start();
+  for (let i = 0; i < 40; i++) await settle(clock, 250);
+  assert.ok(errors.length >= 1, "the failure was told");
+  assert.equal(server.callsTo("GET", "/events").length, 1, "one connection: b joined a's, not one of its own");
+  assert.equal(server.streams.size, 1);
+  assert.deepEqual([a.streamLive, b.streamLive], [true, true]);
+  server.takeoverBy("t-elsewhere", "another browser");
+  await settle(clock);
+  assert.equal(b.lease.holder?.label, "another browser", "b hears the shared stream");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
 test("streams of different sessions or users are not shared", async () => {
   const clock = new FakeClock(1000);
   const s1 = new FakeServer(clock, { sessionId: "doc-1" });
