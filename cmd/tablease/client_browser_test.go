@@ -490,6 +490,43 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		}
 	})
 
+	t.Run("a tab restored from the back/forward cache while offline joins the browser's stream once online, not one of its own", func(t *testing.T) {
+		const session = "bfcache-offline"
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		first := srv.open(b.NewTab("first"), session)
+		first.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+		second := srv.open(b.NewTab("second"), session)
+		second.WaitFor("the second tab to be a viewer", viewerOfJS(first.id), 10*time.Second)
+
+		// Away, then back while offline: the page comes back from the cache (pageshow) and its
+		// getToken fails, as one that asks an identity provider does offline (the demo keeps
+		// the token it was given, so it is wrapped).
+		browsertest.Eval[bool](second, `addEventListener("pageshow", (e) => { window.restored = e.persisted; }), true`)
+		browsertest.Eval[bool](second, `(() => { const g = tablease._api._getToken; tablease._api._getToken = `+
+			`async (o) => { if (!navigator.onLine) throw new Error("the identity provider is out of reach"); return g(o); }; return true; })()`)
+		second.Do("leave the demo", chromedp.Navigate(srv.base+"/healthz"))
+		second.SetOffline(true)
+		second.Do("go back to the demo", chromedp.Evaluate[chromedp.Void]("history.back()"))
+		second.WaitFor("the page restored from the back/forward cache", `window.restored === true && tablease.state !== "away"`, 10*time.Second)
+		streams := srv.watchStreams(t)
+		second.SetOffline(false)
+		second.WaitFor("the restored tab to follow the stream again", `tablease.streamLive && !tablease.streamCarrier`, 15*time.Second)
+		// Its next request settles its group at once; give a stream of its own time to open.
+		srv.takeOverElsewhere(session, "t-elsewhere")
+		for _, tab := range []demoTab{first, second} {
+			tab.WaitFor("the tab to show the takeover made elsewhere", viewerOfJS("t-elsewhere"), 5*time.Second)
+		}
+		maxOpen, now, samples, err := streams.stop()
+		if err != nil {
+			t.Fatalf("reading tablease_event_streams from /metrics: %v", err)
+		}
+		if maxOpen > 1 || now != 1 {
+			t.Errorf("tablease_event_streams reached %v (now %v) over %d samples after the tab came back online; want the browser's one stream; second: %v",
+				maxOpen, now, samples, lifecycleOf(second))
+		}
+	})
+
 	t.Run("an owner tab that goes offline is read-only before its lease can lapse, and owner again soon after it is back online", func(t *testing.T) {
 		const (
 			session = "offline"
