@@ -11,10 +11,15 @@ declare const modal: { show(q: string, o: { onAnswer(a: string): void; onCancel(
 declare function confirmModal(ui: { submit(v: { answer: string }): void; cancel(): void }, text: string): () => void;
 
 // docs/browser-client.md, "Use it from a web app"; README.md, "Browser client".
+let cached = { token: "", until: 0 };
 async function getToken({ refresh, signal }: { refresh?: boolean; signal?: AbortSignal } = {}): Promise<string> {
+  if (!refresh && Date.now() < cached.until) return cached.token;
   const res = await fetch("/auth/tablease-token" + (refresh ? "?refresh=1" : ""), { credentials: "include", signal });
   if (!res.ok) throw new Error(`token endpoint: ${res.status}`);
-  return (await res.json()).token;
+  const { token } = (await res.json()) as { token: string };
+  const { exp } = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))) as { exp: number };
+  cached = { token, until: exp * 1000 - 60_000 };
+  return token;
 }
 
 const lease = new TabLease({
