@@ -171,10 +171,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		const session = "frozen-carrier-is-owner"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
-		carrier := srv.open(b.NewTab("carrier"), session)
-		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		viewer := srv.open(b.NewTab("viewer"), session)
-		viewer.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+		carrier, viewer := srv.ownerAndViewer(b, session, "carrier", "viewer")
 		srv.mustHold(session, carrier.id)
 		checkCarrier(t, carrier, viewer)
 
@@ -227,10 +224,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		const session = "crashed-carrier"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
-		carrier := srv.open(b.NewTab("carrier"), session)
-		carrier.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		other := srv.open(b.NewTab("other"), session)
-		other.WaitFor("the second tab to be a viewer", viewerOfJS(carrier.id), 10*time.Second)
+		carrier, other := srv.ownerAndViewer(b, session, "carrier", "other")
 		checkCarrier(t, carrier, other)
 
 		carrier.Crash() // no pagehide: the browser frees the stream's Web Lock
@@ -341,10 +335,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		const session = "presence"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
-		first := srv.open(b.NewTab("first"), session)
-		first.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		second := srv.open(b.NewTab("second"), session)
-		second.WaitFor("the second tab to be a viewer", viewerOfJS(first.id), 10*time.Second)
+		first, second := srv.ownerAndViewer(b, session, "first", "second")
 
 		want := []string{first.id, second.id}
 		slices.Sort(want)
@@ -434,10 +425,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		const session = "wedge"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
-		holder := srv.open(b.NewTab("holder"), session)
-		holder.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		other := srv.open(b.NewTab("other"), session)
-		other.WaitFor("the second tab to be a viewer", viewerOfJS(holder.id), 10*time.Second)
+		holder, other := srv.ownerAndViewer(b, session, "holder", "other")
 
 		// A guarded mutation that never settles and ignores its signal.
 		browsertest.Eval[chromedp.Void](holder, `(() => {
@@ -494,10 +482,7 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		const session = "bfcache-offline"
 		srv := startDemoServer(t, rds, nil)
 		b := browsertest.Start(t)
-		first := srv.open(b.NewTab("first"), session)
-		first.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
-		second := srv.open(b.NewTab("second"), session)
-		second.WaitFor("the second tab to be a viewer", viewerOfJS(first.id), 10*time.Second)
+		first, second := srv.ownerAndViewer(b, session, "first", "second")
 
 		// Away, then back while offline: the page comes back from the cache (pageshow) and its
 		// getToken fails, as one that asks an identity provider does offline (the demo keeps
@@ -938,6 +923,17 @@ func lifecycleOf(tab demoTab) clientLifecycle {
 		return clientLifecycle{Err: err.Error()}
 	}
 	return s
+}
+
+// ownerAndViewer opens two tabs of session in b: the first, which becomes the owner and carries
+// the stream, then the second, a viewer of it.
+func (s demoServer) ownerAndViewer(b *browsertest.Browser, session, first, second string) (demoTab, demoTab) {
+	s.t.Helper()
+	owner := s.open(b.NewTab(first), session)
+	owner.WaitFor("the first tab to be owner", ownerJS, 15*time.Second)
+	viewer := s.open(b.NewTab(second), session)
+	viewer.WaitFor("the second tab to be a viewer", viewerOfJS(owner.id), 10*time.Second)
+	return owner, viewer
 }
 
 // crossOriginPage is the page served from another origin than tablease's: it imports the client

@@ -234,6 +234,16 @@ export class FakeServer {
     this.leaseEvent("taken_over", { previous: prev ? { tabId: prev.tabId, epoch: this.epoch - 1 } : null });
   }
 
+  /** After the store lost data: the epochs it grants from now on are above floor, as a real
+   *  store's clock floors them above every epoch it minted before. */
+  floorEpochsAbove(floor) {
+    const grant = this.grant.bind(this);
+    this.grant = (body, ttl) => {
+      this.epoch = Math.max(this.epoch, floor + 1000);
+      grant(body, ttl);
+    };
+  }
+
   grant(body, ttl) {
     this.epoch++;
     this.transitions++;

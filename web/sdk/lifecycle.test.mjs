@@ -508,11 +508,7 @@ test("after the store lost its data, every tab sees the lease free, one takes it
     server.holder = null;
     server.epoch = 0;
     server.transitions = 0;
-    const grant = server.grant.bind(server);
-    server.grant = (body, ttl) => {
-      server.epoch = Math.max(server.epoch, lost + 1000);
-      grant(body, ttl);
-    };
+    server.floorEpochsAbove(lost);
     server.dropStreams();
     const before = server.calls.length;
     await run(clock, 20000);
@@ -553,11 +549,7 @@ test("a takeover that a Redis failover lost leaves one owner within a second, ev
     // The failover loses the takeover: the new primary has a's lease at its old epoch, and mints
     // new epochs from its clock, above every earlier one.
     Object.assign(server, { epoch: before.epoch, holder: before.holder, expiresAt: before.expiresAt + 5000 });
-    const grant = server.grant.bind(server);
-    server.grant = (body, ttl) => {
-      server.epoch = Math.max(server.epoch, lost + 1000);
-      grant(body, ttl);
-    };
+    server.floorEpochsAbove(lost);
     server.dropStreams();
     const calls = server.calls.length;
     await run(clock, 1000);
