@@ -175,6 +175,8 @@ export class TabLease extends EventTarget {
     this._minValidEpoch = 0;
     // The highest epoch an answer or an event showed, and when it came (see _storeWentBack).
     this._seen = { epoch: 0, at: -Infinity };
+    // The highest epoch the store lost, while this tab has not yet taken an epoch above it (_remint).
+    this._lostAbove = 0;
     // The epoch whose renew the server refused to authenticate (a 401 after a fresh token, a
     // 403): the server may still list this tab at it, which the tab cannot prove. It does not
     // hold it, until an acquire confirms it again (the server gives the holder its epoch back).
@@ -749,6 +751,7 @@ export class TabLease extends EventTarget {
   /** Takes the store as it now is, below epochs it lost: they are forgotten, this tab's own with
    *  them when it was one (a lost grant proves nothing), and the store's epoch is the floor. */
   _forgetLostEpochs(epoch) {
+    this._lostAbove = Math.max(this._lostAbove, this._seen.epoch);
     if (this._epoch > epoch) this._epoch = 0;
     this._minValidEpoch = epoch;
     this._seen = { epoch, at: this._clock.now() };
@@ -761,9 +764,11 @@ export class TabLease extends EventTarget {
     // Epochs only grow, so a lower one is older news (an answer overtaken by an event), unless it
     // is 0: the store has no record of the session (it forgot it, or lost its data), and the
     // holder this tab knew of is gone with it; or unless the store lost the higher one.
+    let wentBack = false;
     if (v && typeof lease.epoch === "number" && lease.epoch < v.epoch && lease.epoch !== 0) {
       if (!this._storeWentBack(lease.epoch, at)) return;
       this._forgetLostEpochs(lease.held ? lease.epoch : lease.epoch + 1);
+      wentBack = true;
     }
     this._saw(lease.epoch);
     this._view = {
@@ -776,6 +781,12 @@ export class TabLease extends EventTarget {
       transitions: lease.transitions ?? null,
       at,
     };
+    // The store gave this tab its lease back, at an epoch below lost ones of its own (it took
+    // over in turn before the failover): an acquire, which gives the holder its epoch, makes it
+    // the owner again, and then _remint moves it above them.
+    if (wentBack && lease.held && lease.holder?.tabId === this.tabId && !this._holdsEpoch() && this._running()) {
+      Promise.resolve().then(() => this._acquireQuietly("try"));
+    }
   }
 
   /** Applies an answer that says this tab holds the lease, from a request sent at sentAt. */
@@ -792,9 +803,7 @@ export class TabLease extends EventTarget {
         this._update("lost");
         return false;
       }
-      // The store gave this tab its lease back, below epochs it lost: take a new one (_remint).
-      this._forgetLostEpochs(lease.epoch);
-      Promise.resolve().then(() => this._remint(lease.epoch));
+      this._forgetLostEpochs(lease.epoch); // the store gave this tab its lease back
     }
     this._unproven = 0;
     if (lease.epoch !== this._epoch) {
@@ -821,6 +830,7 @@ export class TabLease extends EventTarget {
       this._scheduleRenew(sentAt + (lease.renewAfterMs ?? Math.floor(ttl / 3)));
     }
     this._update("confirmed");
+    if (this._lostAbove > lease.epoch) Promise.resolve().then(() => this._remint(lease.epoch));
     return true;
   }
 
@@ -1127,7 +1137,8 @@ export class TabLease extends EventTarget {
    *  refuses this one: the tab releases it and acquires again, which mints an epoch above them
    *  (the store floors a new epoch at its clock). */
   async _remint(epoch) {
-    if (this._epoch !== epoch || !this._holdsEpoch()) return;
+    if (this._epoch !== epoch || !this._holdsEpoch() || !(this._lostAbove > epoch)) return;
+    this._lostAbove = 0; // once: the new epoch is above them by the store's clock
     const r = await this._release("remint");
     if (r.released && this._running()) await this._acquireQuietly("try");
   }
