@@ -831,6 +831,7 @@ export class TabLease extends EventTarget {
     }
     this._update("confirmed");
     if (this._lostAbove > lease.epoch) Promise.resolve().then(() => this._remint(lease.epoch));
+    else this._lostAbove = 0; // held above them
     return true;
   }
 
@@ -1342,7 +1343,6 @@ export class TabLease extends EventTarget {
     if (!this._running() || this._stream) return;
     if (failed) {
       const delay = backoffDelay(this._attempts.join++, { ...this._backoff, random: this._random });
-      this._clearTimer("join");
       this._timers.join = this._clock.setTimeout(() => {
         this._timers.join = null;
         this._joinStream();
