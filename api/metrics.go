@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 // observeOp counts one lease operation by the class of its outcome, but for invalid input, which
 // countInvalid counts: most of it never reaches the store.
 func (m *metrics) observeOp(op string, err error) {
-	result := "ok"
+	result, served := "ok", true
 	switch {
 	case err == nil:
 	case errors.Is(err, lease.ErrInvalid):
@@ -72,14 +72,14 @@ func (m *metrics) observeOp(op string, err error) {
 	case errors.Is(err, lease.ErrTooManyTabs):
 		result = "too_many_tabs"
 	case errors.Is(err, lease.ErrUnavailable):
-		result = "unavailable"
+		result, served = "unavailable", false
 	default:
-		result = "error"
+		result, served = "error", false
 	}
-	if result == "unavailable" || result == "error" {
-		m.storeFailed(op, err)
-	} else {
+	if served {
 		m.store.answered()
+	} else {
+		m.storeFailed(op, err)
 	}
 	m.leaseOps.WithLabelValues(op, result).Inc()
 }

@@ -573,10 +573,18 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 	return v, strings.TrimSpace(v) != ""
 }
 
-// ttlVars are the fields of lease.Limits in their order, with their variables.
-var ttlVars = []struct{ field, env string }{
-	{"Min", "TABLEASE_TTL_MIN"}, {"Default", "TABLEASE_TTL_DEFAULT"},
-	{"Max", "TABLEASE_TTL_MAX"}, {"HiddenMax", "TABLEASE_TTL_HIDDEN_MAX"},
+// ttlVar is a field of lease.Limits, its variable and its value.
+type ttlVar struct {
+	field, env string
+	value      func(lease.Limits) time.Duration
+}
+
+// ttlVars are the fields of lease.Limits in their order.
+var ttlVars = []ttlVar{
+	{"Min", "TABLEASE_TTL_MIN", func(l lease.Limits) time.Duration { return l.Min }},
+	{"Default", "TABLEASE_TTL_DEFAULT", func(l lease.Limits) time.Duration { return l.Default }},
+	{"Max", "TABLEASE_TTL_MAX", func(l lease.Limits) time.Duration { return l.Max }},
+	{"HiddenMax", "TABLEASE_TTL_HIDDEN_MAX", func(l lease.Limits) time.Duration { return l.HiddenMax }},
 }
 
 // limitsError is err, an error of lease.Limits.Validate, as an Error naming variables. When two
@@ -592,11 +600,11 @@ func (c *Config) limitsError(err error, given map[string]bool) error {
 		names = append(names, v.field, v.env)
 	}
 	vars := strings.NewReplacer(names...)
-	i := slices.IndexFunc(ttlVars, func(v struct{ field, env string }) bool { return v.field == ie.Field })
+	i := slices.IndexFunc(ttlVars, func(v ttlVar) bool { return v.field == ie.Field })
 	if i > 0 && !given[ttlVars[i].env] && given[ttlVars[i-1].env] {
-		values := []time.Duration{c.Limits.Min, c.Limits.Default, c.Limits.Max, c.Limits.HiddenMax}
-		return &Error{Var: ttlVars[i-1].env, Reason: fmt.Sprintf("%v must not be above %s (%v, its default): raise them together",
-			values[i-1], ttlVars[i].env, values[i])}
+		set, other := ttlVars[i-1], ttlVars[i]
+		return &Error{Var: set.env, Reason: fmt.Sprintf("%v must not be above %s (%v, its default): raise them together",
+			set.value(c.Limits), other.env, other.value(c.Limits))}
 	}
 	return &Error{Var: vars.Replace(ie.Field), Reason: vars.Replace(ie.Reason)}
 }
