@@ -10,7 +10,8 @@ import (
 )
 
 // Benchmarks of a lease token's life: signing (Ed25519, once per half-life per holder), the
-// renew that reuses it, and a guard's verification.
+// renew that reuses it, and a guard's verification (of a token seen for the first time, and
+// again).
 //
 //	go test -run XXX -bench . -count 10 ./owner/leasetoken/ | benchstat -
 
@@ -74,10 +75,18 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := verifier.Verify(ctx, tok); err != nil {
-			b.Fatal(err)
-		}
+	for _, again := range []bool{false, true} {
+		name := map[bool]string{false: "first", true: "again"}[again]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !again {
+					verifier.ForgetVerified()
+				}
+				if _, err := verifier.Verify(ctx, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

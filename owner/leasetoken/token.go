@@ -267,10 +267,15 @@ type VerifierOptions struct {
 	Now func() time.Time
 }
 
-// Verifier checks lease tokens offline against a KeySource. It is safe for concurrent use.
+// Verifier checks lease tokens offline against a KeySource. It remembers the tokens it found
+// good (verifiedTokens), so that a token checked again costs a lookup rather than a signature
+// verification. It is safe for concurrent use.
 type Verifier struct {
-	keys   KeySource
-	parser *jwt.Parser
+	keys     KeySource
+	parser   *jwt.Parser
+	leeway   time.Duration
+	now      func() time.Time
+	verified verifiedTokens
 }
 
 // NewVerifier makes a Verifier that finds keys in keys.
@@ -301,7 +306,9 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 		opts.Now = time.Now
 	}
 	return &Verifier{
-		keys: keys,
+		keys:   keys,
+		leeway: opts.Leeway,
+		now:    opts.Now,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods(opts.Algorithms),
 			jwt.WithIssuer(opts.Issuer),
@@ -325,7 +332,15 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if len(token) > MaxTokenLen {
 		return Claims{}, &Error{Kind: ErrTokenInvalid, Reason: "token too long"}
 	}
+	now := v.now()
+	if e, ok := v.verified.get(token, now); ok {
+		if k, err := v.keys.LookupKey(ctx, e.key.kid); err == nil && sameKey(k, e.key) {
+			return e.claims, nil
+		}
+		v.verified.forget(token) // verified again below, as the first time
+	}
 	var keyErr error
+	var used PublicKey // the key the token was checked with
 	var w wireClaims
 	_, err := v.parser.ParseWithClaims(token, &w, func(t *jwt.Token) (any, error) {
 		if err := jsontext.Header(t.Raw); err != nil {
@@ -354,11 +369,14 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 			keyErr = &Error{Kind: ErrTokenInvalid, Reason: fmt.Sprintf("alg %s does not fit key %q (%s)", t.Method.Alg(), kid, k.Algorithm())}
 			return nil, keyErr
 		}
+		used = k
 		return k.Key(), nil
 	})
 	switch {
 	case err == nil:
-		return w.claims(), nil
+		c := w.claims()
+		v.verified.put(token, verifiedToken{claims: c, key: used, from: v.acceptedFrom(w), until: c.ExpiresAt.Add(v.leeway)})
+		return c, nil
 	case keyErr != nil:
 		var e *Error
 		if errors.As(keyErr, &e) {
@@ -372,4 +390,14 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		return w.claims(), &Error{Kind: ErrTokenExpired, Err: err}
 	}
 	return Claims{}, &Error{Kind: ErrTokenInvalid, Err: err}
+}
+
+// acceptedFrom is the earliest time at which the parser accepts a token of the claims w: its iat,
+// or its nbf when later, less the leeway.
+func (v *Verifier) acceptedFrom(w wireClaims) time.Time {
+	from := w.IssuedAt.Time
+	if w.NotBefore != nil && w.NotBefore.After(from) {
+		from = w.NotBefore.Time
+	}
+	return from.Add(-v.leeway)
 }

@@ -1,0 +1,7 @@
+package leasetoken
+
+// Remembered is the number of tokens v remembers as verified.
+func (v *Verifier) Remembered() int { return v.verified.len() }
+
+// ForgetVerified empties the tokens v remembers, so that the next verification is a first one.
+func (v *Verifier) ForgetVerified() { v.verified = verifiedTokens{} }
