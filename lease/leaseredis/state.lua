@@ -153,8 +153,15 @@ local function now_us()
   return t[1] * 1000000 + t[2]
 end
 
+-- int is n written as a decimal integer. A call writes some numbers several times (an acquire
+-- its time as the epoch, the grant's time, the event's and the audit record's), and each
+-- string.format costs about as much as a command's argument: the last one is kept.
+local int_n, int_s
 local function int(n)
-  return string.format('%d', n)
+  if n ~= int_n then
+    int_n, int_s = n, string.format('%d', n)
+  end
+  return int_s
 end
 
 -- parse_id reads an event or audit id, "<ms>-<seq>"; nil, nil for anything else.
