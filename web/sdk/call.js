@@ -296,8 +296,9 @@ export async function runToolCall(handler, call, args, callerCtx) {
     const kind = { mutation: call.mutation, routed: instance.pattern !== null };
     // Current: not ended, not past the deadline (a frozen page's timers run late), the page and
     // document as they were and, for a mutation, the lease confirmed now (after a freeze or a
-    // silence, another tab may have taken over).
-    const owner = () => !call.mutation || lease.role === "owner";
+    // silence, another tab may have taken over); a tab asked to hand over lets the handlers it
+    // waits for act while it holds the lease confirmed (_mayAct).
+    const owner = () => !call.mutation || lease._mayAct();
     const current = () => !signal.aborted && !late() && !scope.changeSince(generation, kind) && owner();
     const stale = () => {
       if (signal.aborted) return abortAnswer(signal);

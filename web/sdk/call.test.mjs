@@ -321,6 +321,71 @@ test("a handoff request that lapses while an interaction is open leaves the hold
   await holder.stop({ release: false });
 });
 
+// A mutation that asks first and then confirms, as docs/browser-client.md shows (delete_event).
+function askingThenActing(seen) {
+  return async (args, ctx) => {
+    const answer = await asking(seen)(args, ctx);
+    if (answer?.error || answer?.cancelled) return answer;
+    if (!(await ctx.confirm())) return ctx.stale();
+    seen.acted = { answer: answer.answer, epoch: ctx.epoch, token: ctx.token };
+    return { done: answer.answer };
+  };
+}
+
+test("the answer to a question open when a handoff is asked is applied, then the lease goes to the requester", async () => {
+  const seen = {};
+  const { clock, server, lease, reg, tool } = await setup({ handlers: { confirm: askingThenActing(seen) }, lease: { handoffGraceMs: 5000 } });
+  const epoch = lease.epoch;
+  const asked = tool("confirm").execute({}, {});
+  await flush();
+  server.handoff = { requester: "t-b", at: clock.now() };
+  lease._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch, holder: { tabId: lease.tabId }, requester: { tabId: "t-b" } } });
+  assert.equal(lease.state, "releasing");
+  await clock.advance(3000);
+  seen.ui.submit({ answer: "yes" });
+  assert.deepEqual(await asked, { done: "yes" }, "the user's answer is applied, not refused as a handoff");
+  assert.equal(seen.acted.epoch, epoch);
+  assert.ok(seen.acted.token, "with the lease token of the grant");
+  await flush();
+  assert.equal(server.valid(), false, "released once the handler ended");
+  assert.equal(server.reserved?.tabId, "t-b", "reserved for the requester");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a handler that ends after the handoff request lapsed renews rather than releases: the holder stays owner", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: TOOLS });
+  // Grace checks at 4, 8 and 12 s, then 250 ms after the lapse the renew of 12 s told of.
+  const holder = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), handoffGraceMs: 4000 }));
+  const asker = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), autoAcquire: false }));
+  await holder.start();
+  await asker.start();
+  const seen = {};
+  let defs = [];
+  const reg = syncToolRegistry(holder, { sync: (d) => (defs = d) }, { handlers: { confirm: askingThenActing(seen) } });
+  await reg.sync();
+  const asked = defs.find((d) => d.name === "confirm").execute({}, {});
+  await flush();
+  const wait = asker.requestHandoff();
+  await flush();
+  holder._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: holder.epoch, holder: { tabId: holder.tabId }, requester: { tabId: asker.tabId } } });
+  assert.equal(holder.state, "releasing");
+  // The request lapses at the server 15 s after it was filed; the holder learns it at its next
+  // renew, 250 ms later. The user answers in between.
+  await clock.advance(15100);
+  assert.equal(holder.state, "releasing", "the holder has not renewed since the lapse yet");
+  seen.ui.submit({ answer: "late" });
+  assert.deepEqual(await asked, { done: "late" });
+  await flush();
+  assert.equal((await wait).status, "timeout");
+  assert.equal(holder.state, "owner", "the request lapsed: owner again, not released");
+  assert.equal(server.holder?.tabId, holder.tabId);
+  reg.close();
+  await asker.stop({ release: false });
+  await holder.stop({ release: false });
+});
+
 test("news that the holder let go, arriving while the handoff request is in flight, is not slept through", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock, { tools: TOOLS });

@@ -459,8 +459,19 @@ export class TabLease extends EventTarget {
    *  stream's carrier for carrierTimeoutMs (a browser throttles a hidden tab's timers) asks the
    *  carrier first, and a lease held unconfirmed asks the server (POST …/lease/check). */
   async _confirmForMutation() {
-    if (this._computeState() === "owner") await this._stream?.hub.heard();
-    if (this._computeState() === "unconfirmed") await this.check();
+    const s = this._computeState();
+    if (s === "owner" || s === "releasing") await this._stream?.hub.heard();
+    if (this._computeState() === "unconfirmed" || (this._state === "releasing" && !this._mayAct())) await this.check();
+  }
+
+  /** Whether a guarded handler already running may act now: the tab is owner, or it is releasing
+   *  (asked to hand over: its running handlers, and the answer to a question one of them has
+   *  open, are what it waits for) with its lease confirmed and within its deadline. New guarded
+   *  calls need owner. */
+  _mayAct() {
+    if (this._state === "owner") return true;
+    if (this._state !== "releasing" || !this._period) return false;
+    return this._confirmedAt >= this._confirmNeededAfter() && this._clock.now() < this._deadline;
   }
 
   /** Changes the label; the owner re-acquires (same epoch) so that other tabs see it. */
@@ -519,7 +530,7 @@ export class TabLease extends EventTarget {
       } finally {
         if (!period.ended) {
           period.inFlight--;
-          if (period.inFlight === 0 && this.handoff === "releasing") this._releaseForHandoff();
+          if (period.inFlight === 0 && this.handoff === "releasing") this._releaseAtSafePoint();
         }
       }
     };
@@ -1202,6 +1213,19 @@ export class TabLease extends EventTarget {
     if (!ask) return;
     this._handoffAsk = null;
     this._clock.clearTimeout(ask.graceTimer);
+  }
+
+  /** The safe point of a handoff, when the last running guarded handler ends: release, unless the
+   *  request lapsed at the server meanwhile (a handler that kept the lease with a question open
+   *  past the lapse): then renew first, and release only if its answer still shows the request. */
+  async _releaseAtSafePoint() {
+    const ask = this._handoffAsk;
+    if (!ask) return;
+    if (ask.lapseAt != null && this._clock.now() >= ask.lapseAt) {
+      await this._renewNow({ after: this._clock.now() });
+      if (this._handoffAsk !== ask || (this._period?.inFlight ?? 0) > 0) return;
+    }
+    this._releaseForHandoff();
   }
 
   _releaseForHandoff() {

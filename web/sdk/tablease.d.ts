@@ -411,9 +411,10 @@ export interface ToolCallContext {
   deadline: number;
   timeLeftMs(): number;
   /** Whether the page (for a route-bound tool), the document and the ownership (for a mutation
-   *  tool: the tab is the confirmed owner now, not unconfirmed) are still those the call started
-   *  with, and the deadline has not passed; check after each await, right before writing. Asked
-   *  after the handler settled, false after any change. */
+   *  tool: the tab is the confirmed owner now, not unconfirmed, or it is handing over and waits
+   *  for this call: docs/browser-client.md, Handoff) are still those the call started with, and
+   *  the deadline has not passed; check after each await, right before writing. Asked after the
+   *  handler settled, false after any change. */
   isCurrent(): boolean;
   /** isCurrent(), after confirming as the guard does, within the call's signal (a mutation
    *  tool): a lease held unconfirmed asks the server (POST …/lease/check), and a follower tab that
