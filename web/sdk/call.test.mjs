@@ -130,7 +130,7 @@ test("every way a call ends resolves it with its code: agent cancel, deadline, r
   window.history.pushState(null, "", "/events");
   const gone = await pending;
   assert.equal(gone.error.code, "UI_CONTEXT_CLOSED");
-  assert.equal(gone.error.details.currentRoute, "/events");
+  assert.deepEqual(gone.error.details, { reason: "route", route: "/events/evt-2", currentRoute: "/events" }, "the page it was asked on, and the page now");
   window.history.pushState(null, "", "/events/evt-2");
   await reg.sync();
 

@@ -167,8 +167,12 @@ test("WebMCP follows SPA navigation: list → detail → another detail → list
   assert.deepEqual(stale.error.details, { tool: "get_event_details", route: "/events/evt-1", currentRoute: "/events/evt-2" });
   assert.ok(!mc.log.includes("-help"), `a tool on every route stays registered across routes: ${mc.log}`);
 
+  window.history.back(); // evt-1 again: detail1 was retired all the same
+  const again = await detail1.execute({}, {});
+  assert.equal(again.error.details.currentRoute, "/events/evt-1", "the route shown now, not when it was retired");
+  assert.match(again.error.message, /an earlier showing of the page \/events\/evt-1/);
   window.history.back();
-  window.history.back();
+  assert.equal((await detail1.execute({}, {})).error.details.currentRoute, "/events");
   await bridge.sync();
   assert.deepEqual(mc.names(), ["get_event_details", "help", "search_events"]);
   assert.equal(bridge.route, "/events");

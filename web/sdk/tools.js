@@ -63,6 +63,7 @@ class ToolScope {
     this.instances = new Map(); // key → instance
     this._life = new AbortController();
     this._page = new AbortController(); // the page on screen: aborts when the route changes
+    this._pageRoute = this.route(); // its route
     this._offs = [];
     this._routeListeners = [];
     this._period = lease._period;
@@ -175,8 +176,10 @@ class ToolScope {
     this.bump("route");
     const route = this.route();
     const page = this._page;
+    const left = this._pageRoute;
     this._page = new AbortController();
-    page.abort(endReason(toolError("UI_CONTEXT_CLOSED", "The page changed before the user answered.", { reason: "route", currentRoute: route })));
+    this._pageRoute = route;
+    page.abort(endReason(toolError("UI_CONTEXT_CLOSED", "The page changed before the user answered.", { reason: "route", route: left, currentRoute: route })));
     for (const inst of [...this.instances.values()]) {
       if (inst.pattern === null) continue;
       const m = profileMatch(inst.tool, route);
@@ -205,11 +208,7 @@ class ToolScope {
     if (inst.refusal) return;
     if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
     if (why === "route") {
-      inst.refusal = toolError("ROUTE_CHANGED", `${inst.tool.name} belonged to the page ${inst.route}, which the user has left (now ${this.route()}): read the tools of the current page and call one of them.`, {
-        tool: inst.tool.name,
-        route: inst.route,
-        currentRoute: this.route(),
-      });
+      inst.refusal = this.routeChanged(inst);
     } else if (!isReadOnlyTool(inst.tool) && this.lease.role !== "owner") {
       inst.refusal = null; // the guard answers NOT_LEASE_OWNER with the lease's details
     } else {
@@ -222,8 +221,21 @@ class ToolScope {
     }
   }
 
+  /** The answer to a call of inst, retired because the route left it, naming the route shown now
+   *  (the user may have come back to inst's page, which has an instance of its own then). */
+  routeChanged(inst) {
+    const now = this.route();
+    const left = now === inst.route ? `an earlier showing of the page ${inst.route}, which the user left and came back to` : `the page ${inst.route}, which the user has left (now ${now})`;
+    return toolError("ROUTE_CHANGED", `${inst.tool.name} belonged to ${left}: read the tools of the current page and call one of them.`, {
+      tool: inst.tool.name,
+      route: inst.route,
+      currentRoute: now,
+    });
+  }
+
   /** Runs a call of inst. */
   call(inst, args, callerCtx) {
+    if (inst.refusal?.error.code === "ROUTE_CHANGED") return Promise.resolve(this.routeChanged(inst));
     if (inst.refusal) return Promise.resolve(inst.refusal);
     if (inst.callSignal.aborted) return Promise.resolve(abortAnswer(inst.callSignal));
     if (inst.pattern !== null && this.route() && inst.route !== this.route()) {
