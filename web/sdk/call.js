@@ -166,18 +166,20 @@ function join(path, name) {
 // WebMCP serializes a tool's result and needs an object.
 function toObject(v) {
   if (v === undefined || v === null) return {};
-  return typeof v === "object" ? v : { result: v };
+  return typeof v === "object" && !Array.isArray(v) ? v : { result: v };
 }
 
-/** The result as the agent gets it, or RESULT_TOO_LARGE when its JSON is over maxBytes. */
+/** The result as the agent gets it, its JSON read back (a Date as its string, what JSON leaves out
+ *  left out), or RESULT_TOO_LARGE when its JSON is over maxBytes. */
 export function checkResult(value, maxBytes) {
-  const obj = toObject(value);
-  let bytes;
+  let json;
   try {
-    bytes = new TextEncoder().encode(JSON.stringify(obj)).length;
+    json = JSON.stringify(toObject(value));
   } catch (e) {
     return toolError("INVALID_RESULT", `The tool's result cannot be sent as JSON (${e?.message ?? e}).`);
   }
+  if (json === undefined) return toolError("INVALID_RESULT", "The tool's result cannot be sent as JSON (its toJSON gave nothing).");
+  const bytes = new TextEncoder().encode(json).length;
   if (bytes > maxBytes) {
     return toolError(
       "RESULT_TOO_LARGE",
@@ -185,7 +187,7 @@ export function checkResult(value, maxBytes) {
       { bytes, maxBytes },
     );
   }
-  return obj;
+  return toObject(JSON.parse(json)); // (a toJSON may give something other than an object)
 }
 
 // --- interactions --------------------------------------------------------------------------------

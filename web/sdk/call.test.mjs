@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { TabLease, syncToolRegistry } from "./tablease.js";
-import { anySignal, bindRouteParams, validateInput } from "./call.js";
+import { anySignal, bindRouteParams, checkResult, validateInput } from "./call.js";
 import { FakeBrowserWindow, FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
 
 const TOOLS = [
@@ -264,6 +264,18 @@ test("a result over the cap answers RESULT_TOO_LARGE and says to return an id or
   assert.equal((await tool("peek").execute({}, {})).data.length, 1000);
   reg.close();
   await lease.stop({ release: false });
+});
+
+test("a result is answered as JSON gives it: a value that is not an object wrapped, what JSON leaves out left out", async () => {
+  assert.deepEqual(checkResult("ok", 1000), { result: "ok" });
+  assert.deepEqual(checkResult([1, 2], 1000), { result: [1, 2] });
+  assert.deepEqual(checkResult(null, 1000), {});
+  assert.deepEqual(checkResult(undefined, 1000), {});
+  const got = checkResult({ d: new Date(0), m: new Map([["a", 1]]), f: () => 1, n: 1 }, 1000);
+  assert.deepEqual(got, { d: "1970-01-01T00:00:00.000Z", m: {}, n: 1 });
+  assert.deepEqual(checkResult({ toJSON: () => "text" }, 1000), { result: "text" });
+  assert.equal(checkResult({ toJSON: () => undefined }, 1000).error.code, "INVALID_RESULT");
+  assert.equal(checkResult({ big: 1n }, 1000).error.code, "INVALID_RESULT");
 });
 
 test("a handoff waits for an open interaction: released at its end, the requester granted", async () => {

@@ -559,8 +559,10 @@ export declare function syncToolRegistry(
   opts: ToolOptions,
 ): RouteBound & { sync(): Promise<void>; close(): void };
 
-/** Registers handlers on an onTool(name, handler) registry; mutations go through guard. Answers a
- *  function that unregisters them all (also as close()). */
+/** Registers handlers on an onTool(name, handler) registry; mutations go through guard. With
+ *  tools, a call runs its name's profile for the route, and answers TOOL_UNAVAILABLE when it has
+ *  none (the catalog is not read: pass its tools). Answers a function that unregisters them all
+ *  (also as close()). */
 export declare function bindOnTool(
   lease: TabLease,
   session: { onTool(name: string, handler: (args: any, ctx?: any) => unknown): unknown },

@@ -609,11 +609,14 @@ export function bindOnTool(lease, session, options = {}) {
   const ro = new Set(readOnly);
   const offs = [];
   for (const [name, fn] of Object.entries(handlers)) {
-    const profiles = tools.filter((t) => t.name === name);
+    // With tools, a name runs only by a profile of its own (none: TOOL_UNAVAILABLE, as a disabled
+    // one); without, every handler runs, by its name alone.
+    const profiles = tools.filter((t) => t.name === name && !t.disabled);
     const run = (args, ctx) => {
       const route = scope.route();
       let tool = { name, annotations: { readOnlyHint: ro.has(name) } };
       let match = { pattern: null, params: {} };
+      if (tools.length > 0 && profiles.length === 0) return Promise.resolve(toolError("TOOL_UNAVAILABLE", `${name} is not offered (it is in none of the tools given, or disabled there).`, { tool: name, route }));
       if (profiles.length > 0) {
         // The profile of this page; without a route, the one for every route (or the first).
         const found = route ? profilesFor(profiles, route)[0] : { tool: profiles.find((p) => !p.routes?.length) ?? profiles[0], pattern: null, params: {} };

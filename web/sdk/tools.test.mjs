@@ -368,3 +368,18 @@ test("onTool: a handler not marked read-only is treated as a mutation (MCP defau
   assert.equal((await registered.get("mystery")({})).error.code, NOT_LEASE_OWNER);
   await lease.stop({ release: false });
 });
+
+test("onTool with tools: a name in none of them, or disabled there, answers TOOL_UNAVAILABLE", async () => {
+  const { lease } = setup();
+  await lease.start();
+  const registered = new Map();
+  const tools = [...TOOLS.filter((t) => t.name !== "save_event"), { ...TOOLS.find((t) => t.name === "save_event"), disabled: true }];
+  bindOnTool(lease, { onTool: (n, f) => registered.set(n, f) }, { handlers: { ...handlers, mystery: () => "ran" }, tools });
+  for (const name of ["mystery", "save_event"]) {
+    const res = await registered.get(name)({ event_id: "evt-1" });
+    assert.equal(res.error?.code, "TOOL_UNAVAILABLE", name);
+    assert.equal(res.error.details.tool, name);
+  }
+  assert.deepEqual(await registered.get("get_event")({ event_id: "evt-1" }), { id: "evt-1" });
+  await lease.stop({ release: false });
+});
