@@ -34,6 +34,13 @@ const showRole = () => {
   if (banner) banner.hidden = lease.role === "owner";
 };
 lease.on("rolechange", showRole);
+lease.on("error", ({ error }) => {
+  const p = document.getElementById("problem");
+  if (p) {
+    p.textContent = `Control of this session is not available: ${error.message}`;
+    p.hidden = false;
+  }
+});
 
 const handlers: Record<string, ToolHandler> = {
   search_events: async ({ q }) => (await fetch(`/api/events?q=${encodeURIComponent(q ?? "")}`)).json(),
