@@ -114,13 +114,19 @@ type Config struct {
 	CORSOrigins []string
 }
 
-// Error is a configuration error naming the variable.
+// Error is a configuration error naming the variable, and the flag when a flag gave the value.
 type Error struct {
 	Var    string // e.g. TABLEASE_TTL_MAX
+	Flag   string // e.g. --ttl-max, when the value came from that flag
 	Reason string
 }
 
-func (e *Error) Error() string { return e.Var + ": " + e.Reason }
+func (e *Error) Error() string {
+	if e.Flag != "" {
+		return e.Flag + " (" + e.Var + "): " + e.Reason
+	}
+	return e.Var + ": " + e.Reason
+}
 
 type variable struct {
 	env  string
@@ -420,15 +426,16 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	flagged := map[string]bool{} // the variables a flag set
 	fs.Visit(func(f *flag.Flag) {
 		for env, p := range boolValues {
 			if FlagName(env) == f.Name {
-				values[env] = strconv.FormatBool(*p)
+				values[env], flagged[env] = strconv.FormatBool(*p), true
 			}
 		}
 		for env, p := range flagValues {
 			if FlagName(env) == f.Name {
-				values[env], given[env] = *p, true
+				values[env], given[env], flagged[env] = *p, true, true
 			}
 		}
 	})
@@ -436,7 +443,11 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	var c Config
 	for _, v := range variables {
 		if err := v.set(&c, strings.TrimSpace(values[v.env])); err != nil {
-			return Config{}, &Error{Var: v.env, Reason: err.Error()}
+			e := &Error{Var: v.env, Reason: err.Error()}
+			if flagged[v.env] {
+				e.Flag = "--" + FlagName(v.env)
+			}
+			return Config{}, e
 		}
 	}
 	if err := c.finish(given); err != nil {
@@ -486,7 +497,7 @@ func (c *Config) finish(given map[string]bool) error {
 		return &Error{Var: "TABLEASE_JWT_ISSUER", Reason: "required unless --dev"}
 	}
 	if c.Issuer == devIssuer {
-		return &Error{Var: "TABLEASE_JWT_ISSUER", Reason: fmt.Sprintf("%q is the issuer of dev-mode tokens (/dev/token, tablease token), accepted in dev mode only; use your identity provider's", devIssuer)}
+		return &Error{Var: "TABLEASE_JWT_ISSUER", Reason: fmt.Sprintf("%q is the issuer of dev-mode tokens (/dev/token; tablease token without TABLEASE_JWT_ISSUER), accepted in dev mode only; use your identity provider's", devIssuer)}
 	}
 	if c.LeaseIssuer == devIssuer {
 		return &Error{Var: "TABLEASE_LEASE_ISSUER", Reason: fmt.Sprintf("%q is the issuer of dev-mode lease tokens, which guards of a deployment must refuse; use another", devIssuer)}

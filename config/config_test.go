@@ -44,6 +44,19 @@ func TestFlagsOverrideTheEnvironment(t *testing.T) {
 	}
 }
 
+// A bad value a flag gave is named by the flag as well as its variable: the operator typed the flag.
+func TestABadFlagIsNamedAsTyped(t *testing.T) {
+	_, err := Load([]string{"--dev", "--rate-limit="}, env(nil), io.Discard)
+	var e *Error
+	if !errors.As(err, &e) || e.Var != "TABLEASE_RATE_LIMIT" || !strings.HasPrefix(err.Error(), "--rate-limit (TABLEASE_RATE_LIMIT): ") {
+		t.Fatalf("Load = %v", err)
+	}
+	_, err = Load([]string{"--dev"}, env(map[string]string{"TABLEASE_RATE_LIMIT": "x"}), io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "TABLEASE_RATE_LIMIT: ") {
+		t.Fatalf("from the environment: %v", err)
+	}
+}
+
 // TestTheDevFlagWinsBothWays: --dev=false turns off the dev mode TABLEASE_DEV asks for, as every
 // flag wins over its variable.
 func TestTheDevFlagWinsBothWays(t *testing.T) {
