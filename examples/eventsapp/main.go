@@ -12,9 +12,9 @@
 //
 //	export TABLEASE_JWT_HS256_SECRET=$(openssl rand -hex 32)   # one identity provider for both
 //	go run ./cmd/tablease serve --dev &                        # tablease on 127.0.0.1:8080
-//	go run ./examples/eventsapp                                # the app on 127.0.0.1:8081
+//	go run ./examples/eventsapp                                # the app on 127.0.0.1:8090
 //
-// Environment: EVENTSAPP_ADDR (default 127.0.0.1:8081), TABLEASE_URL (default
+// Environment: EVENTSAPP_ADDR (default 127.0.0.1:8090), TABLEASE_URL (default
 // http://127.0.0.1:8080), EVENTSAPP_STRICT (default false), TABLEASE_LEASE_ISSUER (default
 // tablease-dev, as tablease signs in dev mode; set it to the server's TABLEASE_LEASE_ISSUER
 // otherwise), and the access-token settings the app shares with tablease:
@@ -67,7 +67,7 @@ func optionsFromEnv(getenv func(string) string) (Options, string, error) {
 		AccessSecret:   []byte(getenv("TABLEASE_JWT_HS256_SECRET")),
 		AccessIssuer:   env("TABLEASE_JWT_ISSUER", api.DevIssuer),
 		AccessAudience: env("TABLEASE_JWT_AUDIENCE", "tablease"),
-	}, env("EVENTSAPP_ADDR", "127.0.0.1:8081"), nil
+	}, env("EVENTSAPP_ADDR", "127.0.0.1:8090"), nil
 }
 
 func run() error {
