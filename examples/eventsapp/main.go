@@ -14,6 +14,15 @@
 //	go run ./cmd/tablease serve --dev &                        # tablease on 127.0.0.1:8080
 //	go run ./examples/eventsapp                                # the app on 127.0.0.1:8090
 //
+// Routes, each with the user's access token (Authorization: Bearer, the token tablease takes),
+// and the writes also with the tab's lease token (Tablease-Lease):
+//
+//	GET  /api/sessions/{sid}/events              list
+//	GET  /api/sessions/{sid}/events/{id}         get
+//	PUT  /api/sessions/{sid}/events/{id}         save (write)
+//	POST /api/sessions/{sid}/events/{id}/rename  rename (write)
+//	GET  /healthz
+//
 // Environment: EVENTSAPP_ADDR (default 127.0.0.1:8090), TABLEASE_URL (default
 // http://127.0.0.1:8080), EVENTSAPP_STRICT (default false), TABLEASE_LEASE_ISSUER (default
 // tablease-dev, as tablease signs in dev mode; set it to the server's TABLEASE_LEASE_ISSUER
