@@ -496,7 +496,7 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 	e.mu.Unlock()
 	defer e.timers.Done()
 
-	nowUS, next, err := e.settle(key)
+	nowUS, next, lost, err := e.settle(key)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -504,6 +504,16 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 		return
 	}
 	switch {
+	case err == nil && lost:
+		// The store lost the session's log, and with it maybe the state the watchers were told:
+		// they start over from what it holds now.
+		if e.onLostLog != nil {
+			e.onLostLog(key)
+		}
+		for x := range s.watchers {
+			x.sender.End(lease.ErrResync)
+			e.drop(key, s, x)
+		}
 	case err != nil:
 		if s.dueUS == 0 {
 			s.dueUS = math.MaxInt64
@@ -514,22 +524,24 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 	}
 }
 
-// settle runs settle.lua on key, and answers the store time and the session's next deadline.
-func (e *Engine) settle(key lease.Key) (nowUS, next int64, err error) {
+// settle runs settle.lua on key, and answers the store time, the session's next deadline, and
+// whether its log was missing (the store lost data).
+func (e *Engine) settle(key lease.Key) (nowUS, next int64, lost bool, err error) {
 	const op = "settle"
 	v, err := e.eval(e.ctx, op, settleFn, key)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	a, ok := v.([]any)
-	if ok && len(a) == 2 {
+	if ok && len(a) == 3 {
 		nowUS, ok1 := a[0].(int64)
 		next, ok2 := a[1].(int64)
-		if ok1 && ok2 && nowUS > 0 && next >= 0 {
-			return nowUS, next, nil
+		lost, ok3 := a[2].(int64)
+		if ok1 && ok2 && ok3 && nowUS > 0 && next >= 0 && (lost == 0 || lost == 1) {
+			return nowUS, next, lost == 1, nil
 		}
 	}
-	return 0, 0, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
+	return 0, 0, false, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
 }
 
 // watchReply is watch.lua's answer.

@@ -595,3 +595,47 @@ func TestASessionHasAnEventLogWhileWatched(t *testing.T) {
 			w2.Resumed, w2.Replay, w2.Position, first.ID)
 	}
 }
+
+// A store that loses a watched session's data without dropping a connection (FLUSHALL) is found
+// by the next settle, whose log is missing: the watches start over from what the store holds.
+func TestAWatchOfASessionWhoseLogTheStoreLostStartsOver(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	client, err := NewClient(srv.URL(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	lost := make(chan lease.Key, 1)
+	e, err := New(client, Options{Prefix: "p", OpTimeout: time.Second, OnLostLog: func(k lease.Key) { lost <- k }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	a, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: lease.DefaultLimits.Min})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := mustWatch(t, e, alice, "")
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The settle at the lease's expiry finds neither the lease nor the log.
+	evs, err := drain(t, w)
+	if !errors.Is(err, lease.ErrResync) || len(evs) != 0 {
+		t.Fatalf("watch after FLUSHALL = %v, %v; want no event and lease.ErrResync", evs, err)
+	}
+	select {
+	case k := <-lost:
+		if k != alice {
+			t.Errorf("OnLostLog(%+v), want %+v", k, alice)
+		}
+	default:
+		t.Error("OnLostLog was not called")
+	}
+	again := mustWatch(t, e, alice, "")
+	if l := again.Snapshot; l.Held || l.Epoch != 0 {
+		t.Errorf("the new watch's lease = %+v, want the store's as it is now (free, epoch 0; %d before)", l, a.Epoch)
+	}
+}

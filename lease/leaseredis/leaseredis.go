@@ -105,6 +105,12 @@ type Options struct {
 	// local watches end with lease.ErrResync. It must not block.
 	OnResubscribe func(silence time.Duration)
 
+	// OnLostLog, when set, is called when the settle script of a session this engine watches found
+	// its event log missing (settle.lua: the store lost data without dropping a connection, as a
+	// FLUSHALL does), before the session's local watches end with lease.ErrResync. It must not
+	// block.
+	OnLostLog func(key lease.Key)
+
 	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
 	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (revokeCall in
 	// admin.go); zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
@@ -146,6 +152,7 @@ type Engine struct {
 	sweepEvery     time.Duration       // how often the engine offers to sweep (sweep.go)
 	onSweep        func(int, error)    // Options.OnSweep
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
+	onLostLog      func(lease.Key)     // Options.OnLostLog
 	revokeReplicas int                 // Options.RevokeReplicas
 	// common are the first seven arguments of every session script (see state.lua), formatted
 	// once.
@@ -273,6 +280,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		perUser:        opts.SessionsPerUser,
 		onSweep:        opts.OnSweep,
 		onResubscribe:  opts.OnResubscribe,
+		onLostLog:      opts.OnLostLog,
 		revokeReplicas: opts.RevokeReplicas,
 		ctx:            ctx,
 		cancel:         cancel,
