@@ -11,8 +11,12 @@ import (
 // at least half its life left, so that a token is signed about once per half-life per holder
 // instead of on every renew (signing is the largest cost of a renew). A token is reused only for
 // the same user, session, tab and epoch, and only when it expires no later than the lease it is
-// answered with: a reused token never proves more than a new one would. Otherwise Token signs a
-// new one (exp = the lease's expiry) and remembers it.
+// answered with: a reused token never proves more than a new one would. And only when it lives
+// at least half a renew interval past the holder's next renew (lease.RenewAfter of the lease
+// answered): a renew that lengthens the lease (a tab that goes hidden asks for a longer TTL) would
+// otherwise hand back a token that expires long before the holder renews again, and its writes
+// would be refused meanwhile. Otherwise Token signs a new one (exp = the lease's expiry) and
+// remembers it.
 //
 // It remembers at most max tokens (one per session of a holder that renewed through this
 // instance); past that an arbitrary one is forgotten, which costs a signature, nothing else. Its
@@ -43,14 +47,16 @@ func NewReuse(max int) *Reuse {
 }
 
 // Token is the lease token for the holder of l at the store time l.Now: the one remembered for
-// that holder and epoch while l.Now is before its half-life and it does not outlive l, else a new
-// one from sign(ClaimsFor(l)).
+// that holder and epoch while l.Now is before its half-life, it does not outlive l and it lives
+// past l's next renew by half a renew interval, else a new one from sign(ClaimsFor(l)).
 func (r *Reuse) Token(l lease.Lease, sign func(Claims) (string, error)) (string, error) {
 	r.mu.Lock()
 	old, ok := r.tokens[l.Key]
 	r.mu.Unlock()
+	renew := lease.RenewAfter(l.TTL)
 	if ok && old.tab == l.Holder.TabID && old.epoch == l.Epoch &&
-		!l.Now.Before(old.iat) && l.Now.Before(old.mid) && !old.exp.After(l.ExpiresAt) {
+		!l.Now.Before(old.iat) && l.Now.Before(old.mid) && !old.exp.After(l.ExpiresAt) &&
+		!old.exp.Before(l.Now.Add(renew+renew/2)) {
 		return old.token, nil
 	}
 	c := ClaimsFor(l)

@@ -19,7 +19,7 @@ func (s *countingSigner) sign(c Claims) (string, error) {
 
 func heldLease(user, sid, tab string, epoch int64, now time.Time, ttl time.Duration) lease.Lease {
 	return lease.Lease{Key: lease.Key{User: user, Session: sid}, Held: true, Holder: lease.Holder{TabID: tab},
-		Epoch: epoch, Now: now, ExpiresAt: now.Add(ttl)}
+		Epoch: epoch, Now: now, ExpiresAt: now.Add(ttl), TTL: ttl}
 }
 
 func TestATokenIsReusedUntilHalfItsLife(t *testing.T) {
@@ -85,6 +85,31 @@ func TestATokenIsNeverReusedForAnotherHolderOrALeaseItWouldOutlive(t *testing.T)
 			got, err := r.Token(tc.next, s.sign)
 			if err != nil || got == first || s.n != 2 {
 				t.Fatalf("got %q (%v) after %d signatures, want a new token", got, err, s.n)
+			}
+		})
+	}
+}
+
+// A renew that lengthens the lease (a tab that goes hidden asks for a longer TTL) gets a token
+// that outlives the holder's next renew, not the old one, which would expire long before it.
+func TestARenewThatLengthensTheLeaseGetsATokenThatOutlivesItsNextRenew(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name        string
+		first, then time.Duration // the TTLs of the grant and of the renew
+		at          time.Duration // when the renew comes, within the first token's half-life
+	}{
+		{"hidden: 45 s, then 150 s", 45 * time.Second, 150 * time.Second, 20 * time.Second},
+		{"3 s, then 45 s", 3 * time.Second, 45 * time.Second, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, s := NewReuse(0), &countingSigner{}
+			first, _ := r.Token(heldLease("alice", "doc", "a", 7, t0, tc.first), s.sign)
+			l := heldLease("alice", "doc", "a", 7, t0.Add(tc.at), tc.then)
+			got, _ := r.Token(l, s.sign)
+			if got == first || s.n != 2 {
+				t.Fatalf("the first token answered (%d signatures): it expires %v before the next renew is due",
+					s.n, t0.Add(tc.at).Add(lease.RenewAfter(tc.then)).Sub(t0.Add(tc.first)))
 			}
 		})
 	}
