@@ -15,6 +15,7 @@ import (
 	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/internal/numericdate"
+	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -146,13 +147,16 @@ func (s *sidClaim) UnmarshalJSON(b []byte) error {
 
 // authenticator verifies access tokens. It is immutable after newAuthenticator.
 type authenticator struct {
-	secret   []byte
-	keys     map[string]verifyKey // by kid
-	issuers  []string             // the iss values accepted
-	leeway   time.Duration
-	now      func() time.Time // the parser's clock too
-	parser   *jwt.Parser
-	verified verifiedTokens
+	secret  []byte
+	keys    map[string]verifyKey // by kid
+	issuers []string             // the iss values accepted
+	leeway  time.Duration
+	now     func() time.Time // the parser's clock too
+	parser  *jwt.Parser
+	// verified remembers the principal of each token verified recently (package verifiedtokens):
+	// nothing in a principal can change before the token expires, since the keys and accepted
+	// issuers are fixed at start.
+	verified verifiedtokens.Cache[*Principal]
 }
 
 type verifyKey struct {
@@ -262,7 +266,7 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 // without echoing the token. A token verified before and not expired is answered from
 // a.verified. The principal is shared: callers must not change it.
 func (a *authenticator) verify(token string) (*Principal, error) {
-	if p, ok := a.verified.get(token, a.now()); ok {
+	if p, ok := a.verified.Get(token, a.now()); ok {
 		return p, nil
 	}
 	var claims accessClaims
@@ -287,7 +291,8 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 	for _, s := range claims.Scope {
 		p.Scopes[s] = true
 	}
-	a.verified.put(token, p, p.Expires) // exp is required: the parser checked it
+	from, until := verifiedtokens.Window(claims.RegisteredClaims, a.leeway) // exp is required: the parser checked it
+	a.verified.Put(token, p, from, until)
 	return p, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease/leaseredis"
 )
 
@@ -132,7 +133,7 @@ func BenchmarkVerifyAccessToken(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if !again {
-					a.verified = verifiedTokens{}
+					a.verified = verifiedtokens.Cache[*Principal]{}
 				}
 				if _, err := a.verify(token); err != nil {
 					b.Fatal(err)

@@ -40,6 +40,7 @@ import (
 
 	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/numericdate"
+	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -268,14 +269,14 @@ type VerifierOptions struct {
 }
 
 // Verifier checks lease tokens offline against a KeySource. It remembers the tokens it found
-// good (verifiedTokens), so that a token checked again costs a lookup rather than a signature
+// good (verifiedToken), so that a token checked again costs a lookup rather than a signature
 // verification. It is safe for concurrent use.
 type Verifier struct {
 	keys     KeySource
 	parser   *jwt.Parser
 	leeway   time.Duration
 	now      func() time.Time
-	verified verifiedTokens
+	verified verifiedtokens.Cache[verifiedToken]
 }
 
 // NewVerifier makes a Verifier that finds keys in keys.
@@ -333,11 +334,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		return Claims{}, &Error{Kind: ErrTokenInvalid, Reason: "token too long"}
 	}
 	now := v.now()
-	if e, ok := v.verified.get(token, now); ok {
+	if e, ok := v.verified.Get(token, now); ok {
 		if k, err := v.keys.LookupKey(ctx, e.key.kid); err == nil && sameKey(k, e.key) {
 			return e.claims, nil
 		}
-		v.verified.forget(token) // verified again below, as the first time
+		v.verified.Forget(token) // verified again below, as the first time
 	}
 	var keyErr error
 	var used PublicKey // the key the token was checked with
@@ -375,7 +376,8 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	switch {
 	case err == nil:
 		c := w.claims()
-		v.verified.put(token, verifiedToken{claims: c, key: used, from: v.acceptedFrom(w), until: c.ExpiresAt.Add(v.leeway)})
+		from, until := verifiedtokens.Window(w.RegisteredClaims, v.leeway)
+		v.verified.Put(token, verifiedToken{claims: c, key: used}, from, until)
 		return c, nil
 	case keyErr != nil:
 		var e *Error
@@ -390,14 +392,4 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		return w.claims(), &Error{Kind: ErrTokenExpired, Err: err}
 	}
 	return Claims{}, &Error{Kind: ErrTokenInvalid, Err: err}
-}
-
-// acceptedFrom is the earliest time at which the parser accepts a token of the claims w: its iat,
-// or its nbf when later, less the leeway.
-func (v *Verifier) acceptedFrom(w wireClaims) time.Time {
-	from := w.IssuedAt.Time
-	if w.NotBefore != nil && w.NotBefore.After(from) {
-		from = w.NotBefore.Time
-	}
-	return from.Add(-v.leeway)
 }

@@ -300,17 +300,18 @@ test("a handoff waits for an open interaction: released at its end, the requeste
   await lease.stop({ release: false });
 });
 
-test("a handoff request that lapses while an interaction is open leaves the holder owner; the requester is told timeout", async () => {
+// A holder whose handler `confirm` (handler(seen)) has a question open when another tab asks for
+// a handoff: answers {clock, server, holder, asker, seen, asked (the call), wait (the ask), reg}.
+async function askedWhileAsking(handler, handoffGraceMs) {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock, { tools: TOOLS });
-  const window = new FakeBrowserWindow("/events/evt-1");
-  const holder = new TabLease(fakeOptions(server, clock, { window, handoffGraceMs: 5000 }));
+  const holder = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), handoffGraceMs }));
   const asker = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), autoAcquire: false }));
   await holder.start();
   await asker.start();
   const seen = {};
   let defs = [];
-  const reg = syncToolRegistry(holder, { sync: (d) => (defs = d) }, { handlers: { confirm: asking(seen) } });
+  const reg = syncToolRegistry(holder, { sync: (d) => (defs = d) }, { handlers: { confirm: handler(seen) } });
   await reg.sync();
   const asked = defs.find((d) => d.name === "confirm").execute({}, {});
   await flush();
@@ -319,6 +320,11 @@ test("a handoff request that lapses while an interaction is open leaves the hold
   // The fake server has no stream here: tell the holder as its stream would.
   holder._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: holder.epoch, holder: { tabId: holder.tabId }, requester: { tabId: asker.tabId } } });
   assert.equal(holder.state, "releasing");
+  return { clock, server, holder, asker, seen, asked, wait, reg };
+}
+
+test("a handoff request that lapses while an interaction is open leaves the holder owner; the requester is told timeout", async () => {
+  const { clock, server, holder, asker, seen, asked, wait, reg } = await askedWhileAsking(asking, 5000);
   await clock.advance(16000);
   const result = await wait;
   assert.equal(result.status, "timeout", "the requester is told the holder did not let go in time");
@@ -366,23 +372,8 @@ test("the answer to a question open when a handoff is asked is applied, then the
 });
 
 test("a handler that ends after the handoff request lapsed renews rather than releases: the holder stays owner", async () => {
-  const clock = new FakeClock(1000);
-  const server = new FakeServer(clock, { tools: TOOLS });
   // Grace checks at 4, 8 and 12 s, then 250 ms after the lapse the renew of 12 s told of.
-  const holder = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), handoffGraceMs: 4000 }));
-  const asker = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/events/evt-1"), autoAcquire: false }));
-  await holder.start();
-  await asker.start();
-  const seen = {};
-  let defs = [];
-  const reg = syncToolRegistry(holder, { sync: (d) => (defs = d) }, { handlers: { confirm: askingThenActing(seen) } });
-  await reg.sync();
-  const asked = defs.find((d) => d.name === "confirm").execute({}, {});
-  await flush();
-  const wait = asker.requestHandoff();
-  await flush();
-  holder._onStreamEvent({ type: "lease", id: "2-0", data: { type: "handoff_requested", epoch: holder.epoch, holder: { tabId: holder.tabId }, requester: { tabId: asker.tabId } } });
-  assert.equal(holder.state, "releasing");
+  const { clock, server, holder, asker, seen, asked, wait, reg } = await askedWhileAsking(askingThenActing, 4000);
   // The request lapses at the server 15 s after it was filed; the holder learns it at its next
   // renew, 250 ms later. The user answers in between.
   await clock.advance(15100);
