@@ -22,7 +22,7 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := readmeBlock(t, string(readme), "A complete page:", "```html\n")
+	page := readmeBlock(t, string(readme), "A complete page", "```html\n")
 	const readmeBase = "https://lease.example.com"
 	if !strings.Contains(page, readmeBase) || !strings.Contains(page, `"/auth/tablease-token"`) {
 		t.Fatalf("the README's page no longer names %s and /auth/tablease-token; update this test:\n%s", readmeBase, page)
