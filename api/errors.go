@@ -253,6 +253,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// The cause goes into the request's log line: a Redis that refuses every call (NOPERM,
 		// READONLY) looks like an outage to clients, and only the log tells which it is.
 		c.Set(keyErrCause, ae.Err.Error())
+	case ae.Code == CodeInvalidArgument && ae.Details["field"] == "token" && ae.Err != nil:
+		// Why a strict check refused a lease token (its reason and, for an unknown key, the kid),
+		// which the answer's message says only in general.
+		reason, _ := ae.Details["reason"].(string)
+		c.Set(keyErrCause, reason+": "+ae.Err.Error())
 	case ae.Code == CodeUnauthenticated || ae.Code == CodeForbidden:
 		// Why a credential was refused (expired, bad signature, another audience, a session the
 		// token does not grant), from the answer's message, which never holds the token: so that

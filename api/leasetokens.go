@@ -3,7 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -23,9 +26,9 @@ const jwksMaxAge = "300"
 // Every answer to the holder — acquire and renew — carries `token`, a lease token (see package
 // leasetoken): sub, sid, tab, epoch, iat = the store time it was signed, exp = the lease's expiry
 // then, signed with the active key of Options.LeaseKeys. A renew answers the token answered
-// before to the same holder and epoch while that token is in the first half of its life and does
-// not outlive the renewed lease (leasetoken.Reuse); otherwise a new one. The public keys are
-// published at /.well-known/jwks.json.
+// before to the same holder and epoch while that token is in the first half of its life, does not
+// outlive the renewed lease and lives past the next renew (leasetoken.Reuse); otherwise a new
+// one. The public keys are published at /.well-known/jwks.json.
 //
 // POST /v1/sessions/{sid}/lease/check with {token} checks a token for guards (strict mode):
 //
@@ -98,6 +101,7 @@ func (s *Server) checkToken(ctx context.Context, key lease.Key, token string) (l
 	case errors.Is(err, leasetoken.ErrKeysUnavailable): // not with the server's own keys
 		return lease.Lease{}, nil, &Error{Code: CodeInternal, Message: "internal error", Err: err}
 	case errors.Is(err, leasetoken.ErrUnknownKey):
+		s.unknownKey.note(s.log, time.Now(), err)
 		return lease.Lease{}, nil, tokenRefused(reasonUnknownKey, "the lease token is signed by a key this server does not publish", err)
 	default:
 		return lease.Lease{}, nil, tokenRefused(reasonInvalidToken, "the lease token is not valid", err)
@@ -131,4 +135,35 @@ func expiredToken(current lease.Lease) *Error {
 		Message: "the lease token has expired; renew the lease and use the new token",
 		Details: map[string]any{"holder": holder, "epoch": current.Epoch, "reason": reasonExpiredToken},
 	}
+}
+
+// unknownKeyEvery is how often at most the log warns that strict checks were shown lease tokens
+// signed by a key this server does not publish.
+const unknownKeyEvery = 10 * time.Second
+
+// unknownKeyWarning warns, at most every unknownKeyEvery, that a strict check was shown a lease
+// token signed by a key this server does not publish. Forged tokens do that, but so do the tokens
+// of another instance when a key rotation reached some instances only: the instances then publish
+// different keys, and every guard that meets them refuses the holders' writes (README, Key
+// rotation), which the request log's 400 alone does not tell an operator. The zero value is ready.
+type unknownKeyWarning struct {
+	mu     sync.Mutex
+	last   time.Time
+	missed int // the warnings left out since the last one
+}
+
+// note counts one such token, refused with cause (which names its kid), and warns unless it
+// warned less than unknownKeyEvery ago.
+func (w *unknownKeyWarning) note(log *slog.Logger, now time.Time, cause error) {
+	w.mu.Lock()
+	if !w.last.IsZero() && now.Sub(w.last) < unknownKeyEvery {
+		w.missed++
+		w.mu.Unlock()
+		return
+	}
+	missed := w.missed
+	w.last, w.missed = now, 0
+	w.mu.Unlock()
+	log.Warn("a strict check was shown a lease token signed by a key this instance does not publish; if another instance signs with that key, the instances publish different keys and guards refuse holders' writes (README, Key rotation)",
+		"error", cause.Error(), "left_out", missed)
 }

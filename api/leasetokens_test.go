@@ -222,6 +222,17 @@ func TestCheckByToken(t *testing.T) {
 		if e.Error.Details["reason"] != "unknown_key" {
 			t.Fatalf("details %v", e.Error.Details)
 		}
+		// The log says it loud, naming the kid, at most every 10 s: instances that publish
+		// different keys look like this (README, Key rotation).
+		wantError(t, h.checkToken("doc-1", alice, forged), http.StatusBadRequest, CodeInvalidArgument)
+		logged := h.logs.String()
+		warn := `"msg":"a strict check was shown a lease token signed by a key this instance does not publish`
+		if n := strings.Count(logged, warn); n != 1 || !strings.Contains(lineWithText(logged, warn), other.KeyID()) {
+			t.Errorf("%d warnings naming %s, want one:\n%s", n, other.KeyID(), logged)
+		}
+		if line := lineWithText(logged, `"error":"unknown_key: `); !strings.Contains(line, `"msg":"request"`) || !strings.Contains(line, other.KeyID()) {
+			t.Errorf("no request log line says why the token was refused, with its kid: %q", line)
+		}
 	})
 	t.Run("a token of another issuer never passes", func(t *testing.T) {
 		c, _ := h.verifyOffline(tokA)

@@ -126,11 +126,12 @@ type Server struct {
 	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
 	registry *prometheus.Registry
 
-	catalogs  *catalog.Source
-	leaseKeys *leasetoken.KeySet
-	signer    *leasetoken.Signer
-	tokens    *leasetoken.Reuse // the holders' tokens, signed once per half-life
-	verifier  *leasetoken.Verifier
+	catalogs   *catalog.Source
+	leaseKeys  *leasetoken.KeySet
+	signer     *leasetoken.Signer
+	tokens     *leasetoken.Reuse // the holders' tokens, signed once per half-life
+	verifier   *leasetoken.Verifier
+	unknownKey unknownKeyWarning // strict checks shown tokens of keys this server does not publish
 
 	admin    lease.Admin   // the Engine's admin operations
 	maxBlock time.Duration // bound on the blockMs of a revoke
