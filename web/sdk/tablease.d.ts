@@ -407,7 +407,8 @@ export interface ToolCallContext {
    *  documentChanged(). A read-only call does not see ownership changes, nor a call of a tool
    *  without routes route changes (isCurrent). */
   generation: number;
-  /** When the call settles at the latest (the tool's timeoutMs minus a margin), on the client's clock. */
+  /** When the call settles at the latest (the tool's timeoutMs minus a margin), on the client's
+   *  clock: performance.now() in a browser, not Date.now(); timeLeftMs() is what to show. */
   deadline: number;
   timeLeftMs(): number;
   /** Whether the page (for a route-bound tool), the document and the ownership (for a mutation
@@ -444,6 +445,7 @@ export type InteractionResult<T> =
 
 export interface InteractionUI<T = unknown> {
   signal: AbortSignal;
+  /** The call's deadline, on the client's clock (performance.now(), not Date.now()). */
   deadline: number;
   timeLeftMs(): number;
   submit(value: T): void;
