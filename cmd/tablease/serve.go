@@ -280,8 +280,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 			log.Warn("the event subscription did not hear this instance's heartbeat back: subscribed again; the event streams start over with a snapshot",
 				"silence", silence.String())
 		},
-		OnLostLog: func(key lease.Key) {
-			log.Warn("the event log of a watched session was missing, so the store lost data (a FLUSHALL, a failover that lost writes): its event streams start over with a snapshot",
+		OnLostEvents: func(key lease.Key) {
+			log.Warn("the event log of a watched session lacks events its streams were sent, so the store lost data (a FLUSHALL, a failover that lost writes): those streams start over with a snapshot",
 				"sub", key.User, "sid", key.Session)
 		},
 		OnSweep: func(n int, err error) {

@@ -145,20 +145,17 @@ local function last_entry_id()
 end
 
 -- keep_log keeps the log of the watched session s ARGV[2] ms more, creating it with its mark when
--- it is missing (see above), and answers whether it was missing. The watch and settle scripts call
--- it. A session with no state counts against the user's bound of sessions (admit in admin.lua)
--- while its log lives: keep_log lists it in the known set until then, so that watches cannot keep
--- logs of ever more sessions.
+-- it is missing (see above). The watch and settle scripts call it. A session with no state counts
+-- against the user's bound of sessions (admit in admin.lua) while its log lives: keep_log lists it
+-- in the known set until then, so that watches cannot keep logs of ever more sessions.
 local function keep_log(s, now)
-  local missing = redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S) == 0
-  if missing then
+  if redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S) == 0 then
     redis.call('RPUSH', KEY_EVENTS, s.event_id ~= '' and s.event_id or NO_EVENT)
     redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
   if not s.exists then
     know(math.floor(now / 1000) + LOG_TTL_MS)
   end
-  return missing
 end
 
 -- read_tabs_first reads the expiry of the session's earliest presence entry into tabs_first, and

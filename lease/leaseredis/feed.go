@@ -492,28 +492,44 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 		return
 	}
 	s.dueUS = 0
+	// The newest event each watch had before the script: the log the script reads holds them all,
+	// unless the store lost data (settle.lua).
+	had := make(map[*watcher]lease.EventID, len(s.watchers))
+	for x := range s.watchers {
+		if x.ready {
+			had[x] = x.last
+		}
+	}
 	e.timers.Add(1) // before Close's Wait: Close sets shut under e.mu first
 	e.mu.Unlock()
 	defer e.timers.Done()
 
-	nowUS, next, lost, err := e.settle(key)
+	nowUS, next, newest, err := e.settle(key)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.shut || e.sessions[key] != s {
 		return
 	}
-	switch {
-	case err == nil && lost:
-		// The store lost the session's log, and with it maybe the state the watchers were told:
-		// they start over from what it holds now.
-		if e.onLostLog != nil {
-			e.onLostLog(key)
-		}
+	if err == nil {
+		lost := false
 		for x := range s.watchers {
-			x.sender.End(lease.ErrResync)
-			e.drop(key, s, x)
+			if last, ok := had[x]; ok && newest.Compare(last) < 0 {
+				// The store no longer has events this watch was sent, nor maybe the state they
+				// told of: it starts over from what the store holds now.
+				x.sender.End(lease.ErrResync)
+				e.drop(key, s, x)
+				lost = true
+			}
 		}
+		if lost && e.onLostEvents != nil {
+			e.onLostEvents(key)
+		}
+		if e.sessions[key] != s {
+			return // every watcher ended
+		}
+	}
+	switch {
 	case err != nil:
 		if s.dueUS == 0 {
 			s.dueUS = math.MaxInt64
@@ -525,23 +541,28 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 }
 
 // settle runs settle.lua on key, and answers the store time, the session's next deadline, and
-// whether its log was missing (the store lost data).
-func (e *Engine) settle(key lease.Key) (nowUS, next int64, lost bool, err error) {
+// the id of its log's newest event (zero when it has none).
+func (e *Engine) settle(key lease.Key) (nowUS, next int64, newest lease.EventID, err error) {
 	const op = "settle"
 	v, err := e.eval(e.ctx, op, settleFn, key)
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, lease.EventID{}, err
 	}
 	a, ok := v.([]any)
 	if ok && len(a) == 3 {
 		nowUS, ok1 := a[0].(int64)
 		next, ok2 := a[1].(int64)
-		lost, ok3 := a[2].(int64)
-		if ok1 && ok2 && ok3 && nowUS > 0 && next >= 0 && (lost == 0 || lost == 1) {
-			return nowUS, next, lost == 1, nil
+		id, ok3 := a[2].(string)
+		if ok1 && ok2 && ok3 && nowUS > 0 && next >= 0 {
+			if id == "" {
+				return nowUS, next, lease.EventID{}, nil
+			}
+			if newest, err := lease.ParseEventID(id); err == nil {
+				return nowUS, next, newest, nil
+			}
 		}
 	}
-	return 0, 0, false, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
+	return 0, 0, lease.EventID{}, &lease.UnavailableError{Op: op, Err: fmt.Errorf("leaseredis: malformed script reply %v", v)}
 }
 
 // watchReply is watch.lua's answer.

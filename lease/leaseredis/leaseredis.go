@@ -105,11 +105,11 @@ type Options struct {
 	// local watches end with lease.ErrResync. It must not block.
 	OnResubscribe func(silence time.Duration)
 
-	// OnLostLog, when set, is called when the settle script of a session this engine watches found
-	// its event log missing (settle.lua: the store lost data without dropping a connection, as a
-	// FLUSHALL does), before the session's local watches end with lease.ErrResync. It must not
-	// block.
-	OnLostLog func(key lease.Key)
+	// OnLostEvents, when set, is called when the settle script of a session this engine watches
+	// found its event log without events its watches were sent (settle.lua: the store lost data
+	// without dropping a connection, as a FLUSHALL does), after those watches ended with
+	// lease.ErrResync. It must not block.
+	OnLostEvents func(key lease.Key)
 
 	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
 	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (revokeCall in
@@ -152,7 +152,7 @@ type Engine struct {
 	sweepEvery     time.Duration       // how often the engine offers to sweep (sweep.go)
 	onSweep        func(int, error)    // Options.OnSweep
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
-	onLostLog      func(lease.Key)     // Options.OnLostLog
+	onLostEvents   func(lease.Key)     // Options.OnLostEvents
 	revokeReplicas int                 // Options.RevokeReplicas
 	// common are the first seven arguments of every session script (see state.lua), formatted
 	// once.
@@ -280,7 +280,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		perUser:        opts.SessionsPerUser,
 		onSweep:        opts.OnSweep,
 		onResubscribe:  opts.OnResubscribe,
-		onLostLog:      opts.OnLostLog,
+		onLostEvents:   opts.OnLostEvents,
 		revokeReplicas: opts.RevokeReplicas,
 		ctx:            ctx,
 		cancel:         cancel,

@@ -3,11 +3,12 @@
 -- at their next deadline and at least every tenth of the log's TTL.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- ARGV[1..7]  the common arguments (see state.lua)
--- Answers {now, next, lost}: the store time, the session's next deadline in µs (0: none), and 1
--- when the log was missing, 0 otherwise. A watched session's log is kept by its watch and by this
--- script at least every tenth of its TTL, so a missing one is a store that lost data without
--- dropping a connection (FLUSHALL, a replica promoted without it): what its watchers were told may
--- be gone, and the engine starts them over from a snapshot.
+-- Answers {now, next, newest}: the store time, the session's next deadline in µs (0: none), and
+-- the id of the log's newest event ('' when it has none). Every event a watcher was sent was
+-- appended to the log first, and the log is kept (recreated from the state's last event id when
+-- it expired), so a newest event older than one a watcher had before this script ran is a store
+-- that lost data without dropping a connection (FLUSHALL, a replica promoted without the writes):
+-- the engine starts that watcher over from a snapshot (fire in feed.go).
 --
 -- Events: what settle announces (at most one "expired" per epoch, and "left" for the tabs whose
 -- last presence entry expired), whichever instance runs it first.
@@ -17,6 +18,6 @@ local now = now_us()
 local s = load(now)
 settle(s, now)
 flush(s, now)
-local lost = keep_log(s, now)
+keep_log(s, now)
 
-return {now, deadline(s, now), lost and 1 or 0}
+return {now, deadline(s, now), last_entry_id()}
