@@ -258,6 +258,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// which the answer's message says only in general.
 		reason, _ := ae.Details["reason"].(string)
 		c.Set(keyErrCause, reason+": "+ae.Err.Error())
+	case ae.Code == CodeLeaseLost && ae.Details["reason"] == reasonExpiredToken:
+		c.Set(keyErrCause, reasonExpiredToken+": "+ae.Message)
 	case ae.Code == CodeUnauthenticated || ae.Code == CodeForbidden:
 		// Why a credential was refused (expired, bad signature, another audience, a session the
 		// token does not grant), from the answer's message, which never holds the token: so that

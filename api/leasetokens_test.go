@@ -275,6 +275,9 @@ func TestAnExpiredLeaseTokenIsLeaseLost(t *testing.T) {
 	if e.Error.Details["reason"] != "expired_token" || holder["tabId"] != "tab-a" || e.Error.Details["epoch"] != float64(a.Epoch) {
 		t.Fatalf("details %v", e.Error.Details)
 	}
+	if line := lineWithText(h.logs.String(), `"code":"LEASE_LOST"`); !strings.Contains(line, `"error":"expired_token: `) {
+		t.Errorf("the request's log line does not say the token expired: %s", line)
+	}
 	if rec := h.checkToken("doc-1", alice, *r.Token); rec.Code != 200 {
 		t.Fatalf("the renewed token: %d %s", rec.Code, rec.Body)
 	}
