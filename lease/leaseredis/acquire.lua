@@ -1,14 +1,14 @@
 -- acquire.lua: grant the lease of a session to a tab, or ask its holder to hand it over.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  tab id
--- ARGV[9]  label
--- ARGV[10] "1" when the tab is hidden, "0" when visible
--- ARGV[11] TTL in milliseconds, already clamped
--- ARGV[12] mode: "try", "takeover" or "handoff"
--- ARGV[13] the handoff timeout in milliseconds: how long a handoff request made now is pending
--- ARGV[14] the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  tab id
+-- ARGV[3]  label
+-- ARGV[4]  "1" when the tab is hidden, "0" when visible
+-- ARGV[5]  TTL in milliseconds, already clamped
+-- ARGV[6]  mode: "try", "takeover" or "handoff"
+-- ARGV[7]  the handoff timeout in milliseconds: how long a handoff request made now is pending
+-- ARGV[8]  the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
 -- Answers "OK" and the lease granted; "HELD" and the lease of another tab when the mode is try;
 -- "PENDING" and the lease, with the end of the handoff as until_us, when a handoff is requested
 -- or the lease is reserved for another tab (lease.ModeHandoff, below); "BLOCKED" and the free
@@ -23,7 +23,7 @@
 -- Handoff: see lease.ModeHandoff. After the holder's own acquire, this script checks, for a lease
 -- another tab holds: in mode handoff, a request pending (pending_handoff) answers "PENDING" and
 -- changes nothing, else a new request (the ho_* fields, see state.lua) is written until now +
--- ARGV[13]; mode try is "HELD", mode takeover takes over. For a free lease that is reserved
+-- ARGV[7]; mode try is "HELD", mode takeover takes over. For a free lease that is reserved
 -- (reservation): its requester's acquire, in any mode, claims it; another tab's in mode try or
 -- handoff is "PENDING". Every grant deletes the handoff fields (clear_handoff), whatever they held.
 --
@@ -35,15 +35,15 @@
 -- it knows the user is there (see "Skipping the adds" in admin.go).
 
 -- Validate.
-local tab, label = ARGV[8], ARGV[9]
-local hidden = ARGV[10] == '1'
-local ttl_ms = arg_int(11, 1, MAX_EPOCH)
-local mode = ARGV[12]
+local tab, label = ARGV[2], ARGV[3]
+local hidden = ARGV[4] == '1'
+local ttl_ms = arg_int(5, 1, MAX_EPOCH)
+local mode = ARGV[6]
 if mode ~= 'try' and mode ~= 'takeover' and mode ~= 'handoff' then
-  error('tablease: ARGV[12] is not a mode')
+  error('tablease: ARGV[6] is not a mode')
 end
-local handoff_timeout_ms = arg_int(13, 1, MAX_EPOCH)
-local handoff_reserve_ms = arg_int(14, 1, MAX_EPOCH)
+local handoff_timeout_ms = arg_int(7, 1, MAX_EPOCH)
+local handoff_reserve_ms = arg_int(8, 1, MAX_EPOCH)
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()

@@ -33,21 +33,21 @@
 -- Entry ids are "<ms>-<seq>" by the rule of lease.NextEventID (the store clock in ms, or the newest
 -- entry's id with seq+1 when the clock did not move past it), so a user's records are in exactly
 -- the order of the changes, and records of different users compare by the time they were appended,
--- to the millisecond. Each append trims the log to about ARGV[3] entries (XADD MAXLEN ~, which
+-- to the millisecond. Each append trims the log to about AUDIT_LEN entries (XADD MAXLEN ~, which
 -- removes whole stream nodes, so a few more may stay). An append after which the stream would
--- expire less than ARGV[4] ms later (PEXPIRETIME) drops the entries older than ARGV[4] ms (XTRIM
--- MINID ~) and sets it to expire ARGV[4] ms and an eighth of that after the append; the others
+-- expire less than AUDIT_RETENTION_MS ms later (PEXPIRETIME) drops the entries older than AUDIT_RETENTION_MS ms (XTRIM
+-- MINID ~) and sets it to expire AUDIT_RETENTION_MS ms and an eighth of that after the append; the others
 -- leave both alone, which spares most appends two commands for one (3 % of the instructions of
--- an acquire or a release: scripts/redis-instructions). So the stream expires between ARGV[4] ms and
+-- an acquire or a release: scripts/redis-instructions). So the stream expires between AUDIT_RETENTION_MS ms and
 -- an eighth more after its last append, and keeps entries past the retention for at most an eighth
 -- of it (audit.lua never reads them): a user's log outlives the user's sessions by about the
 -- retention.
 --
 -- The records of admins (revoke, block: those with adm) are kept in a second stream, KEYS[10],
--- trimmed by length and age and set to expire ARGV[4] ms later at each of its (rare) appends, and
+-- trimmed by length and age and set to expire AUDIT_RETENTION_MS ms later at each of its (rare) appends, and
 -- not in KEYS[6]: each takes its id from KEYS[6] (appended there, untrimmed, and deleted at once,
 -- which keeps the id taken), so that the ids of both are one sequence, and each stream holds about
--- ARGV[3] records of its own kind: the user's own actions never push an admin's record out, nor
+-- AUDIT_LEN records of its own kind: the user's own actions never push an admin's record out, nor
 -- the other way round. audit.lua reads both, as one log.
 
 local audit_pending -- the audit records of this call not appended yet, in order
@@ -96,7 +96,7 @@ local function audit_fields(rec)
 end
 
 -- append_audit appends fields to KEYS[6] under id with call (redis.call or redis.pcall), trimming
--- it to about ARGV[3] entries; an admin's record only takes its id there, and trims nothing.
+-- it to about AUDIT_LEN entries; an admin's record only takes its id there, and trims nothing.
 local function append_audit(call, admin, id, fields)
   if admin then
     return call('XADD', KEY_AUDIT, id, unpack(fields))

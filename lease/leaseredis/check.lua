@@ -2,16 +2,16 @@
 -- announces, and the usual check, which confirms, settles nothing.
 -- KEYS[1..8]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
 --             state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  tab id
--- ARGV[9]  epoch
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  tab id
+-- ARGV[3]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
 -- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
 -- changing nothing, for any other.
 
 -- Validate.
-local tab = ARGV[8]
-local epoch = arg_int(9, 1, MAX_EPOCH)
+local tab = ARGV[2]
+local epoch = arg_int(3, 1, MAX_EPOCH)
 
 -- The usual check, of a tab that holds the lease with no handoff in progress, reads only
 -- load_lease's fields and settles nothing, as the usual renew (renew.lua says why).

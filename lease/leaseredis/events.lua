@@ -9,13 +9,13 @@
 -- change, its events and its records are one step (a script that fails before finish has written
 -- nothing: scripts validate first).
 --
--- The log, KEYS[2], is a list of the last ARGV[1] events, oldest first: each entry is one string,
+-- The log, KEYS[2], is a list of the last LOG_LEN events, oldest first: each entry is one string,
 -- the event's id, a space and the event as JSON ("<ms>-<seq> {…}"). It is kept only for sessions
 -- that are watched, since only a watch reads it (watch.lua: the replay of a resumed watch): the
 -- watch and settle scripts, which the engine runs for the sessions it has watchers for (settle at
--- least every tenth of ARGV[2]), create it when it is missing and keep it ARGV[2] ms more
+-- least every tenth of LOG_TTL_MS), create it when it is missing and keep it LOG_TTL_MS ms more
 -- (keep_log), and an append pushes onto it only when it exists (RPUSHX), trims it to exactly
--- ARGV[1] entries and keeps it ARGV[2] ms after that event. So the log of a session nobody watched in the last ARGV[2] ms takes no memory, and a
+-- LOG_LEN entries and keeps it LOG_TTL_MS ms after that event. So the log of a session nobody watched in the last LOG_TTL_MS ms takes no memory, and a
 -- watcher's log holds every event since its watch began. keep_log creates the log with a mark:
 -- the id of the session's last event alone ("<ms>-<seq>", no JSON; "0-0" when it had none), which
 -- stands for the log's start (the events before it are not in the log) and is never replayed.
@@ -144,7 +144,7 @@ local function last_entry_id()
   return ''
 end
 
--- keep_log keeps the log of the watched session s ARGV[2] ms more, creating it with its mark when
+-- keep_log keeps the log of the watched session s LOG_TTL_MS ms more, creating it with its mark when
 -- it is missing (see above). The watch and settle scripts call it. A session with no state counts
 -- against the user's bound of sessions (admit in admin.lua) while its log lives: keep_log lists it
 -- in the known set until then, so that watches cannot keep logs of ever more sessions.

@@ -1,17 +1,17 @@
 -- join.lua: list a connection of a tab as present, or refresh it.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  connection id
--- ARGV[9]  tab id
--- ARGV[10] label
--- ARGV[11] "1" when the tab is hidden, "0" when visible
--- ARGV[12] the presence TTL in milliseconds
--- ARGV[13] the most connections the session's presence list may hold (lease.MaxPresence)
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  connection id
+-- ARGV[3]  tab id
+-- ARGV[4]  label
+-- ARGV[5]  "1" when the tab is hidden, "0" when visible
+-- ARGV[6]  the presence TTL in milliseconds
+-- ARGV[7]  the most connections the session's presence list may hold (lease.MaxPresence)
 -- Answers {"OK", now}: the entry lives until now + TTL; the connection keeps the time it first
 -- joined. Answers {"FULL", now} and changes nothing when the session has no state and the user is
 -- at the limit of sessions (admit in admin.lua); {"TABS_FULL", now} and changes nothing when the
--- connection is not listed and the list holds ARGV[13] live connections (settle dropped the
+-- connection is not listed and the list holds ARGV[7] live connections (settle dropped the
 -- others) already.
 --
 -- Events: what settle announces; then "joined" when the tab was not listed, "changed" when it was,
@@ -19,12 +19,12 @@
 -- refresh), nothing otherwise.
 
 -- Validate.
-local conn, tab, label = ARGV[8], ARGV[9], ARGV[10]
-local hidden = ARGV[11] == '1' and '1' or '0'
-local ttl_ms = arg_int(12, 1, MAX_EPOCH)
-local max_conns = arg_int(13, 1, MAX_EPOCH)
+local conn, tab, label = ARGV[2], ARGV[3], ARGV[4]
+local hidden = ARGV[5] == '1' and '1' or '0'
+local ttl_ms = arg_int(6, 1, MAX_EPOCH)
+local max_conns = arg_int(7, 1, MAX_EPOCH)
 if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
-  error('tablease: ARGV[8] and ARGV[9] must be identifiers')
+  error('tablease: ARGV[2] and ARGV[3] must be identifiers')
 end
 
 -- Answer a retry of this call as it was answered (see state.lua).

@@ -154,8 +154,8 @@ type Engine struct {
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
 	onLostEvents   func(lease.Key)     // Options.OnLostEvents
 	revokeReplicas int                 // Options.RevokeReplicas
-	// common are the first seven arguments of every session script (see state.lua), formatted
-	// once.
+	// common is the first argument of every session script, the engine's seven options (see
+	// state.lua), formatted once.
 	common []any
 	// usersHorizon is how long the engine trusts its own add of a user to the users index, and now
 	// the clock it measures that with (time.Now; tests set both right after New). See "Listing" in
@@ -289,10 +289,12 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 	}
 	e.usersHorizon = usersHorizon(e.idle, e.auditTTL, e.opTimeout)
 	e.sweepEvery = sweepPeriod(e.idle)
+	var common []string
 	for _, n := range []int64{int64(e.logLen), e.logTTL.Milliseconds(), int64(e.auditLen), e.auditTTL.Milliseconds(),
 		AnswersKept(e.opTimeout).Milliseconds(), e.idle.Milliseconds(), int64(e.perUser)} {
-		e.common = append(e.common, strconv.FormatInt(n, 10))
+		common = append(common, strconv.FormatInt(n, 10))
 	}
+	e.common = []any{strings.Join(common, " ")}
 	e.timers.Add(1)
 	go e.sweepLoop()
 	return e, nil

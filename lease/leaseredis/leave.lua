@@ -1,17 +1,17 @@
 -- leave.lua: remove a connection of a tab from the session's presence.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  connection id
--- ARGV[9]  tab id
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  connection id
+-- ARGV[3]  tab id
 -- Answers {now}. Leaving a connection that is not listed changes nothing.
 --
 -- Events: what settle announces; then "left" (no reason) when the connection was the tab's last.
 
 -- Validate.
-local conn, tab = ARGV[8], ARGV[9]
+local conn, tab = ARGV[2], ARGV[3]
 if conn == '' or tab == '' then
-  error('tablease: ARGV[8] and ARGV[9] must be identifiers')
+  error('tablease: ARGV[2] and ARGV[3] must be identifiers')
 end
 
 -- Answer a retry of this call as it was answered (see state.lua).

@@ -10,19 +10,19 @@
 -- first, as publish does, so that a user who may not ask it is not ready: its events would go where
 -- no instance listens. The engine names the topology, which fixes where to publish for every call.
 -- KEYS[1..2]  the lease form (see state.lua) of a session the engine names for the probe
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]     "cluster" when the engine talks to a Redis Cluster, "single" otherwise
+-- ARGV[1]     the common arguments (see state.lua)
+-- ARGV[2]     "cluster" when the engine talks to a Redis Cluster, "single" otherwise
 -- Answers "PONG".
 
 redis.call('TIME')
-if ARGV[8] == 'cluster' then
+if ARGV[2] == 'cluster' then
   redis.call('CLUSTER', 'MYID')
   sharded = true
   redis.call('SPUBLISH', TAG .. 'ready', '')
-elseif ARGV[8] == 'single' then
+elseif ARGV[2] == 'single' then
   sharded = false
   redis.call('PUBLISH', PREFIX .. ':ready', '')
 else
-  error('tablease: ARGV[8] is not a topology')
+  error('tablease: ARGV[2] is not a topology')
 end
 return 'PONG'

@@ -9,7 +9,7 @@
 --   KEYS[4]  a hash: member → JSON {"l": label, "h": "1"|"0", "c": connected µs, "r": refreshed µs}
 -- An entry is gone at its expiry and after; settle_presence removes it then and announces its tab
 -- as left (reason "timeout") when it was the tab's last. join.lua gives both keys a TTL of the
--- presence TTL plus the event log's (ARGV[2]), refreshed on every join: so they may vanish
+-- presence TTL plus the event log's (LOG_TTL_MS), refreshed on every join: so they may vanish
 -- unannounced only once the log that would have told of them expired too.
 
 -- entries reads every entry of the session: {member, tab, expires, label, hidden, connected,

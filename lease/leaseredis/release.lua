@@ -1,9 +1,9 @@
 -- release.lua: end the lease held by a tab at an epoch.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
 -- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  tab id
--- ARGV[9]  epoch
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  tab id
+-- ARGV[3]  epoch
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
@@ -17,8 +17,8 @@
 -- call ended the lease, which also takes the session out of the user's index of held leases.
 
 -- Validate.
-local tab = ARGV[8]
-local epoch = arg_int(9, 1, MAX_EPOCH)
+local tab = ARGV[2]
+local epoch = arg_int(3, 1, MAX_EPOCH)
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()

@@ -1,11 +1,11 @@
 -- renew.lua: extend the lease held by a tab at an epoch.
 -- KEYS[1..8]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
 --             state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  tab id
--- ARGV[9]  epoch
--- ARGV[10] "1" when the tab is hidden, "0" when visible
--- ARGV[11] TTL in milliseconds, already clamped
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  tab id
+-- ARGV[3]  epoch
+-- ARGV[4]  "1" when the tab is hidden, "0" when visible
+-- ARGV[5]  TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
 -- A renew keeps no answer for its retries: one that go-redis sends again decides again, which is
@@ -24,10 +24,10 @@
 -- changing nothing, for any other.
 
 -- Validate.
-local tab = ARGV[8]
-local epoch = arg_int(9, 1, MAX_EPOCH)
-local hidden = ARGV[10] == '1'
-local ttl_ms = arg_int(11, 1, MAX_EPOCH)
+local tab = ARGV[2]
+local epoch = arg_int(3, 1, MAX_EPOCH)
+local hidden = ARGV[4] == '1'
+local ttl_ms = arg_int(5, 1, MAX_EPOCH)
 
 -- Decide; settle expiry when the renew announces something. The usual renew (see above) reads
 -- only load_lease's fields; any other reads the rest too.

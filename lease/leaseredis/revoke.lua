@@ -4,13 +4,13 @@
 -- KEYS[10]    the admins' audit log of the user (see state.lua and admin.lua)
 -- KEYS[11]    where the answer of this revoke is kept for the retries of its request id, when it
 --             has one (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  the admin's sub
--- ARGV[9]  the reason
--- ARGV[10] the block in milliseconds; 0 leaves the session's block as it is
--- ARGV[11] the request id, or "" for none
--- ARGV[12] how long a revoke with a request id is remembered for its retries, in milliseconds
--- ARGV[13] the id of the admin's request as its log lines name it, kept in the audit records
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  the admin's sub
+-- ARGV[3]  the reason
+-- ARGV[4]  the block in milliseconds; 0 leaves the session's block as it is
+-- ARGV[5]  the request id, or "" for none
+-- ARGV[6]  how long a revoke with a request id is remembered for its retries, in milliseconds
+-- ARGV[7]  the id of the admin's request as its log lines name it, kept in the audit records
 --          (rid), or "" for none (an engine before this argument sends none: nil reads as "")
 -- Answers {status, revoked (1|0), epoch, until_us, previous tab, previous epoch, now_us}: status
 -- "OK", or "RETRIED" for the retry of a revoke with the same request id, with that revoke's
@@ -20,7 +20,7 @@
 -- for a free lease) when the epoch to mint would reach 2^53: nothing is revoked then.
 --
 -- In this order, in one step: settle; the retry of a revoke with a request id (same session, admin
--- and request id, within the window of ARGV[12]: KEYS[11] expires with it) answers what that
+-- and request id, within the window of ARGV[6]: KEYS[11] expires with it) answers what that
 -- revoke answered and changes nothing, whatever revokes of the session came in between; a held
 -- lease is revoked: a new epoch (lease.NextEpoch, as a grant mints it), no holder, granted_us =
 -- expires_us = now, one more transition, and the epoch marked ended (ended_epoch) so that no
@@ -40,13 +40,13 @@
 -- (see "Skipping the adds" in admin.go).
 
 -- Validate.
-local admin, reason = ARGV[8], ARGV[9]
-local block_ms = arg_int(10, 0, MAX_EPOCH)
-local request = ARGV[11]
-local window_ms = arg_int(12, 0, MAX_EPOCH)
-local rid = ARGV[13] or ''
+local admin, reason = ARGV[2], ARGV[3]
+local block_ms = arg_int(4, 0, MAX_EPOCH)
+local request = ARGV[5]
+local window_ms = arg_int(6, 0, MAX_EPOCH)
+local rid = ARGV[7] or ''
 if admin == '' or reason == '' then
-  error('tablease: ARGV[8] and ARGV[9] must not be empty')
+  error('tablease: ARGV[2] and ARGV[3] must not be empty')
 end
 if (request ~= '') ~= (KEY_REVOKE ~= nil) then
   error('tablease: the key of the revoke\'s answer is given with a request id, and only then')

@@ -16,7 +16,7 @@ import (
 // The scripts. Each file starts with a header naming its KEYS and ARGV. The session scripts (every
 // script but document.lua, leases.lua, audit.lua and catalog.lua) take the same eight keys (and
 // those whose answer is kept for retries a ninth; ping.lua, the readiness probe, the two of the
-// lease form, see state.lua) and the same first seven arguments. They are
+// lease form, see state.lua) and the same first argument (the engine's options). They are
 // one Redis Functions library (library below): four preludes that define what every session
 // script uses — state.lua (the keys, the common arguments, the state hash and the lease answer),
 // admin.lua (the user's index of held leases and audit log), events.lua (the event log,

@@ -2,7 +2,7 @@
 -- log (keep_log in events.lua); the engine's timer runs it for the sessions it has watchers for,
 -- at their next deadline and at least every tenth of the log's TTL.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
+-- ARGV[1]  the common arguments (see state.lua)
 -- Answers {now, next, newest}: the store time, the session's next deadline in µs (0: none), and
 -- the id of the log's newest event ('' when it has none). Every event a watcher was sent was
 -- appended to the log first, and the log is kept (recreated from the state's last event id when

@@ -1,15 +1,15 @@
 -- watch.lua: the step that starts a watch: the lease, the tabs and the position of the log, and
 -- the events after the caller's last one when the log still holds them all.
 -- KEYS[1..8]  the keys of the session and of its user (see state.lua)
--- ARGV[1..7]  the common arguments (see state.lua)
--- ARGV[8]  the id of the last event the caller has seen ("<ms>-<seq>"), or ""
+-- ARGV[1]  the common arguments (see state.lua)
+-- ARGV[2]  the id of the last event the caller has seen ("<ms>-<seq>"), or ""
 -- Answers {lease} with the status "FULL", keeping no log, when the session has no state and the
 -- user is at the limit of sessions (admit in admin.lua; a watched session counts, keep_log in
 -- events.lua); otherwise {lease, position, resumed, replay, tabs, next}:
 --   lease     the lease at the position (see reply in state.lua), status "OK"
 --   position  the id of the log's newest event after settle, or "" when the log is empty
---   resumed   1 when ARGV[8] is the id of an event the log holds (so it holds every one after it)
---   replay    when resumed, the events after ARGV[8] up to position: {id, json, id, json, …}
+--   resumed   1 when ARGV[2] is the id of an event the log holds (so it holds every one after it)
+--   replay    when resumed, the events after ARGV[2] up to position: {id, json, id, json, …}
 --   tabs      the tabs present: {tab, label, hidden (1|0), connected µs, …} (see tabs in presence.lua)
 --   next      the session's next deadline in µs (0: none), for the engine's settle timer
 --
@@ -17,9 +17,9 @@
 -- missing and kept (keep_log in events.lua): the session is watched from now on.
 
 -- Validate.
-local after = ARGV[8]
+local after = ARGV[2]
 if after ~= '' and parse_id(after) == nil then
-  error('tablease: ARGV[8] is not an event id')
+  error('tablease: ARGV[2] is not an event id')
 end
 
 -- Settle expiry.
@@ -40,10 +40,10 @@ local resumed, replay = 0, {}
 if after ~= '' and position ~= '' then
   local first = string.match(redis.call('LINDEX', KEY_EVENTS, 0), '^%S+')
   if compare_ids(after, first) >= 0 and compare_ids(after, position) <= 0 then
-    -- The entries after ARGV[8] (the list is in the order of the ids), read from the newest back,
-    -- in chunks that double, down to the first entry at or before ARGV[8], which must be ARGV[8]
+    -- The entries after ARGV[2] (the list is in the order of the ids), read from the newest back,
+    -- in chunks that double, down to the first entry at or before ARGV[2], which must be ARGV[2]
     -- itself: an id the log never had is unknown. The log's mark, its oldest entry when it has
-    -- one, is at or before ARGV[8] (first above), so it is never replayed.
+    -- one, is at or before ARGV[2] (first above), so it is never replayed.
     local found = compare_ids(after, position) == 0
     local newer, stop, size, done = {}, -1, 8, found
     while not done do
