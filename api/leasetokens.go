@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -101,7 +99,7 @@ func (s *Server) checkToken(ctx context.Context, key lease.Key, token string) (l
 	case errors.Is(err, leasetoken.ErrKeysUnavailable): // not with the server's own keys
 		return lease.Lease{}, nil, &Error{Code: CodeInternal, Message: "internal error", Err: err}
 	case errors.Is(err, leasetoken.ErrUnknownKey):
-		s.unknownKey.note(s.log, time.Now(), err)
+		s.warnUnknownKey(err)
 		return lease.Lease{}, nil, tokenRefused(reasonUnknownKey, "the lease token is signed by a key this server does not publish", err)
 	default:
 		return lease.Lease{}, nil, tokenRefused(reasonInvalidToken, "the lease token is not valid", err)
@@ -141,29 +139,17 @@ func expiredToken(current lease.Lease) *Error {
 // signed by a key this server does not publish.
 const unknownKeyEvery = 10 * time.Second
 
-// unknownKeyWarning warns, at most every unknownKeyEvery, that a strict check was shown a lease
-// token signed by a key this server does not publish. Forged tokens do that, but so do the tokens
-// of another instance when a key rotation reached some instances only: the instances then publish
-// different keys, and every guard that meets them refuses the holders' writes (README, Key
-// rotation), which the request log's 400 alone does not tell an operator. The zero value is ready.
-type unknownKeyWarning struct {
-	mu     sync.Mutex
-	last   time.Time
-	missed int // the warnings left out since the last one
-}
-
-// note counts one such token, refused with cause (which names its kid), and warns unless it
-// warned less than unknownKeyEvery ago.
-func (w *unknownKeyWarning) note(log *slog.Logger, now time.Time, cause error) {
-	w.mu.Lock()
-	if !w.last.IsZero() && now.Sub(w.last) < unknownKeyEvery {
-		w.missed++
-		w.mu.Unlock()
+// warnUnknownKey warns, at most every unknownKeyEvery (s.unknownKey), that a strict check was
+// shown a lease token signed by a key this server does not publish, refused with cause (which
+// names its kid). Forged tokens do that, but so do the tokens of another instance when a key
+// rotation reached some instances only: the instances then publish different keys, and every
+// guard that meets them refuses the holders' writes (README, Key rotation), which the request
+// log's 400 alone does not tell an operator.
+func (s *Server) warnUnknownKey(cause error) {
+	ok, missed, _ := s.unknownKey.Allow("")
+	if !ok {
 		return
 	}
-	missed := w.missed
-	w.last, w.missed = now, 0
-	w.mu.Unlock()
-	log.Warn("a strict check was shown a lease token signed by a key this instance does not publish; if another instance signs with that key, the instances publish different keys and guards refuse holders' writes (README, Key rotation)",
+	s.log.Warn("a strict check was shown a lease token signed by a key this instance does not publish; if another instance signs with that key, the instances publish different keys and guards refuse holders' writes (README, Key rotation)",
 		"error", cause.Error(), "left_out", missed)
 }

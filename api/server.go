@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tablease/tablease/api/stream"
+	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/owner/catalog"
 	"github.com/tablease/tablease/owner/leasetoken"
@@ -131,7 +132,7 @@ type Server struct {
 	signer     *leasetoken.Signer
 	tokens     *leasetoken.Reuse // the holders' tokens, signed once per half-life
 	verifier   *leasetoken.Verifier
-	unknownKey unknownKeyWarning // strict checks shown tokens of keys this server does not publish
+	unknownKey *loglimit.Limit // the warnings of strict checks shown tokens of keys this server does not publish
 
 	admin    lease.Admin   // the Engine's admin operations
 	maxBlock time.Duration // bound on the blockMs of a revoke
@@ -240,11 +241,12 @@ func New(opts Options) (*Server, error) {
 		registry: reg,
 		routeSet: make(map[string]bool),
 
-		catalogs:  catalogs,
-		leaseKeys: keys,
-		signer:    signer,
-		tokens:    leasetoken.NewReuse(0),
-		verifier:  verifier,
+		catalogs:   catalogs,
+		leaseKeys:  keys,
+		signer:     signer,
+		tokens:     leasetoken.NewReuse(0),
+		verifier:   verifier,
+		unknownKey: loglimit.New(unknownKeyEvery, now),
 
 		admin:    opts.Engine,
 		maxBlock: maxBlock,

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tablease/tablease/internal/loglimit"
 )
 
 func main() {
-	redis.SetLogger(redisLog{log: &serveLog, limit: newLogLimit(time.Now)})
+	redis.SetLogger(redisLog{log: &serveLog, limit: loglimit.New(time.Second, time.Now)})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := Program{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Environ: os.Environ}.Main(ctx, os.Args[1:])
 	stop()

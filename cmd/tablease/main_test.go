@@ -18,6 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/internal/redistest"
 )
 
@@ -360,7 +361,7 @@ func TestGoRedisLinesRepeatedWithinASecondAreCounted(t *testing.T) {
 	var p atomic.Pointer[slog.Logger]
 	p.Store(slog.New(slog.NewJSONHandler(&buf, nil)))
 	now := time.Unix(1_800_000_000, 0)
-	r := redisLog{log: &p, limit: newLogLimit(func() time.Time { return now })}
+	r := redisLog{log: &p, limit: loglimit.New(time.Second, func() time.Time { return now })}
 	const dial = "redis: failed to dial %s\n"
 	start := now
 	for i := range 25 {

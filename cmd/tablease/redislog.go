@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tablease/tablease/internal/loglimit"
 )
 
 // redisLog carries go-redis's own log lines (a pool that cannot dial, a sentinel that does not
@@ -24,48 +25,16 @@ import (
 // of them was ("repeated_last": they may be of an earlier outage, or of another address).
 type redisLog struct {
 	log   *atomic.Pointer[slog.Logger] // nil until a serve starts: slog's default then
-	limit *logLimit
+	limit *loglimit.Limit              // a line a second of each format
 }
 
 // serveLog is the logger of the running serve.
 var serveLog atomic.Pointer[slog.Logger]
 
-// logLimit is the last time each format of go-redis's lines was logged, and how many lines of it
-// were left out since, the last of them when. go-redis has a few dozen formats, so the maps stay
-// small.
-type logLimit struct {
-	now      func() time.Time
-	mu       sync.Mutex
-	last     map[string]time.Time
-	left     map[string]int
-	leftLast map[string]time.Time
-}
-
-func newLogLimit(now func() time.Time) *logLimit {
-	return &logLimit{now: now, last: map[string]time.Time{}, left: map[string]int{}, leftLast: map[string]time.Time{}}
-}
-
-// allow reports whether a line of format may be logged now, and how many were left out before it,
-// the last of them when.
-func (l *logLimit) allow(format string) (ok bool, left int, leftLast time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	if last, ok := l.last[format]; ok && now.Sub(last) < time.Second {
-		l.left[format]++
-		l.leftLast[format] = now
-		return false, 0, time.Time{}
-	}
-	left, leftLast = l.left[format], l.leftLast[format]
-	l.last[format], l.left[format] = now, 0
-	delete(l.leftLast, format)
-	return true, left, leftLast
-}
-
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	repeated, repeatedLast := 0, time.Time{}
 	if r.limit != nil {
-		ok, left, leftLast := r.limit.allow(format)
+		ok, left, leftLast := r.limit.Allow(format)
 		if !ok {
 			return
 		}

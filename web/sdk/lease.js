@@ -470,8 +470,7 @@ export class TabLease extends EventTarget {
    *  calls need owner. */
   _mayAct() {
     if (this._state === "owner") return true;
-    if (this._state !== "releasing" || !this._period) return false;
-    return this._confirmedAt >= this._confirmNeededAfter() && this._clock.now() < this._deadline;
+    return this._state === "releasing" && Boolean(this._period) && this._confirmedNow();
   }
 
   /** Changes the label; the owner re-acquires (same epoch) so that other tabs see it. */
@@ -620,8 +619,13 @@ export class TabLease extends EventTarget {
     if (s === "stopped" || s === "away") return s;
     if (!this._holdsEpoch()) return "viewer";
     if (this._handoffAsk) return "releasing";
-    const confirmed = this._confirmedAt >= this._confirmNeededAfter();
-    return confirmed && this._clock.now() < this._deadline ? "owner" : "unconfirmed";
+    return this._confirmedNow() ? "owner" : "unconfirmed";
+  }
+
+  /** Whether the lease this tab holds is confirmed now: by an answer sent since news may have
+   *  been missed, and within its local deadline. */
+  _confirmedNow() {
+    return this._confirmedAt >= this._confirmNeededAfter() && this._clock.now() < this._deadline;
   }
 
   /** Moves to state `next` (one of TRANSITIONS[current]); emits rolechange when the role changes. */
@@ -756,7 +760,12 @@ export class TabLease extends EventTarget {
    *  Redis failover) answers a lower one. Epoch 0, a store with no record of the session, is news
    *  of its own (_setView). */
   _storeWentBack(epoch, sentAt) {
-    return typeof epoch === "number" && epoch > 0 && epoch < this._seen.epoch && sentAt > this._seen.at;
+    return this._belowSeen(epoch) && sentAt > this._seen.at;
+  }
+
+  /** Whether epoch is one a store holds (not 0) below the highest this tab has seen. */
+  _belowSeen(epoch) {
+    return typeof epoch === "number" && epoch > 0 && epoch < this._seen.epoch;
   }
 
   /** Takes the store as it now is, below epochs it lost: they are forgotten, this tab's own with
@@ -1445,7 +1454,7 @@ export class TabLease extends EventTarget {
         // A snapshot below an epoch this tab has seen is older news (the stream may have been
         // opened before that epoch came), or a store that lost its last writes (a Redis
         // failover): a read sent now tells which (_storeWentBack).
-        if (typeof d.epoch === "number" && d.epoch > 0 && d.epoch < this._seen.epoch) this.refresh().catch(() => {});
+        if (this._belowSeen(d.epoch)) this.refresh().catch(() => {});
         else if (!mine) this._setView(d, now);
         this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
         // catalog events are not replayed: a version changed while the stream was down shows here.
