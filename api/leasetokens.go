@@ -23,8 +23,8 @@ const jwksMaxAge = "300"
 //
 // Every answer to the holder — acquire and renew — carries `token`, a lease token (see package
 // leasetoken): sub, sid, tab, epoch, iat = the store time it was signed, exp = the lease's expiry
-// then, signed with the active key of Options.LeaseKeys. A renew answers the token answered
-// before to the same holder and epoch while that token is in the first half of its life, does not
+// then, signed with the active key of Options.LeaseKeys. A renew, and the holder's own acquire
+// (which keeps its epoch), answers the token answered before to the same holder and epoch while that token is in the first half of its life, does not
 // outlive the renewed lease and lives past the next renew (leasetoken.Reuse); otherwise a new
 // one. The public keys are published at /.well-known/jwks.json.
 //

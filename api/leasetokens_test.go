@@ -102,9 +102,14 @@ func TestHoldersGetALeaseTokenForTheirLease(t *testing.T) {
 		}
 		return r
 	}
-	h.clock.Advance(10 * time.Second)
+	h.clock.Advance(5 * time.Second)
 	if r := renew(); *r.Token != *a.Token {
-		t.Fatal("a renew 10 s into a 30 s token answered a new token, want the same one")
+		t.Fatal("a renew 5 s into a 30 s token answered a new token, want the same one")
+	}
+	// The holder's own acquire keeps its epoch, in any mode, and so its token too.
+	h.clock.Advance(5 * time.Second)
+	if r := readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a","ttlMs":30000,"mode":"takeover"}`)); r.Epoch != a.Epoch || r.Token == nil || *r.Token != *a.Token {
+		t.Fatalf("the holder's takeover 10 s into a 30 s token answered epoch %d (want %d) and a new token", r.Epoch, a.Epoch)
 	}
 	h.clock.Advance(6 * time.Second)
 	r := renew()
