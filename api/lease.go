@@ -22,6 +22,8 @@ type acquireBody struct {
 	TTLMs  json.RawMessage `json:"ttlMs,omitempty"`
 	Hidden bool            `json:"hidden"`
 	Mode   *lease.Mode     `json:"mode,omitempty"` // nil when left out (try)
+	// NewEpoch: the holder's own acquire is a grant with a new epoch (lease.AcquireRequest.NewEpoch).
+	NewEpoch bool `json:"newEpoch"`
 }
 
 type renewBody struct {
@@ -124,10 +126,11 @@ func (s *Server) acquire(c echo.Context) (err error) {
 		return err
 	}
 	l, err := s.engine.Acquire(c.Request().Context(), lease.AcquireRequest{
-		Key:    key,
-		Holder: lease.Holder{TabID: b.TabID, Label: b.Label, Hidden: b.Hidden},
-		TTL:    ttl,
-		Mode:   mode,
+		Key:      key,
+		Holder:   lease.Holder{TabID: b.TabID, Label: b.Label, Hidden: b.Hidden},
+		TTL:      ttl,
+		Mode:     mode,
+		NewEpoch: b.NewEpoch,
 	})
 	s.metrics.observeOp("acquire", err)
 	if err != nil {

@@ -203,3 +203,24 @@ func TestPercentEncodedSessionIDsAreDecoded(t *testing.T) {
 		t.Fatalf("doc:1 and doc%%3A1 must name the same session: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// After a store lost data, a holder may hold its lease below an epoch it had minted; asking for a
+// new epoch keeps the lease at a higher one, with a new token, and ends the old epoch.
+func TestTheHolderMayAskForANewEpoch(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	p := leasePath("doc-42")
+	a := readLease(t, h.post(p, alice, `{"tabId":"tab-a"}`))
+	e := wantError(t, h.post(p, alice, `{"tabId":"tab-a","newEpoch":"yes"}`), http.StatusBadRequest, CodeInvalidArgument)
+	if e.Error.Details["field"] != "newEpoch" {
+		t.Errorf("a newEpoch that is not a boolean: details %v, want field newEpoch", e.Error.Details)
+	}
+	h.clock.Advance(time.Millisecond)
+	fresh := readLease(t, h.post(p, alice, `{"tabId":"tab-a","newEpoch":true}`))
+	if fresh.Epoch <= a.Epoch || fresh.Holder.TabID != "tab-a" || *fresh.Role != "owner" || fresh.Transitions != 2 || fresh.Token == nil || *fresh.Token == *a.Token {
+		t.Fatalf("the holder's acquire asking for a new epoch answered %+v after epoch %d; want tab-a at a higher epoch with a new token", fresh, a.Epoch)
+	}
+	wantError(t, h.post(p+"/renew", alice, fmt.Sprintf(`{"tabId":"tab-a","epoch":%d}`, a.Epoch)), http.StatusConflict, CodeLeaseLost)
+	// Another tab asking for one gets what its mode gives.
+	wantError(t, h.post(p, alice, `{"tabId":"tab-b","newEpoch":true}`), http.StatusConflict, CodeLeaseHeld)
+}

@@ -156,7 +156,7 @@ type AuditAction string
 // A handoff shows as the holder's release (or expiry) and then the requester's AuditHandoff; the
 // request itself, its lapse and the end of a reservation change no holder and are not recorded.
 const (
-	AuditGrant    AuditAction = "grant"    // a free session was granted
+	AuditGrant    AuditAction = "grant"    // a free session was granted, or the holder a new epoch
 	AuditTakeover AuditAction = "takeover" // a tab took the lease over from another
 	AuditHandoff  AuditAction = "handoff"  // the requester claimed a handoff reservation (see ModeHandoff)
 	AuditRelease  AuditAction = "release"  // the holder released the lease
@@ -181,8 +181,9 @@ type AuditRecord struct {
 	Admin string
 	// Previous is the holder before the change, when there was one: the tab taken over (takeover),
 	// the tab that handed the lease over and its epoch (handoff), the tab that released or whose
-	// lease expired, at the epoch that ended (release, expire), the holder revoked (revoke); nil
-	// for grant and block.
+	// lease expired, at the epoch that ended (release, expire), the holder revoked (revoke), the
+	// holder at its old epoch (the grant of a new epoch to the holder itself); nil for the grant
+	// of a free session and for block.
 	Previous *Previous
 	Reason   string // the admin's, for revoke and block; what changed, for catalog; empty otherwise
 	// Until is the end of a block; zero for the other actions.

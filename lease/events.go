@@ -15,7 +15,9 @@ const (
 	// EventGranted: a free session (never held, released or expired) was granted to Holder at
 	// Epoch. Previous is nil, except for the grant that claims a handoff reservation (see
 	// ModeHandoff): its Reason is ReasonHandoff and Previous names the tab that handed the lease
-	// over and the epoch it held.
+	// over and the epoch it held; and for the grant of a new epoch to the holder itself
+	// (AcquireRequest.NewEpoch): its Reason is ReasonNewEpoch and Previous is the holder at the
+	// epoch it held before.
 	EventGranted EventType = "granted"
 	// EventReleased: the holder released the lease. Epoch is the epoch that ended, Holder is nil,
 	// Previous names the tab that released it. Requester is set when the release reserved the
@@ -59,6 +61,10 @@ const ReasonTimeout = "timeout"
 // ReasonHandoff is the Reason of the EventGranted that claims a handoff reservation.
 const ReasonHandoff = "handoff"
 
+// ReasonNewEpoch is the Reason of the EventGranted that gives the holder itself a new epoch
+// (AcquireRequest.NewEpoch).
+const ReasonNewEpoch = "new_epoch"
+
 // Stream is the name of the SSE event that carries t: "lease" or "tabs".
 func (t EventType) Stream() string {
 	if t == EventTabJoined || t == EventTabLeft || t == EventTabChanged {
@@ -89,14 +95,16 @@ type Event struct {
 	Epoch  int64
 	Holder *Holder
 	// Previous is the holder before the change, for released, expired, taken_over and revoked,
-	// and for the granted that claims a handoff reservation; nil otherwise.
+	// and for the granted that claims a handoff reservation or gives the holder a new epoch; nil
+	// otherwise.
 	Previous *Previous
 	// Requester is the tab that asked for a handoff: on handoff_requested, and on the released or
 	// expired that reserved the lease for it; nil otherwise (see ModeHandoff). The event stream
 	// writes it as "requester", a holder object ({tabId, label, hidden}).
 	Requester *Holder
 	// Reason is free text for revoked (the admin's), ReasonHandoff for the granted that claims a
-	// handoff reservation, and ReasonTimeout for a tab that left because its entry expired; empty
+	// handoff reservation, ReasonNewEpoch for the granted that gives the holder a new epoch, and
+	// ReasonTimeout for a tab that left because its entry expired; empty
 	// otherwise.
 	Reason string
 	// At is the store time of the change. For expired, it is the ExpiresAt of the lease (the
@@ -215,7 +223,8 @@ const DefaultWatchBuffer = 16
 //   - Acquire of a free session (never held, released or expired): EventGranted (with Previous
 //     and ReasonHandoff when it claims a handoff reservation). Acquire in ModeTakeover of a lease
 //     another tab holds: EventTakenOver. Acquire by the holder, in any mode: nothing, or
-//     EventUpdated when its label or hidden flag changed. Acquire in ModeHandoff of a lease another
+//     EventUpdated when its label or hidden flag changed; with NewEpoch, EventGranted (with
+//     Previous and ReasonNewEpoch). Acquire in ModeHandoff of a lease another
 //     tab holds, with no handoff pending: EventHandoffRequested. A refused acquire (a repeated
 //     handoff request included): nothing.
 //   - Renew: nothing, or EventUpdated when the hidden flag changed. A lost renew: nothing.

@@ -169,6 +169,15 @@ type AcquireRequest struct {
 	// TTL is the requested time to live; zero asks for the default. Engines clamp it (see Limits).
 	TTL  time.Duration
 	Mode Mode // empty means ModeTry
+	// NewEpoch asks that an acquire by the holder itself be a grant with a new epoch rather than
+	// keep its epoch: EventGranted with Reason ReasonNewEpoch and Previous the holder at its old
+	// epoch, and an AuditGrant record with that Previous; like every grant, it ends a handoff in
+	// progress. It is for a holder whose epoch a store that lost data took back below epochs it
+	// had minted (a failover that lost the primary's last writes): the new epoch, floored at the
+	// store's clock (NextEpoch), is above them, so resources fenced at them accept the holder's
+	// writes, and the lease never leaves the tab meanwhile. It changes nothing for any other tab,
+	// whose grant always has a new epoch.
+	NewEpoch bool
 }
 
 // RenewRequest extends the lease held by TabID at Epoch.
@@ -209,7 +218,8 @@ type Engine interface {
 	// holds it and the mode does not allow taking it. A new grant (the lease is free, expired or
 	// released, or a takeover from another tab) gets NextEpoch; the holder acquiring again, in any
 	// mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now
-	// by the clamped TTL, so a retried acquire never mints a second epoch. It fails with
+	// by the clamped TTL, so a retried acquire never mints a second epoch; unless req.NewEpoch
+	// asks for a new one (a grant: NextEpoch, the label, flag and TTL as asked). It fails with
 	// *RetryError matching ErrBlocked while an admin's block lasts (see Admin.Revoke), and with
 	// *RetryError matching ErrHandoffPending when a handoff is requested or the lease is reserved
 	// for another tab (see ModeHandoff).

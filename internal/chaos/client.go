@@ -29,6 +29,8 @@ func (c *Client) Do(ctx context.Context, base, sid string, in Input) (Output, er
 		body = map[string]any{"tabId": in.Tab, "mode": "try"}
 	case Takeover:
 		body = map[string]any{"tabId": in.Tab, "mode": "takeover"}
+	case NewEpoch:
+		body = map[string]any{"tabId": in.Tab, "mode": "try", "newEpoch": true}
 	case Renew, Release, Check:
 		path += "/" + in.Kind.String()
 		body = map[string]any{"tabId": in.Tab, "epoch": in.Epoch}
@@ -112,7 +114,7 @@ func decode(k Kind, status int, raw []byte) (Output, error) {
 		}
 		d := e.Error.Details
 		switch {
-		case e.Error.Code == "LEASE_HELD" && (k == Acquire || k == Takeover):
+		case e.Error.Code == "LEASE_HELD" && (k == Acquire || k == Takeover || k == NewEpoch):
 			return Output{Result: Held, Holder: d.holder(), Epoch: d.Epoch}, nil
 		case e.Error.Code == "LEASE_LOST" && (k == Renew || k == Check):
 			return Output{Result: LostErr, Holder: d.holder(), Epoch: d.Epoch}, nil
@@ -149,7 +151,7 @@ func decodeOK(k Kind, raw []byte) (Output, error) {
 		return Output{}, err
 	}
 	switch k {
-	case Acquire, Takeover:
+	case Acquire, Takeover, NewEpoch:
 		if !l.Held {
 			return Output{}, fmt.Errorf("a granted lease that is not held")
 		}

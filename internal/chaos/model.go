@@ -16,7 +16,8 @@
 // shows a strictly greater one. Acquire in mode try grants a free lease with a new epoch, grants
 // the holder its own epoch again, and otherwise answers LEASE_HELD naming the holder; takeover
 // grants a new epoch unless the caller already holds the lease, which keeps its epoch (guarantee 4:
-// a retried takeover never mints a second epoch). Renew and check succeed only for the holder at
+// a retried takeover never mints a second epoch); an acquire in mode try asking for a new epoch
+// (newEpoch) is a try that grants the holder a new epoch too. Renew and check succeed only for the holder at
 // its epoch, else LEASE_LOST with the current holder in its details; release by the holder at its
 // epoch frees the lease, a retry of that release answers true again, and any other release answers
 // false and changes nothing. Get answers the holder and epoch (the last epoch when free). TTLs are
@@ -70,9 +71,10 @@ const (
 	Check                // POST …/lease/check
 	Get                  // GET …/lease?tabId=
 	Lost                 // the store lost its data (a step of the scenario, not a call)
+	NewEpoch             // POST …/lease, mode try, newEpoch
 )
 
-var kindNames = [...]string{"acquire", "takeover", "renew", "release", "check", "get", "lost"}
+var kindNames = [...]string{"acquire", "takeover", "renew", "release", "check", "get", "lost", "new_epoch"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -165,13 +167,16 @@ func step(s State, in Input, out Output) []State {
 		return append([]State{s}, effects(s, in)...)
 	}
 	switch in.Kind {
-	case Acquire, Takeover:
+	case Acquire, Takeover, NewEpoch:
 		switch out.Result {
 		case Granted:
 			if out.Holder != in.Tab {
 				return nil
 			}
 			switch {
+			case in.Kind == NewEpoch && (s.Holder == in.Tab || s.Holder == "") && out.Epoch > s.Epoch:
+				return []State{{Holder: in.Tab, Epoch: out.Epoch, Exact: true}}
+			case in.Kind == NewEpoch:
 			case s.Holder == in.Tab && s.matches(out.Epoch):
 				return []State{bound(s, out.Epoch)}
 			case s.Holder == in.Tab:
@@ -180,7 +185,7 @@ func step(s State, in Input, out Output) []State {
 				return []State{{Holder: in.Tab, Epoch: out.Epoch, Exact: true}}
 			}
 		case Held:
-			if in.Kind == Acquire && s.Holder != "" && s.Holder != in.Tab && out.Holder == s.Holder && s.matches(out.Epoch) {
+			if in.Kind != Takeover && s.Holder != "" && s.Holder != in.Tab && out.Holder == s.Holder && s.matches(out.Epoch) {
 				return []State{bound(s, out.Epoch)}
 			}
 		}
@@ -253,6 +258,10 @@ func effects(s State, in Input) []State {
 		if s.Holder != in.Tab {
 			return []State{{Holder: in.Tab, Epoch: s.Epoch}}
 		}
+	case NewEpoch:
+		if s.Holder == "" || s.Holder == in.Tab {
+			return []State{{Holder: in.Tab, Epoch: s.Epoch}}
+		}
 	case Release:
 		if s.Holder == in.Tab && s.matches(in.Epoch) {
 			return []State{{Epoch: in.Epoch, Exact: true, RelTab: in.Tab}}
@@ -266,7 +275,7 @@ func effects(s State, in Input) []State {
 // MayChange reports whether a call of kind k may change the state: the unknown outcome of any
 // other call constrains nothing and is left out of histories.
 func MayChange(k Kind) bool {
-	return k == Acquire || k == Takeover || k == Release || k == Lost
+	return k == Acquire || k == Takeover || k == NewEpoch || k == Release || k == Lost
 }
 
 // Model is the sequential specification of one session, for porcupine.

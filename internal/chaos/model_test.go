@@ -19,6 +19,7 @@ type call struct {
 
 func acquire(tab string) chaos.Input  { return chaos.Input{Kind: chaos.Acquire, Tab: tab} }
 func takeover(tab string) chaos.Input { return chaos.Input{Kind: chaos.Takeover, Tab: tab} }
+func newEpoch(tab string) chaos.Input { return chaos.Input{Kind: chaos.NewEpoch, Tab: tab} }
 func renew(tab string, e int64) chaos.Input {
 	return chaos.Input{Kind: chaos.Renew, Tab: tab, Epoch: e}
 }
@@ -93,6 +94,28 @@ func TestTheModelAcceptsWhatTheContractAllowsAndNothingElse(t *testing.T) {
 			{in: acquire("a"), out: granted("a", 100)},
 			{in: acquire("a"), out: granted("a", 101)},
 		}, false},
+		{"the holder asking for a new epoch gets a greater one, and its old one is over", []call{
+			{in: acquire("a"), out: granted("a", 100)},
+			{in: newEpoch("a"), out: granted("a", 150)},
+			{in: renew("a", 100), out: lostErr("a", 150)},
+			{in: newEpoch("b"), out: held("a", 150)},
+			{in: release("a", 150), out: released},
+			{in: newEpoch("b"), out: granted("b", 151)},
+		}, true},
+		{"the holder asking for a new epoch and keeping its own is a violation", []call{
+			{in: acquire("a"), out: granted("a", 100)},
+			{in: newEpoch("a"), out: granted("a", 100)},
+		}, false},
+		{"another tab asking for a new epoch of a held lease and granted is a violation", []call{
+			{in: acquire("a"), out: granted("a", 100)},
+			{in: newEpoch("b"), out: granted("b", 101)},
+		}, false},
+		{"an unknown new epoch of the holder leaves its old epoch over or in force", []call{
+			{in: acquire("a"), out: granted("a", 100)},
+			{in: newEpoch("a"), out: unknown},
+			{in: renew("a", 100), out: lostErr("a", 120)},
+			{in: get("b"), out: read("a", 120)},
+		}, true},
 		{"another tab's try is refused with the holder and its epoch", []call{
 			{in: acquire("a"), out: granted("a", 100)},
 			{in: acquire("b"), out: held("a", 100)},

@@ -220,8 +220,10 @@ func (tb *tab) next(sid string) Input {
 	switch n := rand.IntN(100); {
 	case n < 25:
 		return Input{Kind: Acquire, Tab: tb.name}
-	case n < 35:
+	case n < 32:
 		return Input{Kind: Takeover, Tab: tb.name}
+	case n < 35:
+		return Input{Kind: NewEpoch, Tab: tb.name}
 	case n < 55:
 		return Input{Kind: Renew, Tab: tb.name, Epoch: epoch()}
 	case n < 67:

@@ -242,20 +242,23 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 			return lease.Lease{}, err
 		}
 	}
-	var previous *lease.Previous
+	var previous *lease.Previous // the holder taken over
+	var renewed *lease.Previous  // the holder at its old epoch, when it asked for a new one
 	if s != nil && s.held(now) {
-		if s.holder.TabID == req.Holder.TabID {
+		switch {
+		case s.holder.TabID == req.Holder.TabID && req.NewEpoch:
+			renewed = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
+		case s.holder.TabID == req.Holder.TabID:
 			changed := s.holder != req.Holder
 			s.holder = req.Holder
 			return e.extend(req.Key, s, now, ttl, changed), nil
-		}
-		switch mode {
-		case lease.ModeHandoff:
+		case mode == lease.ModeHandoff:
 			return lease.Lease{}, e.requestHandoff(req.Key, s, req.Holder, now)
-		case lease.ModeTry:
+		case mode == lease.ModeTry:
 			return lease.Lease{}, &lease.HeldError{Holder: s.holder, Epoch: s.epoch, Remaining: s.expiresAt.Sub(now)}
+		default:
+			previous = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
 		}
-		previous = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
 	}
 	// handedBy is the tab that handed the lease over, when this grant claims its reservation.
 	var handedBy *lease.Previous
@@ -297,6 +300,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	case handedBy != nil:
 		ev.Previous, ev.Reason = clonePrevious(handedBy), lease.ReasonHandoff
 		rec.Action, rec.Previous = lease.AuditHandoff, clonePrevious(handedBy)
+	case renewed != nil:
+		ev.Previous, ev.Reason = clonePrevious(renewed), lease.ReasonNewEpoch
+		rec.Previous = clonePrevious(renewed)
 	}
 	e.emit(req.Key, s, now, ev)
 	e.record(now, rec)

@@ -9,6 +9,7 @@
 -- ARGV[6]  mode: "try", "takeover" or "handoff"
 -- ARGV[7]  the handoff timeout in milliseconds: how long a handoff request made now is pending
 -- ARGV[8]  the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
+-- ARGV[9]  "1" when the holder's own acquire asks for a new epoch (lease.AcquireRequest.NewEpoch)
 -- Answers "OK" and the lease granted; "HELD" and the lease of another tab when the mode is try;
 -- "PENDING" and the lease, with the end of the handoff as until_us, when a handoff is requested
 -- or the lease is reserved for another tab (lease.ModeHandoff, below); "BLOCKED" and the free
@@ -17,8 +18,9 @@
 -- "FULL" and the free lease, changing nothing, when the session has no state and the user is at
 -- the limit of sessions (admit in admin.lua).
 --
--- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch;
--- a call go-redis resends after losing its answer is answered from KEYS[9] and changes nothing).
+-- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch
+-- unless ARGV[9] asks for a new one; a call go-redis resends after losing its answer is answered
+-- from KEYS[9] and changes nothing).
 --
 -- Handoff: see lease.ModeHandoff. After the holder's own acquire, this script checks, for a lease
 -- another tab holds: in mode handoff, a request pending (pending_handoff) answers "PENDING" and
@@ -28,8 +30,9 @@
 -- handoff is "PENDING". Every grant deletes the handoff fields (clear_handoff), whatever they held.
 --
 -- Events: what settle announces, then those lease.Feed lists for Acquire. Audit: "grant" for a
--- grant of a free session, "handoff" for the grant that claims a reservation (ptab and pep: the
--- tab that handed the lease over), "takeover" for a takeover, nothing otherwise.
+-- grant of a free session, "grant" with ptab and pep for a new epoch of the holder (its old one),
+-- "handoff" for the grant that claims a reservation (ptab and pep: the tab that handed the lease
+-- over), "takeover" for a takeover, nothing otherwise.
 -- Index: every "OK" lists the session in the user's index of held leases (a no-op unless it is a
 -- grant). The engine adds the user to the prefix's users index before it runs this script, unless
 -- it knows the user is there (see "Skipping the adds" in admin.go).
@@ -44,6 +47,7 @@ if mode ~= 'try' and mode ~= 'takeover' and mode ~= 'handoff' then
 end
 local handoff_timeout_ms = arg_int(7, 1, MAX_EPOCH)
 local handoff_reserve_ms = arg_int(8, 1, MAX_EPOCH)
+local new_epoch = ARGV[9] == '1'
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()
@@ -69,7 +73,10 @@ end
 -- Decide.
 local expires = now + ttl_ms * 1000
 local previous = nil -- the holder taken over: {tab, epoch}
-if held(s, now) then
+local renewed = nil -- the holder at its old epoch, when it asked for a new one: {tab, epoch}
+if held(s, now) and s.tab == tab and new_epoch then
+  renewed = {tab = tab, epoch = s.epoch}
+elseif held(s, now) then
   if s.tab == tab then
     -- The holder again: extend, and record the label and flag.
     local changed = s.label ~= label or s.hidden ~= hidden
@@ -154,6 +161,9 @@ if previous ~= nil then
 elseif handed_by ~= nil then
   ev.prev, ev.reason = {tab = handed_by.tab, epoch = int(handed_by.epoch)}, 'handoff'
   rec.a, rec.ptab, rec.pep = 'handoff', handed_by.tab, handed_by.epoch
+elseif renewed ~= nil then
+  ev.prev, ev.reason = {tab = renewed.tab, epoch = int(renewed.epoch)}, 'new_epoch'
+  rec.ptab, rec.pep = renewed.tab, renewed.epoch
 end
 emit(ev)
 record(rec)

@@ -386,7 +386,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	sent := e.now() // before the script runs: the record's time is never after the grant's
 	v, err := e.change(ctx, op, acquireFn, req.Key,
 		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
-		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds())
+		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds(), flag(req.NewEpoch))
 	if err != nil {
 		return lease.Lease{}, err
 	}

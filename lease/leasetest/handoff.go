@@ -26,6 +26,7 @@ var handoffTests = []struct {
 	{"a lease that expires while a handoff is requested is reserved for the requester", testHandoffExpiry},
 	{"a request the holder does not answer lapses, and a reservation nobody claims ends", testHandoffTimeout},
 	{"a revoke ends a handoff request and a reservation", testHandoffRevoke},
+	{"the holder asking for a new epoch keeps the lease at a higher epoch, and ends a handoff request", testNewEpoch},
 	{"racing requesters notify the holder once, and only the requester claims the reservation", testHandoffRace},
 }
 
@@ -377,6 +378,53 @@ func testHandoffTakeover(t *testing.T, newTarget Factory) {
 	h.wantHandoff("the requester's takeover", b2, "", false, time.Time{})
 	h.records(own, "the audit log of the requester's takeover",
 		grantRec(own, a2, "tab-a"), takeoverRec(own, b2, "tab-b", "tab-a", a2.Epoch))
+}
+
+func testNewEpoch(t *testing.T, newTarget Factory) {
+	h := startHandoff(t, newTarget)
+	key := lease.Key{User: "alice", Session: "doc-1"}
+	w := h.watch(key)
+	a := h.acquire(key, "tab-a", minute, lease.ModeTry)
+	h.request(key, "tab-b")
+
+	// The holder, in any mode, with another label: a grant at a higher epoch, to the same tab.
+	relabelled := lease.Holder{TabID: "tab-a", Label: "relabelled"}
+	b := h.acquireReq(lease.AcquireRequest{Key: key, Holder: relabelled, TTL: minute, Mode: lease.ModeHandoff, NewEpoch: true})
+	if !b.HeldBy("tab-a", b.Epoch) || b.Epoch <= a.Epoch || b.Holder != relabelled || b.Transitions != a.Transitions+1 || b.Epoch < b.GrantedAt.UnixMicro() {
+		t.Fatalf("the holder's acquire asking for a new epoch = %+v; want tab-a (relabelled) at an epoch above %d, floored at the grant's time, one transition more", b, a.Epoch)
+	}
+	if !b.GrantedAt.After(a.GrantedAt) || !near(b.ExpiresAt.Sub(b.Now), minute) {
+		t.Errorf("the new epoch: granted %v (the first grant %v), expires %v after now; want a new grant for a minute", b.GrantedAt, a.GrantedAt, b.ExpiresAt.Sub(b.Now))
+	}
+	h.wantHandoff("the new epoch", b, "", false, time.Time{})
+	// The old epoch is over, the new one holds; the requester asks again as after any grant.
+	_, err := h.eng.Renew(h.ctx(), lease.RenewRequest{Key: key, TabID: "tab-a", Epoch: a.Epoch, TTL: minute})
+	wantErr(t, "a renew at the epoch before the new one", err, lease.ErrLost)
+	h.renew(key, "tab-a", b.Epoch, minute, false)
+	h.request(key, "tab-b")
+
+	// Another tab asking for a new epoch gets what its mode gives: refused, or a takeover.
+	h.pending(key, "tab-b", lease.ModeHandoff, h.timeout)
+	_, err = h.eng.Acquire(h.ctx(), lease.AcquireRequest{Key: key, Holder: holder("tab-c"), TTL: minute, Mode: lease.ModeTry, NewEpoch: true})
+	wantHeld(t, "another tab's acquire in mode try asking for a new epoch", err)
+	c := h.acquireReq(lease.AcquireRequest{Key: key, Holder: holder("tab-c"), TTL: minute, Mode: lease.ModeTakeover, NewEpoch: true})
+	h.wantReleased(key, "tab-c", c.Epoch, true)
+	// Of a free session: an ordinary grant.
+	d := h.acquireReq(lease.AcquireRequest{Key: key, Holder: holder("tab-d"), TTL: minute, NewEpoch: true})
+
+	h.events(w, "the events of a new epoch",
+		granted(a.Epoch, holder("tab-a")),
+		handoffRequested(a.Epoch, holder("tab-a"), "tab-b"),
+		want{typ: lease.EventGranted, epoch: b.Epoch, holder: &relabelled, prev: &lease.Previous{TabID: "tab-a", Epoch: a.Epoch}, reason: lease.ReasonNewEpoch},
+		handoffRequested(b.Epoch, relabelled, "tab-b"),
+		takenOver(c.Epoch, holder("tab-c"), "tab-a", b.Epoch),
+		released("tab-c", c.Epoch),
+		granted(d.Epoch, holder("tab-d")))
+	newEpochRec := grantRec(key, b, "tab-a")
+	newEpochRec.prev = &lease.Previous{TabID: "tab-a", Epoch: a.Epoch}
+	h.records(key, "the audit log of a new epoch",
+		grantRec(key, a, "tab-a"), newEpochRec, takeoverRec(key, c, "tab-c", "tab-a", b.Epoch),
+		releaseRec(key, "tab-c", c.Epoch), grantRec(key, d, "tab-d"))
 }
 
 func testHandoffExpiry(t *testing.T, newTarget Factory) {

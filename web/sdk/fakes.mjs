@@ -151,6 +151,7 @@ export class FakeServer {
     this.tabs = new Map(); // tabId → {tabId, label, hidden}: the tabs listed by PUT …/tabs/{tabId}
     this.eventSeq = 0;
     this.tokenSeq = 0;
+    this.knowsNewEpoch = true; // false: an older server, which refuses the acquire's newEpoch
     this.fetch = (url, init = {}) => this._fetch(url, init);
   }
 
@@ -293,6 +294,15 @@ export class FakeServer {
       const ttl = this.clampTtl(body);
       const mode = body.mode ?? "try";
       const mine = this.valid() && this.holder.tabId === body.tabId;
+      if (body.newEpoch !== undefined && !this.knowsNewEpoch) {
+        return json(400, errorBody("INVALID_ARGUMENT", 'request body: unknown field "newEpoch"', { field: "newEpoch" }));
+      }
+      if (mine && body.newEpoch === true) {
+        const prev = this.epoch;
+        this.grant(body, ttl);
+        this.leaseEvent("granted", { previous: { tabId: body.tabId, epoch: prev }, reason: "new_epoch" });
+        return json(200, this.holderAnswer(body.tabId));
+      }
       if (this.reserved && now < this.reserved.until && this.reserved.tabId !== body.tabId && !mine && mode !== "takeover") {
         return json(409, errorBody("HANDOFF_PENDING", "reserved", { retryAfterMs: Math.ceil(this.reserved.until - now) }));
       }

@@ -177,6 +177,7 @@ export class TabLease extends EventTarget {
     this._seen = { epoch: 0, at: -Infinity };
     // The highest epoch the store lost, while this tab has not yet taken an epoch above it (_remint).
     this._lostAbove = 0;
+    this._reminting = false; // a _remint request in flight
     // The epoch whose renew the server refused to authenticate (a 401 after a fresh token, a
     // 403): the server may still list this tab at it, which the tab cannot prove. It does not
     // hold it, until an acquire confirms it again (the server gives the holder its epoch back).
@@ -994,14 +995,16 @@ export class TabLease extends EventTarget {
     return String(l ?? "").slice(0, 200);
   }
 
-  /** One acquire request. Resolves {lease} when granted, {error} otherwise (never rejects). */
-  async _acquire(mode) {
+  /** One acquire request. Resolves {lease} when granted, {error} otherwise (never rejects).
+   *  newEpoch asks that the holder's own acquire be granted a new epoch (_remint). */
+  async _acquire(mode, { newEpoch = false } = {}) {
     if (!this._running()) return { error: new TabLeaseError({ code: "NOT_STARTED", message: "tablease: call start() first" }) };
     this._clearTimer("acquire");
     const gen = this._gen;
     const sentAt = this._clock.now();
     const body = this._body({ label: this._labelNow() });
     if (mode !== "try") body.mode = mode;
+    if (newEpoch) body.newEpoch = true;
     try {
       const { body: lease } = await this._call("POST", "/lease", body);
       if (gen !== this._gen || !this._running()) {
@@ -1155,13 +1158,28 @@ export class TabLease extends EventTarget {
 
   /** After the store lost epochs above epoch, at which it holds this tab's lease (a Redis
    *  failover lost the grants above it), a resource that a write under a lost epoch fenced
-   *  refuses this one: the tab releases it and acquires again, which mints an epoch above them
-   *  (the store floors a new epoch at its clock). */
+   *  refuses this one: the tab asks for a new epoch, which the store floors at its clock, above
+   *  them, and keeps the lease meanwhile. A server that does not know newEpoch (an older instance
+   *  in a rolling upgrade) refuses the field: the tab then releases and acquires again, which
+   *  another tab may win. A request that fails for want of the store is tried again at the next
+   *  answer that confirms the lease below them. */
   async _remint(epoch) {
-    if (this._epoch !== epoch || !this._holdsEpoch() || !(this._lostAbove > epoch)) return;
+    if (this._epoch !== epoch || !this._holdsEpoch() || !(this._lostAbove > epoch) || this._reminting) return;
+    const lostAbove = this._lostAbove;
     this._lostAbove = 0; // once: the new epoch is above them by the store's clock
-    const r = await this._release("remint");
-    if (r.released && this._running()) await this._acquireQuietly("try");
+    this._reminting = true;
+    try {
+      const r = await this._acquire("try", { newEpoch: true });
+      const e = r.error;
+      if (e?.code === "INVALID_ARGUMENT" && e.details?.field === "newEpoch") {
+        const rel = await this._release("remint");
+        if (rel.released && this._running()) await this._acquireQuietly("try");
+      } else if (e?.retryable && this._epoch === epoch && this._holdsEpoch()) {
+        this._lostAbove = Math.max(this._lostAbove, lostAbove);
+      }
+    } finally {
+      this._reminting = false;
+    }
   }
 
   async _release(why, { keepalive = false } = {}) {

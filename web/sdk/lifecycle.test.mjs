@@ -529,13 +529,15 @@ test("after the store lost its data, every tab sees the lease free, one takes it
   }
 });
 
-for (const [name, turns] of [
-  ["a takeover that a Redis failover lost leaves", ["b"]],
-  ["takeovers by both tabs in turn that a Redis failover lost leave", ["b", "a", "b"]],
+for (const [name, turns, knowsNewEpoch] of [
+  ["a takeover that a Redis failover lost leaves", ["b"], true],
+  ["takeovers by both tabs in turn that a Redis failover lost leave", ["b", "a", "b"], true],
+  ["a takeover that a Redis failover lost, with a server that does not know newEpoch, leaves", ["b"], false],
 ]) {
   test(`${name} one owner within a second, every tab showing the store, at an epoch above the lost ones`, async () => {
     const clock = new FakeClock(1000);
     const server = new FakeServer(clock);
+    server.knowsNewEpoch = knowsNewEpoch;
     const [a, b] = browserTabs(TabLease, 2, server, clock, { random: () => 0.5 });
     const tabs = { a, b };
     try {
@@ -565,6 +567,15 @@ for (const [name, turns] of [
       assert.equal(owners.length, 1, "one tab is owner again");
       assert.equal(server.holder?.tabId, owners[0].tabId, "the store's holder");
       assert.ok(owners[0].epoch > lost, `the owner holds epoch ${owners[0].epoch}, above the lost ${lost}: a backend that fenced at it accepts its writes`);
+      const releases = server.calls.slice(calls).filter((c) => c.path === "/lease/release").length;
+      if (knowsNewEpoch) {
+        // The tab the store gave the lease back to asked for a new epoch: the lease never left it.
+        assert.equal(owners[0].tabId, before.holder.tabId, "the tab the store gave the lease back to");
+        assert.equal(releases, 0, "the new epoch was asked for, not taken by a release and an acquire");
+        assert.ok(server.calls.slice(calls).some((c) => c.path === "/lease" && c.body?.newEpoch === true));
+      } else {
+        assert.equal(releases, 1, "a server that refuses newEpoch: a release, then an acquire");
+      }
       for (const t of [a, b]) {
         assert.equal(t.lease.holder?.tabId, owners[0].tabId, "every tab shows the store's holder");
         assert.equal(t.lease.epoch, server.epoch);

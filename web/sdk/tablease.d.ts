@@ -218,7 +218,8 @@ export interface RoleChangeDetail {
   previous: Role;
   /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · frozen ·
    *  event · refresh · guard · away · pagehide · remint (a release to take a new epoch after a
-   *  Redis failover lost higher ones: docs/browser-client.md, "When a tab is the owner") */
+   *  Redis failover lost higher ones, from an instance that does not know newEpoch:
+   *  docs/browser-client.md, "When a tab is the owner") */
   reason: string;
   lease: LeaseView;
 }
