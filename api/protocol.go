@@ -42,6 +42,22 @@ func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// closeAfterChunked closes the connection after the answer to a request whose body came chunked.
+// net/http serves a request that carries both Transfer-Encoding and Content-Length by the first,
+// deleting the second, so the api cannot tell it from a plain chunked one; and RFC 9112 §6.1 wants
+// the connection closed after such a request: a proxy in front that framed it by its
+// Content-Length would take what follows for another request (request smuggling). Browsers never
+// send chunked bodies over HTTP/1.1, so closing after every one costs the rare client that does a
+// new connection.
+func closeAfterChunked(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if len(c.Request().TransferEncoding) > 0 {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+		}
+		return next(c)
+	}
+}
+
 // headSize is the size of r's request line and headers on the wire, as net/http parsed them.
 func headSize(r *http.Request) int {
 	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + len("\r\n")

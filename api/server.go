@@ -320,7 +320,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HidePort = true
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, boundedHead)
+	e.Use(s.observe, boundedHead, closeAfterChunked)
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}

@@ -118,6 +118,36 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 			}
 		})
 	}
+	// A proxy in front that framed a request by its Content-Length would read the rest of the
+	// chunked body as a request of its own: net/http serves the request by its Transfer-Encoding,
+	// and the connection must close after it, whatever follows on it.
+	t.Run("a request with both Content-Length and Transfer-Encoding closes its connection", func(t *testing.T) {
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		smuggled := "POST /v1/sessions/doc-1/lease/release HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n" +
+			"Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+			"GET /healthz HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+		if _, err := io.WriteString(conn, smuggled); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Fatalf("status %d, connection closed %v; want the 401 of a request without a token, and the connection closed", resp.StatusCode, resp.Close)
+		}
+		if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+			t.Fatalf("after the answer the connection gave %q (%v); want it closed with nothing more: the GET that followed was served", rest, err)
+		}
+	})
 	t.Run("OPTIONS * gets the JSON 404 of a request of no route", func(t *testing.T) {
 		resp, body := raw(t, base, "OPTIONS * HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
 		if resp.StatusCode != http.StatusNotFound || body.Error.Code != "NOT_FOUND" {
