@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -722,6 +723,16 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 // anyway. So a shardSub never reconnects: any error on it (its node died, Redis moved a slot and
 // ended a subscription, a ping unanswered) ends it and every watch of its users with
 // lease.ErrResync; their next Watch subscribes again, on the shard's primary of the moment.
+//
+// A subscription must be on the primary. A replica accepts one too, but its primary sends it the
+// shard's messages only once it knows the replica, and go-redis's slot map still names an old
+// primary for a while after a failover made it a replica: a subscription there would hear nothing
+// (ever, once no message reaches it) and end nothing. So each SSUBSCRIBE that Redis confirmed is
+// followed by asking its node's role (INFO replication): a primary then holds the subscription,
+// and a primary that later loses the slot (a failover, a slot moved) ends it with a SUNSUBSCRIBE;
+// a node that is no primary ends its shardSub, the slot map is reloaded, and the Watch fails as
+// unavailable, for the caller to try again. Every SSUBSCRIBE is checked, not only a shard's first:
+// a shardSub outlives the channels of its users, and a demotion with none ends nothing.
 
 // shardHealth is how long a shard's connection may stay silent before it is pinged; a ping
 // unanswered as long again ends it.
@@ -738,6 +749,7 @@ func (e *Engine) userChannel(user string) string { return e.prefix + ":{" + user
 // Engine.mu; its writer closes ps when it ends.
 type shardSub struct {
 	addr  string        // the shard's primary when it was made
+	node  *redis.Client // the client of that node, which asks its role
 	ps    *redis.PubSub // never reconnected: see above
 	stop  chan struct{} // closed when it ends
 	ended bool
@@ -791,7 +803,7 @@ func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClien
 			}
 			sub := e.shards[addr]
 			if sub == nil {
-				sub = e.startShard(cluster, addr, channel)
+				sub = e.startShard(node, addr)
 			}
 			u = &userSub{shard: sub, ready: make(chan struct{})}
 			e.users[user] = u
@@ -851,14 +863,15 @@ func (e *Engine) releaseShard(user string, u *userSub) {
 	})
 }
 
-// startShard makes the subscription of the shard whose primary is addr and starts its writer,
-// whose first SSUBSCRIBE makes go-redis open the connection to the node of that channel's slot.
+// startShard makes the subscription of the shard whose primary is addr, on node, the client of
+// that node, and starts its writer, whose first SSUBSCRIBE makes go-redis open the connection.
 // Close waits for the writer and the reader it starts. e.mu must be held, and Close not begun
 // (e.shut false).
-func (e *Engine) startShard(cluster *redis.ClusterClient, addr, channel string) *shardSub {
+func (e *Engine) startShard(node *redis.Client, addr string) *shardSub {
 	sub := &shardSub{
 		addr:          addr,
-		ps:            cluster.SSubscribe(e.ctx), // no I/O until the first SSUBSCRIBE
+		node:          node,
+		ps:            node.SSubscribe(e.ctx), // no I/O until the first SSUBSCRIBE
 		stop:          make(chan struct{}),
 		wake:          make(chan struct{}, 1),
 		confirming:    make(map[string][]*userSub),
@@ -969,6 +982,12 @@ func (e *Engine) readShard(sub *shardSub) {
 		pinged = false
 		switch m := m.(type) {
 		case *redis.Subscription:
+			if m.Kind == "ssubscribe" {
+				if err := e.onPrimary(sub); err != nil {
+					e.endShard(sub, err)
+					return
+				}
+			}
 			if err := e.confirmShard(sub, m); err != nil {
 				e.endShard(sub, err)
 				return
@@ -977,6 +996,29 @@ func (e *Engine) readShard(sub *shardSub) {
 			e.deliver(m.Payload)
 		}
 	}
+}
+
+// errNotPrimary is why a sharded subscription ended on a node that is no primary (see above).
+var errNotPrimary = errors.New("leaseredis: the node of a sharded subscription is not a primary (a failover made it a replica); the slot map is reloaded")
+
+// onPrimary asks the node of sub, which has just confirmed a subscription, whether it is a
+// primary (its INFO's role); if not, it has the Cluster client reload its slot map and answers
+// errNotPrimary.
+func (e *Engine) onPrimary(sub *shardSub) error {
+	ctx, cancel := context.WithTimeout(e.ctx, e.opTimeout)
+	defer cancel()
+	// INFO, which the README's ACL rules allow, where ROLE is @dangerous.
+	info, err := sub.node.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if strings.Contains(info, "\nrole:master") || strings.HasPrefix(info, "role:master") {
+		return nil
+	}
+	if cluster, ok := e.client.(*redis.ClusterClient); ok {
+		cluster.ReloadState(ctx)
+	}
+	return errNotPrimary
 }
 
 // confirmShard handles a confirmation of sub: a SSUBSCRIBE makes the oldest subscription awaiting
