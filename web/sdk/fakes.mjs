@@ -416,8 +416,20 @@ export class FakeServer {
     });
     this.streams.add(stream);
     signal?.addEventListener("abort", () => stream.close(), { once: true });
-    stream.send(`retry: 1000\nid: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify({ ...this.lease(call.query.tabId), catalogVersion: this.catalogVersion })}\n\n`);
+    stream.tabId = call.query.tabId;
+    stream.send(`retry: 1000\n${this.snapshotFrame(stream.tabId)}`);
     return Promise.resolve(new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } }));
+  }
+
+  snapshotFrame(tabId) {
+    const data = { ...this.lease(tabId), tabs: [...this.tabs.values()], catalogVersion: this.catalogVersion };
+    return `id: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify(data)}\n\n`;
+  }
+
+  /** Sends a fresh snapshot on every open stream, as the server does when a watch starts over
+   *  without dropping the connection (a store that lost its data). */
+  resnapshot() {
+    for (const s of this.streams) s.send(this.snapshotFrame(s.tabId));
   }
 
   /** Ends every open stream (as a dropped connection would). */

@@ -1475,6 +1475,10 @@ export class TabLease extends EventTarget {
         if (this._belowSeen(d.epoch)) this.refresh().catch(() => {});
         else if (!mine) this._setView(d, now);
         this._afterLeaseNews(d.held, { type: "snapshot", ...d, id: ev.id });
+        // A store that lost its data (a Redis restart) lists no tab, and the stream need not drop:
+        // a snapshot that does not list this tab is the news, and the tab lists itself again now
+        // rather than at its next refresh, unless its listing is in flight (a tab that starts).
+        if (Array.isArray(d.tabs) && !d.tabs.some((t) => t?.tabId === this.tabId) && !this._presencePut?.inFlight) this._announce(now);
         // catalog events are not replayed: a version changed while the stream was down shows here.
         if (typeof d.catalogVersion === "string" && this._catalogVersion !== null && d.catalogVersion !== this._catalogVersion) {
           this._catalogChanged(d.catalogVersion);

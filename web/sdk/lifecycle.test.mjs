@@ -372,6 +372,33 @@ test("a server that forgot its tabs (a restart) lists them again as soon as thei
   await settle(clock);
 });
 
+test("a store that lost its tabs while the stream stayed up: the next snapshot has every tab list itself again", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true, streamIdleMs: 600000 });
+  try {
+    await a.start();
+    await b.start();
+    await settle(clock, 100);
+    assert.equal(server.tabs.size, 2);
+    const puts = server.callsTo("PUT", `/tabs/${a.tabId}`).length + server.callsTo("PUT", `/tabs/${b.tabId}`).length;
+    // Redis restarted empty; the instance's watch started over on the same connection.
+    server.tabs.clear();
+    server.resnapshot();
+    await settle(clock, 100);
+    assert.deepEqual([...server.tabs.keys()].sort(), [a.tabId, b.tabId].sort(), "listed again at once, not at the 15 s refresh");
+    const again = server.callsTo("PUT", `/tabs/${a.tabId}`).length + server.callsTo("PUT", `/tabs/${b.tabId}`).length;
+    assert.equal(again - puts, 2, "one PUT each");
+    // A snapshot that lists them sends nothing.
+    server.resnapshot();
+    await settle(clock, 100);
+    assert.equal(server.callsTo("PUT", `/tabs/${a.tabId}`).length + server.callsTo("PUT", `/tabs/${b.tabId}`).length, again);
+  } finally {
+    for (const t of [a, b]) await t.stop({ release: false });
+    await settle(clock);
+  }
+});
+
 test("a tab whose own network comes back lists itself again at its first answer, though the stream stayed up", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
