@@ -34,11 +34,11 @@ func decodeBody(c echo.Context, dst any) error {
 }
 
 // decodeOptionalBody is decodeBody for a body that may be left out: an empty body (no bytes at
-// all), with or without a Content-Type, leaves dst as it is, like the empty object. Anything else
-// is read as decodeBody reads it.
+// all, or JSON whitespace alone), with or without a Content-Type, leaves dst as it is, like the
+// empty object. Anything else is read as decodeBody reads it.
 func decodeOptionalBody(c echo.Context, dst any) error {
 	data, err := readBody(c)
-	if err != nil || len(data) == 0 {
+	if err != nil || len(bytes.Trim(data, " \t\r\n")) == 0 {
 		return err
 	}
 	if err := jsonContentType(c); err != nil {

@@ -273,6 +273,11 @@ func TestTabBodiesAndIdsAreValidatedStrictly(t *testing.T) {
 	if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 1 || tabs[0].TabID != "t:1" {
 		t.Fatalf("tabs %+v", tabs)
 	}
+	// Whitespace alone is an empty body too.
+	if got := h.putTab(alice, "doc-1", "t-blank", " \r\n\t "); got.TabID != "t-blank" {
+		t.Fatalf("PUT of a body of whitespace: %+v", got)
+	}
+	h.deleteTab(alice, "doc-1", "t-blank")
 
 	bad := []struct {
 		name, path, body, contentType string

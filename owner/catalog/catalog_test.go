@@ -251,6 +251,7 @@ func TestParseErrorsNameTheToolAndField(t *testing.T) {
 		{"a wildcard in the middle", `{"tools":[{"name":"x","description":"d","routes":["/*/edit"]}]}`, `"*" may only be the last segment`},
 		{"a bad parameter", `{"tools":[{"name":"x","description":"d","routes":["/events/:"]}]}`, `parameter ":" must be`},
 		{"a bad character", `{"tools":[{"name":"x","description":"d","routes":["/events?x"]}]}`, `segment "events?x": character '?' is not allowed`},
+		{"a character beyond ASCII, named as itself", `{"tools":[{"name":"x","description":"d","routes":["/ü"]}]}`, `segment "ü": character 'ü' is not allowed`},
 		{"a route listed twice", `{"tools":[{"name":"x","description":"d","routes":["/a","/a"]}]}`, `routes[1] "/a": is listed twice`},
 		{"a version that is not a string", `{"version":1,"tools":[]}`, `catalog: version: must be a string`},
 		{"no tools", `{}`, `catalog: tools: is required: the list of tools, [] for none`},

@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Route patterns and how a concrete route matches them: docs/catalog.md, "Route patterns".
@@ -70,9 +71,9 @@ func parsePattern(s string) (pattern, error) {
 			}
 			p.segs = append(p.segs, segment{kind: segParam})
 		default:
-			for j := 0; j < len(part); j++ {
-				if !literalByte(part[j]) {
-					return pattern{}, fmt.Errorf("segment %q: character %q is not allowed (use A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) + , ; = @ %% :, \":name\" or a final \"*\")", part, part[j])
+			for _, r := range part {
+				if r >= utf8.RuneSelf || !literalByte(byte(r)) {
+					return pattern{}, fmt.Errorf("segment %q: character %q is not allowed (use A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) + , ; = @ %% :, \":name\" or a final \"*\")", part, r)
 				}
 			}
 			p.segs = append(p.segs, segment{kind: segLiteral, lit: part})

@@ -342,9 +342,12 @@ export declare class TabLease extends EventTarget {
   start(): Promise<LeaseView>;
   /** Releases (unless {release: false}), leaves the stream, removes listeners. */
   stop(opts?: { release?: boolean }): Promise<void>;
-  /** Mode "try". Rejects with TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED…). */
+  /** Mode "try". Rejects with TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED…;
+   *  CANCELLED when the tab released meanwhile: it answered a handoff request, or stopped, while
+   *  the request was in flight, and gives back what the answer granted). */
   acquire(): Promise<LeaseView>;
-  /** Mode "takeover": only on an explicit user action ("Use here"). */
+  /** Mode "takeover": only on an explicit user action ("Use here"). Rejects as acquire() does,
+   *  CANCELLED included. */
   takeover(): Promise<LeaseView>;
   /** Mode "handoff": asks the holder to let go at its next safe point. Resolves "timeout" after
    *  timeoutMs (default 15 s), or earlier when the request lapses at the server. */
