@@ -3,7 +3,8 @@ package leaseredis_test
 import (
 	"context"
 	"errors"
-	"strings"
+	"fmt"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -141,22 +142,17 @@ func changer(t *testing.T, ctx context.Context, e *leaseredis.Engine, key lease.
 	}
 }
 
-// The same when the slot of the session's user moves to another shard (a reshard, as redis-cli
-// --cluster reshard makes it, key by key), while it changes.
+// The same when the slots of users move to another shard while their sessions change: half the
+// slots of a primary, as an operator moves them with redis-cli --cluster reshard, some users' with
+// them and some left where they were.
 func TestWatchesOnAClusterHearEveryChangeAcrossAReshard(t *testing.T) {
 	c := redistest.StartCluster(t)
 	url := aclUser(t, clusterURL(c), c.Nodes, "reshard", true)
 	e := topologyEngine(t, url, leaseredis.Options{Prefix: "reshard", OpTimeout: topologyOpTimeout})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	key := lease.Key{User: "alice", Session: "doc-1"}
-	f := follow(ctx, e, key)
-	takeover := changer(t, ctx, e, key, f)
-	for i := range 5 {
-		takeover(i, "before the reshard")
-	}
 
-	from := c.PrimaryOf(t, "{alice}")
+	from := c.PrimaryOf(t, "{u0}")
 	var to *redistest.Server
 	for _, n := range c.Nodes {
 		if n != from && redistest.IsPrimary(n) {
@@ -164,90 +160,60 @@ func TestWatchesOnAClusterHearEveryChangeAcrossAReshard(t *testing.T) {
 			break
 		}
 	}
+	// Users of the shard that moves half its slots, each with a session, watched and changed.
+	type user struct {
+		key      lease.Key
+		takeover func(i int, what string)
+	}
+	var users []user
+	for i := 0; len(users) < 8 && i < 100; i++ {
+		name := fmt.Sprintf("u%d", i)
+		if c.PrimaryOf(t, "{"+name+"}") != from {
+			continue
+		}
+		key := lease.Key{User: name, Session: "doc-1"}
+		users = append(users, user{key, changer(t, ctx, e, key, follow(ctx, e, key))})
+	}
+	change := func(i int, what string) {
+		t.Helper()
+		for _, u := range users {
+			u.takeover(i, what+" ("+u.key.User+")")
+		}
+	}
+	change(0, "before the reshard")
+
 	ids := make(map[*redistest.Server]string)
-	var slot int64
 	for _, n := range []*redistest.Server{from, to} {
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true})
 		id, err := cl.Do(ctx, "cluster", "myid").Text()
-		if err == nil {
-			slot, err = cl.Do(ctx, "cluster", "keyslot", "{alice}").Int64()
-		}
 		cl.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids[n] = id
 	}
-	srcID, dstID := ids[from], ids[to]
-
-	// The slot moves, key by key, while the changes go on, one every 50 ms, and 40 more after.
 	moved := make(chan error, 1)
-	go func() { moved <- migrate(ctx, c, from, to, slot, srcID, dstID) }()
-	i := 0
+	go func() {
+		out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "reshard", from.Addr(),
+			"--cluster-from", ids[from], "--cluster-to", ids[to], "--cluster-slots", "2730", "--cluster-yes").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, out)
+		}
+		moved <- err
+	}()
+	i := 1
 	for ; ; i++ {
 		select {
 		case err := <-moved:
 			if err != nil {
-				t.Fatalf("moving slot %d: %v", slot, err)
+				t.Fatalf("redis-cli --cluster reshard: %v", err)
 			}
-			for end := i + 40; i < end; i++ {
-				takeover(i, "after the reshard")
-				time.Sleep(50 * time.Millisecond)
-			}
-			if p := c.PrimaryOf(t, "{alice}"); p != to {
-				t.Fatalf("the slot of {alice} is served by %s, want %s", p.Addr(), to.Addr())
+			for end := i + 5; i < end; i++ {
+				change(i, "after the reshard")
 			}
 			return
 		default:
 		}
-		takeover(i, "during the reshard")
-		time.Sleep(50 * time.Millisecond)
+		change(i, "during the reshard")
 	}
-}
-
-// migrate moves slot from the primary from (node id srcID) to the primary to (dstID) as redis-cli
-// --cluster reshard does: importing and migrating, its keys a hundred at a time, then every
-// primary told its new owner.
-func migrate(ctx context.Context, c *redistest.Cluster, from, to *redistest.Server, slot int64, srcID, dstID string) error {
-	client := func(n *redistest.Server) *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true})
-	}
-	src, dst := client(from), client(to)
-	defer src.Close()
-	defer dst.Close()
-	if err := dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err(); err != nil {
-		return err
-	}
-	if err := src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err(); err != nil {
-		return err
-	}
-	host, port, _ := strings.Cut(to.Addr(), ":")
-	for {
-		keys, err := src.Do(ctx, "cluster", "getkeysinslot", slot, 100).StringSlice()
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if err := src.Do(ctx, args...).Err(); err != nil {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond) // a few changes between the moves
-	}
-	for _, n := range c.Nodes {
-		if redistest.IsPrimary(n) {
-			cl := client(n)
-			err := cl.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err()
-			cl.Close()
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -62,8 +62,10 @@ type watcher struct {
 	// Events at or before it are never delivered.
 	last lease.EventID
 	// release lets go of the sharded subscription of the watch's user (see subscribeShard); nil
-	// elsewhere.
+	// elsewhere. live reports, with Engine.mu held, whether the subscription the watch waited for
+	// is still the one that brings its events (see subscribe).
 	release func()
+	live    func() bool
 }
 
 type heldEvent struct {
@@ -92,17 +94,30 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
-	release, err := e.subscribe(ctx, key.User)
-	if err != nil {
-		return nil, err
-	}
-
-	x := &watcher{release: release}
-	w, sender := lease.NewWatch(ctx, key, e.watchBuffer, func() { e.forget(key, x) })
-	x.sender = sender
-	if !e.register(key, x) {
+	var (
+		x      *watcher
+		w      *lease.Watch
+		sender *lease.WatchSender
+	)
+	// A subscription may end between its confirmation and the watch's registration, which would
+	// not end the watch (it was not registered yet): the watch would wait on no subscription.
+	// register refuses it then, and the watch subscribes again.
+	for try := 0; ; try++ {
+		release, live, err := e.subscribe(ctx, key.User)
+		if err != nil {
+			return nil, err
+		}
+		x = &watcher{release: release, live: live}
+		w, sender = lease.NewWatch(ctx, key, e.watchBuffer, func() { e.forget(key, x) })
+		x.sender = sender
+		err = e.register(key, x)
+		if err == nil {
+			break
+		}
 		w.Close()
-		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+		if !errors.Is(err, errSubscriptionEnded) || try == 2 {
+			return nil, &lease.UnavailableError{Op: op, Err: err}
+		}
 	}
 	v, err := e.eval(ctx, op, watchFn, key, after)
 	if err != nil {
@@ -126,22 +141,33 @@ func (e *Engine) Watch(ctx context.Context, key lease.Key, after string) (*lease
 // subscribe makes sure the engine receives the events of user: on a Redis Cluster through the
 // sharded subscription of the user's shard (subscribeShard), which the watch holds until it calls
 // release; elsewhere through the engine's one subscription, confirmed on first use (release is
-// nil). It waits at most OpTimeout.
-func (e *Engine) subscribe(ctx context.Context, user string) (release func(), err error) {
+// nil). live reports, with e.mu held, whether that subscription still stands: the sharded one is
+// still the user's, the engine's was not replaced (replaceSubscription). It waits at most
+// OpTimeout.
+func (e *Engine) subscribe(ctx context.Context, user string) (release func(), live func() bool, err error) {
 	if cluster, ok := e.client.(*redis.ClusterClient); ok {
-		return e.subscribeShard(ctx, cluster, user)
+		release, u, err := e.subscribeShard(ctx, cluster, user)
+		if err != nil {
+			return nil, nil, err
+		}
+		return release, func() bool { return e.users[user] == u }, nil
 	}
-	return nil, e.subscribeAll(ctx)
+	subscribed, err := e.subscribeAll(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, func() bool { return e.subscribed == subscribed }, nil
 }
 
 // subscribeAll makes sure the engine's one subscription, to the prefix's channel, is confirmed,
-// starting it on first use. It waits at most OpTimeout.
-func (e *Engine) subscribeAll(ctx context.Context) error {
+// starting it on first use, and answers its confirmation channel (Engine.subscribed). It waits at
+// most OpTimeout.
+func (e *Engine) subscribeAll(ctx context.Context) (chan struct{}, error) {
 	const op = "watch"
 	e.mu.Lock()
 	if e.shut {
 		e.mu.Unlock()
-		return &lease.UnavailableError{Op: op, Err: ErrClosed}
+		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
 	if e.pubsub == nil {
 		e.heartbeat = "tablease-heartbeat " + rand.Text() // before the reader that reads it
@@ -154,20 +180,20 @@ func (e *Engine) subscribeAll(ctx context.Context) error {
 
 	select {
 	case <-subscribed:
-		return nil
+		return subscribed, nil
 	default:
 	}
 	timer := time.NewTimer(e.opTimeout)
 	defer timer.Stop()
 	select {
 	case <-subscribed:
-		return nil
+		return subscribed, nil
 	case <-ctx.Done():
-		return &lease.UnavailableError{Op: op, Err: ctx.Err()}
+		return nil, &lease.UnavailableError{Op: op, Err: ctx.Err()}
 	case <-e.ctx.Done():
-		return &lease.UnavailableError{Op: op, Err: ErrClosed}
+		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	case <-timer.C:
-		return &lease.UnavailableError{Op: op, Err: errNotSubscribed}
+		return nil, &lease.UnavailableError{Op: op, Err: errNotSubscribed}
 	}
 }
 
@@ -299,12 +325,21 @@ func (e *Engine) resync() {
 	}
 }
 
-// register adds x to the watchers of key, not ready yet. It answers false after Close.
-func (e *Engine) register(key lease.Key, x *watcher) bool {
+// errSubscriptionEnded is why a Watch subscribes again: the subscription it waited for ended
+// before the watch was registered.
+var errSubscriptionEnded = errors.New("leaseredis: the subscription ended before the watch was registered")
+
+// register adds x to the watchers of key, not ready yet. It answers ErrClosed after Close, and
+// errSubscriptionEnded when the subscription x waited for ended meanwhile (its watchers ended
+// before x was one of them).
+func (e *Engine) register(key lease.Key, x *watcher) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.shut {
-		return false
+		return ErrClosed
+	}
+	if x.live != nil && !x.live() {
+		return errSubscriptionEnded
 	}
 	s := e.sessions[key]
 	if s == nil {
@@ -312,7 +347,7 @@ func (e *Engine) register(key lease.Key, x *watcher) bool {
 		e.sessions[key] = s
 	}
 	s.watchers[x] = struct{}{}
-	return true
+	return nil
 }
 
 // start makes x ready once its watch script answered position: it delivers the held events after
@@ -733,6 +768,11 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 // a node that is no primary ends its shardSub, the slot map is reloaded, and the Watch fails as
 // unavailable, for the caller to try again. Every SSUBSCRIBE is checked, not only a shard's first:
 // a shardSub outlives the channels of its users, and a demotion with none ends nothing.
+//
+// A shardSub may also end between the confirmation of a user's subscription and the registration
+// of the watch that waited for it, which its end could not reach: register refuses the watch
+// then, and Watch subscribes again (see subscribe; measured: without it, watches went silent in a
+// reshard).
 
 // shardHealth is how long a shard's connection may stay silent before it is pinged; a ping
 // unanswered as long again ends it.
@@ -780,7 +820,7 @@ type userSub struct {
 // subscribeShard subscribes to user's channel on the connection of its shard, or joins the
 // subscription there is, and waits at most OpTimeout until Redis confirmed it. release lets go of
 // it: the last watch to let go unsubscribes.
-func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClient, user string) (release func(), err error) {
+func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClient, user string) (release func(), shard *userSub, err error) {
 	const op = "watch"
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
 	defer cancel()
@@ -792,14 +832,14 @@ func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClien
 		// Where the channel's slot is served: read from the slot map, outside e.mu.
 		node, err := cluster.MasterForKey(ctx, channel)
 		if err != nil {
-			return nil, &lease.UnavailableError{Op: op, Err: err}
+			return nil, nil, &lease.UnavailableError{Op: op, Err: err}
 		}
 		addr := node.Options().Addr
 		e.mu.Lock()
 		if u = e.users[user]; u == nil {
 			if e.shut {
 				e.mu.Unlock()
-				return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+				return nil, nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 			}
 			sub := e.shards[addr]
 			if sub == nil {
@@ -824,15 +864,15 @@ func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClien
 	case <-u.ready:
 		if u.err != nil {
 			e.locked(release)
-			return nil, &lease.UnavailableError{Op: op, Err: u.err}
+			return nil, nil, &lease.UnavailableError{Op: op, Err: u.err}
 		}
-		return release, nil
+		return release, u, nil
 	case <-ctx.Done():
 		e.locked(release)
 		if e.ctx.Err() != nil {
-			return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
+			return nil, nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 		}
-		return nil, &lease.UnavailableError{Op: op, Err: errNotSubscribed}
+		return nil, nil, &lease.UnavailableError{Op: op, Err: errNotSubscribed}
 	}
 }
 
@@ -999,11 +1039,10 @@ func (e *Engine) readShard(sub *shardSub) {
 }
 
 // errNotPrimary is why a sharded subscription ended on a node that is no primary (see above).
-var errNotPrimary = errors.New("leaseredis: the node of a sharded subscription is not a primary (a failover made it a replica); the slot map is reloaded")
+var errNotPrimary = errors.New("leaseredis: the node of a sharded subscription is not a primary (a failover made it a replica)")
 
 // onPrimary asks the node of sub, which has just confirmed a subscription, whether it is a
-// primary (its INFO's role); if not, it has the Cluster client reload its slot map and answers
-// errNotPrimary.
+// primary (its INFO's role), and answers errNotPrimary if not.
 func (e *Engine) onPrimary(sub *shardSub) error {
 	ctx, cancel := context.WithTimeout(e.ctx, e.opTimeout)
 	defer cancel()
@@ -1014,9 +1053,6 @@ func (e *Engine) onPrimary(sub *shardSub) error {
 	}
 	if strings.Contains(info, "\nrole:master") || strings.HasPrefix(info, "role:master") {
 		return nil
-	}
-	if cluster, ok := e.client.(*redis.ClusterClient); ok {
-		cluster.ReloadState(ctx)
 	}
 	return errNotPrimary
 }
@@ -1050,12 +1086,18 @@ func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
 
 // endShard ends sub after err: its users' subscriptions fail (with err for those not confirmed
 // yet), and every watch of those users ends with lease.ErrResync, since events may have been
-// lost. Their next Watch subscribes again.
+// lost. Their next Watch subscribes again. Whatever err is (a node gone, a slot moved, a node
+// that is no primary, a MOVED answer to a SSUBSCRIBE), the Cluster may have changed, so the
+// Cluster client reloads its slot map: go-redis does so on a command's MOVED, but not on a
+// subscription's, and the next Watch would subscribe where the stale map says.
 func (e *Engine) endShard(sub *shardSub, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if sub.ended {
 		return
+	}
+	if cluster, ok := e.client.(*redis.ClusterClient); ok {
+		cluster.ReloadState(e.ctx)
 	}
 	sub.ended = true
 	close(sub.stop)

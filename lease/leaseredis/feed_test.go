@@ -343,8 +343,8 @@ func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *test
 		x := &watcher{}
 		w, sender := lease.NewWatch(t.Context(), alice, e.watchBuffer, func() { e.forget(alice, x) })
 		x.sender = sender
-		if !e.register(alice, x) {
-			t.Fatal("register refused")
+		if err := e.register(alice, x); err != nil {
+			t.Fatalf("register refused: %v", err)
 		}
 		t.Cleanup(w.Close)
 		return w, x
