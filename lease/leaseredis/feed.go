@@ -819,7 +819,8 @@ type userSub struct {
 
 // subscribeShard subscribes to user's channel on the connection of its shard, or joins the
 // subscription there is, and waits at most OpTimeout until Redis confirmed it. release lets go of
-// it: the last watch to let go unsubscribes.
+// it: the last watch to let go unsubscribes. shard is the subscription, which stands while it is
+// e.users[user].
 func (e *Engine) subscribeShard(ctx context.Context, cluster *redis.ClusterClient, user string) (release func(), shard *userSub, err error) {
 	const op = "watch"
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
