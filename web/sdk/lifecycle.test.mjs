@@ -616,6 +616,38 @@ for (const [name, turns, knowsNewEpoch] of [
   });
 }
 
+test("a request for a new epoch that the store could not answer is made again at the next renew", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { random: () => 0.5 });
+  try {
+    await a.start();
+    await run(clock, 300);
+    await b.start();
+    await run(clock, 300);
+    const before = { epoch: server.epoch, holder: { ...server.holder }, expiresAt: server.expiresAt };
+    await b.takeover();
+    await run(clock, 300);
+    const lost = server.epoch;
+    Object.assign(server, { epoch: before.epoch, holder: before.holder, expiresAt: before.expiresAt + 5000 });
+    server.floorEpochsAbove(lost);
+    server.fail("POST /lease", { status: 503, retryable: true }); // the request for a new epoch
+    server.dropStreams();
+    const calls = server.calls.length;
+    await run(clock, 1000);
+    const asked = () => server.calls.slice(calls).filter((c) => c.path === "/lease" && c.body?.newEpoch === true).length;
+    assert.equal(asked(), 1, "asked once, and answered 503");
+    assert.ok(!(a.epoch > lost) && !(b.epoch > lost), "nobody above the lost epoch yet");
+    await run(clock, 20000, 500); // a's next renew confirms it below the lost epoch again
+    assert.equal(asked(), 2, "asked again after the renew");
+    assert.equal(a.role, "owner");
+    assert.ok(a.epoch > lost, `a holds epoch ${a.epoch}, above the lost ${lost}`);
+    assert.equal(server.calls.slice(calls).filter((c) => c.path === "/lease/release").length, 0);
+  } finally {
+    for (const t of [a, b]) await t.stop({ release: false });
+  }
+});
+
 test("a snapshot below the epoch a tab holds (a stream opened before its grant) leaves its lease alone", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
