@@ -631,7 +631,7 @@ test("a request for a new epoch that the store could not answer is made again at
     const lost = server.epoch;
     Object.assign(server, { epoch: before.epoch, holder: before.holder, expiresAt: before.expiresAt + 5000 });
     server.floorEpochsAbove(lost);
-    server.fail("POST /lease", { status: 503, retryable: true }); // the request for a new epoch
+    server.fail("POST /lease", { status: 503 }); // the request for a new epoch
     server.dropStreams();
     const calls = server.calls.length;
     await run(clock, 1000);
