@@ -106,7 +106,7 @@ var ErrEpochExhausted = errors.New("lease: epoch space exhausted")
 // NextEpoch is the epoch of a new grant: max(last+1, nowMicros), where now is the store's clock.
 // This is the epoch rule of every engine: an epoch strictly increases per (user, session) with
 // every new grant (and every Admin.Revoke that ends a lease), never with a renew or a re-acquire by
-// the holder, and is floored at the store's clock in microseconds, so a store that lost its data
+// the holder that does not ask for one (AcquireRequest.NewEpoch), and is floored at the store's clock in microseconds, so a store that lost its data
 // cannot hand out an epoch it handed out before, unless its clock stepped back further than the
 // time since the loss. Epochs stay below MaxEpoch (2^53) so that JavaScript reads them exactly;
 // NextEpoch fails with ErrEpochExhausted when the result would leave that range.
