@@ -66,14 +66,19 @@ func follow(ctx context.Context, feed lease.Feed, key lease.Key) *follower {
 	return f
 }
 
+// clusterEngine starts a Cluster and an engine on it under prefix, as the README's ACL rules let
+// it run on every node.
+func clusterEngine(t *testing.T, prefix string) (*redistest.Cluster, *leaseredis.Engine) {
+	c := redistest.StartCluster(t)
+	url := aclUser(t, clusterURL(c), c.Nodes, prefix, true)
+	return c, topologyEngine(t, url, leaseredis.Options{Prefix: prefix, OpTimeout: topologyOpTimeout})
+}
+
 // A watch on a Cluster must hear every change, or end and be replayed what it missed: never sit
 // on a node that no longer gets the events of its session. After a failover the old primary is a
 // replica, which accepts a subscription before its new primary sends it the shard's messages.
 func TestWatchesOnAClusterHearEveryChangeAcrossAFailover(t *testing.T) {
-	c := redistest.StartCluster(t)
-	// As the README's ACL rules let the engine do, on every node.
-	url := aclUser(t, clusterURL(c), c.Nodes, "failover", true)
-	e := topologyEngine(t, url, leaseredis.Options{Prefix: "failover", OpTimeout: topologyOpTimeout})
+	c, e := clusterEngine(t, "failover")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	key := lease.Key{User: "alice", Session: "doc-1"}
@@ -146,9 +151,7 @@ func changer(t *testing.T, ctx context.Context, e *leaseredis.Engine, key lease.
 // slots of a primary, as an operator moves them with redis-cli --cluster reshard, some users' with
 // them and some left where they were.
 func TestWatchesOnAClusterHearEveryChangeAcrossAReshard(t *testing.T) {
-	c := redistest.StartCluster(t)
-	url := aclUser(t, clusterURL(c), c.Nodes, "reshard", true)
-	e := topologyEngine(t, url, leaseredis.Options{Prefix: "reshard", OpTimeout: topologyOpTimeout})
+	c, e := clusterEngine(t, "reshard")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
