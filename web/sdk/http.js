@@ -184,7 +184,7 @@ export class SessionApi {
             signal: d?.signal,
           });
         } catch (e) {
-          throw this.networkError(method, path, d?.signal.aborted ? d.error : e);
+          throw this.networkError(method, path, d?.signal.aborted ? d.error : e, d?.signal.aborted);
         }
         if (res.status === 401 && attempt === 0 && !keepalive) continue;
         let answer = null;
@@ -195,7 +195,7 @@ export class SessionApi {
           failed = e;
         }
         // An answer whose body stopped coming is no answer.
-        if (d?.signal.aborted) throw this.networkError(method, path, d.error);
+        if (d?.signal.aborted) throw this.networkError(method, path, d.error, true);
         if (failed) throw failed;
         return answer;
       } finally {
@@ -204,11 +204,15 @@ export class SessionApi {
     }
   }
 
-  /** The error of a request that got no answer, with what an operator should look at. */
-  networkError(method, path, cause) {
+  /** The error of a request that got no answer (timedOut: not within the client's deadline),
+   *  with what an operator should look at. A request the browser refused for CORS fails at once,
+   *  never by the deadline. */
+  networkError(method, path, cause, timedOut = false) {
     let why = "the server is down or unreachable";
     const server = this._serverOrigin();
-    if (server && this._origin && server !== this._origin) {
+    if (timedOut) {
+      why = "the server did not answer in time (overloaded, or the network is slow or down)";
+    } else if (server && this._origin && server !== this._origin) {
       why = `the server is down or unreachable, or it does not allow requests from ${this._origin} (set TABLEASE_CORS_ORIGINS on the server)`;
     }
     return new TabLeaseError({

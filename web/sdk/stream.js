@@ -544,7 +544,7 @@ export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idl
         res = await fetch(api.url("/events", query()), { headers, signal: connect.signal, cache: "no-store" });
       } catch (e) {
         if (signal.aborted) return;
-        throw api.networkError("GET", "/events", connect.signal.aborted ? connect.error : e);
+        throw api.networkError("GET", "/events", connect.signal.aborted ? connect.error : e, connect.signal.aborted);
       } finally {
         connect.clear();
       }
