@@ -1561,6 +1561,7 @@ export class TabLease extends EventTarget {
     add(this._document, "resume", () => this._onResume());
     add(this._window, "pagehide", () => this._onPageHide());
     add(this._window, "pageshow", () => this._onPageShow());
+    add(this._window, "online", () => this._onOnline());
   }
 
   _removeLifecycle() {
@@ -1599,6 +1600,17 @@ export class TabLease extends EventTarget {
     this._update("resumed");
     this._announce();
     if (this._holdsEpoch()) this._renewNow({ after: this._confirmNeededAfter() });
+    else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
+  }
+
+  /** The browser's network is back: what waits out a backoff for want of it goes now, not when
+   *  the backoff comes round (an owner renews, a viewer reads the lease, the tab lists itself,
+   *  and a stream that lost the server reconnects). */
+  _onOnline() {
+    if (!this._running() || this._pageFrozen()) return;
+    this._stream?.hub.reconnectNow();
+    if (this._presencePut?.failed) this._announce();
+    if (this._holdsEpoch()) this._renewNow();
     else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
   }
 

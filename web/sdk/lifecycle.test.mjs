@@ -432,6 +432,33 @@ test("a tab whose own network comes back lists itself again at its first answer,
   await settle(clock);
 });
 
+test("a tab whose network comes back (online) renews at once, not when its backoff comes round", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { ttlMs: 20000 });
+  let offline = false;
+  const fetch = (...args) => (offline ? Promise.reject(new TypeError("Failed to fetch")) : server.fetch(...args));
+  const [a] = browserTabs(TabLease, 1, server, clock, { presence: true, fetch, streamIdleMs: 600000 });
+  try {
+    await a.start();
+    await settle(clock, 300);
+    assert.equal(a.role, "owner");
+    offline = true;
+    await run(clock, 12000, 250); // renews fail from 6.7 s on and back off; the deadline is near
+    assert.equal(a.role, "owner", "still within its deadline");
+    offline = false;
+    const back = clock.now();
+    a._window.fire("online");
+    await settle(clock, 50);
+    const renewed = server.calls.filter((c) => c.at >= back && c.path === "/lease/renew");
+    assert.equal(renewed.length, 1, "renewed at once");
+    assert.ok(renewed[0].at - back <= 10, `renewed ${renewed[0].at - back} ms after online`);
+    assert.equal(a.role, "owner");
+  } finally {
+    await a.stop({ release: false });
+    await settle(clock);
+  }
+});
+
 test("a tab that starts carrying the stream says so, though the stream stayed live", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
