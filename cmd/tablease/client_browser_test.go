@@ -360,6 +360,28 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		// No setting shortens the presence TTL (45 s), so a crashed tab's leaving is not checked here.
 	})
 
+	t.Run("after Redis restarts empty every tab is listed again at once, not at its next refresh", func(t *testing.T) {
+		const session = "presence-restart"
+		own := redistest.Start(t) // restarted below: the other subtests' Redis stays up
+		srv := startDemoServer(t, own, nil)
+		b := browsertest.Start(t)
+		first, second := srv.ownerAndViewer(b, session, "first", "second")
+		want := []string{first.id, second.id}
+		slices.Sort(want)
+		if listed, ok := srv.tabsWithin(session, want, 5*time.Second); !ok {
+			t.Fatalf("GET …/tabs lists %v, want both tabs %v", listed, want)
+		}
+		// The stream's connection stays up: the instance's watch starts over on it with a fresh
+		// snapshot, which lists no tab. The tabs refresh their entries every 15 s.
+		own.Restart(t)
+		restarted := time.Now()
+		if listed, ok := srv.tabsWithin(session, want, 3*time.Second); !ok {
+			t.Fatalf("GET …/tabs lists %v %v after Redis restarted empty, want both tabs %v again within 3 s (first: %v / second: %v)",
+				listed, time.Since(restarted).Round(time.Millisecond), want, lifecycleOf(first), lifecycleOf(second))
+		}
+		t.Logf("every tab was listed again %v after Redis restarted", time.Since(restarted).Round(time.Millisecond))
+	})
+
 	t.Run("tabs frozen and resumed while the stream changes carrier leave one stream open, and the owner in control", func(t *testing.T) {
 		const session = "carrier-churn"
 		srv := startDemoServer(t, rds, nil)
