@@ -9,7 +9,8 @@
 -- ARGV[6]  mode: "try", "takeover" or "handoff"
 -- ARGV[7]  the handoff timeout in milliseconds: how long a handoff request made now is pending
 -- ARGV[8]  the handoff reserve window in milliseconds, stored with a request made now (see state.lua)
--- ARGV[9]  "1" when the holder's own acquire asks for a new epoch (lease.AcquireRequest.NewEpoch)
+-- ARGV[9]  "1" when the holder's own acquire asks for a new epoch (lease.AcquireRequest.NewEpoch);
+--          left out otherwise
 -- Answers "OK" and the lease granted; "HELD" and the lease of another tab when the mode is try;
 -- "PENDING" and the lease, with the end of the handoff as until_us, when a handoff is requested
 -- or the lease is reserved for another tab (lease.ModeHandoff, below); "BLOCKED" and the free
@@ -74,7 +75,7 @@ end
 local expires = now + ttl_ms * 1000
 local previous = nil -- the holder taken over: {tab, epoch}
 local renewed = nil -- the holder at its old epoch, when it asked for a new one: {tab, epoch}
-if held(s, now) and s.tab == tab and new_epoch then
+if new_epoch and s.tab == tab and held(s, now) then
   renewed = {tab = tab, epoch = s.epoch}
 elseif held(s, now) then
   if s.tab == tab then

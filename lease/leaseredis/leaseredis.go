@@ -384,9 +384,12 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, err
 	}
 	sent := e.now() // before the script runs: the record's time is never after the grant's
-	v, err := e.change(ctx, op, acquireFn, req.Key,
-		req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
-		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds(), flag(req.NewEpoch))
+	args := []any{req.Holder.TabID, req.Holder.Label, flag(req.Holder.Hidden), ttl.Milliseconds(), string(mode),
+		e.handoffTimeout.Milliseconds(), e.handoffReserve.Milliseconds()}
+	if req.NewEpoch {
+		args = append(args, "1") // only then: each argument costs Redis a string per call
+	}
+	v, err := e.change(ctx, op, acquireFn, req.Key, args...)
 	if err != nil {
 		return lease.Lease{}, err
 	}
