@@ -755,9 +755,11 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 //
 // go-redis would resubscribe a connection it reconnects with one SSUBSCRIBE of every channel,
 // which Redis refuses when they hash to different slots; and the messages sent meanwhile are lost
-// anyway. So a shardSub never reconnects: any error on it (its node died, Redis moved a slot and
-// ended a subscription, a ping unanswered) ends it and every watch of its users with
-// lease.ErrResync; their next Watch subscribes again, on the shard's primary of the moment.
+// anyway. So a shardSub never reconnects: any error on it (its node died, a ping unanswered, a
+// MOVED answer) ends it and every watch of its users with lease.ErrResync; their next Watch
+// subscribes again, on the shard's primary of the moment. A slot that leaves the node (Redis
+// ends its channels' subscriptions with a SUNSUBSCRIBE) ends the subscriptions of those channels'
+// users alone.
 //
 // A subscription must be on the primary. A replica accepts one too, but its primary sends it the
 // shard's messages only once it knows the replica, and go-redis's slot map still names an old
@@ -784,6 +786,15 @@ const shardLinger = 10 * time.Second
 
 // userChannel is the sharded Pub/Sub channel of the events of user's sessions (see events.lua).
 func (e *Engine) userChannel(user string) string { return e.prefix + ":{" + user + "}:events" }
+
+// channelUser is the user whose channel is channel (userChannel); ok is false for another channel.
+func (e *Engine) channelUser(channel string) (user string, ok bool) {
+	rest, ok := strings.CutPrefix(channel, e.prefix+":{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "}:events")
+}
 
 // shardSub is the sharded subscription of one shard. Its fields but ps and stop are protected by
 // Engine.mu; its writer closes ps when it ends.
@@ -1060,7 +1071,10 @@ func (e *Engine) onPrimary(sub *shardSub) error {
 
 // confirmShard handles a confirmation of sub: a SSUBSCRIBE makes the oldest subscription awaiting
 // it ready, a SUNSUBSCRIBE ends the oldest awaiting one. A SUNSUBSCRIBE nobody sent is Redis
-// ending a subscription (its slot moved), an error.
+// ending a subscription because its slot left the node (a reshard, a failover): that user's
+// subscription ends, and its watches start over; the connection and the other users' channels
+// on it stand (a reshard moves a slot at a time, and each would otherwise start over every watch
+// of the shard). The slot map is reloaded, for the next Watch to subscribe where the slot is now.
 func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1076,7 +1090,15 @@ func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
 		}
 	case "sunsubscribe":
 		if sub.unsubscribing[m.Channel] == 0 {
-			return fmt.Errorf("leaseredis: Redis ended the subscription of %s", m.Channel)
+			user, ok := e.channelUser(m.Channel)
+			if u := e.users[user]; !ok || u == nil || u.shard != sub {
+				return fmt.Errorf("leaseredis: Redis ended the subscription of %s, which this connection does not hold", m.Channel)
+			}
+			if cluster, ok := e.client.(*redis.ClusterClient); ok {
+				cluster.ReloadState(e.ctx)
+			}
+			e.endUser(user, e.users[user], fmt.Errorf("leaseredis: Redis ended the subscription of %s (its slot moved)", m.Channel))
+			return nil
 		}
 		if sub.unsubscribing[m.Channel]--; sub.unsubscribing[m.Channel] == 0 {
 			delete(sub.unsubscribing, m.Channel)
@@ -1106,25 +1128,30 @@ func (e *Engine) endShard(sub *shardSub, err error) {
 		delete(e.shards, sub.addr)
 	}
 	for user, u := range e.users {
-		if u.shard != sub {
+		if u.shard == sub {
+			e.endUser(user, u, err)
+		}
+	}
+}
+
+// endUser ends u, the subscription of user, after err: it fails if Redis had not confirmed it
+// yet, and every watch of user ends with lease.ErrResync. e.mu must be held.
+func (e *Engine) endUser(user string, u *userSub, err error) {
+	delete(e.users, user)
+	select {
+	case <-u.ready:
+	default:
+		u.err = err
+		close(u.ready)
+	}
+	for key, s := range e.sessions {
+		if key.User != user {
 			continue
 		}
-		delete(e.users, user)
-		select {
-		case <-u.ready:
-		default:
-			u.err = err
-			close(u.ready)
-		}
-		for key, s := range e.sessions {
-			if key.User != user {
-				continue
-			}
-			for x := range s.watchers {
-				x.release = nil // the subscription is gone already
-				x.sender.End(lease.ErrResync)
-				e.drop(key, s, x)
-			}
+		for x := range s.watchers {
+			x.release = nil // the subscription is gone already
+			x.sender.End(lease.ErrResync)
+			e.drop(key, s, x)
 		}
 	}
 }
