@@ -33,12 +33,15 @@ func decodeBody(c echo.Context, dst any) error {
 	return decodeJSON(data, dst)
 }
 
+// jsonSpace is the whitespace JSON allows between tokens (RFC 8259).
+const jsonSpace = " \t\r\n"
+
 // decodeOptionalBody is decodeBody for a body that may be left out: an empty body (no bytes at
 // all, or JSON whitespace alone), with or without a Content-Type, leaves dst as it is, like the
 // empty object. Anything else is read as decodeBody reads it.
 func decodeOptionalBody(c echo.Context, dst any) error {
 	data, err := readBody(c)
-	if err != nil || len(bytes.Trim(data, " \t\r\n")) == 0 {
+	if err != nil || len(bytes.Trim(data, jsonSpace)) == 0 {
 		return err
 	}
 	if err := jsonContentType(c); err != nil {
@@ -120,7 +123,7 @@ func decodeJSON(data []byte, dst any) error {
 		return decodeError(err)
 	}
 	// encoding/json stores a null as nothing at all, where the body must be an object.
-	if bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("null")) {
+	if bytes.HasPrefix(bytes.TrimLeft(data, jsonSpace), []byte("null")) {
 		return errInvalid("request body must be a JSON object")
 	}
 	// Exactly one value: anything but whitespace after it is an error.

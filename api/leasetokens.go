@@ -24,9 +24,9 @@ const jwksMaxAge = "300"
 // Every answer to the holder — acquire and renew — carries `token`, a lease token (see package
 // leasetoken): sub, sid, tab, epoch, iat = the store time it was signed, exp = the lease's expiry
 // then, signed with the active key of Options.LeaseKeys. A renew, and the holder's own acquire
-// (which keeps its epoch), answers the token answered before to the same holder and epoch while that token is in the first half of its life, does not
-// outlive the renewed lease and lives past the next renew (leasetoken.Reuse); otherwise a new
-// one. The public keys are published at /.well-known/jwks.json.
+// that keeps its epoch, answers the token answered before to the same holder and epoch while the
+// rule of leasetoken.Reuse lets it (docs/DESIGN.md, lease tokens); otherwise a new one. The
+// public keys are published at /.well-known/jwks.json.
 //
 // POST /v1/sessions/{sid}/lease/check with {token} checks a token for guards (strict mode):
 //

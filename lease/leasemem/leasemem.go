@@ -243,11 +243,11 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		}
 	}
 	var previous *lease.Previous // the holder taken over
-	var renewed *lease.Previous  // the holder at its old epoch, when it asked for a new one
+	var former *lease.Previous   // the holder at its former epoch, when it asked for a new one
 	if s != nil && s.held(now) {
 		switch {
 		case s.holder.TabID == req.Holder.TabID && req.NewEpoch:
-			renewed = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
+			former = &lease.Previous{TabID: s.holder.TabID, Epoch: s.epoch}
 		case s.holder.TabID == req.Holder.TabID:
 			changed := s.holder != req.Holder
 			s.holder = req.Holder
@@ -300,9 +300,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	case handedBy != nil:
 		ev.Previous, ev.Reason = clonePrevious(handedBy), lease.ReasonHandoff
 		rec.Action, rec.Previous = lease.AuditHandoff, clonePrevious(handedBy)
-	case renewed != nil:
-		ev.Previous, ev.Reason = clonePrevious(renewed), lease.ReasonNewEpoch
-		rec.Previous = clonePrevious(renewed)
+	case former != nil:
+		ev.Previous, ev.Reason = clonePrevious(former), lease.ReasonNewEpoch
+		rec.Previous = clonePrevious(former)
 	}
 	e.emit(req.Key, s, now, ev)
 	e.record(now, rec)

@@ -74,9 +74,9 @@ end
 -- Decide.
 local expires = now + ttl_ms * 1000
 local previous = nil -- the holder taken over: {tab, epoch}
-local renewed = nil -- the holder at its old epoch, when it asked for a new one: {tab, epoch}
+local former = nil -- the holder at its former epoch, when it asked for a new one: {tab, epoch}
 if new_epoch and s.tab == tab and held(s, now) then
-  renewed = {tab = tab, epoch = s.epoch}
+  former = {tab = tab, epoch = s.epoch}
 elseif held(s, now) then
   if s.tab == tab then
     -- The holder again: extend, and record the label and flag.
@@ -162,9 +162,9 @@ if previous ~= nil then
 elseif handed_by ~= nil then
   ev.prev, ev.reason = {tab = handed_by.tab, epoch = int(handed_by.epoch)}, 'handoff'
   rec.a, rec.ptab, rec.pep = 'handoff', handed_by.tab, handed_by.epoch
-elseif renewed ~= nil then
-  ev.prev, ev.reason = {tab = renewed.tab, epoch = int(renewed.epoch)}, 'new_epoch'
-  rec.ptab, rec.pep = renewed.tab, renewed.epoch
+elseif former ~= nil then
+  ev.prev, ev.reason = {tab = former.tab, epoch = int(former.epoch)}, 'new_epoch'
+  rec.ptab, rec.pep = former.tab, former.epoch
 end
 emit(ev)
 record(rec)

@@ -761,20 +761,11 @@ func (w *wireEvent) event(key lease.Key, id string) lease.Event {
 // ends its channels' subscriptions with a SUNSUBSCRIBE) ends the subscriptions of those channels'
 // users alone.
 //
-// A subscription must be on the primary. A replica accepts one too, but its primary sends it the
-// shard's messages only once it knows the replica, and go-redis's slot map still names an old
-// primary for a while after a failover made it a replica: a subscription there would hear nothing
-// (ever, once no message reaches it) and end nothing. So each SSUBSCRIBE that Redis confirmed is
-// followed by asking its node's role (INFO replication): a primary then holds the subscription,
-// and a primary that later loses the slot (a failover, a slot moved) ends it with a SUNSUBSCRIBE;
-// a node that is no primary ends its shardSub, the slot map is reloaded, and the Watch fails as
-// unavailable, for the caller to try again. Every SSUBSCRIBE is checked, not only a shard's first:
-// a shardSub outlives the channels of its users, and a demotion with none ends nothing.
-//
-// A shardSub may also end between the confirmation of a user's subscription and the registration
-// of the watch that waited for it, which its end could not reach: register refuses the watch
-// then, and Watch subscribes again (see subscribe; measured: without it, watches went silent in a
-// reshard).
+// A subscription must be on a primary, and a Watch registers only while the subscription it
+// waited for stands; why, and how: docs/engines.md, "Events". readShard asks the node's role
+// (onPrimary) after each confirmed SSUBSCRIBE, every one and not only a shard's first (a shardSub
+// outlives its users' channels, and a demotion with none ends nothing); register refuses a watch
+// whose subscription ended meanwhile (subscribe's live).
 
 // shardHealth is how long a shard's connection may stay silent before it is pinged; a ping
 // unanswered as long again ends it.
@@ -1091,13 +1082,12 @@ func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
 	case "sunsubscribe":
 		if sub.unsubscribing[m.Channel] == 0 {
 			user, ok := e.channelUser(m.Channel)
-			if u := e.users[user]; !ok || u == nil || u.shard != sub {
+			u := e.users[user]
+			if !ok || u == nil || u.shard != sub {
 				return fmt.Errorf("leaseredis: Redis ended the subscription of %s, which this connection does not hold", m.Channel)
 			}
-			if cluster, ok := e.client.(*redis.ClusterClient); ok {
-				cluster.ReloadState(e.ctx)
-			}
-			e.endUser(user, e.users[user], fmt.Errorf("leaseredis: Redis ended the subscription of %s (its slot moved)", m.Channel))
+			e.reloadSlots()
+			e.endUser(user, u, fmt.Errorf("leaseredis: Redis ended the subscription of %s (its slot moved)", m.Channel))
 			return nil
 		}
 		if sub.unsubscribing[m.Channel]--; sub.unsubscribing[m.Channel] == 0 {
@@ -1109,19 +1099,16 @@ func (e *Engine) confirmShard(sub *shardSub, m *redis.Subscription) error {
 
 // endShard ends sub after err: its users' subscriptions fail (with err for those not confirmed
 // yet), and every watch of those users ends with lease.ErrResync, since events may have been
-// lost. Their next Watch subscribes again. Whatever err is (a node gone, a slot moved, a node
-// that is no primary, a MOVED answer to a SSUBSCRIBE), the Cluster may have changed, so the
-// Cluster client reloads its slot map: go-redis does so on a command's MOVED, but not on a
-// subscription's, and the next Watch would subscribe where the stale map says.
+// lost. Their next Watch subscribes again. Whatever err is (a node gone, a node that is no
+// primary, a MOVED answer to a SSUBSCRIBE), the Cluster may have changed, so the slot map is
+// reloaded (reloadSlots): the next Watch would subscribe where a stale one says.
 func (e *Engine) endShard(sub *shardSub, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if sub.ended {
 		return
 	}
-	if cluster, ok := e.client.(*redis.ClusterClient); ok {
-		cluster.ReloadState(e.ctx)
-	}
+	e.reloadSlots()
 	sub.ended = true
 	close(sub.stop)
 	if e.shards[sub.addr] == sub {
@@ -1131,6 +1118,14 @@ func (e *Engine) endShard(sub *shardSub, err error) {
 		if u.shard == sub {
 			e.endUser(user, u, err)
 		}
+	}
+}
+
+// reloadSlots has the Cluster client reload its slot map, in the background: go-redis does so on
+// a command's MOVED, not on a subscription's.
+func (e *Engine) reloadSlots() {
+	if cluster, ok := e.client.(*redis.ClusterClient); ok {
+		cluster.ReloadState(e.ctx)
 	}
 }
 
