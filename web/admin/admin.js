@@ -27,7 +27,8 @@ const state = {
   auditNext: null,
   auditPaged: false, // older records were loaded: polling leaves the log alone
   revokeTarget: null, // {sub, sid, opener}
-  inFlight: false,
+  inFlight: false, // a refresh is loading
+  queued: null, // the options of a refresh asked for while one was loading: it runs next
   lastStatus: '',
   blockCapped: false, // the block durations offered are those the server allows (capBlockOptions)
 };
@@ -358,8 +359,15 @@ async function refreshAudit(more = false) {
 
 // --- refresh -------------------------------------------------------------------------------
 
+// refreshAll loads the lists. Asked for while a load is on its way (a new token, filter or page, a
+// revoke done), it runs once that load ends, since that load went out with what the page held
+// before.
 async function refreshAll({ announce = false, retried = false } = {}) {
-  if (!state.token || state.inFlight) return;
+  if (!state.token) return;
+  if (state.inFlight) {
+    state.queued = { announce: announce || Boolean(state.queued?.announce) };
+    return;
+  }
   state.inFlight = true;
   let again = false;
   try {
@@ -377,7 +385,13 @@ async function refreshAll({ announce = false, retried = false } = {}) {
   } finally {
     state.inFlight = false;
   }
-  if (again) await refreshAll({ announce: true, retried: true });
+  if (again) {
+    await refreshAll({ announce: true, retried: true });
+  } else if (state.queued) {
+    const next = state.queued;
+    state.queued = null;
+    await refreshAll(next);
+  }
 }
 
 // capBlockOptions leaves the block durations the server allows (TABLEASE_ADMIN_MAX_BLOCK, from
@@ -400,7 +414,7 @@ function setStale(stale) {
 }
 
 function poll() {
-  if (!$('#live').checked || state.authFailed || document.visibilityState !== 'visible') return;
+  if (!$('#live').checked || state.authFailed || document.visibilityState !== 'visible' || state.inFlight) return;
   refreshAll();
 }
 
