@@ -370,6 +370,34 @@ func TestDemoInARealBrowser(t *testing.T) {
 		}
 		owner.Screenshot("revoked")
 	})
+
+	t.Run("a Use here refused by an admin's block leaves the tab taking control when the block ends", func(t *testing.T) {
+		srv := startDemoServer(t, rds, nil)
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), "blocked")
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+
+		const block = 4 * time.Second
+		code, body := srv.admin.do("POST", "/v1/admin/users/"+demoSub+"/sessions/blocked/lease/revoke",
+			map[string]any{"reason": "e2e: a short block", "blockMs": block.Milliseconds()})
+		if code != 200 || body["revoked"] != true {
+			t.Fatalf("the admin revoke: %d %v", code, body)
+		}
+		ends, err := time.Parse(time.RFC3339Nano, fmt.Sprint(body["blockedUntil"]))
+		if err != nil {
+			t.Fatalf("the revoke's blockedUntil: %v (%v)", err, body)
+		}
+		// The page's own takeover during the block is refused, and cancels the retry the client had
+		// scheduled for the end of the block: the client must schedule it again.
+		if got := browsertest.Eval[string](owner, `tablease.takeover().then(() => "granted", (e) => e.code)`); got != "SESSION_BLOCKED" {
+			t.Fatalf("takeover() during the block answered %s, want SESSION_BLOCKED", got)
+		}
+		owner.WaitFor("the tab to be owner again once the block ended", ownerJS, time.Until(ends)+10*time.Second)
+		if late := time.Since(ends); late > 3*time.Second {
+			t.Errorf("the tab took control %v after the block ended", late.Round(time.Millisecond))
+		}
+		srv.mustHold("blocked", owner.id)
+	})
 }
 
 const demoSub = "demo" // the demo asks /dev/token?sub=demo

@@ -142,6 +142,7 @@ export class FakeServer {
     this.handoff = null; // {requester, at}
     this.handoffTimeoutMs = 15000; // TABLEASE_HANDOFF_TIMEOUT
     this.reserved = null; // {tabId, until}
+    this.blockedUntil = 0; // an admin's block: acquires answer 423 SESSION_BLOCKED until then
     this.calls = [];
     this.failures = []; // [{match: "POST /lease/renew", status, code, retryAfter, times}]
     this.down = false; // answer every request with a network error
@@ -224,6 +225,17 @@ export class FakeServer {
     this.leaseEvent("expired", { previous: prev ? { tabId: prev.tabId, epoch: this.epoch } : null });
   }
 
+  /** An admin revokes the lease (a new epoch, no holder) and blocks new grants for blockMs. */
+  revoke({ blockMs = 0, reason = "revoked by an admin" } = {}) {
+    const prev = this.holder;
+    this.epoch++;
+    this.transitions++;
+    this.holder = null;
+    this.expiresAt = this.clock.now();
+    this.blockedUntil = this.clock.now() + blockMs;
+    this.leaseEvent("revoked", { previous: prev ? { tabId: prev.tabId, epoch: this.epoch - 1 } : null, reason });
+  }
+
   /** Another tab (not a TabLease) takes the lease over. */
   takeoverBy(tabId, label = "other") {
     const prev = this.holder;
@@ -296,6 +308,9 @@ export class FakeServer {
       const mine = this.valid() && this.holder.tabId === body.tabId;
       if (body.newEpoch !== undefined && !this.knowsNewEpoch) {
         return json(400, errorBody("INVALID_ARGUMENT", 'request body: unknown field "newEpoch"', { field: "newEpoch" }));
+      }
+      if (now < this.blockedUntil) {
+        return json(423, errorBody("SESSION_BLOCKED", "grants for this session are blocked", { retryAfterMs: Math.ceil(this.blockedUntil - now) }, true));
       }
       if (mine && body.newEpoch === true) {
         const prev = this.epoch;

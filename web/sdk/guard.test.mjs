@@ -377,3 +377,38 @@ test("after stop() a refusal names no holder when the stop released the lease, a
     assert.deepEqual(r.error.details.holder, release ? null : { tabId: lease.tabId, label: "Tab" }, `stop({release: ${release}})`);
   }
 });
+
+test("a Use here refused by an admin's block leaves the tab taking the lease when the block ends", async () => {
+  for (const call of ["takeover", "acquire"]) {
+    // With the event stream up, the viewer reads the lease only when an event tells it to.
+    const { clock, server, lease } = setup({ lease: { stream: "fetch" } });
+    await lease.start();
+    await clock.advance(100);
+    assert.equal(lease.streamLive, true);
+    assert.equal(lease.role, "owner");
+    server.revoke({ blockMs: 10000 });
+    await clock.advance(1000);
+    assert.equal(lease.role, "viewer", "revoked");
+    await assert.rejects(lease[call](), { code: "SESSION_BLOCKED" }, `${call}() during the block`);
+    await clock.advance(10000);
+    assert.equal(lease.role, "owner", `the tab takes the lease when the block ends, after a refused ${call}()`);
+    assert.equal(server.holder?.tabId, lease.tabId);
+    await lease.stop({ release: false });
+  }
+});
+
+test("a handoff request refused by an admin's block fails, and the tab takes the free lease when the block ends", async () => {
+  const { clock, server, lease } = setup({ lease: { stream: "fetch" } });
+  await lease.start();
+  await clock.advance(100);
+  assert.equal(lease.streamLive, true);
+  server.revoke({ blockMs: 10000 });
+  await clock.advance(1000);
+  assert.equal(lease.role, "viewer", "revoked");
+  const r = await lease.requestHandoff();
+  assert.equal(r.status, "failed");
+  assert.equal(r.error.code, "SESSION_BLOCKED");
+  await clock.advance(10000);
+  assert.equal(lease.role, "owner", "the tab takes the lease when the block ends, after a refused handoff request");
+  await lease.stop({ release: false });
+});

@@ -364,7 +364,10 @@ export class TabLease extends EventTarget {
   async acquire() {
     this._policy = "auto";
     const r = await this._acquire("try");
-    if (r.error) throw r.error;
+    if (r.error) {
+      this._afterRefusedAcquire(r.error, { report: false });
+      throw r.error;
+    }
     return this.lease;
   }
 
@@ -374,7 +377,10 @@ export class TabLease extends EventTarget {
     this._policy = "auto";
     this._handoffWait?.finish({ status: "cancelled" });
     const r = await this._acquire("takeover");
-    if (r.error) throw r.error;
+    if (r.error) {
+      this._afterRefusedAcquire(r.error, { report: false });
+      throw r.error;
+    }
     return this.lease;
   }
 
@@ -1042,19 +1048,27 @@ export class TabLease extends EventTarget {
    *  becomes an error event. */
   async _acquireQuietly(mode) {
     const r = await this._acquire(mode);
-    if (!r.error || !this._running()) return r;
-    const e = r.error;
+    if (r.error) this._afterRefusedAcquire(r.error, { report: true });
+    return r;
+  }
+
+  /** The automatic policy after an acquire that was not granted, whether it made it or the page
+   *  did (acquire(), takeover(), requestHandoff(): each request cancels the retry scheduled
+   *  before it). A wait the server names (a handoff in progress, an admin's block) ends with an
+   *  acquire when it is over, and so does a failure worth retrying; report: whether the failure
+   *  is an error event (not for the page's own calls, whose promise says it). */
+  _afterRefusedAcquire(e, { report }) {
+    if (!this._running()) return;
     if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
       this._attempts.acquire = 0;
     } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
       const ms = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
       this._scheduleAcquire(ms + Math.floor(this._random() * 250));
     } else {
-      this._requestFailed(e);
+      if (report) this._requestFailed(e);
       if (e.retryable || this._listedUnproven()) this._scheduleAcquire(backoffDelay(this._attempts.acquire++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
     }
     this._scheduleViewerRefresh();
-    return r;
   }
 
   _mayTakeFreeLease() {
@@ -1291,10 +1305,13 @@ export class TabLease extends EventTarget {
         // counted from when the ask was sent (the server's lapse is no earlier than that).
         if (e.code === "HANDOFF_PENDING" && !r.pending && wait.lapseAt == null && this._view?.held) wait.lapseAt = sent + ra;
         this._emit("handoff", { phase: "waiting", holder: this._view?.holder ?? null });
-      } else if (e.retryable) {
+      } else if (e.retryable && e.code !== "SESSION_BLOCKED") {
+        // (an admin's block is no failure to wait out: the request fails at once, and the tab
+        // takes the lease when the block ends, as the automatic policy does)
         delay = backoffDelay(attempt++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs });
       } else {
-        return wait.finish({ status: "failed", error: e });
+        wait.finish({ status: "failed", error: e });
+        return this._afterRefusedAcquire(e, { report: false });
       }
       const left = Math.min(wait.deadline, lapsed ? 0 : wait.lapseAt ?? Infinity) - this._clock.now();
       if (left <= 0) {
