@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
@@ -148,7 +144,7 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	}
 	// It is entered while a poll sent with the token before is on its way (held here): the lists
 	// are loaded again with the new token once that poll ends.
-	polls := holdFirstRequest(t, b, "*/v1/admin/leases*")
+	polls := holdRequests(t, b, "/v1/admin/leases", "*/v1/admin/leases*")
 	b.Do("enter a token whose scope is a list",
 		chromedp.SetValue(chromedp.CSS("#token"), listed),
 		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
@@ -157,8 +153,8 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 		new Date(`+jsonInt(exp)+` * 1000).toLocaleTimeString() + '.'`, 5*time.Second)
 	polls.release(t)
 	b.WaitFor("a refresh with it", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
-	if auth := polls.stop(); !slices.Contains(auth[1:], "Bearer "+listed) {
-		t.Errorf("no load of the lease list after the held poll carried the new token; Authorization of each: %q", auth)
+	if reqs := polls.stop(); !slices.ContainsFunc(reqs[1:], func(r heldRequest) bool { return r.auth == "Bearer "+listed }) {
+		t.Errorf("no load of the lease list after the held poll carried the new token: %v", reqs)
 	}
 
 	for _, line := range b.Console() {
@@ -341,63 +337,4 @@ func TestAdminConsoleOffersNoBlockLongerThanTheServerAllows(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`button[data-action="open-block"]`)),
 	)
 	b.WaitFor("the dialog with a block of five minutes", `document.getElementById('revoke-dialog').open && document.getElementById('revoke-block').value === '300000'`, 10*time.Second)
-}
-
-// heldRequests holds the first request of a tab whose URL matches a pattern (CDP's Fetch domain),
-// lets the others go on, and records the Authorization header of each.
-type heldRequests struct {
-	ctx  context.Context
-	held chan fetch.RequestID
-	mu   sync.Mutex
-	auth []string
-}
-
-// holdFirstRequest starts holding; it returns once a matching request is held.
-func holdFirstRequest(t *testing.T, tab interface{ Context() context.Context }, pattern string) *heldRequests {
-	t.Helper()
-	h := &heldRequests{ctx: tab.Context(), held: make(chan fetch.RequestID, 1)}
-	paused := chromedp.Events(h.ctx, fetch.RequestPaused)
-	go func() {
-		for ev, err := range paused {
-			if err != nil {
-				return
-			}
-			auth, _ := ev.Request.Headers["Authorization"].(string)
-			h.mu.Lock()
-			h.auth = append(h.auth, auth)
-			first := len(h.auth) == 1
-			h.mu.Unlock()
-			if first {
-				h.held <- ev.RequestID
-				continue
-			}
-			_, _ = chromedp.Call(h.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
-		}
-	}()
-	if _, err := chromedp.Call(h.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern}}}); err != nil {
-		t.Fatalf("Fetch.enable: %v", err)
-	}
-	select {
-	case id := <-h.held:
-		h.held <- id
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no request matching %s within 10 s", pattern)
-	}
-	return h
-}
-
-// release lets the held request go on.
-func (h *heldRequests) release(t *testing.T) {
-	t.Helper()
-	if _, err := chromedp.Call(h.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: <-h.held}); err != nil {
-		t.Fatalf("Fetch.continueRequest: %v", err)
-	}
-}
-
-// stop ends the holding and returns the Authorization header of each request seen, in order.
-func (h *heldRequests) stop() []string {
-	_, _ = chromedp.Call(h.ctx, fetch.Disable, cdp.Empty{})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.auth)
 }

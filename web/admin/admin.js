@@ -17,6 +17,8 @@ const $ = (sel) => document.querySelector(sel);
 
 const state = {
   token: '',
+  tokenGen: 0, // +1 at every change of token: a load's answer under another token is dropped
+  tokenShown: null, // {how, exp}: what the token line says, which tick() updates when exp passes
   authFailed: false, // the server refused the token: polling waits for a new one
   leaseSub: '', // the user filter of the lease list
   leaseCursor: '', // the cursor of the page shown ('' = first page)
@@ -27,8 +29,8 @@ const state = {
   auditNext: null,
   auditPaged: false, // older records were loaded: polling leaves the log alone
   revokeTarget: null, // {sub, sid, opener}
-  inFlight: false, // a refresh is loading
-  queued: null, // the options of a refresh asked for while one was loading: it runs next
+  inFlight: false, // a load of the lists is on its way (refreshAll)
+  queued: null, // the options of a load asked for meanwhile: it runs next
   lastStatus: '',
   blockCapped: false, // the block durations offered are those the server allows (capBlockOptions)
 };
@@ -96,13 +98,15 @@ function setStatus(text, kind = 'info') {
   el.textContent = text;
 }
 
-function reportError(what, err) {
+// reportError says why a call failed. A load's failure ('error') is replaced by the next load that
+// succeeds; an action's ('failed': a lookup, older records) stays until the next message.
+function reportError(what, err, kind = 'error') {
   const msg = err instanceof ApiError ? err.toString() : String(err);
   let hint = '';
   if (err instanceof ApiError && err.status === 401) hint = ' Enter a valid admin token.';
   if (err instanceof ApiError && err.status === 403) hint = ' An admin token needs the scope lease:admin and no sid claim.';
   if (err instanceof ApiError && err.status === 404) hint = ' This server does not serve the admin API (its lease engine offers no admin operations).';
-  setStatus(`${what} failed — ${msg}.${hint}`, 'error');
+  setStatus(`${what} failed — ${msg}.${hint}`, kind);
 }
 
 // --- formatting ----------------------------------------------------------------------------
@@ -184,12 +188,22 @@ function useToken(token, how, fromDev = false) {
   else sessionStorage.removeItem(TOKEN_KEY);
   if (token && fromDev) sessionStorage.setItem(DEV_KEY, '1');
   else sessionStorage.removeItem(DEV_KEY);
-  const info = token ? tokenSubject(token) : null;
+  state.tokenGen++;
+  state.queued = null;
+  state.tokenShown = { how, info: token ? tokenSubject(token) : null, expired: false };
+  showTokenState();
+}
+
+// showTokenState says which token the page uses and until when; tick() calls it again once the
+// token has expired.
+function showTokenState() {
+  const { how, info } = state.tokenShown;
   const el = $('#token-state');
-  if (!token) {
+  if (!state.token) {
     el.textContent = 'No token yet.';
   } else if (info) {
     const expired = typeof info.exp === 'number' && info.exp * 1000 <= Date.now();
+    state.tokenShown.expired = expired;
     const exp = info.exp ? `, ${expired ? 'expired' : 'expires'} ${new Date(info.exp * 1000).toLocaleTimeString()}` : '';
     // What the server will refuse on every admin route (403), said before the first call.
     const unfit = !info.scopes.includes('lease:admin') ? ' — it lacks the scope lease:admin'
@@ -292,12 +306,22 @@ function renderLeases(leases, fetchedAt) {
   $('#leases-summary').textContent = leases.length === 0
     ? `No active leases${who}${page}.`
     : `${leases.length} active lease${leases.length === 1 ? '' : 's'}${who}${page}${state.leaseNext ? '; more on the next page' : ''}.`;
-  document.querySelector('[data-action="next-page"]').disabled = !state.leaseNext;
-  document.querySelector('[data-action="first-page"]').disabled = !state.leaseCursor;
+  syncPagers();
+  noteHolderChange();
+}
+
+// syncPagers enables the paging buttons that lead somewhere, none while the lists are stale.
+function syncPagers() {
+  const stale = document.body.hasAttribute('data-stale');
+  document.querySelector('[data-action="next-page"]').disabled = stale || !state.leaseNext;
+  document.querySelector('[data-action="first-page"]').disabled = stale || !state.leaseCursor;
+  document.querySelector('[data-action="audit-more"]').disabled = stale || !state.auditNext;
 }
 
 // tick counts down the time left of every listed lease on this tab's monotonic clock.
 function tick() {
+  const exp = state.tokenShown?.info?.exp;
+  if (state.token && typeof exp === 'number' && !state.tokenShown.expired && exp * 1000 <= Date.now()) showTokenState();
   const now = performance.now();
   for (const { tr, deadline } of state.leaseRows.values()) {
     const text = fmtLeft(deadline - now);
@@ -306,11 +330,6 @@ function tick() {
   }
 }
 
-async function refreshLeases() {
-  const data = await api('GET', `/v1/admin/leases${query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT })}`);
-  state.leaseNext = data.nextCursor || null;
-  renderLeases(data.leases || [], performance.now());
-}
 
 // --- audit ---------------------------------------------------------------------------------
 
@@ -346,37 +365,63 @@ function renderAudit(records, append) {
   else tbody.replaceChildren(...rows);
   const n = tbody.rows.length;
   const who = [state.auditSub, state.auditSid].filter(Boolean).join(' / ');
-  $('#audit-summary').textContent = `${n === 0 ? 'No' : n} audit record${n === 1 ? '' : 's'}${who ? ` for ${who}` : ''}, newest first.`;
-  document.querySelector('[data-action="audit-more"]').disabled = !state.auditNext;
-}
-
-async function refreshAudit(more = false) {
-  const cursor = more ? state.auditNext : '';
-  const data = await api('GET', `/v1/admin/audit${query({ sub: state.auditSub, sid: state.auditSid, cursor, limit: PAGE_LIMIT })}`);
-  state.auditNext = data.nextCursor || null;
-  renderAudit(data.records || [], more);
+  $('#audit-summary').textContent = `${n === 0 ? 'No' : n} audit record${n === 1 ? '' : 's'}${who ? ` for ${who}` : ''}, newest first` +
+    (state.auditPaged ? '; with older records shown, the log is not refreshed: Refresh now shows the newest.' : '.');
+  syncPagers();
 }
 
 // --- refresh -------------------------------------------------------------------------------
 
-// refreshAll loads the lists. Asked for while a load is on its way (a new token, filter or page, a
-// revoke done), it runs once that load ends, since that load went out with what the page held
-// before.
-async function refreshAll({ announce = false, retried = false } = {}) {
+// refreshAll loads the lists: the active leases and the audit log's first page, or with olderAudit
+// its next older page, appended. Loads run one at a time: one asked for while another is on its way
+// (a new token, filter or page, a revoke done, older records) runs once that one ends, since that
+// one went out with what the page held before, and what it brings back is shown only if the token,
+// filters and pages it was sent with are still the page's.
+async function refreshAll({ announce = false, retried = false, olderAudit = false } = {}) {
   if (!state.token) return;
   if (state.inFlight) {
-    state.queued = { announce: announce || Boolean(state.queued?.announce) };
+    const q = state.queued;
+    state.queued = { announce: announce || Boolean(q?.announce), olderAudit: olderAudit || Boolean(q?.olderAudit) };
     return;
   }
   state.inFlight = true;
+  const gen = state.tokenGen;
+  const leaseQuery = query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT });
+  const older = olderAudit && state.auditNext;
+  const auditQuery = !older && state.auditPaged ? null
+    : query({ sub: state.auditSub, sid: state.auditSid, cursor: older || '', limit: PAGE_LIMIT });
+  const auditFilter = keyOf(state.auditSub, state.auditSid);
   let again = false;
   try {
     if (!state.blockCapped) capBlockOptions((await api('GET', '/v1/admin/limits')).maxBlockMs);
-    await refreshLeases();
-    if (!state.auditPaged) await refreshAudit();
+    if (gen !== state.tokenGen) return;
+    const leases = await api('GET', `/v1/admin/leases${leaseQuery}`);
+    if (gen !== state.tokenGen) return;
+    let audit = null;
+    let auditErr = null;
+    if (auditQuery) {
+      try {
+        audit = await api('GET', `/v1/admin/audit${auditQuery}`);
+      } catch (err) {
+        if (!older) throw err;
+        auditErr = err; // older records failed: the lists are current, the click was not answered
+      }
+      if (gen !== state.tokenGen) return;
+    }
+    if (leaseQuery === query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT })) {
+      state.leaseNext = leases.nextCursor || null;
+      renderLeases(leases.leases || [], performance.now());
+    }
+    if (audit && auditFilter === keyOf(state.auditSub, state.auditSid) && (older ? older === state.auditNext : !state.auditPaged)) {
+      state.auditNext = audit.nextCursor || null;
+      if (older) state.auditPaged = true;
+      renderAudit(audit.records || [], Boolean(older));
+    }
     setStale(false);
-    if (announce || $('#status').dataset.kind === 'error') setStatus(`Up to date at ${new Date().toLocaleTimeString()}.`);
+    if (auditErr) reportError('Loading older records', auditErr, 'failed');
+    else if (announce || $('#status').dataset.kind === 'error') setStatus(`Up to date at ${new Date().toLocaleTimeString()}.`);
   } catch (err) {
+    if (gen !== state.tokenGen) return;
     again = !retried && err instanceof ApiError && err.status === 401 && await devTokenAgain();
     if (!again) {
       setStale(true);
@@ -384,13 +429,13 @@ async function refreshAll({ announce = false, retried = false } = {}) {
     }
   } finally {
     state.inFlight = false;
-  }
-  if (again) {
-    await refreshAll({ announce: true, retried: true });
-  } else if (state.queued) {
-    const next = state.queued;
-    state.queued = null;
-    await refreshAll(next);
+    if (again) {
+      refreshAll({ announce: true, retried: true });
+    } else if (state.queued) {
+      const next = state.queued;
+      state.queued = null;
+      refreshAll(next);
+    }
   }
 }
 
@@ -411,6 +456,7 @@ function capBlockOptions(maxMs) {
 function setStale(stale) {
   document.body.toggleAttribute('data-stale', stale);
   for (const b of document.querySelectorAll('#leases [data-action="revoke"]')) b.disabled = stale;
+  syncPagers();
 }
 
 function poll() {
@@ -448,11 +494,11 @@ function newRequestId() {
 function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false } = {}) {
   // One dialog is one revoke: confirming again after a failure sends the same X-Request-ID, so a
   // revoke that took effect but whose answer was lost (a timeout, a 503) is answered, not repeated.
-  state.revokeTarget = { sub, sid, opener, lookup, requestId: newRequestId() };
+  const blockOnly = Boolean(lease && !lease.held);
+  state.revokeTarget = { sub, sid, opener, lookup, blockOnly, shown: holderText(lease), requestId: newRequestId(), sending: false };
   const what = lease && lease.held && lease.holder
     ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
     : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
-  const blockOnly = lease && !lease.held;
   $('#revoke-title').textContent = blockOnly ? 'Block session' : 'Revoke lease';
   $('#revoke-effect').textContent = blockOnly
     ? 'No tab holds the lease: the block below is all this does, and the audit log records it.'
@@ -465,9 +511,33 @@ function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false 
   select.value = String(block);
   if (select.selectedIndex < 0) select.selectedIndex = select.options.length - 1; // over the server's maximum
   $('#revoke-error').textContent = '';
+  $('#revoke-changed').textContent = '';
   const dlg = $('#revoke-dialog');
   dlg.showModal();
   $('#revoke-reason').focus();
+}
+
+// holderText names who holds a lease as the dialog shows it, to tell when a refresh finds another.
+function holderText(lease) {
+  return lease && lease.held && lease.holder ? `tab ${lease.holder.tabId} at epoch ${lease.epoch}` : 'no tab';
+}
+
+// noteHolderChange says, in an open revoke dialog, that the lists' last refresh found its session
+// held by another tab than the dialog showed (or by none): a revoke revokes whichever tab holds
+// the lease when it arrives.
+function noteHolderChange() {
+  const t = state.revokeTarget;
+  if (!t || !$('#revoke-dialog').open) return;
+  const entry = state.leaseRows.get(keyOf(t.sub, t.sid));
+  let text = '';
+  if (entry) {
+    const now = holderText({ ...entry.lease, held: true });
+    if (now !== t.shown) text = `Changed since this dialog opened: now held by ${now}.`;
+  } else if (!t.lookup) {
+    // opened from its row, which the list on this page no longer shows
+    text = 'Changed since this dialog opened: the list on this page no longer shows this lease (released, expired, or on another page now).';
+  }
+  $('#revoke-changed').textContent = text && `${text} Confirming revokes whichever tab holds the lease when the revoke arrives.`;
 }
 
 function closeRevoke() {
@@ -475,11 +545,11 @@ function closeRevoke() {
   if (dlg.open) dlg.close();
   const t = state.revokeTarget;
   state.revokeTarget = null;
-  // Give focus back to the row's button, which a refresh may have replaced (renderLeases moves it
-  // on when the row leaves the list).
+  // Give focus back to what opened the dialog: the "Revoke or block…" button, or the row's, which a
+  // refresh may have replaced (renderLeases moves focus on when the row leaves the list).
   const again = t && [...document.querySelectorAll('[data-action="revoke"]')]
     .find((b) => b.dataset.sub === t.sub && b.dataset.sid === t.sid);
-  const target = again || (t?.opener?.isConnected ? t.opener : $('#leases-heading'));
+  const target = t?.opener?.isConnected ? t.opener : again || $('#leases-heading');
   target.focus();
 }
 
@@ -494,8 +564,15 @@ async function confirmRevoke() {
     return;
   }
   const blockMs = Number($('#revoke-block').value) || 0;
+  if (t.blockOnly && blockMs === 0) {
+    errEl.textContent = 'No tab holds the lease, so there is nothing to revoke: choose how long to block new grants.';
+    $('#revoke-block').focus();
+    return;
+  }
   const confirmBtn = document.querySelector('[data-action="confirm-revoke"]');
-  confirmBtn.disabled = true;
+  const cancelBtn = document.querySelector('[data-action="cancel-revoke"]');
+  confirmBtn.disabled = cancelBtn.disabled = true;
+  t.sending = true;
   errEl.textContent = '';
   try {
     const body = blockMs > 0 ? { reason, blockMs } : { reason };
@@ -522,7 +599,8 @@ async function confirmRevoke() {
         ? ` It may have taken effect: ${confirmBtn.textContent} again here to retry it; the server answers a retry as it answered the first.`
         : '');
   } finally {
-    confirmBtn.disabled = false;
+    t.sending = false;
+    confirmBtn.disabled = cancelBtn.disabled = false;
   }
 }
 
@@ -547,6 +625,10 @@ async function onAction(action, btn) {
       $('#session-lease').hidden = true;
       $('#session-lease').replaceChildren();
       delete $('#session-lease').dataset.key;
+      state.leaseNext = state.auditNext = null;
+      state.leaseCursor = '';
+      state.auditPaged = false;
+      syncPagers();
       setStatus('Token forgotten.');
       return;
     case 'clear-filter':
@@ -556,6 +638,7 @@ async function onAction(action, btn) {
       return refreshAll({ announce: true });
     case 'refresh':
       state.authFailed = false;
+      state.auditPaged = false; // the newest records, which older ones shown kept out
       return refreshAll({ announce: true });
     case 'first-page':
       state.leaseCursor = '';
@@ -570,6 +653,7 @@ async function onAction(action, btn) {
       return;
     }
     case 'cancel-revoke':
+      if (state.revokeTarget?.sending) return; // disabled meanwhile: the answer decides
       closeRevoke();
       setStatus('Revoke cancelled.');
       return;
@@ -579,21 +663,10 @@ async function onAction(action, btn) {
       state.auditSub = '';
       state.auditSid = '';
       state.auditPaged = false;
-      try {
-        await refreshAudit();
-      } catch (err) {
-        reportError('Loading the audit log', err);
-      }
-      return;
+      return refreshAll({ announce: true });
     case 'audit-more':
       if (!state.auditNext) return;
-      state.auditPaged = true;
-      try {
-        await refreshAudit(true);
-      } catch (err) {
-        reportError('Loading older records', err);
-      }
-      return;
+      return refreshAll({ olderAudit: true });
     default:
   }
 }
@@ -639,12 +712,7 @@ function wire() {
     state.auditSub = sub;
     state.auditSid = sid;
     state.auditPaged = false;
-    try {
-      await refreshAudit();
-      setStatus(`Audit log filtered${sub ? ` by ${[sub, sid].filter(Boolean).join(' / ')}` : ''}.`);
-    } catch (err) {
-      reportError('Loading the audit log', err);
-    }
+    refreshAll({ announce: true });
   });
 
   $('#block-form').addEventListener('submit', async (ev) => {
@@ -659,7 +727,7 @@ function wire() {
     try {
       lease = await lookUpLease(sub, sid);
     } catch (err) {
-      reportError('Reading the lease', err);
+      reportError(`Reading the lease of ${sub} / ${sid}`, err, 'failed');
       return;
     }
     showSessionLease(sub, sid, lease);
@@ -670,7 +738,14 @@ function wire() {
     ev.preventDefault(); // method=dialog would close it before the request answers
     confirmRevoke();
   });
-  $('#revoke-dialog').addEventListener('cancel', () => {
+  $('#revoke-dialog').addEventListener('cancel', (ev) => {
+    if (state.revokeTarget?.sending) {
+      // Escape while the revoke is on its way: it cannot be called back, so the dialog stays
+      // until its answer says what it did.
+      ev.preventDefault();
+      $('#revoke-error').textContent = 'The revoke is on its way and cannot be called back: its answer shows here.';
+      return;
+    }
     // Escape: let the dialog close, then put focus back.
     setTimeout(closeRevoke, 0);
     setStatus('Revoke cancelled.');
