@@ -377,6 +377,7 @@ export class FakeServer {
       return json(409, errorBody("LEASE_LOST", "lost", { epoch: this.epoch }));
     }
     if (method === "GET" && path === "/lease") return json(200, this.lease(query.tabId));
+    if (method === "GET" && path === "/tabs") return json(200, { tabs: [...this.tabs.values()].map((t) => ({ connectedAt: new Date(0).toISOString(), ...t })) });
     const tab = /^\/tabs\/([^/]+)$/.exec(path);
     if (tab && method === "PUT") {
       const tabId = decodeURIComponent(tab[1]);

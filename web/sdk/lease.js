@@ -427,6 +427,13 @@ export class TabLease extends EventTarget {
     return this._release("released");
   }
 
+  /** The tabs of the session, of every browser of the user, as the server lists them now
+   *  (GET …/tabs): [{tabId, label, hidden, connectedAt}]. Read it again on each `tabs` event. */
+  async listTabs() {
+    const { body } = await this._call("GET", "/tabs");
+    return Array.isArray(body?.tabs) ? body.tabs : [];
+  }
+
   /** Re-reads the lease (GET …/lease?tabId=). Confirms this tab's lease when it still holds it. */
   async refresh() {
     const gen = this._gen;

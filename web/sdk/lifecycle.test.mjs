@@ -331,6 +331,9 @@ test("every tab lists itself, refreshes, says when it hides, and leaves on pageh
   assert.deepEqual([...server.tabs.keys()].sort(), [a.tabId, b.tabId].sort());
   assert.deepEqual(server.tabs.get(b.tabId), { tabId: b.tabId, label: "tab 1", hidden: false });
   assert.equal(server.callsTo("GET", "/events")[0].query.presence, "false", "the stream does not list its carrier: tabs list themselves");
+  const listed = await a.listTabs();
+  assert.deepEqual(listed.map((t) => `${t.tabId} ${t.label}`).sort(), [`${a.tabId} tab 0`, `${b.tabId} tab 1`].sort(), "listTabs() reads GET …/tabs");
+  assert.equal(server.callsTo("GET", "/tabs").length, 1);
   const seen = [];
   a.on("tabs", (d) => seen.push(`${d.type} ${d.tab.tabId}`));
 

@@ -360,6 +360,9 @@ export declare class TabLease extends EventTarget {
   refresh(): Promise<LeaseView>;
   /** POST …/lease/check: is this tab's lease still current? */
   check(): Promise<boolean>;
+  /** The tabs of the session, of every browser of the user, as the server lists them now
+   *  (GET …/tabs). Read it again on each `tabs` event (docs/browser-client.md, "Every tab is listed"). */
+  listTabs(): Promise<ListedTab[]>;
   /** Changes the label; the owner re-acquires (same epoch) so other tabs see it. */
   setLabel(label: string | (() => string)): Promise<void>;
   /** Runs handler only while this tab is the owner; otherwise resolves a NotLeaseOwnerError. */

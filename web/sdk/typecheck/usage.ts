@@ -4,7 +4,7 @@
 // of events. Only the declarations are read ("../tablease.js" resolves to tablease.d.ts).
 // Run: npx tsc -p tsconfig.usage.json
 
-import { TabLease, registerWebMCPTools, type ToolHandler } from "../tablease.js";
+import { TabLease, registerWebMCPTools, type ToolHandler, type ListedTab } from "../tablease.js";
 
 declare const api: { rename(args: unknown, lease: { epoch: number; token: string }): Promise<unknown> };
 declare const modal: { show(q: string, o: { onAnswer(a: string): void; onCancel(): void }): void; setTimeLeft(ms: number): void; close(): void };
@@ -86,6 +86,10 @@ const guarded = lease.guard(async (_args, { token, signal, headers }) =>
 
 // Events and their documented payloads.
 lease.on("tabs", ({ type, tab, reason }) => console.log(type, tab.tabId, tab.label, tab.hidden, tab.connectedAt, reason));
+lease.on("tabs", async () => {
+  const tabs: ListedTab[] = await lease.listTabs();
+  console.log(tabs.map((t) => `${t.label}${t.hidden ? " (hidden)" : ""}`).join(", "));
+});
 lease.on("lease", ({ lease: view, reason, event }) => {
   if (event?.type === "snapshot") console.log(event.tabs.length, event.resumed, event.catalogVersion, event.handoff?.requester.hidden);
   else if (event) console.log(event.requester?.hidden, event.previous?.epoch, view.holder?.label, reason);
