@@ -41,12 +41,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
 
@@ -93,8 +95,13 @@ type Options struct {
 	CheckTimeout time.Duration
 
 	// OnReject, when set, is called with every rejection before it is written (for logs and
-	// metrics; e.Err has the cause).
+	// metrics; e.Err has the cause). Without it, the rejections that point at the application's
+	// setup or at tablease rather than at the tab are logged to Logger: ReasonNoTarget,
+	// ReasonCheckRefused, ReasonInvalidToken, ReasonUnknownKey and CodeUnavailable.
 	OnReject func(r *http.Request, e *Error)
+	// Logger receives, when OnReject is nil, a warning for each of those rejections, with its cause
+	// and what to check, at most one per kind every 10 s. Default slog.Default().
+	Logger *slog.Logger
 	// Now is the clock for token expiry; default time.Now.
 	Now func() time.Time
 }
@@ -114,6 +121,7 @@ type Guard struct {
 	opts     Options
 	verifier *leasetoken.Verifier
 	checkURL func(sid string) string
+	logLimit *loglimit.Limit // the setup warnings logged without OnReject
 }
 
 // New checks opts and makes a Guard.
@@ -128,7 +136,10 @@ func New(opts Options) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
 	}
-	g := &Guard{opts: opts, verifier: v}
+	g := &Guard{opts: opts, verifier: v, logLimit: loglimit.New(10*time.Second, time.Now)}
+	if g.opts.Logger == nil {
+		g.opts.Logger = slog.Default()
+	}
 	if opts.Strict {
 		base, err := url.Parse(opts.BaseURL)
 		if opts.BaseURL == "" || err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
@@ -180,6 +191,44 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 	})
 }
 
+// setupHints are the rejections that point at the application's setup or at tablease rather than
+// at the tab, by details.reason (CodeUnavailable by its code), with what to check. A guard without
+// OnReject logs them (Options.Logger): the answer's message is for the tab's user, and says none
+// of this.
+var setupHints = map[string]string{
+	ReasonNoTarget:     "Options.Target named no user or session for this request: guard only the routes that touch a session (Options.Skip)",
+	ReasonCheckRefused: "tablease refused the strict check (details.status): a 401 is a check sent without a valid access token (Options.AccessToken), a 400 a lease token tablease's own keys do not verify",
+	ReasonInvalidToken: "the lease token did not verify: Options.Issuer must be the iss tablease signs with (TABLEASE_LEASE_ISSUER; tablease-dev in dev mode), or the token was forged",
+	ReasonUnknownKey:   "the lease token's key is not in tablease's JWKS: instances out of step in a key rotation (README, Key rotation), or a forged token",
+	CodeUnavailable:    "no decision: tablease's JWKS or its /lease/check did not answer in time, or failed",
+}
+
+// logSetupFault logs a rejection of setupHints, at most one of a kind every 10 s (and how many were
+// left out).
+func (g *Guard) logSetupFault(r *http.Request, e *Error) {
+	kind := e.Code
+	if kind != CodeUnavailable {
+		kind, _ = e.Details["reason"].(string)
+	}
+	hint, ok := setupHints[kind]
+	if !ok {
+		return
+	}
+	allow, left, _ := g.logLimit.Allow(kind)
+	if !allow {
+		return
+	}
+	attrs := []any{slog.String("code", e.Code), slog.String("reason", kind), slog.String("method", r.Method),
+		slog.String("path", r.URL.Path), slog.String("check", hint)}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	if left > 0 {
+		attrs = append(attrs, slog.Int("left_out", left))
+	}
+	g.opts.Logger.Warn("tablease guard refused a request", attrs...)
+}
+
 // Check runs the guard's checks on r (whatever Skip says) and returns the verified claims, or a
 // *Error to answer with (WriteError). OnReject is called with every rejection.
 func (g *Guard) Check(r *http.Request) (Claims, error) {
@@ -187,6 +236,8 @@ func (g *Guard) Check(r *http.Request) (Claims, error) {
 	if e != nil {
 		if g.opts.OnReject != nil {
 			g.opts.OnReject(r, e)
+		} else {
+			g.logSetupFault(r, e)
 		}
 		return Claims{}, e
 	}

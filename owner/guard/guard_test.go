@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -551,6 +552,80 @@ func TestGuardSkipAndTargetErrors(t *testing.T) {
 	expectRejected(t, rec, rej, http.StatusUnauthorized, "UNAUTHENTICATED", "")
 	if rejected.Load() != 1 {
 		t.Fatalf("OnReject called %d times", rejected.Load())
+	}
+}
+
+// lockedBuffer is a log destination for the guard's warnings.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
+	tl := newFakeTablease(t)
+	var logs lockedBuffer
+	a := newApp(t, tl, func(o *guard.Options) {
+		o.Strict = true
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	tok := tl.token("alice", "doc-A", 7)
+	lines := func() []string { return strings.Split(strings.TrimSpace(logs.String()), "\n") }
+
+	// A route whose Target names no user: what to check is logged, the answer says none of it.
+	rec, rej := a.do(t, http.MethodPost, "", "doc-A", tok)
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonNoTarget)
+	if strings.Contains(rec.Body.String(), "Options.") {
+		t.Errorf("the answer names the guard's options: %s", rec.Body)
+	}
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "reason=no_target") ||
+		!strings.Contains(got[0], "Options.Target") || !strings.Contains(got[0], "path=/sessions/doc-A/items") {
+		t.Fatalf("the log after a no_target rejection: %q", got)
+	}
+	// The same kind again within 10 s is counted, not written.
+	a.do(t, http.MethodPost, "", "doc-A", tok)
+	if got := lines(); len(got) != 1 {
+		t.Fatalf("a second no_target within 10 s was logged: %q", got)
+	}
+
+	// tablease refusing the strict check (a 401: the check had no valid access token).
+	tl.setCheck(http.StatusUnauthorized, `{"error":{"code":"UNAUTHENTICATED","message":"an Authorization: Bearer access token is required"}}`, false)
+	rec, rej = a.do(t, http.MethodPost, "alice", "doc-A", tok)
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonCheckRefused)
+	if got := lines(); len(got) != 2 || !strings.Contains(got[1], "reason=check_refused") || !strings.Contains(got[1], "Options.AccessToken") {
+		t.Fatalf("the log after a refused check: %q", got)
+	}
+
+	// What the tab itself answers for is not logged: another user's token, a lost lease.
+	a.do(t, http.MethodPost, "bob", "doc-A", tok)
+	tl.setCheck(http.StatusConflict, "", false)
+	a.do(t, http.MethodPost, "alice", "doc-A", tok)
+	if got := lines(); len(got) != 2 {
+		t.Fatalf("ordinary rejections were logged: %q", got[2:])
+	}
+}
+
+func TestGuardWithOnRejectLogsNothing(t *testing.T) {
+	tl := newFakeTablease(t)
+	var logs lockedBuffer
+	a := newApp(t, tl, func(o *guard.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		o.OnReject = func(*http.Request, *guard.Error) {}
+	})
+	a.do(t, http.MethodPost, "", "doc-A", tl.token("alice", "doc-A", 7))
+	if logs.String() != "" {
+		t.Fatalf("a guard with OnReject logged: %s", logs.String())
 	}
 }
 
