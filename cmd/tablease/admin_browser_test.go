@@ -23,14 +23,7 @@ import (
 func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	browsertest.Chromium(t) // fail first, and clearly, when there is no browser
 	rds := redistest.Start(t)
-	base, _ := startServer(t, map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-		"TABLEASE_LOG_FORMAT":        "text",
-	})
+	base, _ := startServer(t, e2eRedisEnv(t, rds))
 	tab := client{t: t, base: base, token: e2eToken(t, "alice")}
 	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
 

@@ -27,14 +27,7 @@ import (
 func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	browsertest.Chromium(t)
 	rds := redistest.Start(t)
-	base, _ := startServer(t, map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-		"TABLEASE_LOG_FORMAT":        "text",
-	})
+	base, _ := startServer(t, e2eRedisEnv(t, rds))
 	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
 	// 110 grants by two users: the audit log has three pages of 50, the lease list three.
 	users := []client{{t: t, base: base, token: e2eToken(t, "ann")}, {t: t, base: base, token: e2eToken(t, "bob")}}

@@ -416,16 +416,9 @@ type demoServer struct {
 
 func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]string) demoServer {
 	t.Helper()
-	env := map[string]string{
-		"TABLEASE_DEV":               "true",
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-		"TABLEASE_CATALOG_FILE":      "../../web/demo/catalog.json",
-		"TABLEASE_LOG_FORMAT":        "text",
-	}
+	env := e2eRedisEnv(t, rds)
+	env["TABLEASE_DEV"] = "true"
+	env["TABLEASE_CATALOG_FILE"] = "../../web/demo/catalog.json"
 	for k, v := range extra {
 		env[k] = v
 	}

@@ -186,14 +186,7 @@ func holderOf(m map[string]any) string {
 func redisPair(t *testing.T) (c1, c2 client, rds *redistest.Server) {
 	t.Helper()
 	rds = redistest.Start(t)
-	env := map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LOG_FORMAT":        "text",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-	}
+	env := e2eRedisEnv(t, rds)
 	base1, _ := startServer(t, env)
 	base2, _ := startServer(t, env)
 	tok, err := api.IssueToken(api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"},

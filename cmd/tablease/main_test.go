@@ -47,6 +47,19 @@ func (s *syncBuffer) String() string {
 // tablease; e2eToken mints its access tokens.
 var e2eAuth = api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"}
 
+// e2eRedisEnv is the environment of a server on rds that takes e2eToken's access tokens and signs
+// lease tokens with a key of its own.
+func e2eRedisEnv(t *testing.T, rds *redistest.Server) map[string]string {
+	return map[string]string{
+		"TABLEASE_REDIS_URL":         rds.URL(),
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "e2e-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+		"TABLEASE_LOG_FORMAT":        "text",
+	}
+}
+
 func e2eToken(t *testing.T, sub string, scopes ...string) string {
 	t.Helper()
 	tok, err := api.IssueToken(e2eAuth, api.TokenSpec{Sub: sub, Scopes: scopes, TTL: time.Hour})
@@ -169,14 +182,7 @@ func epochOf(t *testing.T, body map[string]any) int64 {
 
 func TestTwoTabStoryOverHTTPOnRedis(t *testing.T) {
 	rds := redistest.Start(t)
-	base, _ := startServer(t, map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LOG_FORMAT":        "text",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-	})
+	base, _ := startServer(t, e2eRedisEnv(t, rds))
 	tok, err := api.IssueToken(api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"},
 		api.TokenSpec{Sub: "alice", TTL: time.Hour})
 	if err != nil {

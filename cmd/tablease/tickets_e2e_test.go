@@ -14,14 +14,7 @@ import (
 // but the ticket is of the generation before the loss, and is refused all the same.
 func TestAUsedTicketIsRefusedAfterRedisLosesItsData(t *testing.T) {
 	rds := redistest.Start(t)
-	base, _ := startServer(t, map[string]string{
-		"TABLEASE_REDIS_URL":         rds.URL(),
-		"TABLEASE_JWT_HS256_SECRET":  testSecret,
-		"TABLEASE_JWT_ISSUER":        "e2e-idp",
-		"TABLEASE_JWT_AUDIENCE":      "tablease",
-		"TABLEASE_LOG_FORMAT":        "text",
-		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-	})
+	base, _ := startServer(t, e2eRedisEnv(t, rds))
 	tok, err := api.IssueToken(api.AuthConfig{HS256Secret: []byte(testSecret), Issuer: "e2e-idp", Audience: "tablease"},
 		api.TokenSpec{Sub: "alice", TTL: time.Hour})
 	if err != nil {
