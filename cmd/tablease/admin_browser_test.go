@@ -138,6 +138,7 @@ func TestAdminConsoleRevokesALeaseInARealBrowser(t *testing.T) {
 	// It is entered while a poll sent with the token before is on its way (held here): the lists
 	// are loaded again with the new token once that poll ends.
 	polls := holdRequests(t, b, "/v1/admin/leases", "*/v1/admin/leases*")
+	polls.waitHeld(t)
 	b.Do("enter a token whose scope is a list",
 		chromedp.SetValue(chromedp.CSS("#token"), listed),
 		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),

@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -27,7 +29,10 @@ import (
 func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	browsertest.Chromium(t)
 	rds := redistest.Start(t)
-	base, _ := startServer(t, e2eRedisEnv(t, rds))
+	// Leases that outlive the test: the lists' pages must not shrink as it runs.
+	env := e2eRedisEnv(t, rds)
+	env["TABLEASE_TTL_DEFAULT"], env["TABLEASE_TTL_MAX"], env["TABLEASE_TTL_HIDDEN_MAX"] = "10m", "10m", "10m"
+	base, _ := startServer(t, env)
 	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
 	// 110 grants by two users: the audit log has three pages of 50, the lease list three.
 	users := []client{{t: t, base: base, token: e2eToken(t, "ann")}, {t: t, base: base, token: e2eToken(t, "bob")}}
@@ -72,6 +77,7 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	t.Run("older records asked for while a poll is on its way follow the page that poll brings", func(t *testing.T) {
 		tab := open(t, "older")
 		polls := holdRequests(t, tab, "/v1/admin/audit", "*/v1/admin/*")
+		polls.waitHeld(t)
 		tab.Do("ask for older records", chromedp.Click(chromedp.CSS(`button[data-action="audit-more"]`)))
 		for i := range 5 {
 			grant(users[0], fmt.Sprintf("late-%d", i))
@@ -85,6 +91,19 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		summary := browsertest.Eval[string](tab, `document.getElementById('audit-summary').textContent`)
 		if !strings.Contains(summary, "not refreshed") {
 			t.Errorf("with older records shown the summary reads %q; want it to say the log is not refreshed", summary)
+		}
+
+		// Refresh now during a load of older records: the newest come back, the older are dropped.
+		older := holdRequests(t, tab, "cursor=", "*/v1/admin/audit*")
+		tab.Do("ask for older records once more", chromedp.Click(chromedp.CSS(`button[data-action="audit-more"]`)))
+		older.waitHeld(t)
+		tab.Do("refresh now", chromedp.Click(chromedp.CSS(`button[data-action="refresh"]`)))
+		older.release(t)
+		tab.WaitFor("the newest 50 records", `document.querySelectorAll('#audit tbody tr').length === 50 && `+
+			`!document.getElementById('audit-summary').textContent.includes('not refreshed')`, 10*time.Second)
+		older.stop()
+		if got, want := auditIDs(tab), serverAuditIDs(50); !slices.Equal(got, want) {
+			t.Errorf("after Refresh now the audit log shows\n%v\nwant the server's newest 50:\n%v", got, want)
 		}
 
 		// Refresh now shows the newest records again.
@@ -110,6 +129,7 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 			return true;
 		})()`)
 		polls := holdRequests(t, tab, "/v1/admin/audit", "*/v1/admin/*")
+		polls.waitHeld(t)
 		tab.Do("filter the audit log by bob",
 			chromedp.SetValue(chromedp.CSS("#audit-sub"), "bob"),
 			chromedp.Click(chromedp.CSS(`#audit-filter button[type="submit"]`)),
@@ -131,6 +151,7 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	t.Run("a token forgotten while a load is on its way brings nothing back", func(t *testing.T) {
 		tab := open(t, "forget")
 		polls := holdRequests(t, tab, "/v1/admin/leases", "*/v1/admin/*")
+		polls.waitHeld(t)
 		tab.Do("forget the token", chromedp.Click(chromedp.CSS(`button[data-action="forget-token"]`)))
 		polls.release(t)
 		tab.Do("enter the token again",
@@ -156,9 +177,12 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)),
 		)
 		revokes.waitHeld(t)
-		tab.Do("press Escape", chromedp.KeyEvent(kb.Escape))
-		if !browsertest.Eval[bool](tab, `document.getElementById('revoke-dialog').open`) {
-			t.Error("Escape closed the dialog of a revoke on its way")
+		// Twice: Chromium closes a modal dialog at a second Escape whatever its cancel handler says.
+		for i := range 2 {
+			tab.Do("press Escape", chromedp.KeyEvent(kb.Escape))
+			if !browsertest.Eval[bool](tab, `document.getElementById('revoke-dialog').open`) {
+				t.Errorf("Escape %d closed the dialog of a revoke on its way", i+1)
+			}
 		}
 		if s := browsertest.Eval[string](tab, `document.getElementById('status').textContent`); strings.Contains(s, "cancelled") {
 			t.Errorf("the status says %q of a revoke on its way", s)
@@ -167,6 +191,68 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		tab.WaitFor("the revoke's answer", `!document.getElementById('revoke-dialog').open && `+
 			`document.getElementById('status').textContent.includes('Revoked the lease of ann / doc-000')`, 10*time.Second)
 		revokes.stop()
+	})
+
+	t.Run("a dialog follows its session's holder, and says what it no longer knows", func(t *testing.T) {
+		tab := open(t, "holder")
+		tab.Do("look up a held session to revoke or block",
+			chromedp.SetValue(chromedp.CSS("#block-sub"), "bob"),
+			chromedp.SetValue(chromedp.CSS("#block-sid"), "doc-001"),
+			chromedp.Click(chromedp.CSS(`button[data-action="open-block"]`)),
+		)
+		tab.WaitFor("the revoke dialog", `document.getElementById('revoke-dialog').open && `+
+			`document.getElementById('revoke-title').textContent === 'Revoke lease'`, 5*time.Second)
+		code, took := users[1].do("POST", "/v1/sessions/doc-001/lease", map[string]any{"tabId": "tab-thief", "mode": "takeover"})
+		if code != 200 {
+			t.Fatalf("takeover: %d %v", code, took)
+		}
+		tab.WaitFor("the dialog to name the new holder", `document.getElementById('revoke-changed').textContent.includes('now held by tab tab-thief')`, 10*time.Second)
+		if code, body := users[1].do("POST", "/v1/sessions/doc-001/lease/release", map[string]any{"tabId": "tab-thief", "epoch": epochOf(t, took)}); code != 200 {
+			t.Fatalf("release: %d %v", code, body)
+		}
+		tab.WaitFor("the dialog to say no tab holds it, and to offer a block", `document.getElementById('revoke-changed').textContent.includes('no tab holds the lease now') && `+
+			`document.getElementById('revoke-title').textContent === 'Block session'`, 10*time.Second)
+
+		// A revoke whose answer is lost may have taken effect: closing its dialog says so.
+		revokes := holdRequests(t, tab, "/lease/revoke", "*/lease/revoke*")
+		tab.Do("block for a minute",
+			chromedp.SendKeys(chromedp.CSS("#revoke-reason"), "e2e: a lost answer"),
+			chromedp.SetValue(chromedp.CSS("#revoke-block"), "60000"),
+			chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)),
+		)
+		revokes.fail(t)
+		tab.WaitFor("the dialog to say it may have taken effect", `document.getElementById('revoke-error').textContent.includes('may have taken effect')`, 10*time.Second)
+		revokes.stop()
+		tab.Do("cancel", chromedp.Click(chromedp.CSS(`button[data-action="cancel-revoke"]`)))
+		if s := browsertest.Eval[string](tab, `document.getElementById('status').textContent`); !strings.Contains(s, "may have taken effect") {
+			t.Errorf("closing the dialog of a revoke that may have taken effect says %q", s)
+		}
+	})
+
+	t.Run("a token forgotten while a session is looked up opens no dialog", func(t *testing.T) {
+		tab := open(t, "lookup")
+		lookups := holdRequests(t, tab, "/v1/admin/users/", "*/v1/admin/*")
+		tab.Do("look up a session",
+			chromedp.SetValue(chromedp.CSS("#block-sub"), "ann"),
+			chromedp.SetValue(chromedp.CSS("#block-sid"), "doc-002"),
+			chromedp.Click(chromedp.CSS(`button[data-action="open-block"]`)),
+		)
+		lookups.waitHeld(t)
+		tab.Do("forget the token", chromedp.Click(chromedp.CSS(`button[data-action="forget-token"]`)))
+		lookups.release(t)
+		tab.Do("enter the token again",
+			chromedp.SetValue(chromedp.CSS("#token"), admin.token),
+			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+		)
+		tab.WaitFor("the lists", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
+		if browsertest.Eval[bool](tab, `document.getElementById('revoke-dialog').open`) {
+			t.Error("the lookup made under the forgotten token opened its dialog")
+		}
+		for _, r := range lookups.stop() {
+			if r.auth != "Bearer "+admin.token {
+				t.Errorf("%s went out with Authorization %q", r.path, r.auth)
+			}
+		}
 	})
 
 	t.Run("the token line says so when the token expires while the page is open", func(t *testing.T) {
@@ -207,12 +293,13 @@ type heldRequests struct {
 	mu   sync.Mutex
 	reqs []heldRequest
 	news chan struct{} // one value per request seen, dropped when full
+	done atomic.Bool   // stopped: the events of the tab's next holder are none of this one's
 }
 
 type heldRequest struct{ path, auth string }
 
 // holdRequests starts recording the requests that match patterns and holding the first whose path
-// contains hold; it returns once that one is held.
+// and query contain hold (waitHeld waits for it).
 func holdRequests(t *testing.T, tab interface{ Context() context.Context }, hold string, patterns ...string) *heldRequests {
 	t.Helper()
 	h := &heldRequests{ctx: tab.Context(), held: make(chan fetch.RequestID, 1), news: make(chan struct{}, 64)}
@@ -220,14 +307,14 @@ func holdRequests(t *testing.T, tab interface{ Context() context.Context }, hold
 	holding := true
 	go func() {
 		for ev, err := range paused {
-			if err != nil {
+			if err != nil || h.done.Load() {
 				return
 			}
 			u, _ := url.Parse(ev.Request.URL)
 			auth, _ := ev.Request.Headers["Authorization"].(string)
 			h.mu.Lock()
 			h.reqs = append(h.reqs, heldRequest{path: u.RequestURI(), auth: auth})
-			first := holding && strings.Contains(u.Path, hold)
+			first := holding && strings.Contains(u.RequestURI(), hold)
 			if first {
 				holding = false
 			}
@@ -250,9 +337,6 @@ func holdRequests(t *testing.T, tab interface{ Context() context.Context }, hold
 	if _, err := chromedp.Call(h.ctx, fetch.Enable, fetch.EnableParams{Patterns: ps}); err != nil {
 		t.Fatalf("Fetch.enable: %v", err)
 	}
-	if !strings.Contains(hold, "revoke") { // a revoke is held once the test confirms it (waitHeld)
-		h.waitHeld(t)
-	}
 	return h
 }
 
@@ -272,6 +356,14 @@ func (h *heldRequests) release(t *testing.T) {
 	t.Helper()
 	if _, err := chromedp.Call(h.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: <-h.held}); err != nil {
 		t.Fatalf("Fetch.continueRequest: %v", err)
+	}
+}
+
+// fail fails the held request as a network failure.
+func (h *heldRequests) fail(t *testing.T) {
+	t.Helper()
+	if _, err := chromedp.Call(h.ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: <-h.held, ErrorReason: network.ErrorReasonFailed}); err != nil {
+		t.Fatalf("Fetch.failRequest: %v", err)
 	}
 }
 
@@ -296,6 +388,7 @@ func (h *heldRequests) seen() []heldRequest {
 
 // stop ends the recording and returns the requests seen, in order.
 func (h *heldRequests) stop() []heldRequest {
+	h.done.Store(true)
 	_, _ = chromedp.Call(h.ctx, fetch.Disable, cdp.Empty{})
 	return h.seen()
 }

@@ -28,6 +28,7 @@ const state = {
   auditSid: '',
   auditNext: null,
   auditPaged: false, // older records were loaded: polling leaves the log alone
+  auditGen: 0, // +1 at every fresh start of the log (resetAudit): an older page asked for before is dropped
   revokeTarget: null, // {sub, sid, opener}
   inFlight: false, // a load of the lists is on its way (refreshAll)
   queued: null, // the options of a load asked for meanwhile: it runs next
@@ -49,6 +50,7 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body, requestId) {
+  if (!state.token) throw new ApiError('NO_TOKEN', 'no admin token: enter one', 0);
   const headers = { Accept: 'application/json', Authorization: `Bearer ${state.token}` };
   if (requestId) headers['X-Request-ID'] = requestId;
   const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer',
@@ -307,7 +309,6 @@ function renderLeases(leases, fetchedAt) {
     ? `No active leases${who}${page}.`
     : `${leases.length} active lease${leases.length === 1 ? '' : 's'}${who}${page}${state.leaseNext ? '; more on the next page' : ''}.`;
   syncPagers();
-  noteHolderChange();
 }
 
 // syncPagers enables the paging buttons that lead somewhere, none while the lists are stale.
@@ -390,7 +391,7 @@ async function refreshAll({ announce = false, retried = false, olderAudit = fals
   const older = olderAudit && state.auditNext;
   const auditQuery = !older && state.auditPaged ? null
     : query({ sub: state.auditSub, sid: state.auditSid, cursor: older || '', limit: PAGE_LIMIT });
-  const auditFilter = keyOf(state.auditSub, state.auditSid);
+  const auditGen = state.auditGen;
   let again = false;
   try {
     if (!state.blockCapped) capBlockOptions((await api('GET', '/v1/admin/limits')).maxBlockMs);
@@ -412,12 +413,21 @@ async function refreshAll({ announce = false, retried = false, olderAudit = fals
       state.leaseNext = leases.nextCursor || null;
       renderLeases(leases.leases || [], performance.now());
     }
-    if (audit && auditFilter === keyOf(state.auditSub, state.auditSid) && (older ? older === state.auditNext : !state.auditPaged)) {
+    if (audit && auditGen === state.auditGen && (older ? older === state.auditNext : !state.auditPaged)) {
       state.auditNext = audit.nextCursor || null;
       if (older) state.auditPaged = true;
       renderAudit(audit.records || [], Boolean(older));
     }
     setStale(false);
+    const t = state.revokeTarget;
+    if (t && !t.sending && $('#revoke-dialog').open) {
+      try {
+        const l = await lookUpLease(t.sub, t.sid);
+        if (gen === state.tokenGen && state.revokeTarget === t) noteHolderChange(l);
+      } catch {
+        // the dialog keeps what it said; the next refresh reads the lease again
+      }
+    }
     if (auditErr) reportError('Loading older records', auditErr, 'failed');
     else if (announce || $('#status').dataset.kind === 'error') setStatus(`Up to date at ${new Date().toLocaleTimeString()}.`);
   } catch (err) {
@@ -437,6 +447,13 @@ async function refreshAll({ announce = false, retried = false, olderAudit = fals
       refreshAll(next);
     }
   }
+}
+
+// resetAudit starts the audit log afresh from its newest records (its filters changed, the admin
+// asked for the newest, a revoke was made): an older page on its way is dropped.
+function resetAudit() {
+  state.auditPaged = false;
+  state.auditGen++;
 }
 
 // capBlockOptions leaves the block durations the server allows (TABLEASE_ADMIN_MAX_BLOCK, from
@@ -494,16 +511,12 @@ function newRequestId() {
 function openRevoke(sub, sid, opener, { lease = null, block = 0, lookup = false } = {}) {
   // One dialog is one revoke: confirming again after a failure sends the same X-Request-ID, so a
   // revoke that took effect but whose answer was lost (a timeout, a 503) is answered, not repeated.
-  const blockOnly = Boolean(lease && !lease.held);
-  state.revokeTarget = { sub, sid, opener, lookup, blockOnly, shown: holderText(lease), requestId: newRequestId(), sending: false };
+  // uncertain: a revoke of this dialog failed in a way that may have taken effect (a timeout, a 5xx).
+  state.revokeTarget = { sub, sid, opener, lookup, shown: holderText(lease), requestId: newRequestId(), sending: false, uncertain: false };
   const what = lease && lease.held && lease.holder
     ? `${sub} / ${sid}, held by tab ${lease.holder.tabId}${lease.holder.label ? ` (“${lease.holder.label}”)` : ''} at epoch ${lease.epoch}.`
     : `${sub} / ${sid}${lease ? ' (no tab holds it now: nothing will be revoked, a block still applies)' : ''}.`;
-  $('#revoke-title').textContent = blockOnly ? 'Block session' : 'Revoke lease';
-  $('#revoke-effect').textContent = blockOnly
-    ? 'No tab holds the lease: the block below is all this does, and the audit log records it.'
-    : 'The holding tab loses control at once: its next renew or check answers LEASE_LOST, and it is told why on its event stream.';
-  document.querySelector('[data-action="confirm-revoke"]').textContent = blockOnly ? 'Block' : 'Revoke';
+  setRevokeMode(Boolean(lease && !lease.held));
   const badge = blockedBadge(lease);
   $('#revoke-what').replaceChildren(what, ...(badge ? [' ', badge] : []));
   $('#revoke-reason').value = '';
@@ -522,22 +535,38 @@ function holderText(lease) {
   return lease && lease.held && lease.holder ? `tab ${lease.holder.tabId} at epoch ${lease.epoch}` : 'no tab';
 }
 
-// noteHolderChange says, in an open revoke dialog, that the lists' last refresh found its session
-// held by another tab than the dialog showed (or by none): a revoke revokes whichever tab holds
-// the lease when it arrives.
-function noteHolderChange() {
+// setRevokeMode makes the open dialog a revoke (a tab holds the lease) or a block (none does: a
+// block is all it can do).
+function setRevokeMode(blockOnly) {
+  state.revokeTarget.blockOnly = blockOnly;
+  $('#revoke-title').textContent = blockOnly ? 'Block session' : 'Revoke lease';
+  $('#revoke-effect').textContent = blockOnly
+    ? 'No tab holds the lease: the block below is all this does, and the audit log records it.'
+    : 'The holding tab loses control at once: its next renew or check answers LEASE_LOST, and it is told why on its event stream.';
+  document.querySelector('[data-action="confirm-revoke"]').textContent = blockOnly ? 'Block' : 'Revoke';
+}
+
+// noteHolderChange follows, in the open dialog, the lease of its session as read again with each
+// refresh of the lists (lease): when another tab than the dialog showed holds it, or none, the
+// dialog says so and becomes a revoke or a block to match, since a revoke revokes whichever tab
+// holds the lease when it arrives.
+function noteHolderChange(lease) {
   const t = state.revokeTarget;
-  if (!t || !$('#revoke-dialog').open) return;
-  const entry = state.leaseRows.get(keyOf(t.sub, t.sid));
-  let text = '';
-  if (entry) {
-    const now = holderText({ ...entry.lease, held: true });
-    if (now !== t.shown) text = `Changed since this dialog opened: now held by ${now}.`;
-  } else if (!t.lookup) {
-    // opened from its row, which the list on this page no longer shows
-    text = 'Changed since this dialog opened: the list on this page no longer shows this lease (released, expired, or on another page now).';
-  }
-  $('#revoke-changed').textContent = text && `${text} Confirming revokes whichever tab holds the lease when the revoke arrives.`;
+  if (!t || t.sending || !$('#revoke-dialog').open) return;
+  const now = holderText(lease);
+  if (now !== t.shown) setRevokeMode(now === 'no tab');
+  $('#revoke-changed').textContent = now === t.shown ? ''
+    : `Changed since this dialog opened: ${now === 'no tab' ? 'no tab holds the lease now' : `now held by ${now}`}. ` +
+      'Confirming revokes whichever tab holds the lease when the revoke arrives.';
+}
+
+// cancelRevoke closes the dialog at the admin's word, saying what is known of its revoke.
+function cancelRevoke() {
+  const t = state.revokeTarget;
+  closeRevoke();
+  setStatus(t?.uncertain
+    ? `Closed the dialog of a revoke of ${t.sub} / ${t.sid} that may have taken effect: the session's lease and the audit log tell.`
+    : 'Revoke cancelled.');
 }
 
 function closeRevoke() {
@@ -577,13 +606,14 @@ async function confirmRevoke() {
   try {
     const body = blockMs > 0 ? { reason, blockMs } : { reason };
     const res = await api('POST', `/v1/admin/users/${enc(t.sub)}/sessions/${enc(t.sid)}/lease/revoke`, body, t.requestId);
+    t.sending = false; // answered: the dialog may close
     let msg = res.revoked
       ? `Revoked the lease of ${t.sub} / ${t.sid}${res.previous ? ` (tab ${res.previous.tabId}, epoch ${res.previous.epoch})` : ''}. New epoch: ${res.epoch}.`
       : `Nothing to revoke: ${t.sub} / ${t.sid} was free (last epoch ${res.epoch}).`;
     if (res.blockedUntil) msg += ` New grants of ${t.sub} / ${t.sid} blocked until ${fmtTime(res.blockedUntil)}.`;
     setStatus(msg, res.revoked ? 'ok' : 'info');
     closeRevoke();
-    state.auditPaged = false;
+    resetAudit();
     if (t.lookup || res.blockedUntil || $('#session-lease').dataset.key === keyOf(t.sub, t.sid)) {
       // The session leaves the list of active leases: show where it stands, block included.
       try {
@@ -594,8 +624,10 @@ async function confirmRevoke() {
     }
     await refreshAll();
   } catch (err) {
+    const uncertain = err instanceof ApiError && (err.code === 'TIMEOUT' || err.code === 'NETWORK' || err.status >= 500);
+    t.uncertain ||= uncertain;
     errEl.textContent = `Revoke failed — ${err instanceof ApiError ? err.toString() : err}.` +
-      (err instanceof ApiError && (err.code === 'TIMEOUT' || err.code === 'NETWORK' || err.status >= 500)
+      (uncertain
         ? ` It may have taken effect: ${confirmBtn.textContent} again here to retry it; the server answers a retry as it answered the first.`
         : '');
   } finally {
@@ -615,6 +647,7 @@ function validId(value, what) {
 async function onAction(action, btn) {
   switch (action) {
     case 'forget-token':
+      if (state.revokeTarget && !state.revokeTarget.sending) closeRevoke();
       useToken('', '');
       $('#token').value = '';
       state.leaseRows = new Map();
@@ -627,7 +660,7 @@ async function onAction(action, btn) {
       delete $('#session-lease').dataset.key;
       state.leaseNext = state.auditNext = null;
       state.leaseCursor = '';
-      state.auditPaged = false;
+      resetAudit();
       syncPagers();
       setStatus('Token forgotten.');
       return;
@@ -638,7 +671,7 @@ async function onAction(action, btn) {
       return refreshAll({ announce: true });
     case 'refresh':
       state.authFailed = false;
-      state.auditPaged = false; // the newest records, which older ones shown kept out
+      resetAudit(); // the newest records, which older ones shown kept out
       return refreshAll({ announce: true });
     case 'first-page':
       state.leaseCursor = '';
@@ -654,15 +687,14 @@ async function onAction(action, btn) {
     }
     case 'cancel-revoke':
       if (state.revokeTarget?.sending) return; // disabled meanwhile: the answer decides
-      closeRevoke();
-      setStatus('Revoke cancelled.');
+      cancelRevoke();
       return;
     case 'audit-clear':
       $('#audit-sub').value = '';
       $('#audit-sid').value = '';
       state.auditSub = '';
       state.auditSid = '';
-      state.auditPaged = false;
+      resetAudit();
       return refreshAll({ announce: true });
     case 'audit-more':
       if (!state.auditNext) return;
@@ -686,7 +718,7 @@ function wire() {
       return;
     }
     useToken(token, 'Using');
-    state.auditPaged = false;
+    resetAudit();
     refreshAll({ announce: true });
   });
 
@@ -711,7 +743,7 @@ function wire() {
     }
     state.auditSub = sub;
     state.auditSid = sid;
-    state.auditPaged = false;
+    resetAudit();
     refreshAll({ announce: true });
   });
 
@@ -724,12 +756,14 @@ function wire() {
       return;
     }
     let lease = null;
+    const gen = state.tokenGen;
     try {
       lease = await lookUpLease(sub, sid);
     } catch (err) {
-      reportError(`Reading the lease of ${sub} / ${sid}`, err, 'failed');
+      if (gen === state.tokenGen) reportError(`Reading the lease of ${sub} / ${sid}`, err, 'failed');
       return;
     }
+    if (gen !== state.tokenGen) return; // the token changed meanwhile: the answer is not the page's
     showSessionLease(sub, sid, lease);
     openRevoke(sub, sid, ev.submitter || null, { lease, block: 300000, lookup: true });
   });
@@ -747,8 +781,12 @@ function wire() {
       return;
     }
     // Escape: let the dialog close, then put focus back.
-    setTimeout(closeRevoke, 0);
-    setStatus('Revoke cancelled.');
+    setTimeout(cancelRevoke, 0);
+  });
+  $('#revoke-dialog').addEventListener('close', () => {
+    // A browser may close a modal dialog at a second Escape whatever its cancel handler says (its
+    // close watcher asks a user activation in between): a revoke on its way keeps it open.
+    if (state.revokeTarget?.sending) $('#revoke-dialog').showModal();
   });
 
   document.addEventListener('visibilitychange', () => {
