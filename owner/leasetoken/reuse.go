@@ -18,15 +18,21 @@ import (
 // would be refused meanwhile. Otherwise Token signs a new one (exp = the lease's expiry) and
 // remembers it.
 //
-// It remembers at most max tokens (one per session of a holder that renewed through this
-// instance); past that an arbitrary one is forgotten, which costs a signature, nothing else. Its
-// methods are safe for concurrent use.
+// It remembers the token of each session it signed for until that token is past the first half
+// of its life, when no renew may reuse it: at most a minute (reusePrune) later it is forgotten, so
+// what it keeps follows the leases renewed through this instance lately, not every lease it ever
+// granted. Past max tokens an arbitrary one is forgotten, which costs a signature, nothing else.
+// Its methods are safe for concurrent use.
 type Reuse struct {
 	max int
 
 	mu     sync.Mutex
 	tokens map[lease.Key]reusable
+	pruned time.Time // when tokens past their half-life were last forgotten
 }
+
+// reusePrune is how often a Reuse forgets the tokens past their half-life, on the store's clock.
+const reusePrune = time.Minute
 
 type reusable struct {
 	tab           string
@@ -35,7 +41,8 @@ type reusable struct {
 	token         string
 }
 
-// DefaultReuseMax bounds the tokens a Reuse remembers by default (some 25 MB at most).
+// DefaultReuseMax bounds the tokens a Reuse remembers by default (some 25 MB at most): more
+// sessions than that renewing through one instance within a token's half-life and a minute.
 const DefaultReuseMax = 50_000
 
 // NewReuse makes a Reuse that remembers at most max tokens (DefaultReuseMax when max < 1).
@@ -70,6 +77,14 @@ func (r *Reuse) Token(l lease.Lease, sign func(Claims) (string, error)) (string,
 	next := reusable{tab: c.Tab, epoch: c.Epoch, iat: iat, exp: exp, mid: iat.Add(exp.Sub(iat) / 2), token: tok}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if l.Now.Sub(r.pruned) >= reusePrune {
+		r.pruned = l.Now
+		for k, t := range r.tokens {
+			if !l.Now.Before(t.mid) {
+				delete(r.tokens, k)
+			}
+		}
+	}
 	if _, ok := r.tokens[l.Key]; !ok && len(r.tokens) >= r.max {
 		for k := range r.tokens { // an arbitrary one
 			delete(r.tokens, k)

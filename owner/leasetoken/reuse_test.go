@@ -128,6 +128,32 @@ func TestReuseRemembersAtMostMaxTokens(t *testing.T) {
 	}
 }
 
+func TestReuseForgetsTheTokensPastTheirHalfLife(t *testing.T) {
+	r, s := NewReuse(0), &countingSigner{}
+	t0 := time.Unix(1_700_000_000, 0)
+	const ttl = 30 * time.Second // tokens of 30 s: past their half-life 15 s after they were signed
+	for i := range 1000 {        // leases granted once and never renewed (released, lapsed, taken over)
+		if _, err := r.Token(heldLease("u", "doc-"+strconv.Itoa(i), "a", 1, t0, ttl), s.sign); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A renew a little later keeps them all: none is past its half-life yet.
+	renewed := heldLease("u", "doc-0", "a", 1, t0.Add(10*time.Second), ttl)
+	if _, err := r.Token(renewed, s.sign); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.tokens); n != 1000 {
+		t.Fatalf("remembers %d tokens 10 s on, want the 1,000 still in their first half", n)
+	}
+	// A grant a minute later forgets every token past its half-life, and keeps its own.
+	if _, err := r.Token(heldLease("u", "new", "b", 1, t0.Add(reusePrune+time.Second), ttl), s.sign); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.tokens); n != 1 {
+		t.Fatalf("remembers %d tokens a minute on, want only the new one", n)
+	}
+}
+
 func TestASigningFailureIsReturnedAndNotRemembered(t *testing.T) {
 	r := NewReuse(0)
 	l := heldLease("alice", "doc", "a", 1, time.Unix(1_700_000_000, 0), time.Minute)
