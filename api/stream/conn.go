@@ -91,7 +91,25 @@ type streamConn struct {
 	// done, when not nil, is closed once the stream has ended: Serve waits for it while net/http
 	// serves the stream.
 	done chan struct{}
+	// opened is when the stream was admitted (Unix ns); ended why it ends, once it does.
+	opened int64
+	ended  endReason
 }
+
+// endReason says why a stream ended, for its log line and tablease_event_streams_ended_total.
+type endReason uint8
+
+const (
+	endClientGone   endReason = iota // the client went away (its connection closed or was reset)
+	endWriteFailed                   // a write failed or missed its deadline (a reader too slow, a peer gone silent)
+	endShutdown                      // the instance shuts down
+	endTokenExpired                  // the access token that opened the stream expired
+	endStore                         // its watch ended and could not start again (the store did not answer)
+	endPanic                         // serving it panicked
+)
+
+// endReasons are the names of the endReasons, in order.
+var endReasons = [...]string{"client_gone", "write_failed", "shutdown", "token_expired", "store", "panic"}
 
 // States of a streamConn.
 const (
@@ -108,7 +126,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	// its presence entry would keep for as long as they run: copies let it go.
 	req.Key.Session = strings.Clone(req.Key.Session)
 	req.Tab.TabID, req.Tab.Label = strings.Clone(req.Tab.TabID), strings.Clone(req.Tab.Label)
-	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab, until: req.Until}
+	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab, until: req.Until, opened: time.Now().UnixNano()}
 	sc.st.user, sc.st.wake = req.Key.User, sc.kick
 	err := h.admit(&sc.st)
 	if err != nil {
@@ -263,6 +281,7 @@ func (sc *streamConn) drain() {
 		if r := recover(); r != nil {
 			sc.h.log.Error("panic serving an event stream", slog.String("request_id", sc.reqID),
 				slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
+			sc.ended = endPanic
 			sc.end()
 		}
 	}()
@@ -278,13 +297,18 @@ func (sc *streamConn) drain() {
 	}
 }
 
-// end ends the stream: nothing runs it any more.
+// end ends the stream: nothing runs it any more. It logs why, and for how long the stream ran.
 func (sc *streamConn) end() {
 	sc.state.Store(runEnded)
 	if sc.timer != nil {
 		sc.timer.Stop()
 	}
 	sc.close()
+	reason := endReasons[sc.ended]
+	sc.h.ended[sc.ended].Inc()
+	sc.h.log.Info("event stream ended", slog.String("request_id", sc.reqID), slog.String("sub", sc.key.User),
+		slog.String("session", sc.key.Session), slog.String("reason", reason),
+		slog.Float64("duration_s", float64(time.Now().UnixNano()-sc.opened)/1e9))
 	if sc.done != nil {
 		close(sc.done)
 	}
@@ -311,6 +335,7 @@ func (sc *streamConn) work() bool {
 				continue
 			}
 			if sc.sse.event(sc.h.views, ev) != nil {
+				sc.ended = endWriteFailed
 				return false
 			}
 			sc.last = ev.ID
@@ -330,11 +355,13 @@ func (sc *streamConn) news() bool {
 	select {
 	case <-sc.h.closing:
 		_ = sc.sse.shutdown(reasonShutdown)
+		sc.ended = endShutdown
 		return false
 	default:
 	}
-	if sc.st.news.And(^newsCatalog)&newsCatalog != 0 {
-		return sc.sse.catalog(sc.h.catalogNow()) == nil
+	if sc.st.news.And(^newsCatalog)&newsCatalog != 0 && sc.sse.catalog(sc.h.catalogNow()) != nil {
+		sc.ended = endWriteFailed
+		return false
 	}
 	return true
 }
@@ -345,6 +372,7 @@ func (sc *streamConn) due() bool {
 	now := time.Now()
 	if !sc.until.IsZero() && !now.Before(sc.until) {
 		_ = sc.sse.shutdown(reasonCredential)
+		sc.ended = endTokenExpired
 		return false
 	}
 	if now.Before(sc.keepaliveAt) && (sc.refreshAt.IsZero() || now.Before(sc.refreshAt)) {
@@ -361,6 +389,7 @@ func (sc *streamConn) due() bool {
 			sc.keepaliveAt = now.Add(sc.h.opts.Keepalive) // behind: no catching up
 		}
 		if sc.sse.comment("keepalive") != nil {
+			sc.ended = endWriteFailed
 			return false
 		}
 	}
@@ -390,12 +419,22 @@ func (sc *streamConn) resubscribe() bool {
 	if errors.Is(err, lease.ErrResync) {
 		if sc.w, err = sc.rewatch(); err == nil {
 			sc.w.OnReady(sc.st.wake)
-			sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false)
+			if sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false); err != nil {
+				sc.ended = endWriteFailed
+			}
 			return err == nil
 		}
 		if errors.Is(err, errClosing) {
 			_ = sc.sse.shutdown(reasonShutdown)
 		}
+	}
+	switch {
+	case errors.Is(err, errGone):
+		sc.ended = endClientGone
+	case errors.Is(err, errClosing):
+		sc.ended = endShutdown
+	default:
+		sc.ended = endStore
 	}
 	if err != nil && !errors.Is(err, errGone) && !errors.Is(err, errClosing) {
 		// The client is told, as at a shutdown, rather than left with a bare end of the stream.

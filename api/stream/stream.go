@@ -174,6 +174,7 @@ type Handler struct {
 
 	open    prometheus.Gauge
 	refused *prometheus.CounterVec // reason
+	ended   [len(endReasons)]prometheus.Counter
 	sent    *sentCounters
 
 	closing chan struct{}  // closed by Close: every stream sends its final event and ends
@@ -240,7 +241,14 @@ func New(cfg Config) (*Handler, error) {
 		Name: "tablease_events_sent_total",
 		Help: "Events written to event streams, by event (snapshot, lease, tabs, catalog, shutdown).",
 	}, []string{"event"})
-	for _, c := range []prometheus.Collector{h.open, h.refused, sent} {
+	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tablease_event_streams_ended_total",
+		Help: "Event streams ended, by reason (client_gone, write_failed, shutdown, token_expired, store, panic).",
+	}, []string{"reason"})
+	for i, r := range endReasons {
+		h.ended[i] = ended.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{h.open, h.refused, sent, ended} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, err
 		}
