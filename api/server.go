@@ -54,6 +54,8 @@ type Options struct {
 	Auth AuthConfig
 	// Logger receives one line per request and the errors behind 500s; nil discards.
 	Logger *slog.Logger
+	// LogFailedRequestsOnly writes the request lines of answers below 400 at debug, not info.
+	LogFailedRequestsOnly bool
 	// Registry receives the metrics served at /metrics; nil makes a new one (with the Go and
 	// process collectors).
 	Registry *prometheus.Registry
@@ -117,6 +119,7 @@ type Server struct {
 	auth     *authenticator
 	authCfg  AuthConfig
 	log      *slog.Logger
+	quietOK  bool // Options.LogFailedRequestsOnly
 	metrics  *metrics
 	limiter  *userLimiter // nil when rate limiting is off
 	ipLimit  *userLimiter // failed and unauthenticated requests per client address; nil when off
@@ -234,6 +237,7 @@ func New(opts Options) (*Server, error) {
 		auth:     auth,
 		authCfg:  opts.Auth,
 		log:      logger,
+		quietOK:  opts.LogFailedRequestsOnly,
 		metrics:  m,
 		dev:      opts.Dev,
 		demo:     opts.Demo,

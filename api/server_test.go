@@ -191,6 +191,34 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// TestLogFailedRequestsOnlyWritesSuccessesAtDebug: with LogFailedRequestsOnly
+// (TABLEASE_LOG_REQUESTS=failed) the request line of an answer below 400 is at debug, that of a
+// refusal at info as always.
+func TestLogFailedRequestsOnlyWritesSuccessesAtDebug(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		h := newHarness(t, func(o *Options) { o.LogFailedRequestsOnly = quiet })
+		readLease(t, h.do(request{path: leasePath("doc-1"), token: h.token("alice")}))
+		wantError(t, h.do(request{path: leasePath("doc-1")}), http.StatusUnauthorized, CodeUnauthenticated)
+		okLevel := "INFO"
+		if quiet {
+			okLevel = "DEBUG"
+		}
+		for _, want := range []string{`"level":"` + okLevel + `","msg":"request"`, `"level":"INFO","msg":"request"`} {
+			if !strings.Contains(h.logs.String(), want) {
+				t.Errorf("LogFailedRequestsOnly %v: no line %s in\n%s", quiet, want, h.logs)
+			}
+		}
+		for _, line := range strings.Split(h.logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"request"`) && strings.Contains(line, `"status":200`) && !strings.Contains(line, `"level":"`+okLevel+`"`) {
+				t.Errorf("LogFailedRequestsOnly %v: the 200's line is %s", quiet, line)
+			}
+			if strings.Contains(line, `"msg":"request"`) && strings.Contains(line, `"status":401`) && !strings.Contains(line, `"level":"INFO"`) {
+				t.Errorf("LogFailedRequestsOnly %v: the 401's line is %s", quiet, line)
+			}
+		}
+	}
+}
+
 // TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError: an acquire refused because the user
 // is at the limit of sessions is a result of its own, and no store error (which alerts page on).
 func TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError(t *testing.T) {

@@ -51,6 +51,9 @@ type Config struct {
 
 	LogFormat string // "json" or "text"
 	LogLevel  string // "debug", "info", "warn", "error"
+	// LogFailedRequestsOnly logs the request lines of answers below 400 at debug rather than
+	// info (TABLEASE_LOG_REQUESTS=failed).
+	LogFailedRequestsOnly bool
 
 	Dev bool // dev mode: memory engine unless RedisURL, generated secret, /dev/token
 	// Demo serves the two-tab demo at /demo outside dev mode too (TABLEASE_DEMO).
@@ -256,6 +259,14 @@ var variables = []variable{
 			return nil
 		}
 		return fmt.Errorf("must be debug, info, warn or error (%q)", v)
+	}},
+	{"TABLEASE_LOG_REQUESTS", "all", "request lines at info: all, or failed (answers of 400 and above; the others at debug)", func(c *Config, v string) error {
+		switch v {
+		case "all", "failed":
+			c.LogFailedRequestsOnly = v == "failed"
+			return nil
+		}
+		return fmt.Errorf(`must be "all" or "failed" (%q)`, v)
 	}},
 	{"TABLEASE_CATALOG_FILE", "", "JSON file of the tool catalog (validated at start)", func(c *Config, v string) error {
 		if v == "" {

@@ -133,11 +133,14 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	}
 
 	srv, err := api.New(api.Options{
-		Engine:      store.engine,
-		Limits:      cfg.Limits,
-		Auth:        auth,
-		Logger:      log,
-		Registry:    registry,
+		Engine:   store.engine,
+		Limits:   cfg.Limits,
+		Auth:     auth,
+		Logger:   log,
+		Registry: registry,
+
+		LogFailedRequestsOnly: cfg.LogFailedRequestsOnly,
+
 		RateLimit:   cfg.RateLimit,
 		IPRateLimit: cfg.IPRateLimit,
 		Dev:         cfg.Dev,
