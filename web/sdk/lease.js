@@ -107,6 +107,26 @@ const MESSAGES = {
  * The lease of one tab for one agent session. See tablease.d.ts for the API and
  * docs/browser-client.md for the behaviour.
  */
+/** The label as the server takes it (lease.ValidateLabel): printable characters only, at most
+ *  200 of them, counted as code points. Spaces, tabs and line breaks become a space; other
+ *  characters that are not printable (a control character, a zero-width joiner, a lone surrogate)
+ *  are left out. */
+export function printableLabel(l) {
+  let out = "";
+  let n = 0;
+  for (const ch of String(l ?? "")) {
+    if (n === MAX_LABEL) break;
+    if (PRINTABLE.test(ch)) out += ch;
+    else if (SPACE.test(ch)) out += " ";
+    else continue;
+    n++;
+  }
+  return out;
+}
+const MAX_LABEL = 200;
+const PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u; // Go's unicode.IsPrint
+const SPACE = /^[\p{Z}\t\n\v\f\r]$/u;
+
 export class TabLease extends EventTarget {
   constructor(options = /** @type {any} */ ({})) {
     super();
@@ -1005,7 +1025,7 @@ export class TabLease extends EventTarget {
 
   _labelNow() {
     const l = typeof this._label === "function" ? this._label() : this._label;
-    return String(l ?? "").slice(0, 200);
+    return printableLabel(l);
   }
 
   /** One acquire request. Resolves {lease} when granted, {error} otherwise (never rejects).

@@ -433,3 +433,19 @@ test("a tab that cannot authenticate stops trying to take its lease back once th
   assert.equal(lease.role, "viewer");
   await lease.stop({ release: false });
 });
+
+test("a label is sent as the server takes it: 200 printable code points", async () => {
+  const { printableLabel } = await import("./lease.js");
+  assert.equal(printableLabel("a".repeat(199) + "😀tail"), "a".repeat(199) + "😀", "an emoji past the 200th UTF-16 unit is kept whole");
+  assert.equal(printableLabel("Events\t—\n/evt\u00a01"), "Events — /evt 1", "tabs, line breaks and other spaces become a space");
+  assert.equal(printableLabel("👩\u200d💻 dev\u0000\ud800"), "👩💻 dev", "a joiner, a control character and a lone surrogate are left out");
+  assert.equal(printableLabel(null), "");
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const lease = new TabLease(fakeOptions(server, clock, { label: "x".repeat(199) + "😀😀" }));
+  await lease.start();
+  const sent = server.callsTo("POST", "/lease")[0].body.label;
+  assert.equal([...sent].length, 200);
+  assert.ok(sent.endsWith("😀"));
+  await lease.stop({ release: false });
+});

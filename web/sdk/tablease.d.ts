@@ -153,7 +153,8 @@ export interface TabLeaseOptions {
    *  value as its cause): a renew keeps the lease until its deadline and retries, as after a
    *  network error. */
   getToken: (opts: { refresh?: boolean; signal?: AbortSignal }) => string | Promise<string>;
-  /** Shown to other tabs ("Events — /events/evt-1"); at most 200 characters. */
+  /** Shown to other tabs ("Events — /events/evt-1"); sent as its first 200 printable characters
+   *  (code points; tabs and line breaks as spaces, other characters that are not printable left out). */
   label?: string | (() => string);
   /** TTL asked for while visible; default: the server's. */
   ttlMs?: number;
