@@ -154,14 +154,13 @@ func (s *Server) putCatalog(c echo.Context) error {
 		return err
 	}
 	if !base.Catalog.MatchETag(ifMatch) {
-		c.Response().Header().Set("ETag", base.Catalog.ETag())
-		return preconditionFailed(base.Catalog.Version)
+		return preconditionFailed(c, base.Catalog.Version)
 	}
 	st, err := s.catalogs.Put(ctx, next, base)
 	if err != nil {
 		var vm *lease.VersionMismatchError
 		if errors.As(err, &vm) { // another PUT won between the read and the write
-			return preconditionFailed(vm.Current)
+			return preconditionFailed(c, vm.Current)
 		}
 		s.storeError("catalog", err)
 		return err
@@ -207,7 +206,10 @@ func quotedETags(v string) bool {
 	return true
 }
 
-func preconditionFailed(current string) *Error {
+// preconditionFailed is the 412 of a catalog PUT whose If-Match is not the current version, with
+// that version in details and as the answer's ETag.
+func preconditionFailed(c echo.Context, current string) *Error {
+	c.Response().Header().Set("ETag", `"`+current+`"`) // the catalog's ETag (catalog.Catalog.ETag)
 	return &Error{
 		Code:    CodePreconditionFailed,
 		Message: "the catalog changed since the version If-Match names; GET it again and reapply the change",

@@ -391,6 +391,45 @@ func TestAdminReplacesTheCatalogWithIfMatch(t *testing.T) {
 	}
 }
 
+// racingDocuments, once armed, lets another write of the catalog in just before the next PUT's own.
+type racingDocuments struct {
+	catalog.Documents
+	other lease.Document
+	armed bool
+}
+
+func (r *racingDocuments) PutDocument(ctx context.Context, name string, doc lease.Document, ifVersion string) (lease.Document, error) {
+	if r.armed {
+		r.armed = false
+		if _, err := r.Documents.PutDocument(ctx, name, r.other, lease.AnyVersion); err != nil {
+			return lease.Document{}, err
+		}
+	}
+	return r.Documents.PutDocument(ctx, name, doc, ifVersion)
+}
+
+// TestAdminPutThatLosesARaceAnswers412WithTheWinnersETag: a PUT whose If-Match matched when it was
+// read, but which another PUT beat to the write, answers 412 with the winner's version in details
+// and as its ETag, as a stale If-Match does.
+func TestAdminPutThatLosesARaceAnswers412WithTheWinnersETag(t *testing.T) {
+	winner := mustCatalog(t, `{"tools": [{"name": "search_events", "description": "Search.", "annotations": {"readOnlyHint": true}}]}`)
+	data, err := json.Marshal(winner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := lease.Document{Version: winner.Version, Data: data}
+	docs := &racingDocuments{other: doc}
+	h := catalogHarness(t, func(o *Options) { docs.Documents = o.Documents; o.Documents = docs })
+	docs.armed = true // the catalog was seeded: the next PUT is raced
+	v1 := mustCatalog(t, eventsCatalog)
+	rec := h.putCatalog(h.adminToken("root"), v1.ETag(), strings.Replace(eventsCatalog, `"rename_event"`, `"rename_it"`, 1))
+	e := wantError(t, rec, http.StatusPreconditionFailed, CodePreconditionFailed)
+	got := e.Error.Details["version"]
+	if got != winner.Version || rec.Header().Get("ETag") != winner.ETag() {
+		t.Fatalf("412 with details.version %v and ETag %q, want the winner's version in both", got, rec.Header().Get("ETag"))
+	}
+}
+
 func TestAdminPutRefusesAnInvalidCatalog(t *testing.T) {
 	h := catalogHarness(t)
 	admin := h.adminToken("root")

@@ -35,8 +35,8 @@ import (
 // CORS headers of the answers to allowed origins.
 const (
 	corsAllowMethods  = "GET, POST, PUT, DELETE"
-	corsAllowHeaders  = "Authorization, Content-Type, Last-Event-ID, If-None-Match, If-Match"
-	corsExposeHeaders = "Retry-After, ETag"
+	corsAllowHeaders  = "Authorization, Content-Type, Last-Event-ID, If-None-Match, If-Match, X-Request-ID"
+	corsExposeHeaders = "Retry-After, ETag, X-Request-ID"
 	corsMaxAge        = "600" // seconds a browser may cache a preflight
 )
 

@@ -36,7 +36,7 @@ func wantCORS(t *testing.T, hdr http.Header, origin string) {
 	if got := hdr.Values("Access-Control-Allow-Origin"); !slices.Equal(got, []string{origin}) {
 		t.Fatalf("Access-Control-Allow-Origin = %q, want %q", got, origin)
 	}
-	if got := hdr.Get("Access-Control-Expose-Headers"); got != "Retry-After, ETag" {
+	if got := hdr.Get("Access-Control-Expose-Headers"); got != "Retry-After, ETag, X-Request-ID" {
 		t.Fatalf("Access-Control-Expose-Headers = %q", got)
 	}
 	if !varyHas(hdr, "Origin") {
@@ -86,7 +86,7 @@ func TestAPreflightFromAnAllowedOriginNeedsNoTokenAndIsNeverRateLimited(t *testi
 			want := map[string]string{
 				"Access-Control-Allow-Origin":  appOrigin,
 				"Access-Control-Allow-Methods": "GET, POST, PUT, DELETE",
-				"Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID, If-None-Match, If-Match",
+				"Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID, If-None-Match, If-Match, X-Request-ID",
 				"Access-Control-Max-Age":       "600",
 			}
 			for k, v := range want {

@@ -40,7 +40,7 @@ const jwksMaxAge = "300"
 //   - otherwise the engine checks the token's tab and epoch atomically: 200 {valid, lease}, or
 //     409 LEASE_LOST after a takeover, release, expiry or revoke.
 //
-// A guard (owner/guard) turns 400 and 403 into 403 NOT_LEASE_OWNER and 409 into 409 LEASE_LOST.
+// A guard (owner/guard) turns 400, 401 and 403 into 403 NOT_LEASE_OWNER and 409 into 409 LEASE_LOST.
 
 // Reasons in details.reason of check answers about tokens.
 const (

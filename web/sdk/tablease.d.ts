@@ -92,7 +92,8 @@ export interface LeaseEvent {
   previous: { tabId: string; epoch: number } | null;
   reason: string;
   at: string;
-  /** handoff_requested: the tab that asked (if the server says). */
+  /** handoff_requested: the tab that asked; released or expired: the tab the lease is now reserved
+   *  for, when a handoff request reserved it (DESIGN §3, Event stream). */
   requester?: Holder | null;
   /** The SSE id of the event. */
   id?: string;
