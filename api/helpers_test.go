@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
 )
@@ -45,30 +46,12 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	t      *testing.T
 	srv    *Server
 	engine *leasemem.Engine
 	clock  *fakeClock
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	auth   AuthConfig
 }
 
@@ -81,7 +64,7 @@ func newHarness(t *testing.T, mods ...func(*Options)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts := Options{
 		Engine:  eng,
 		Limits:  lease.DefaultLimits,

@@ -9,39 +9,21 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/lease"
 )
-
-// lockedLog is a log destination safe for the streams' writes and the test's reads.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Every stream's end is a log line and a count, with why it ended: the client went away, its
 // access token expired, the instance shuts down.
 func TestAStreamsEndIsLoggedAndCountedWithItsReason(t *testing.T) {
 	cfg := testConfig(t)
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	h, err := New(cfg)
 	if err != nil {

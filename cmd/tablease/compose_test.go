@@ -16,6 +16,7 @@ import (
 
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 )
 
 // readEnvFile reads KEY=VALUE lines, skipping blank lines and # comments.
@@ -130,7 +131,7 @@ func startProcess(t *testing.T, bin string, env map[string]string, name string) 
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := redistest.StartChild(cmd); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/browsertest"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 )
 
 // TestDemoInARealBrowser runs the demo (/demo, web/demo) and its client (web/sdk/tablease.js) in
@@ -407,7 +408,7 @@ const demoSub = "demo" // the demo asks /dev/token?sub=demo
 type demoServer struct {
 	t     *testing.T
 	base  string
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	api   client // the demo's user
 	admin client // scope lease:admin
 	env   map[string]string
@@ -422,7 +423,7 @@ func startDemoServer(t *testing.T, rds *redistest.Server, extra map[string]strin
 	for k, v := range extra {
 		env[k] = v
 	}
-	proc := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	proc := serveAt(t, env, "127.0.0.1:0", &syncbuf.Buffer{})
 	base, logs := "http://"+proc.addr, proc.logs
 	return demoServer{t: t, base: base, logs: logs,
 		api:   client{t: t, base: base, token: e2eToken(t, demoSub)},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 )
 
 // sseEvent is one event read from a stream.
@@ -305,7 +306,7 @@ func TestAStreamConvergesAfterItsInstanceLosesPubSub(t *testing.T) {
 // cancels it (as SIGTERM does) and answers its exit code.
 func startStoppable(t *testing.T, env map[string]string) (base string, stop func() int) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	addrs := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -20,27 +20,10 @@ import (
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-e2e"
-
-// syncBuffer is a bytes.Buffer safe for the server's log writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // e2eAuth is the identity provider of the end-to-end tests that start the server with
 // TABLEASE_JWT_HS256_SECRET testSecret, TABLEASE_JWT_ISSUER e2e-idp and TABLEASE_JWT_AUDIENCE
@@ -71,22 +54,22 @@ func e2eToken(t *testing.T, sub string, scopes ...string) string {
 
 // startServer runs `tablease serve` in-process with env and returns its base URL. The server is
 // stopped (as by SIGTERM) at cleanup, and must exit 0 within its shutdown timeout.
-func startServer(t *testing.T, env map[string]string) (string, *syncBuffer) {
+func startServer(t *testing.T, env map[string]string) (string, *syncbuf.Buffer) {
 	t.Helper()
-	s := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	s := serveAt(t, env, "127.0.0.1:0", &syncbuf.Buffer{})
 	return "http://" + s.addr, s.logs
 }
 
 // served is a `tablease serve` that serveAt started.
 type served struct {
 	addr string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	stop func() // stops the server as SIGTERM does and waits until it exited 0; then does nothing
 }
 
 // serveAt runs `tablease serve --addr addr` in-process with env, logging to logs, until stop or
 // the test's cleanup.
-func serveAt(t *testing.T, env map[string]string, addr string, logs *syncBuffer) served {
+func serveAt(t *testing.T, env map[string]string, addr string, logs *syncbuf.Buffer) served {
 	t.Helper()
 	addrs := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/owner/catalog"
 )
 
@@ -59,7 +60,7 @@ func TestServeListensWithinOneRedisTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
 	}
 	started := time.Now()
-	s := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	s := serveAt(t, env, "127.0.0.1:0", &syncbuf.Buffer{})
 	// One timeout and the start's own work; a wait per call would be two timeouts or more.
 	if took := time.Since(started); took > timeout*3/2 {
 		t.Fatalf("serve listened %v after it started, want at most one TABLEASE_REDIS_TIMEOUT (%v) and its own work; logs:\n%s",
@@ -106,7 +107,7 @@ func TestTheFileCatalogIsStoredOnceRedisAnswers(t *testing.T) {
 	want := parsed.Version
 	env := redisServeEnv(rds.URL(), keyFile(t))
 	env["TABLEASE_CATALOG_FILE"] = file
-	a := serveAt(t, env, "127.0.0.1:0", &syncBuffer{})
+	a := serveAt(t, env, "127.0.0.1:0", &syncbuf.Buffer{})
 	if !strings.Contains(a.logs.String(), "serving the file's catalog until the store answers") {
 		t.Fatalf("the start did not say the store does not answer; logs:\n%s", a.logs)
 	}
@@ -127,7 +128,7 @@ func TestTheFileCatalogIsStoredOnceRedisAnswers(t *testing.T) {
 
 	noFile := maps.Clone(env)
 	delete(noFile, "TABLEASE_CATALOG_FILE")
-	b := serveAt(t, noFile, "127.0.0.1:0", &syncBuffer{})
+	b := serveAt(t, noFile, "127.0.0.1:0", &syncbuf.Buffer{})
 	tok := e2eToken(t, "alice")
 	for name, s := range map[string]served{"the instance with the file": a, "an instance without a file": b} {
 		c := client{t: t, base: "http://" + s.addr, token: tok}
@@ -215,7 +216,7 @@ func TestServeStopsAtOnceWhileTheLateCatalogSeedWaitsForRedis(t *testing.T) {
 		"TABLEASE_JWT_AUDIENCE":      "tablease",
 		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
 		"TABLEASE_CATALOG_FILE":      "../../web/demo/catalog.json",
-	}, "127.0.0.1:0", &syncBuffer{})
+	}, "127.0.0.1:0", &syncbuf.Buffer{})
 	const key = "tablease:doc:catalog"
 	atStart := sent(key)
 	if _, ok := within(time.Now(), timeout, func() bool { return sent(key) > atStart }); !ok {

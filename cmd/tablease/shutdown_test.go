@@ -16,6 +16,7 @@ import (
 
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/internal/syncbuf"
 )
 
 // TestShutdownEndsInTimeWithAStreamClientThatStopsReading stops the server while one of its
@@ -130,7 +131,7 @@ func TestShutdownEndsInTimeWhileRedisDoesNotAnswer(t *testing.T) {
 		"TABLEASE_JWT_ISSUER":        "e2e-idp",
 		"TABLEASE_JWT_AUDIENCE":      "tablease",
 		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
-	}, "127.0.0.1:0", &syncBuffer{})
+	}, "127.0.0.1:0", &syncbuf.Buffer{})
 	base, tok := "http://"+s.addr, e2eToken(t, "alice")
 	for _, tab := range []string{"tab-a", "tab-b"} {
 		openEvents(t, base, "/v1/sessions/doc-1/events?tabId="+tab, tok).must("snapshot", 5*time.Second)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/owner/guard"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
@@ -555,27 +556,9 @@ func TestGuardSkipAndTargetErrors(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination for the guard's warnings.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 	tl := newFakeTablease(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	a := newApp(t, tl, func(o *guard.Options) {
 		o.Strict = true
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -618,7 +601,7 @@ func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 
 func TestGuardWithOnRejectLogsNothing(t *testing.T) {
 	tl := newFakeTablease(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	a := newApp(t, tl, func(o *guard.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.OnReject = func(*http.Request, *guard.Error) {}
