@@ -192,7 +192,9 @@ export function checkResult(value, maxBytes) {
 
 // --- interactions --------------------------------------------------------------------------------
 
-const openInteractions = new WeakMap(); // per tab (its TabLease): the interaction open now
+// The interaction open now, per page: by its document, which every TabLease of the page shares (a
+// page working on two sessions shows one modal at a time, seed 002), or by the TabLease without one.
+const openInteractions = new WeakMap();
 
 /**
  * Opens an interaction with the user for a call: open(ui) shows it (a modal) and may return a
@@ -203,10 +205,11 @@ const openInteractions = new WeakMap(); // per tab (its TabLease): the interacti
  */
 function interact(call, open, { exclusive }) {
   const { lease, tool } = call;
+  const page = lease._document ?? lease;
   const signal = anySignal([call.signal, call.pageSignal]);
   if (typeof open !== "function") throw new TypeError("interact: open must be a function that shows the interaction");
   if (signal.aborted) return Promise.resolve(abortAnswer(signal));
-  const current = openInteractions.get(lease);
+  const current = openInteractions.get(page);
   if (exclusive && current) {
     return Promise.resolve(
       toolError("INTERACTION_ALREADY_OPEN", `Another interaction with the user is open (${current.tool}); answer or cancel it first.`, { tool: current.tool }, true),
@@ -221,7 +224,7 @@ function interact(call, open, { exclusive }) {
       if (done) return;
       done = true;
       signal.removeEventListener("abort", onAbort);
-      if (openInteractions.get(lease) === mine) openInteractions.delete(lease);
+      if (openInteractions.get(page) === mine) openInteractions.delete(page);
       endCount();
       try {
         close?.();
@@ -232,7 +235,7 @@ function interact(call, open, { exclusive }) {
     };
     const onAbort = () => finish(abortAnswer(signal));
     signal.addEventListener("abort", onAbort, { once: true });
-    if (!current) openInteractions.set(lease, mine);
+    if (!current) openInteractions.set(page, mine);
     const ui = {
       signal,
       deadline: call.deadline,

@@ -191,6 +191,29 @@ test("with interactions: \"one\" a second interaction answers INTERACTION_ALREAD
   await lease.stop({ release: false });
 });
 
+test("with interactions: \"one\" the page's sessions share the one interaction: a second session's answers INTERACTION_ALREADY_OPEN", async () => {
+  const seen = {};
+  const { clock, window, lease, reg, tool } = await setup({ handlers: { ask_user: asking(seen) }, options: { interactions: "one" } });
+  // The same page works on a second session, with a registry of its own.
+  const other = new FakeServer(clock, { sessionId: "s2", tools: TOOLS });
+  const lease2 = new TabLease(fakeOptions(other, clock, { window, document: lease._document }));
+  await lease2.start();
+  let defs2 = [];
+  const seen2 = {};
+  const reg2 = syncToolRegistry(lease2, { sync: (d) => (defs2 = d) }, { handlers: { ask_user: asking(seen2) }, interactions: "one" });
+  await reg2.sync();
+  const first = tool("ask_user").execute({ question: "One?" }, {});
+  await flush();
+  const asked = defs2.find((d) => d.name === "ask_user").execute({ question: "Two?" }, {});
+  await flush();
+  assert.equal(seen2.opened, undefined, "one modal at a time in the page (seed 002)");
+  assert.equal((await asked).error?.code, "INTERACTION_ALREADY_OPEN");
+  seen.ui.submit({ ok: true });
+  assert.deepEqual(await first, { ok: true });
+  for (const r of [reg, reg2]) r.close();
+  for (const l of [lease, lease2]) await l.stop({ release: false });
+});
+
 test("a mutation that finishes after its generation ended answers DOCUMENT_CHANGED, saying it may have acted; a tool without routes does not see route changes", async () => {
   const { gate, release } = gates();
   const ctxs = [];

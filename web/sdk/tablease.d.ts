@@ -500,7 +500,8 @@ export interface ToolOptions {
   timeoutMarginMs?: number;
   /** The largest result, as JSON bytes (262144); larger ones answer RESULT_TOO_LARGE. */
   maxResultBytes?: number;
-  /** "one": one interaction with the user at a time in this tab (INTERACTION_ALREADY_OPEN). */
+  /** "one": one interaction with the user at a time in this tab, whatever session's call asks
+   *  (INTERACTION_ALREADY_OPEN). */
   interactions?: "one" | "any";
 }
 
