@@ -58,14 +58,15 @@ type revokeMemo struct {
 	result lease.RevokeResult
 }
 
-// keptByAdmin reports whether the sweep must keep s although its lease is free: it is blocked, or
-// it remembers a revoke that may still be retried.
+// keptByAdmin reports whether the sweep must keep s although its lease is free: an admin's block,
+// or the retry window of a revoke it remembers, ended less than IdleRetention ago (the retention
+// follows the last thing in the session to end: lease.DefaultIdleRetention).
 func (s *entry) keptByAdmin(now time.Time) bool {
-	if s.blockedUntil.After(now) {
+	if s.blockedUntil.Add(IdleRetention).After(now) {
 		return true
 	}
 	for _, m := range s.revokes {
-		if now.Sub(m.at) <= lease.RevokeRetryWindow {
+		if now.Sub(m.at) <= lease.RevokeRetryWindow+IdleRetention {
 			return true
 		}
 	}

@@ -393,3 +393,41 @@ func BenchmarkAcquireReleaseOfAUserAtTheAuditBound(b *testing.B) {
 		cycle()
 	}
 }
+
+func TestPruningKeepsARevokedOrBlockedSessionTheRetentionAfterItsWindowEnds(t *testing.T) {
+	e, clock := newEngine(t)
+	revoked := lease.Key{User: "alice", Session: "revoked"}
+	blocked := lease.Key{User: "alice", Session: "blocked"}
+	t0 := clock.Now()
+	for _, k := range []lease.Key{revoked, blocked} {
+		mustAcquire(t, e, k, "tab-a", 0, lease.ModeTry)
+	}
+	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: revoked, Admin: "root", Reason: "why", RequestID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	const block = 5 * time.Minute
+	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: blocked, Admin: "root", Reason: "why", Block: block}); err != nil {
+		t.Fatal(err)
+	}
+	sweepAt := func(d time.Duration) {
+		t.Helper()
+		clock.Set(t0.Add(d))
+		mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry) // sweeps
+	}
+	kept := func(k lease.Key, want bool, when string) {
+		t.Helper()
+		if g := mustGet(t, e, k); (g.Epoch != 0) != want {
+			t.Errorf("%s at %s: %+v, want kept %v", k.Session, when, g, want)
+		}
+	}
+	// Past IdleRetention after the revokes, each still has a window or a block that ended later.
+	sweepAt(block + IdleRetention - time.Minute)
+	kept(revoked, true, "the block's end plus the retention, less a minute")
+	kept(blocked, true, "the block's end plus the retention, less a minute")
+	sweepAt(block + IdleRetention + SweepInterval + time.Second)
+	kept(blocked, false, "the block's end plus the retention")
+	sweepAt(lease.RevokeRetryWindow + IdleRetention - time.Minute)
+	kept(revoked, true, "the retry window's end plus the retention, less a minute")
+	sweepAt(lease.RevokeRetryWindow + IdleRetention + 2*SweepInterval)
+	kept(revoked, false, "the retry window's end plus the retention")
+}

@@ -233,9 +233,15 @@ func TestPruningKeepsALongReservation(t *testing.T) {
 	if g := mustGet(t, e, alice); g.Epoch != a.Epoch || g.Handoff == nil || !g.Handoff.Reserved {
 		t.Fatalf("Get after the sweep = %+v, want the reservation kept", g)
 	}
+	// The reservation ended: the session is kept IdleRetention more, as after a lease's end.
+	clock.Advance(IdleRetention)
+	mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry)
+	if g := mustGet(t, e, alice); g.Epoch != a.Epoch {
+		t.Fatalf("Get just after the reservation ended = %+v, want the session kept", g)
+	}
 	clock.Advance(IdleRetention)
 	mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry)
 	if g := mustGet(t, e, alice); g.Epoch != 0 {
-		t.Errorf("Get after the reservation ended and the next sweep = %+v, want the session pruned", g)
+		t.Errorf("Get IdleRetention after the reservation ended = %+v, want the session pruned", g)
 	}
 }

@@ -514,7 +514,7 @@ func (e *Engine) sweep(now time.Time) {
 		// test keeps event ids increasing if they did.
 		idle := e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
 			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) &&
-			(s.handoff == nil || !s.handoff.until.After(now))
+			(s.handoff == nil || !s.handoff.until.Add(IdleRetention).After(now))
 		// An expiry nobody announced yet (nobody watches the session, no call came) is announced
 		// here, and so gets its audit record, whether or not the entry goes: as the Redis engine's
 		// sweep does.
