@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -102,12 +103,22 @@ type endReason uint8
 
 const (
 	endClientGone   endReason = iota // the client went away (its connection closed or was reset)
-	endWriteFailed                   // a write failed or missed its deadline (a reader too slow, a peer gone silent)
+	endWriteFailed                   // a write missed its deadline (a reader too slow, a peer gone silent)
 	endShutdown                      // the instance shuts down
 	endTokenExpired                  // the access token that opened the stream expired
 	endStore                         // its watch ended and could not start again (the store did not answer)
 	endPanic                         // serving it panicked
 )
+
+// writeEnd is why a stream whose write failed with err ends: a write that missed its deadline
+// (the client does not read) is write_failed; any other failure (a reset, a closed pipe) means the
+// client went away.
+func writeEnd(err error) endReason {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return endWriteFailed
+	}
+	return endClientGone
+}
 
 // endReasons are the names of the endReasons, in order.
 var endReasons = [...]string{"client_gone", "write_failed", "shutdown", "token_expired", "store", "panic"}
@@ -335,8 +346,8 @@ func (sc *streamConn) work() bool {
 				}
 				continue
 			}
-			if sc.sse.event(sc.h.views, ev) != nil {
-				sc.ended = endWriteFailed
+			if err := sc.sse.event(sc.h.views, ev); err != nil {
+				sc.ended = writeEnd(err)
 				return false
 			}
 			sc.last = ev.ID
@@ -360,9 +371,11 @@ func (sc *streamConn) news() bool {
 		return false
 	default:
 	}
-	if sc.st.news.And(^newsCatalog)&newsCatalog != 0 && sc.sse.catalog(sc.h.catalogNow()) != nil {
-		sc.ended = endWriteFailed
-		return false
+	if sc.st.news.And(^newsCatalog)&newsCatalog != 0 {
+		if err := sc.sse.catalog(sc.h.catalogNow()); err != nil {
+			sc.ended = writeEnd(err)
+			return false
+		}
 	}
 	return true
 }
@@ -389,8 +402,8 @@ func (sc *streamConn) due() bool {
 		if sc.keepaliveAt = sc.keepaliveAt.Add(sc.h.opts.Keepalive); sc.keepaliveAt.Before(now) {
 			sc.keepaliveAt = now.Add(sc.h.opts.Keepalive) // behind: no catching up
 		}
-		if sc.sse.comment("keepalive") != nil {
-			sc.ended = endWriteFailed
+		if err := sc.sse.comment("keepalive"); err != nil {
+			sc.ended = writeEnd(err)
 			return false
 		}
 	}
@@ -421,7 +434,7 @@ func (sc *streamConn) resubscribe() bool {
 		if sc.w, err = sc.rewatch(); err == nil {
 			sc.w.OnReady(sc.st.wake)
 			if sc.last, err = sc.sse.start(sc.h.views, sc.w, sc.tab.TabID, false); err != nil {
-				sc.ended = endWriteFailed
+				sc.ended = writeEnd(err)
 			}
 			return err == nil
 		}

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leasemem"
 )
 
 // Every stream's end is a log line and a count, with why it ended: the client went away, its
@@ -95,4 +98,66 @@ func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric
 	_ = c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// paddedViews renders every event with a payload of 4 KiB, so that a few events fill buffers.
+type paddedViews struct{ plainViews }
+
+func (paddedViews) Event(ev lease.Event) ([]byte, error) {
+	return []byte(`"` + ev.ID + strings.Repeat("x", 4<<10) + `"`), nil
+}
+
+// A client that stops reading loses its stream: the send buffer of a stream taken over is capped,
+// so a write soon waits out its deadline (write_failed), rather than the kernel taking megabytes
+// of events for a reader that never comes back.
+func TestAReaderThatStopsReadingLosesItsStream(t *testing.T) {
+	cfg := testConfig(t)
+	eng := cfg.Feed.(*leasemem.Engine)
+	cfg.Views = paddedViews{}
+	cfg.Options.WriteTimeout = 300 * time.Millisecond
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lease.Key{User: "slow", Session: "doc-1"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.Serve(w, r, Request{Key: key, Tab: lease.Tab{TabID: "tab-a"}}); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	defer h.Close(context.Background())
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	readUntil(t, bufio.NewReader(c), "event: snapshot") // and then never read again
+
+	// Events of 4 KiB each until the stream ends: with the buffer capped, it takes some 128 KiB of
+	// them; 2 MiB is what an uncapped buffer takes before it grows to Linux's maximum.
+	tabs := []string{"tab-a", "tab-b"}
+	for i := 0; counterValue(h.ended[endWriteFailed]) == 0; i++ {
+		if i == 512 {
+			t.Fatalf("the stream of a client that reads nothing took %d events of 4 KiB and still runs", i)
+		}
+		if _, err := eng.Acquire(context.Background(), lease.AcquireRequest{Key: key, Holder: lease.Holder{TabID: tabs[i%2]}, TTL: time.Minute, Mode: lease.ModeTakeover}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // a pace at which the stream writes each event as it comes
+	}
+}
+
+func TestAWriteThatMissesItsDeadlineIsWriteFailedAndAnyOtherFailureClientGone(t *testing.T) {
+	for err, want := range map[error]endReason{
+		fmt.Errorf("write tcp: %w", os.ErrDeadlineExceeded): endWriteFailed,
+		fmt.Errorf("write tcp: %w", syscall.ECONNRESET):     endClientGone,
+		fmt.Errorf("write tcp: %w", syscall.EPIPE):          endClientGone,
+	} {
+		if got := writeEnd(err); got != want {
+			t.Errorf("writeEnd(%v) = %s, want %s", err, endReasons[got], endReasons[want])
+		}
+	}
 }

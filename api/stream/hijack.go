@@ -33,6 +33,12 @@ var lastChunk = []byte("0\r\n\r\n")
 // beyond, the stream ends.
 const maxStrayBytes = 4 << 10
 
+// sendBuffer is the socket send buffer of a stream taken over (Linux doubles it, and lets an
+// unset one grow to tcp_wmem's maximum, 4 MiB by default): a client that stops reading fills it
+// with some 128 KiB of events, and the next write then waits out its deadline and ends the stream,
+// instead of the kernel holding megabytes for it. A snapshot and a full replay fit.
+const sendBuffer = 64 << 10
+
 // handOver takes the connection of a stream that has begun over from net/http; it answers false,
 // and does nothing, when the stream stays with net/http.
 //
@@ -52,6 +58,9 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	// context, which net/http ends when the handler returns.
 	sc.unlink()
 	sc.unlink = nil
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(sendBuffer)
+	}
 	sc.sse.res, sc.sse.rc, sc.sse.conn = nil, nil, conn
 	sc.h.mu.Lock()
 	sc.st.closer = conn
