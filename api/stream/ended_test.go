@@ -136,10 +136,12 @@ func TestAReaderThatStopsReadingLosesItsStream(t *testing.T) {
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	readUntil(t, bufio.NewReader(c), "event: snapshot") // and then never read again
 
-	// Events of 4 KiB each until the stream ends: with the buffer capped, it takes some 128 KiB of
-	// them; 2 MiB is what an uncapped buffer takes before it grows to Linux's maximum.
+	// Events of 4 KiB each, one a millisecond, until the stream ends: with the buffer capped, some
+	// 128 KiB of them fill it and the next write waits out the 300 ms deadline (about 300 events in
+	// all); an uncapped buffer grows toward Linux's 4 MiB maximum and takes more than 512.
 	tabs := []string{"tab-a", "tab-b"}
-	for i := 0; counterValue(h.ended[endWriteFailed]) == 0; i++ {
+	i := 0
+	for ; counterValue(h.ended[endWriteFailed]) == 0; i++ {
 		if i == 512 {
 			t.Fatalf("the stream of a client that reads nothing took %d events of 4 KiB and still runs", i)
 		}
@@ -148,6 +150,7 @@ func TestAReaderThatStopsReadingLosesItsStream(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // a pace at which the stream writes each event as it comes
 	}
+	t.Logf("the stream ended after %d events of 4 KiB", i)
 }
 
 func TestAWriteThatMissesItsDeadlineIsWriteFailedAndAnyOtherFailureClientGone(t *testing.T) {
