@@ -151,7 +151,7 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		level = slog.LevelWarn
 	case c.Get(keyIPLimited) != nil:
 		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
-	case status < 400 && s.quietOK:
+	case status < 400 && s.failedOnly:
 		level = slog.LevelDebug
 	}
 	if !s.log.Enabled(req.Context(), level) {

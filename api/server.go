@@ -115,20 +115,20 @@ type Options struct {
 
 // Server is the HTTP server of tablease. Make it with New.
 type Server struct {
-	engine   lease.Store
-	auth     *authenticator
-	authCfg  AuthConfig
-	log      *slog.Logger
-	quietOK  bool // Options.LogFailedRequestsOnly
-	metrics  *metrics
-	limiter  *userLimiter // nil when rate limiting is off
-	ipLimit  *userLimiter // failed and unauthenticated requests per client address; nil when off
-	dev      bool
-	demo     bool   // serve /demo (Options.Demo); dev mode serves it anyway
-	spec     []byte // the OpenAPI document served
-	echo     *echo.Echo
-	routeSet map[string]bool // "METHOD pattern" of every registered route; read-only after New
-	registry *prometheus.Registry
+	engine     lease.Store
+	auth       *authenticator
+	authCfg    AuthConfig
+	log        *slog.Logger
+	failedOnly bool // Options.LogFailedRequestsOnly
+	metrics    *metrics
+	limiter    *userLimiter // nil when rate limiting is off
+	ipLimit    *userLimiter // failed and unauthenticated requests per client address; nil when off
+	dev        bool
+	demo       bool   // serve /demo (Options.Demo); dev mode serves it anyway
+	spec       []byte // the OpenAPI document served
+	echo       *echo.Echo
+	routeSet   map[string]bool // "METHOD pattern" of every registered route; read-only after New
+	registry   *prometheus.Registry
 
 	catalogs   *catalog.Source
 	leaseKeys  *leasetoken.KeySet
@@ -233,17 +233,17 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s := &Server{
-		engine:   opts.Engine,
-		auth:     auth,
-		authCfg:  opts.Auth,
-		log:      logger,
-		quietOK:  opts.LogFailedRequestsOnly,
-		metrics:  m,
-		dev:      opts.Dev,
-		demo:     opts.Demo,
-		spec:     specWithVersion(opts.Version),
-		registry: reg,
-		routeSet: make(map[string]bool),
+		engine:     opts.Engine,
+		auth:       auth,
+		authCfg:    opts.Auth,
+		log:        logger,
+		failedOnly: opts.LogFailedRequestsOnly,
+		metrics:    m,
+		dev:        opts.Dev,
+		demo:       opts.Demo,
+		spec:       specWithVersion(opts.Version),
+		registry:   reg,
+		routeSet:   make(map[string]bool),
 
 		catalogs:   catalogs,
 		leaseKeys:  keys,

@@ -48,12 +48,8 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	// Each subtest has a browser of its own, whose failures are that subtest's.
 	open := func(t *testing.T, name string) *browsertest.Tab {
 		tab := browsertest.Start(t).NewTab(name)
-		tab.Do("open the console with the admin token",
-			chromedp.Navigate(base+"/admin"),
-			chromedp.WaitVisible(chromedp.CSS("#token")),
-			chromedp.SetValue(chromedp.CSS("#token"), admin.token),
-			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-		)
+		tab.Do("open the console", chromedp.Navigate(base+"/admin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		enterToken(tab, "enter the admin token", admin.token)
 		tab.WaitFor("the lists", `document.querySelectorAll('#audit tbody tr').length === 50 && `+
 			`document.getElementById('status').textContent.startsWith('Up to date at')`, 15*time.Second)
 		return tab
@@ -154,16 +150,9 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		polls.waitHeld(t)
 		tab.Do("forget the token", chromedp.Click(chromedp.CSS(`button[data-action="forget-token"]`)))
 		polls.release(t)
-		tab.Do("enter the token again",
-			chromedp.SetValue(chromedp.CSS("#token"), admin.token),
-			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-		)
+		enterToken(tab, "enter the token again", admin.token)
 		tab.WaitFor("the lists", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
-		for _, r := range polls.stop() {
-			if r.auth != "Bearer "+admin.token {
-				t.Errorf("%s went out with Authorization %q", r.path, r.auth)
-			}
-		}
+		sentOnlyWith(t, polls.stop(), admin.token)
 	})
 
 	t.Run("a revoke on its way stays in its dialog until it is answered", func(t *testing.T) {
@@ -240,19 +229,12 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		lookups.waitHeld(t)
 		tab.Do("forget the token", chromedp.Click(chromedp.CSS(`button[data-action="forget-token"]`)))
 		lookups.release(t)
-		tab.Do("enter the token again",
-			chromedp.SetValue(chromedp.CSS("#token"), admin.token),
-			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-		)
+		enterToken(tab, "enter the token again", admin.token)
 		tab.WaitFor("the lists", `document.getElementById('status').textContent.startsWith('Up to date at')`, 10*time.Second)
 		if browsertest.Eval[bool](tab, `document.getElementById('revoke-dialog').open`) {
 			t.Error("the lookup made under the forgotten token opened its dialog")
 		}
-		for _, r := range lookups.stop() {
-			if r.auth != "Bearer "+admin.token {
-				t.Errorf("%s went out with Authorization %q", r.path, r.auth)
-			}
-		}
+		sentOnlyWith(t, lookups.stop(), admin.token)
 	})
 
 	t.Run("the token line says so when the token expires while the page is open", func(t *testing.T) {
@@ -261,10 +243,7 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tab.Do("enter a token that expires in 2 s",
-			chromedp.SetValue(chromedp.CSS("#token"), short),
-			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-		)
+		enterToken(tab, "enter a token that expires in 2 s", short)
 		tab.WaitFor("the token line to say it expires", `document.getElementById('token-state').textContent.includes(', expires ')`, 5*time.Second)
 		tab.WaitFor("the token line to say it expired", `document.getElementById('token-state').textContent.includes(', expired ')`, 10*time.Second)
 	})
@@ -277,12 +256,27 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 		}
 		// A token signed with another secret: the server refuses it, and the lists go stale.
 		const refused = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJyb290Iiwic2NvcGUiOiJsZWFzZTphZG1pbiJ9.c2lnbmVkIGJ5IGFub3RoZXIgc2VjcmV0"
-		tab.Do("enter a token the server refuses",
-			chromedp.SetValue(chromedp.CSS("#token"), refused),
-			chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-		)
+		enterToken(tab, "enter a token the server refuses", refused)
 		tab.WaitFor("the stale lists with no paging", `document.body.hasAttribute('data-stale') && `+pagers+`.every((b) => b.disabled)`, 10*time.Second)
 	})
+}
+
+// enterToken enters token in the console's token field and uses it.
+func enterToken(tab *browsertest.Tab, what, token string) {
+	tab.Do(what,
+		chromedp.SetValue(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+	)
+}
+
+// sentOnlyWith fails t for each request that went out without the bearer token.
+func sentOnlyWith(t *testing.T, reqs []heldRequest, token string) {
+	t.Helper()
+	for _, r := range reqs {
+		if r.auth != "Bearer "+token {
+			t.Errorf("%s went out with Authorization %q", r.path, r.auth)
+		}
+	}
 }
 
 // heldRequests records the requests of a tab whose URL matches a pattern (CDP's Fetch domain),

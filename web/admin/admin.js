@@ -18,7 +18,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   token: '',
   tokenGen: 0, // +1 at every change of token: a load's answer under another token is dropped
-  tokenShown: null, // {how, exp}: what the token line says, which tick() updates when exp passes
+  tokenShown: null, // {how, info, expired}: what the token line says; tick() says it again when the token expires
   authFailed: false, // the server refused the token: polling waits for a new one
   leaseSub: '', // the user filter of the lease list
   leaseCursor: '', // the cursor of the page shown ('' = first page)
@@ -373,6 +373,11 @@ function renderAudit(records, append) {
 
 // --- refresh -------------------------------------------------------------------------------
 
+// leaseListQuery is the query of the lease list the page shows: its user filter and page.
+function leaseListQuery() {
+  return query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT });
+}
+
 // refreshAll loads the lists: the active leases and the audit log's first page, or with olderAudit
 // its next older page, appended. Loads run one at a time: one asked for while another is on its way
 // (a new token, filter or page, a revoke done, older records) runs once that one ends, since that
@@ -387,7 +392,7 @@ async function refreshAll({ announce = false, retried = false, olderAudit = fals
   }
   state.inFlight = true;
   const gen = state.tokenGen;
-  const leaseQuery = query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT });
+  const leaseQuery = leaseListQuery();
   const older = olderAudit && state.auditNext;
   const auditQuery = !older && state.auditPaged ? null
     : query({ sub: state.auditSub, sid: state.auditSid, cursor: older || '', limit: PAGE_LIMIT });
@@ -409,7 +414,7 @@ async function refreshAll({ announce = false, retried = false, olderAudit = fals
       }
       if (gen !== state.tokenGen) return;
     }
-    if (leaseQuery === query({ sub: state.leaseSub, cursor: state.leaseCursor, limit: PAGE_LIMIT })) {
+    if (leaseQuery === leaseListQuery()) { // the filter and page it was for are still the page's
       state.leaseNext = leases.nextCursor || null;
       renderLeases(leases.leases || [], performance.now());
     }

@@ -103,10 +103,6 @@ const MESSAGES = {
   unconfirmed: "This tab's control of the session is being re-confirmed; it is read-only until then.",
 };
 
-/**
- * The lease of one tab for one agent session. See tablease.d.ts for the API and
- * docs/browser-client.md for the behaviour.
- */
 /** The label as the server takes it (lease.ValidateLabel): printable characters only, at most
  *  200 of them, counted as code points. Spaces, tabs and line breaks become a space; other
  *  characters that are not printable (a control character, a zero-width joiner, a lone surrogate)
@@ -127,6 +123,10 @@ const MAX_LABEL = 200;
 const PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u; // Go's unicode.IsPrint
 const SPACE = /^[\p{Z}\t\n\v\f\r]$/u;
 
+/**
+ * The lease of one tab for one agent session. See tablease.d.ts for the API and
+ * docs/browser-client.md for the behaviour.
+ */
 export class TabLease extends EventTarget {
   constructor(options = /** @type {any} */ ({})) {
     super();
@@ -383,12 +383,7 @@ export class TabLease extends EventTarget {
    *  TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED, …). */
   async acquire() {
     this._policy = "auto";
-    const r = await this._acquire("try");
-    if (r.error) {
-      this._afterRefusedAcquire(r.error, { report: false });
-      throw r.error;
-    }
-    return this.lease;
+    return this._acquireAsked("try");
   }
 
   /** Takes control even though another tab holds it (mode "takeover": a new epoch; the other tab
@@ -396,12 +391,7 @@ export class TabLease extends EventTarget {
   async takeover() {
     this._policy = "auto";
     this._handoffWait?.finish({ status: "cancelled" });
-    const r = await this._acquire("takeover");
-    if (r.error) {
-      this._afterRefusedAcquire(r.error, { report: false });
-      throw r.error;
-    }
-    return this.lease;
+    return this._acquireAsked("takeover");
   }
 
   /**
@@ -1069,6 +1059,17 @@ export class TabLease extends EventTarget {
       }
       return { error: e };
     }
+  }
+
+  /** Acquire as the page asked (acquire(), takeover()): resolves with the lease, or rejects with
+   *  why not, the automatic policy going on meanwhile (_afterRefusedAcquire). */
+  async _acquireAsked(mode) {
+    const r = await this._acquire(mode);
+    if (r.error) {
+      this._afterRefusedAcquire(r.error, { report: false });
+      throw r.error;
+    }
+    return this.lease;
   }
 
   /** Acquire as the automatic policy does: retries are scheduled, and only what needs a person
