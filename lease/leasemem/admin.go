@@ -59,14 +59,14 @@ type revokeMemo struct {
 }
 
 // keptByAdmin reports whether the sweep must keep s although its lease is free: an admin's block,
-// or the retry window of a revoke it remembers, ended less than IdleRetention ago (the retention
-// follows the last thing in the session to end: lease.DefaultIdleRetention).
-func (s *entry) keptByAdmin(now time.Time) bool {
-	if s.blockedUntil.Add(IdleRetention).After(now) {
+// or the retry window of a revoke it remembers, ended less than idle (the engine's retention) ago:
+// the retention follows the last thing in the session to end (lease.DefaultIdleRetention).
+func (s *entry) keptByAdmin(now time.Time, idle time.Duration) bool {
+	if s.blockedUntil.Add(idle).After(now) {
 		return true
 	}
 	for _, m := range s.revokes {
-		if now.Sub(m.at) <= lease.RevokeRetryWindow+IdleRetention {
+		if now.Sub(m.at) <= lease.RevokeRetryWindow+idle {
 			return true
 		}
 	}

@@ -139,7 +139,7 @@ func TestAuditRecordsGoAfterTheRetentionAndTheSweepForgetsEmptyLogs(t *testing.T
 func TestAnExpiryIsRecordedWhenTheSweepDeletesTheSessionUnannounced(t *testing.T) {
 	e, clock := newEngine(t)
 	a := mustAcquire(t, e, alice, "tab-a", time.Second, lease.ModeTry)
-	clock.Advance(IdleRetention + SweepInterval)
+	clock.Advance(lease.DefaultIdleRetention + SweepInterval)
 	mustAcquire(t, e, lease.Key{User: "bob", Session: "doc-1"}, "tab-b", 0, lease.ModeTry) // sweeps
 	if n := e.size(); n != 1 {
 		t.Fatalf("%d entries after the sweep, want bob's alone", n)
@@ -162,7 +162,7 @@ func TestTheSweepAnnouncesAnExpiryNobodyElseAnnounces(t *testing.T) {
 		t.Errorf("alice's audit = %+v, want the expiry at %v recorded by the sweep, then the grant", got, a.ExpiresAt)
 	}
 	if n := e.size(); n != 2 {
-		t.Errorf("%d entries after the sweep, want 2: alice's is kept IdleRetention", n)
+		t.Errorf("%d entries after the sweep, want 2: alice's is kept for the idle retention", n)
 	}
 }
 
@@ -253,8 +253,8 @@ func TestPruningKeepsBlocksAndTheAuditLog(t *testing.T) {
 	mustRelease(t, e, released, "tab-a", l.Epoch)
 	before := mustAudit(t, e, lease.AuditQuery{User: "alice"})
 
-	// Well past IdleRetention and a sweep: the released session is pruned, the blocked one kept.
-	for clock.Now().Sub(t0) < IdleRetention+2*SweepInterval {
+	// Well past the idle retention and a sweep: the released session is pruned, the blocked one kept.
+	for clock.Now().Sub(t0) < lease.DefaultIdleRetention+2*SweepInterval {
 		clock.Advance(SweepInterval)
 		mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
 	}
@@ -276,7 +276,7 @@ func TestPruningKeepsBlocksAndTheAuditLog(t *testing.T) {
 	}
 
 	// Once the block has passed, the session is pruned like any other.
-	clock.Set(r.BlockedUntil.Add(IdleRetention))
+	clock.Set(r.BlockedUntil.Add(lease.DefaultIdleRetention))
 	for range 3 {
 		clock.Advance(SweepInterval)
 		mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
@@ -315,8 +315,8 @@ func TestPruningKeepsARevokeForItsRetries(t *testing.T) {
 	}
 	mustRelease(t, e, never, "tab-a", a.Epoch)
 
-	// Past the window and IdleRetention, the entry goes, and so does the memory of the revoke.
-	clock.Advance(lease.RevokeRetryWindow + IdleRetention + SweepInterval)
+	// Past the window and the idle retention, the entry goes, and so does the memory of the revoke.
+	clock.Advance(lease.RevokeRetryWindow + lease.DefaultIdleRetention + SweepInterval)
 	mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
 	if n := e.size(); n != 1 {
 		t.Errorf("%d entries past the retry window, want bob's alone", n)
@@ -420,14 +420,14 @@ func TestPruningKeepsARevokedOrBlockedSessionTheRetentionAfterItsWindowEnds(t *t
 			t.Errorf("%s at %s: %+v, want kept %v", k.Session, when, g, want)
 		}
 	}
-	// Past IdleRetention after the revokes, each still has a window or a block that ended later.
-	sweepAt(block + IdleRetention - time.Minute)
+	// Past the idle retention after the revokes, each still has a window or a block that ended later.
+	sweepAt(block + lease.DefaultIdleRetention - time.Minute)
 	kept(revoked, true, "the block's end plus the retention, less a minute")
 	kept(blocked, true, "the block's end plus the retention, less a minute")
-	sweepAt(block + IdleRetention + SweepInterval + time.Second)
+	sweepAt(block + lease.DefaultIdleRetention + SweepInterval + time.Second)
 	kept(blocked, false, "the block's end plus the retention")
-	sweepAt(lease.RevokeRetryWindow + IdleRetention - time.Minute)
+	sweepAt(lease.RevokeRetryWindow + lease.DefaultIdleRetention - time.Minute)
 	kept(revoked, true, "the retry window's end plus the retention, less a minute")
-	sweepAt(lease.RevokeRetryWindow + IdleRetention + 2*SweepInterval)
+	sweepAt(lease.RevokeRetryWindow + lease.DefaultIdleRetention + 2*SweepInterval)
 	kept(revoked, false, "the retry window's end plus the retention")
 }

@@ -186,7 +186,7 @@ func TestPruningSparesWatchedAndPresentSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := lease.Key{User: "bob", Session: "doc-1"}
-	for range 2 * int(IdleRetention/SweepInterval) {
+	for range 2 * int(lease.DefaultIdleRetention/SweepInterval) {
 		clock.Advance(SweepInterval)
 		mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
 	}
@@ -204,7 +204,7 @@ func TestPruningSparesWatchedAndPresentSessions(t *testing.T) {
 	if n := e.size(); n != 2 {
 		t.Fatalf("%d entries just after the watch and the tab left, want 2", n)
 	}
-	clock.Advance(IdleRetention + SweepInterval)
+	clock.Advance(lease.DefaultIdleRetention + SweepInterval)
 	mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
 	if n := e.size(); n != 1 {
 		t.Fatalf("%d entries once idle for long, want 1", n)

@@ -224,24 +224,24 @@ func TestABlockComesBeforeAHandoff(t *testing.T) {
 }
 
 func TestPruningKeepsALongReservation(t *testing.T) {
-	e, clock := newHandoffEngine(t, 0, 2*IdleRetention)
+	e, clock := newHandoffEngine(t, 0, 2*lease.DefaultIdleRetention)
 	a := mustAcquire(t, e, alice, "tab-a", time.Minute, lease.ModeTry)
 	acquireErr(t, e, alice, "tab-b", lease.ModeHandoff)
 	mustRelease(t, e, alice, "tab-a", a.Epoch)
-	clock.Advance(IdleRetention + SweepInterval + time.Second)
+	clock.Advance(lease.DefaultIdleRetention + SweepInterval + time.Second)
 	mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry) // sweeps
 	if g := mustGet(t, e, alice); g.Epoch != a.Epoch || g.Handoff == nil || !g.Handoff.Reserved {
 		t.Fatalf("Get after the sweep = %+v, want the reservation kept", g)
 	}
-	// The reservation ended: the session is kept IdleRetention more, as after a lease's end.
-	clock.Advance(IdleRetention)
+	// The reservation ended: the session is kept for the idle retention more, as after a lease's end.
+	clock.Advance(lease.DefaultIdleRetention)
 	mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry)
 	if g := mustGet(t, e, alice); g.Epoch != a.Epoch {
 		t.Fatalf("Get just after the reservation ended = %+v, want the session kept", g)
 	}
-	clock.Advance(IdleRetention)
+	clock.Advance(lease.DefaultIdleRetention)
 	mustAcquire(t, e, lease.Key{User: "bob", Session: "other"}, "tab-x", time.Minute, lease.ModeTry)
 	if g := mustGet(t, e, alice); g.Epoch != 0 {
-		t.Errorf("Get IdleRetention after the reservation ended = %+v, want the session pruned", g)
+		t.Errorf("Get, the idle retention after the reservation ended, = %+v, want the session pruned", g)
 	}
 }

@@ -1,7 +1,7 @@
 // Package leasemem is the in-memory lease.Engine: the embedded default when no Redis is
 // configured (one tablease instance; tests and `tablease serve --dev`). It implements lease.Feed,
 // lease.Presence, lease.Admin and lease.ModeHandoff too, each call as one critical section that
-// reads the injected clock, and forgets sessions that have been idle for IdleRetention.
+// reads the injected clock, and forgets sessions that have been idle for Options.IdleRetention.
 //
 // Atomicity, losing data, the expiry timer and bounded memory: docs/engines.md.
 package leasemem
@@ -16,13 +16,9 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-const (
-	// IdleRetention is how long the entry of a session whose lease is free is kept (see
-	// lease.DefaultIdleRetention).
-	IdleRetention = lease.DefaultIdleRetention
-	// SweepInterval is the least engine time between two sweeps of idle entries.
-	SweepInterval = time.Minute
-)
+// SweepInterval is the least engine time between two sweeps of idle entries, or a quarter of
+// Options.IdleRetention when that is shorter.
+const SweepInterval = time.Minute
 
 // ErrClosed is the store error inside the *lease.UnavailableError that every call answers after
 // Close.
@@ -68,6 +64,10 @@ type Options struct {
 	// SessionsPerUser bounds the sessions each user has an entry for (see
 	// lease.ErrTooManySessions); zero means no bound. It must not be negative.
 	SessionsPerUser int
+	// IdleRetention is how long the entry of a session is kept after the last thing in it ended
+	// (default lease.DefaultIdleRetention, which says what is forgotten and why it is safe). It
+	// must be zero or at least a millisecond.
+	IdleRetention time.Duration
 }
 
 // DefaultExpiryCheckInterval is the default of Options.ExpiryCheckInterval.
@@ -92,6 +92,9 @@ type Engine struct {
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
 	perUser        int // Options.SessionsPerUser
+	// idle is Options.IdleRetention, and sweepEvery the least engine time between two sweeps.
+	idle       time.Duration
+	sweepEvery time.Duration
 
 	// mu protects every field below; each call takes it once, for the whole of its decision.
 	mu sync.Mutex
@@ -188,11 +191,13 @@ func New(opts Options) (*Engine, error) {
 		{"HandoffTimeout", "must be zero (the default) or at least a millisecond", opts.HandoffTimeout < 0 || (opts.HandoffTimeout > 0 && opts.HandoffTimeout < time.Millisecond)},
 		{"HandoffReserve", "must be zero (the default) or at least a millisecond", opts.HandoffReserve < 0 || (opts.HandoffReserve > 0 && opts.HandoffReserve < time.Millisecond)},
 		{"SessionsPerUser", "must not be negative", opts.SessionsPerUser < 0},
+		{"IdleRetention", "must be zero (the default) or at least a millisecond", opts.IdleRetention < 0 || (opts.IdleRetention > 0 && opts.IdleRetention < time.Millisecond)},
 	} {
 		if o.bad {
 			return nil, &lease.InvalidError{Field: o.field, Reason: o.reason}
 		}
 	}
+	idle := cmp.Or(opts.IdleRetention, lease.DefaultIdleRetention)
 	e := &Engine{
 		limits:        limits,
 		now:           now,
@@ -205,6 +210,8 @@ func New(opts Options) (*Engine, error) {
 		sessions:      make(map[lease.Key]*entry),
 		perUserCount:  make(map[string]int),
 		perUser:       opts.SessionsPerUser,
+		idle:          idle,
+		sweepEvery:    min(SweepInterval, idle/4),
 		live:          make(map[lease.Key]*entry),
 
 		auditRetention: cmp.Or(opts.AuditRetention, lease.DefaultAuditRetention),
@@ -402,6 +409,7 @@ func (e *Engine) Get(ctx context.Context, key lease.Key) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	defer unlock()
+	e.sweep(now)        // a session idle for the retention reads as forgotten, as on Redis
 	e.settled(key, now) // an expiry is announced before the answer that shows it
 	return e.lease(key, now), nil
 }
@@ -501,10 +509,10 @@ func (s *entry) lease(key lease.Key, now time.Time) lease.Lease {
 	return l
 }
 
-// sweep announces the expiries nobody announced yet and deletes the entries that have been free
-// for longer than IdleRetention, at most once per SweepInterval of engine time. e.mu must be held.
+// sweep announces the expiries nobody announced yet and deletes the entries that have been idle
+// for longer than e.idle, at most once per e.sweepEvery of engine time. e.mu must be held.
 func (e *Engine) sweep(now time.Time) {
-	if now.Sub(e.lastSweep) < SweepInterval && !now.Before(e.lastSweep) {
+	if now.Sub(e.lastSweep) < e.sweepEvery && !now.Before(e.lastSweep) {
 		return
 	}
 	e.lastSweep = now
@@ -512,9 +520,9 @@ func (e *Engine) sweep(now time.Time) {
 	for key, s := range e.sessions {
 		// The epoch test keeps fencing safe even if epochs ran ahead of the clock, and the event
 		// test keeps event ids increasing if they did.
-		idle := e.live[key] == nil && now.Sub(s.expiresAt) > IdleRetention && s.epoch < nowMicros &&
-			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > IdleRetention && !s.keptByAdmin(now) &&
-			(s.handoff == nil || !s.handoff.until.Add(IdleRetention).After(now))
+		idle := e.live[key] == nil && now.Sub(s.expiresAt) > e.idle && s.epoch < nowMicros &&
+			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > e.idle && !s.keptByAdmin(now, e.idle) &&
+			(s.handoff == nil || !s.handoff.until.Add(e.idle).After(now))
 		// An expiry nobody announced yet (nobody watches the session, no call came) is announced
 		// here, and so gets its audit record, whether or not the entry goes: as the Redis engine's
 		// sweep does.

@@ -43,6 +43,15 @@ func TestConformance(t *testing.T) {
 				}
 				return limited
 			},
+			Forgetting: func(t *testing.T, idle time.Duration, perUser int) lease.Store {
+				o := opts
+				o.IdleRetention, o.SessionsPerUser = idle, perUser
+				forgetting, err := New(o)
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return forgetting
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
@@ -296,21 +305,21 @@ func TestIdleSessionsArePruned(t *testing.T) {
 			t.Fatalf("Renew of the kept lease at %v: %v", clock.Now().Sub(t0), err)
 		}
 	}
-	for clock.Now().Sub(t0) < IdleRetention {
+	for clock.Now().Sub(t0) < lease.DefaultIdleRetention {
 		clock.Advance(time.Minute)
 		renewKept()
 	}
 	if n := e.size(); n != 3 {
-		t.Fatalf("%d entries after %v, want 3: nothing has been free for longer than %v yet", n, IdleRetention, IdleRetention)
+		t.Fatalf("%d entries after %v, want 3: nothing has been free for longer than %v yet", n, lease.DefaultIdleRetention, lease.DefaultIdleRetention)
 	}
 
-	// Past IdleRetention since the release, but the last sweep was under SweepInterval ago.
-	clock.Set(t0.Add(IdleRetention + 500*time.Millisecond))
+	// Past the idle retention since the release, but the last sweep was under SweepInterval ago.
+	clock.Set(t0.Add(lease.DefaultIdleRetention + 500*time.Millisecond))
 	renewKept()
 	if n := e.size(); n != 3 {
 		t.Fatalf("%d entries before the next sweep is due, want 3", n)
 	}
-	clock.Set(t0.Add(IdleRetention + SweepInterval + 500*time.Millisecond))
+	clock.Set(t0.Add(lease.DefaultIdleRetention + SweepInterval + 500*time.Millisecond))
 	renewKept()
 	if n := e.size(); n != 1 {
 		t.Fatalf("%d entries after the sweep, want 1 (the lease still held)", n)
@@ -353,9 +362,9 @@ func TestPruningNeverForgetsAnEpochAheadOfTheClock(t *testing.T) {
 	}
 	mustRelease(t, e, alice, "tab-b", b.Epoch)
 
-	// Free for longer than IdleRetention, but its epoch is still ahead of the clock: kept.
+	// Free for longer than the idle retention, but its epoch is still ahead of the clock: kept.
 	other := lease.Key{User: "bob", Session: "other"}
-	for range 3 * int(IdleRetention/SweepInterval) {
+	for range 3 * int(lease.DefaultIdleRetention/SweepInterval) {
 		clock.Advance(SweepInterval)
 		mustAcquire(t, e, other, "tab-o", 0, lease.ModeTakeover)
 	}
@@ -375,7 +384,7 @@ func TestPruningGivesBackTheMap(t *testing.T) {
 		l := mustAcquire(t, e, key, "tab-a", 0, lease.ModeTry)
 		mustRelease(t, e, key, "tab-a", l.Epoch)
 	}
-	clock.Advance(IdleRetention + SweepInterval)
+	clock.Advance(lease.DefaultIdleRetention + SweepInterval)
 	mustAcquire(t, e, alice, "tab-a", 0, lease.ModeTry)
 	e.mu.Lock()
 	size, peak := len(e.sessions), e.peak

@@ -210,7 +210,10 @@ end
 
 -- keep sets when the state of s expires (see state.lua): at keep_until, and up to an eighth of
 -- IDLE_MS later: an expiry already set within that eighth is left alone, and a new one is set at
--- its end, so that the renews of a lease move it once in many rather than every time. current is
+-- its end, so that the renews of a lease move it once in many rather than every time. Only a call
+-- that changed the session (changed, or a write of its state) brings the expiry earlier: a later
+-- one was set by a change whose time the state may no longer hold (a handoff's end, see flush in
+-- events.lua), and a call that reads must not forget it. current is
 -- the expiry the state has (PEXPIRETIME's answer for the hash: -1 for none, -2 for no hash; the
 -- field's for parked state), or had before flush moved it between the hash and a field (fresh:
 -- the state is in a hash or field just written, with no expiry yet). The state is the hash, or the
@@ -223,7 +226,7 @@ local function keep(s, now, changed, current, fresh, rewrite)
     return -- kept with no expiry, or no state
   end
   local slack = math.floor(IDLE_MS / 8)
-  local moved = current < at_ms or current > at_ms + slack
+  local moved = current < at_ms or (current > at_ms + slack and (changed or state_written))
   at_ms = moved and at_ms + slack or current
   if s.parked then
     if moved or fresh or rewrite then

@@ -58,14 +58,14 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
-		newEngine := func(t *testing.T) *leaseredis.Engine {
+		newEngine := func(t *testing.T, opts leaseredis.Options) *leaseredis.Engine {
 			url := url
 			if cluster {
 				url = aclUser(t, url, nodes, opts.Prefix, true)
 			}
 			return clientEngine(t, url, topologyOpTimeout, opts)
 		}
-		eng := newEngine(t)
+		eng := newEngine(t, opts)
 		return leasetest.Target{
 			Engine: eng,
 			LoseData: func(t *testing.T) lease.Store {
@@ -82,8 +82,14 @@ func topologyTarget(url string, flush func(t testing.TB), nodes []*redistest.Ser
 					}
 				}
 			},
-			OpTimeout:      topologyOpTimeout,
-			Peer:           func(t *testing.T) lease.Store { return newEngine(t) },
+			OpTimeout: topologyOpTimeout,
+			Peer:      func(t *testing.T) lease.Store { return newEngine(t, opts) },
+			Forgetting: func(t *testing.T, idle time.Duration, perUser int) lease.Store {
+				o := opts
+				o.Prefix += "-forgetting"
+				o.IdleRetention, o.SessionsPerUser = idle, perUser
+				return newEngine(t, o)
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

@@ -58,6 +58,12 @@ func TestConformance(t *testing.T) {
 				o.SessionsPerUser = perUser
 				return newEngine(t, o)
 			},
+			Forgetting: func(t *testing.T, idle time.Duration, perUser int) lease.Store {
+				o := opts
+				o.Prefix += "-forgetting"
+				o.IdleRetention, o.SessionsPerUser = idle, perUser
+				return newEngine(t, o)
+			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,

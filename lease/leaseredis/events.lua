@@ -288,12 +288,14 @@ end
 -- (with its requester's label), appends and publishes the queued records and events, parks the
 -- session when it may be and the call changed it (or moves a parked session that may no longer be
 -- back to its hash), compacts the hash after drop_holder, and sets how long the state is kept (keep
--- in admin.lua), counting now as its last change when the script changes sessions or appended
--- something.
+-- in admin.lua), counting now as its last change when the script changes sessions, appended
+-- something or deleted a handoff: the state no longer says when that handoff ended, and now is
+-- after it, so the retention that follows its end (keep_until) follows now.
 local function flush(s, now)
   local changed = KEY_REPLY ~= nil or #pending > 0 or #audit_pending > 0
   if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
     clear_handoff(s)
+    changed = true
   end
   append(s, now)
   local park = s.tab == '' and parkable(s, now) and keep_until(s, now, changed) ~= nil

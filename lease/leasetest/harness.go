@@ -50,6 +50,11 @@ type Target struct {
 	// perUser (see lease.ErrTooManySessions), on an empty store of its own. The suite closes it.
 	// The test of the bound skips without it.
 	Limited func(t *testing.T, perUser int) lease.Store
+	// Forgetting returns an engine configured like Engine but keeping the state of a session for
+	// idle after the last thing in it ended (see lease.DefaultIdleRetention) and bounding the
+	// sessions of each user at perUser, on an empty store of its own. The suite closes it. The
+	// test of when sessions are forgotten fails without it.
+	Forgetting func(t *testing.T, idle time.Duration, perUser int) lease.Store
 }
 
 const (

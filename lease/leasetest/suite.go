@@ -67,6 +67,7 @@ var tests = []struct {
 	{"concurrent calls keep one tab per epoch and never confirm a superseded epoch", testHistory},
 	{"an unreachable store is reported as unavailable and the leases survive it", testOutage},
 	{"a user's sessions are bounded and a session the user has is never refused", testSessionLimit},
+	{"a session is forgotten the idle retention after the last thing in it ended, and not before", testForgetting},
 }
 
 func testFreeAcquire(t *testing.T, newTarget Factory) {
