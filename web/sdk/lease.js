@@ -815,6 +815,13 @@ export class TabLease extends EventTarget {
       wentBack = true;
     }
     this._saw(lease.epoch);
+    // Epoch 0 while this tab holds an epoch: the store has no record of the session, so this tab's
+    // lease went with it, unless the news is older than its grant (a stream's snapshot taken before
+    // it). The tab acts no more until a renew sent now tells which: LEASE_LOST, or its lease.
+    if (lease.epoch === 0 && this._holdsEpoch()) {
+      this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
+      if (!this._pageFrozen()) this._renewNow({ after: this._requireConfirmAfter });
+    }
     this._view = {
       held: Boolean(lease.held),
       holder: lease.held ? lease.holder ?? null : null,

@@ -586,6 +586,46 @@ test("after the store lost its data, every tab sees the lease free, one takes it
   }
 });
 
+test("after the store lost its data while the stream stayed up, the owner acts no more from the snapshot that shows it", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { latencyMs: 100 });
+  const tabs = browserTabs(TabLease, 2, server, clock, { random: () => 0.5 });
+  try {
+    for (const t of tabs) {
+      const started = t.start();
+      await run(clock, 500);
+      await started;
+    }
+    await run(clock, 1000);
+    const owner = tabs.find((t) => t.role === "owner");
+    assert.ok(owner, "a tab took the lease");
+    const lost = server.epoch;
+    const states = [];
+    owner.on("state", ({ state, reason }) => states.push(`${state}:${reason}`));
+
+    // Redis restarted empty, and the instance's watch started over on the same connection: the
+    // next snapshot, with the lease free at epoch 0, is the only news of it.
+    server.holder = null;
+    server.epoch = 0;
+    server.transitions = 0;
+    server.floorEpochsAbove(lost);
+    server.resnapshot();
+    await flush();
+    assert.equal(owner.state, "unconfirmed", `states ${states}: read-only from the snapshot on, before any answer`);
+    assert.equal(owner.role, "viewer");
+
+    await run(clock, 5000);
+    const owners = tabs.filter((t) => t.role === "owner");
+    assert.equal(owners.length, 1, "one tab took the free lease");
+    assert.equal(server.holder?.tabId, owners[0].tabId);
+    assert.ok(server.epoch > lost);
+    assert.deepEqual(states.slice(0, 2), ["unconfirmed:event", "viewer:lost"], "its renew of the forgotten epoch answered LEASE_LOST");
+  } finally {
+    for (const t of tabs) await t.stop({ release: false });
+    await settle(clock);
+  }
+});
+
 for (const [name, turns, knowsNewEpoch] of [
   ["a takeover that a Redis failover lost leaves", ["b"], true],
   ["takeovers by both tabs in turn that a Redis failover lost leave", ["b", "a", "b"], true],
@@ -678,7 +718,10 @@ test("a request for a new epoch that the store could not answer is made again at
   }
 });
 
-test("a snapshot below the epoch a tab holds (a stream opened before its grant) leaves its lease alone", async () => {
+for (const [what, before] of [
+  ["another tab's lease", (mine) => ({ held: true, holder: { tabId: "before", label: "", hidden: false }, epoch: mine - 1, role: "viewer" })],
+  ["a session with no state (epoch 0)", () => ({ held: false, holder: null, epoch: 0, transitions: 0, role: "viewer" })],
+]) test(`a snapshot below the epoch a tab holds (a stream opened before its grant), showing ${what}, leaves its lease alone`, async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
   const [a] = browserTabs(TabLease, 1, server, clock, { autoAcquire: false });
@@ -687,15 +730,15 @@ test("a snapshot below the epoch a tab holds (a stream opened before its grant) 
     await a.acquire();
     await run(clock, 100);
     const mine = a.epoch;
-    // The next stream's snapshot shows the store as it was before the grant: another tab's lease.
-    const before = { held: true, holder: { tabId: "before", label: "", hidden: false }, epoch: mine - 1, role: "viewer" };
+    // The next stream's snapshot shows the store as it was before the grant.
+    const snapshot = before(mine);
     const stream = server._stream.bind(server);
     let stale = true;
     server._stream = (call, signal) => {
       if (!stale) return stream(call, signal);
       stale = false;
       const lease = server.lease;
-      server.lease = (tabId) => ({ ...lease.call(server, tabId), ...before });
+      server.lease = (tabId) => ({ ...lease.call(server, tabId), ...snapshot });
       try {
         return stream(call, signal);
       } finally {
