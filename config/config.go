@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/internal/origin"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leaseredis"
@@ -34,8 +35,10 @@ type Config struct {
 
 	// HS256Secret verifies access tokens signed with HS256; at least 32 bytes when set.
 	HS256Secret []byte
-	// PublicKeysFile is a PEM file of RS256/ES256/EdDSA public keys for access tokens.
+	// PublicKeys are the RS256/ES256/EdDSA public keys for access tokens, from the PEM file
+	// PublicKeysFile.
 	PublicKeysFile string
+	PublicKeys     []jwk.Key
 	Issuer         string
 	Audience       string
 	Leeway         time.Duration // at most 30s
@@ -192,10 +195,15 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
-		if _, err := os.Stat(v); err != nil {
-			return fmt.Errorf("cannot read %q: %v", v, errors.Unwrap(err))
+		data, err := readFile(v, 1<<20)
+		if err != nil {
+			return err
 		}
-		c.PublicKeysFile = v
+		keys, err := jwk.ParsePublicKeysPEM(data)
+		if err != nil {
+			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
+		}
+		c.PublicKeysFile, c.PublicKeys = v, keys
 		return nil
 	}},
 	{"TABLEASE_JWT_ISSUER", "", "required iss claim of access tokens", func(c *Config, v string) error { c.Issuer = v; return nil }},

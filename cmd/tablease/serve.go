@@ -94,14 +94,8 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 	// The key files first: a bad one is a configuration error, reported before anything starts.
 	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
-	if cfg.PublicKeysFile != "" {
-		pem, err := os.ReadFile(cfg.PublicKeysFile)
-		if err != nil {
-			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %w", err)}
-		}
-		if auth.PublicKeys, err = api.ParsePublicKeysPEM(pem); err != nil {
-			return &configError{fmt.Errorf("TABLEASE_JWT_PUBLIC_KEYS: %s: %w", cfg.PublicKeysFile, errors.Unwrap(err))}
-		}
+	for _, k := range cfg.PublicKeys {
+		auth.PublicKeys = append(auth.PublicKeys, api.PublicKey(k))
 	}
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {

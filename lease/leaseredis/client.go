@@ -72,6 +72,9 @@ func CheckURL(rawURL string) error {
 	return err
 }
 
+// maxURLCount bounds the counts and sizes of go-redis's URL options (pool_size and the like).
+const maxURLCount = 1 << 20
+
 // parseURL reads rawURL as NewClient does, and answers the function that makes the client.
 func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
@@ -110,6 +113,16 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		_, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
 			return nil, redact(fmt.Errorf("addr=%q is not host:port with a port from 1 to 65535", a))
+		}
+	}
+	// go-redis takes its counts and sizes as they come: a negative one panics when the client is
+	// made (pool_size=-1: makechan), and a huge one allocates as much.
+	for _, name := range []string{"pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns",
+		"max_concurrent_dials", "pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size"} {
+		for _, v := range q[name] {
+			if n, err := strconv.Atoi(v); err != nil || n < 0 || n > maxURLCount {
+				return nil, redact(fmt.Errorf("%s=%q is not a whole number from 0 to %d", name, v, maxURLCount))
+			}
 		}
 	}
 	// ca_file, this function's own option, names a PEM file of the CAs to verify a rediss://
