@@ -134,13 +134,10 @@ func TestSuiteWithAnUnreachableStore(t *testing.T) {
 			},
 			OpTimeout: opTimeout,
 			Limited: func(t *testing.T, perUser int) lease.Store {
-				o := opts
-				o.SessionsPerUser = perUser
-				limited, err := leasemem.New(o)
-				if err != nil {
-					t.Fatalf("leasemem.New: %v", err)
-				}
-				return limited
+				return memEngine(t, opts, func(o *leasemem.Options) { o.SessionsPerUser = perUser })
+			},
+			Forgetting: func(t *testing.T, idle time.Duration, perUser int) lease.Store {
+				return memEngine(t, opts, func(o *leasemem.Options) { o.IdleRetention, o.SessionsPerUser = idle, perUser })
 			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
@@ -174,17 +171,24 @@ func TestSuiteWithAPeer(t *testing.T) {
 			Engine: mem,
 			Peer:   func(t *testing.T) lease.Store { return peerView{mem} },
 			Limited: func(t *testing.T, perUser int) lease.Store {
-				o := opts
-				o.SessionsPerUser = perUser
-				limited, err := leasemem.New(o)
-				if err != nil {
-					t.Fatalf("leasemem.New: %v", err)
-				}
-				return limited
+				return memEngine(t, opts, func(o *leasemem.Options) { o.SessionsPerUser = perUser })
+			},
+			Forgetting: func(t *testing.T, idle time.Duration, perUser int) lease.Store {
+				return memEngine(t, opts, func(o *leasemem.Options) { o.IdleRetention, o.SessionsPerUser = idle, perUser })
 			},
 			PresenceTTL:    leasetest.ShortPresenceTTL,
 			HandoffTimeout: leasetest.ShortHandoffTimeout,
 			HandoffReserve: leasetest.ShortHandoffReserve,
 		}
 	})
+}
+
+// memEngine is a memory engine with opts as change leaves them.
+func memEngine(t *testing.T, opts leasemem.Options, change func(o *leasemem.Options)) lease.Store {
+	change(&opts)
+	e, err := leasemem.New(opts)
+	if err != nil {
+		t.Fatalf("leasemem.New: %v", err)
+	}
+	return e
 }
