@@ -193,16 +193,32 @@ func Parse(data []byte) (*Catalog, error) {
 // toolKeys checks the keys of the tool raw and of its annotations with jsontext.Keys: names of
 // exactly the case of the fields, each once, none null. encoding/json alone would read
 // "readonlyhint" as readOnlyHint, and the last of two as the value, so that a catalog that reads
-// as a mutation could give the tool to viewers. (The schemas are JSON Schema, not read here.)
+// as a mutation could give the tool to viewers. The schemas are JSON Schema, served as written:
+// a key given twice at any level of one (jsontext.RepeatedKey) would be read one way by a
+// client that keeps the first value and another way by one that keeps the last.
 func toolKeys(raw json.RawMessage) error {
 	if err := keyError(jsontext.Keys(raw, jsontext.Fields(&Tool{})), "", toolFields); err != nil {
 		return err
 	}
 	var t struct {
-		Annotations json.RawMessage `json:"annotations"` // the key's case is exact: checked above
+		// The keys' case is exact: checked above.
+		Annotations  json.RawMessage `json:"annotations"`
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
 	}
-	if json.Unmarshal(raw, &t) != nil || len(t.Annotations) == 0 {
+	if json.Unmarshal(raw, &t) != nil {
 		return nil // the decoder reports it
+	}
+	for _, s := range []struct {
+		name   string
+		schema json.RawMessage
+	}{{"inputSchema", t.InputSchema}, {"outputSchema", t.OutputSchema}} {
+		if at := jsontext.RepeatedKey(s.schema); at != "" {
+			return &problem{s.name + "." + at, string(jsontext.DuplicateKey)}
+		}
+	}
+	if len(t.Annotations) == 0 {
+		return nil
 	}
 	return keyError(jsontext.Keys(t.Annotations, jsontext.Fields(&Annotations{})), "annotations.", annotationFields)
 }
