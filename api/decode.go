@@ -51,6 +51,10 @@ func decodeOptionalBody(c echo.Context, dst any) error {
 }
 
 func jsonContentType(c echo.Context) error {
+	types := c.Request().Header.Values(echo.HeaderContentType)
+	if len(types) > 1 {
+		return errInvalid("Content-Type is given twice: a body has one type, application/json")
+	}
 	mt, params, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != echo.MIMEApplicationJSON {
 		return errInvalid("Content-Type must be application/json")

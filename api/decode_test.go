@@ -21,6 +21,7 @@ func TestStrictDecoding(t *testing.T) {
 		path        string // default: acquire on doc-1
 		body        string
 		contentType string // default application/json
+		secondType  string // a second Content-Type header, when set
 		encoding    string // Content-Encoding, when set
 		status      int
 		code        string
@@ -55,6 +56,8 @@ func TestStrictDecoding(t *testing.T) {
 		{name: "an array body is refused", body: `[{"tabId":"tab-a"}]`, status: 400, code: CodeInvalidArgument},
 		{name: "a text/plain body is refused", body: `{"tabId":"tab-a"}`, contentType: "text/plain", status: 400, code: CodeInvalidArgument},
 		{name: "a JSON body with a charset is accepted", body: `{"tabId":"tab-a"}`, contentType: "application/json; charset=utf-8", status: 200},
+		{name: "a second Content-Type is refused", body: `{"tabId":"tab-a"}`, secondType: "text/plain", status: 400, code: CodeInvalidArgument},
+		{name: "a second Content-Type, JSON too, is refused", body: `{"tabId":"tab-a"}`, secondType: "application/json", status: 400, code: CodeInvalidArgument},
 		{name: "a JSON body in another charset is refused", body: `{"tabId":"tab-a"}`, contentType: "application/json; charset=latin1", status: 400, code: CodeInvalidArgument},
 		{name: "a body of 17 KiB is too large", body: pad(17 << 10), status: 413, code: CodePayloadTooLarge},
 		{name: "a body just under 16 KiB reaches validation", body: pad(16<<10 - 40), status: 400, code: CodeInvalidArgument, field: "label"},
@@ -99,7 +102,11 @@ func TestStrictDecoding(t *testing.T) {
 			if tt.encoding != "" {
 				headers["Content-Encoding"] = tt.encoding
 			}
-			rec := h.do(request{method: method, path: path, token: alice, body: tt.body, headers: headers})
+			var also http.Header
+			if tt.secondType != "" {
+				also = http.Header{"Content-Type": {tt.secondType}}
+			}
+			rec := h.do(request{method: method, path: path, token: alice, body: tt.body, headers: headers, also: also})
 			if tt.status == 200 {
 				if rec.Code != 200 {
 					t.Fatalf("status %d: %s", rec.Code, rec.Body)

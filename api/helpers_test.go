@@ -108,6 +108,7 @@ type request struct {
 	token   string // sent as a Bearer token when not empty
 	body    string // sent with Content-Type: application/json when not empty
 	headers map[string]string
+	also    http.Header // added after headers: a header given more than once
 	remote  string
 	host    string // the Host header; default example.com
 }
@@ -127,6 +128,11 @@ func (h *harness) do(r request) *httptest.ResponseRecorder {
 	}
 	for k, v := range r.headers {
 		req.Header.Set(k, v)
+	}
+	for k, vs := range r.also {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	if r.remote != "" {
 		req.RemoteAddr = r.remote
