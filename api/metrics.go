@@ -10,7 +10,8 @@ import (
 
 // metrics are the collectors of the server, registered on Options.Registry.
 type metrics struct {
-	requests    *prometheus.CounterVec   // route, method, status
+	requests    *prometheus.CounterVec // route, method, status
+	inFlight    prometheus.Gauge
 	duration    *prometheus.HistogramVec // route, method
 	leaseOps    *prometheus.CounterVec   // op, result
 	storeErrors *prometheus.CounterVec   // op
@@ -24,6 +25,10 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 			Name: "tablease_http_requests_total",
 			Help: "HTTP requests answered, by route pattern, method and status.",
 		}, []string{"route", "method", "status"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tablease_http_requests_in_flight",
+			Help: "HTTP requests being served: received and not yet answered (an event stream counts until its connection is taken over, once its headers are sent).",
+		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tablease_http_request_duration_seconds",
 			Help:    "Time to answer HTTP requests, by route pattern and method.",
@@ -38,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 			Help: "Lease store operations that failed because the store was unavailable or answered an unexpected error, by operation.",
 		}, []string{"op"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.leaseOps, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.duration, m.leaseOps, m.storeErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

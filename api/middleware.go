@@ -112,6 +112,7 @@ func h2Preface(req *http.Request) bool { return req.Method == "PRI" && req.Reque
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		s.metrics.inFlight.Inc()
 		req := c.Request()
 		id := req.Header.Get(echo.HeaderXRequestID)
 		if !saneRequestID(id) {
@@ -129,6 +130,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(s.limitFailure(c, err)) // s.handleError writes the answer
 		}
 		s.logRequest(c, id, start)
+		s.metrics.inFlight.Dec()
 		return nil
 	}
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -553,18 +551,7 @@ func (w *streamWatch) stop() (maxOpen, last float64, samples int, err error) {
 
 // openStreams reads the gauge tablease_event_streams from base's /metrics.
 func openStreams(hc *http.Client, base string) (float64, error) {
-	resp, err := hc.Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "tablease_event_streams "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("no tablease_event_streams in /metrics (%d)", resp.StatusCode)
+	return metricValue(hc, base, "tablease_event_streams")
 }
 
 // lease reads the stream until the lease event that ends epoch (released, expired, taken over,

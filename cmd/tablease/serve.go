@@ -204,16 +204,25 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	log.Info("tablease shutting down", "timeout", cfg.ShutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	// The last quarter of the timeout (at most a second) is for the calls still waiting for a Redis
+	// that does not answer when the rest has run out: the store is closed then, which fails them,
+	// so that they answer 503 and their streams log their end before the connections close.
+	drainCtx, cancelDrain := context.WithTimeout(shutdownCtx, cfg.ShutdownTimeout-min(cfg.ShutdownTimeout/4, time.Second))
+	defer cancelDrain()
 	// Streams end first (Shutdown never ends a connection that never goes idle), within the same
-	// bound: a stream whose client stopped reading is cut by httpServer.Close below.
-	srv.Shutdown(shutdownCtx)
-	if err := httpServer.Shutdown(shutdownCtx); err != nil {
-		log.Warn("shutdown did not finish in time; closing connections", "err", err)
-		httpServer.Close()
+	// bound: a stream whose client stopped reading is cut by srv.Shutdown or httpServer.Close.
+	srv.Shutdown(drainCtx)
+	if err := httpServer.Shutdown(drainCtx); err != nil {
+		store.close(drainCtx) // done: fails the calls Redis has not answered
+		srv.Shutdown(shutdownCtx)
+		if err := httpServer.Shutdown(shutdownCtx); err != nil {
+			log.Warn("shutdown did not finish in time; closing connections", "err", err)
+			httpServer.Close()
+		}
 	}
 	// The store last, before the last line, within what is left of the timeout: once it ends, the
-	// calls still waiting for a Redis that does not answer (the engine's own, a stream's leave) are
-	// failed rather than awaited.
+	// calls still waiting for a Redis that does not answer (the engine's own) are failed rather
+	// than awaited. (Closing it again does nothing.)
 	store.close(shutdownCtx)
 	onStore.Wait() // ended by ctx, and by the close if it waits for Redis
 	log.Info("tablease stopped")

@@ -94,32 +94,39 @@ func TestShutdownEndsInTimeWithAStreamClientThatStopsReading(t *testing.T) {
 // leaseEventsSent reads tablease_events_sent_total{event="lease"} from base's /metrics.
 func leaseEventsSent(t *testing.T, base string) int {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	v, err := metricValue(http.DefaultClient, base, `tablease_events_sent_total{event="lease"}`)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return int(v)
+}
+
+// metricValue reads the value of series (a name and its labels, as /metrics writes them) from
+// base's /metrics.
+func metricValue(hc *http.Client, base, series string) (float64, error) {
+	resp, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `tablease_events_sent_total{event="lease"} `); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return int(f)
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	t.Fatal("no tablease_events_sent_total{event=\"lease\"} in /metrics")
-	return 0
+	return 0, fmt.Errorf("no %s in /metrics (%d)", series, resp.StatusCode)
 }
 
-// TestShutdownEndsInTimeWhileRedisDoesNotAnswer stops the server, with two streams open, while its
-// Redis is paused (SIGSTOP: connections stay open, nothing answers). Store calls are in flight
-// then: the streams leaving the presence list, the heartbeat of the event subscription, which
-// closing the engine waits for. go-redis ends them at TABLEASE_REDIS_TIMEOUT, not when their
-// context is cancelled, so the stop must fail them when TABLEASE_SHUTDOWN_TIMEOUT ends rather than
-// wait for them.
+// TestShutdownEndsInTimeWhileRedisDoesNotAnswer stops the server, with two streams open and an
+// acquire waiting, while its Redis is paused (SIGSTOP: connections stay open, nothing answers).
+// Store calls are in flight then: the acquire, the streams leaving the presence list, the
+// heartbeat of the event subscription, which closing the engine waits for. go-redis ends them at
+// TABLEASE_REDIS_TIMEOUT, not when their context is cancelled, so the stop must fail them when
+// TABLEASE_SHUTDOWN_TIMEOUT ends rather than wait for them; and before it closes the connections,
+// so that the acquire is answered 503, each stream's end is logged, and "tablease stopped" is the
+// last line.
 func TestShutdownEndsInTimeWhileRedisDoesNotAnswer(t *testing.T) {
 	const shutdownTimeout, redisTimeout = time.Second, 8 * time.Second
 	rds := redistest.Start(t)
@@ -139,6 +146,36 @@ func TestShutdownEndsInTimeWhileRedisDoesNotAnswer(t *testing.T) {
 
 	rds.Pause(t)
 	t.Cleanup(func() { rds.Resume(t) }) // before redistest kills it
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	acquired := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/sessions/doc-2/lease", strings.NewReader(`{"tabId":"tab-c"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			acquired <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		acquired <- answer{status: resp.StatusCode, body: string(b)}
+	}()
+	// In flight: the acquire (the streams' connections were taken over), and the scrape itself.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if n, err := metricValue(http.DefaultClient, base, "tablease_http_requests_in_flight"); err != nil {
+			t.Fatal(err)
+		} else if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the acquire was not in flight within 5 s")
+		}
+	}
 	start := time.Now()
 	s.stop()
 	took := time.Since(start)
@@ -149,5 +186,15 @@ func TestShutdownEndsInTimeWhileRedisDoesNotAnswer(t *testing.T) {
 	if limit := shutdownTimeout + 3*time.Second; took > limit {
 		t.Fatalf("the stop took %v: more than TABLEASE_SHUTDOWN_TIMEOUT (%v) and a margin, as if it waited out TABLEASE_REDIS_TIMEOUT (%v); logs:\n%s",
 			took.Round(time.Millisecond), shutdownTimeout, redisTimeout, s.logs)
+	}
+	if a := <-acquired; a.err != nil || a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, `"STORE_UNAVAILABLE"`) {
+		t.Errorf("the acquire in flight got %d %q (%v), want 503 STORE_UNAVAILABLE; logs:\n%s", a.status, a.body, a.err, s.logs)
+	}
+	lines := strings.Split(strings.TrimSpace(s.logs.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, `"msg":"tablease stopped"`) {
+		t.Errorf("the last line is %s, want \"tablease stopped\"", last)
+	}
+	if n := strings.Count(s.logs.String(), `"msg":"event stream ended"`); n != 2 {
+		t.Errorf("%d \"event stream ended\" lines, want one for each of the 2 streams; logs:\n%s", n, s.logs)
 	}
 }
