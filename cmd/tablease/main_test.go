@@ -303,6 +303,10 @@ func TestVersionAndUsage(t *testing.T) {
 	if code := p.Main(context.Background(), []string{"frobnicate"}); code != 2 || !strings.Contains(stderr.String(), "unknown command") {
 		t.Fatalf("unknown command: %d %q", code, stderr.String())
 	}
+	stderr.Reset()
+	if code := p.Main(context.Background(), []string{"version", "extra"}); code != 2 || !strings.Contains(stderr.String(), "no arguments") {
+		t.Fatalf("version extra: %d %q, want 2 and a line", code, stderr.String())
+	}
 }
 
 func TestGoRedisLinesGoIntoTheServiceLog(t *testing.T) {

@@ -33,8 +33,8 @@ commands:
   admin     call the admin API (token from TABLEASE_TOKEN; tablease admin --help):
               tablease admin leases [--sub S] [--limit N] [--cursor C]
               tablease admin lease --sub S --sid D
-              tablease admin revoke --sub S --sid D --reason R [--block 5m]
-              tablease admin audit [--sub S] [--sid D] [--limit N] [--cursor C]
+              tablease admin revoke --sub S --sid D --reason R [--block 5m] [--request-id ID]
+              tablease admin audit [--sub S [--sid D]] [--limit N] [--cursor C]
   bench     measure a running tablease (tablease bench --help; scripts/bench runs it on a private Redis):
               tablease bench --url U [--work renew,acquire,streams,memory] [--pid tablease=PID] [--redis URL]
   version   print the version
@@ -59,6 +59,10 @@ func (p Program) Main(ctx context.Context, args []string) int {
 	case "bench":
 		return p.bench(ctx, args[1:])
 	case "version", "--version", "-v":
+		if len(args) > 1 {
+			fmt.Fprintf(p.Stderr, "tablease: version takes no arguments (%q)\n", args[1:])
+			return 2
+		}
 		fmt.Fprintln(p.Stdout, "tablease", Version())
 		return 0
 	case "help", "-h", "--help":
