@@ -100,7 +100,8 @@ type Options struct {
 	// ReasonCheckRefused, ReasonInvalidToken, ReasonUnknownKey and CodeUnavailable.
 	OnReject func(r *http.Request, e *Error)
 	// Logger receives, when OnReject is nil, a warning for each of those rejections, with its cause
-	// and what to check, at most one per kind every 10 s. Default slog.Default().
+	// and what to check, at most one with the same hint every 10 s from this Guard. Default
+	// slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for token expiry; default time.Now.
 	Now func() time.Time
@@ -203,18 +204,46 @@ var setupHints = map[string]string{
 	CodeUnavailable:    "no decision: tablease's JWKS or its /lease/check did not answer in time, or failed",
 }
 
-// logSetupFault logs a rejection of setupHints, at most one of a kind every 10 s (and how many were
-// left out).
-func (g *Guard) logSetupFault(r *http.Request, e *Error) {
-	kind := e.Code
-	if kind != CodeUnavailable {
-		kind, _ = e.Details["reason"].(string)
+// Causes of rejections that setupHint tells apart from the others of their kind.
+var (
+	errSeveralHeaders = errors.New("several Tablease-Lease headers")   // the request's, not the setup's
+	errAccessToken    = errors.New("access token for the lease check") // Options.AccessToken failed
+)
+
+// setupHint answers the kind of e (its details.reason, or CodeUnavailable) and what to check when
+// e points at the application's setup or at tablease (setupHints); ok is false otherwise. A 503
+// says what was asked of whom: the app's AccessToken, tablease's limit or store, or nothing that
+// answered.
+func setupHint(e *Error) (kind, hint string, ok bool) {
+	if e.Code == CodeUnavailable {
+		switch {
+		case errors.Is(e.Err, errAccessToken):
+			hint = "Options.AccessToken failed, so no strict check was sent: it must give an access token of the request's user that tablease accepts"
+		case e.Details["code"] == "RATE_LIMITED":
+			hint = "tablease refused the strict check for the user's request limit (TABLEASE_RATE_LIMIT: each strict check is one of the user's requests)"
+		case e.Details["status"] != nil:
+			hint = "tablease could not decide the strict check (details.status and details.code are its answer: 503 STORE_UNAVAILABLE is its Redis)"
+		default:
+			hint = setupHints[CodeUnavailable]
+		}
+		return CodeUnavailable, hint, true
 	}
-	hint, ok := setupHints[kind]
+	if errors.Is(e.Err, errSeveralHeaders) {
+		return "", "", false
+	}
+	kind, _ = e.Details["reason"].(string)
+	hint, ok = setupHints[kind]
+	return kind, hint, ok
+}
+
+// logSetupFault logs a rejection that setupHint explains, at most one with each hint every 10 s
+// per guard (and how many were left out).
+func (g *Guard) logSetupFault(r *http.Request, e *Error) {
+	kind, hint, ok := setupHint(e)
 	if !ok {
 		return
 	}
-	allow, left, _ := g.logLimit.Allow(kind)
+	allow, left, _ := g.logLimit.Allow(hint)
 	if !allow {
 		return
 	}
@@ -246,7 +275,7 @@ func (g *Guard) Check(r *http.Request) (Claims, error) {
 
 func (g *Guard) check(r *http.Request) (Claims, *Error) {
 	if len(r.Header.Values(Header)) > 1 { // which one would the app's proxies and the guard read?
-		return Claims{}, notOwner(ReasonInvalidToken, "Send one Tablease-Lease header, not several.", nil)
+		return Claims{}, notOwner(ReasonInvalidToken, "Send one Tablease-Lease header, not several.", errSeveralHeaders)
 	}
 	token := strings.TrimSpace(r.Header.Get(Header))
 	if token == "" {
@@ -301,7 +330,7 @@ const maxCheckBody = 64 << 10
 func (g *Guard) strictCheck(r *http.Request, sid, token string, c Claims) *Error {
 	access, err := g.opts.AccessToken(r)
 	if err != nil {
-		return unavailable("The lease cannot be checked now.", 1, fmt.Errorf("access token for the lease check: %w", err))
+		return unavailable("The lease cannot be checked now.", 1, fmt.Errorf("%w: %w", errAccessToken, err))
 	}
 	body, _ := json.Marshal(map[string]string{"token": token})
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.CheckTimeout)

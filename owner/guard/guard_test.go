@@ -590,12 +590,35 @@ func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 		t.Fatalf("the log after a refused check: %q", got)
 	}
 
-	// What the tab itself answers for is not logged: another user's token, a lost lease.
+	// What the tab itself answers for is not logged: another user's token, a lost lease, two
+	// Tablease-Lease headers (refused as an invalid token, which a wrong Issuer would be logged as).
 	a.do(t, http.MethodPost, "bob", "doc-A", tok)
 	tl.setCheck(http.StatusConflict, "", false)
 	a.do(t, http.MethodPost, "alice", "doc-A", tok)
+	rec, rej = a.do(t, http.MethodPost, "alice", "doc-A", tok+"\n"+tok)
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonInvalidToken)
 	if got := lines(); len(got) != 2 {
 		t.Fatalf("ordinary rejections were logged: %q", got[2:])
+	}
+
+	// A 503 says what was asked of whom, each cause in a line of its own within the 10 s:
+	// tablease's rate limit, its store, and, from another guard, the app's AccessToken.
+	tl.setCheck(http.StatusTooManyRequests, `{"error":{"code":"RATE_LIMITED","message":"too many requests"}}`, false)
+	a.do(t, http.MethodPost, "alice", "doc-A", tok)
+	tl.setCheck(http.StatusServiceUnavailable, `{"error":{"code":"STORE_UNAVAILABLE","message":"the store is unavailable"}}`, false)
+	a.do(t, http.MethodPost, "alice", "doc-A", tok)
+	if got := lines(); len(got) != 4 || !strings.Contains(got[2], "TABLEASE_RATE_LIMIT") || !strings.Contains(got[3], "STORE_UNAVAILABLE is its Redis") {
+		t.Fatalf("the log after a rate-limited and a store-refused check: %q", got[2:])
+	}
+	b := newApp(t, tl, func(o *guard.Options) {
+		o.Strict = true
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		o.AccessToken = func(*http.Request) (string, error) { return "", errors.New("no access token in the app session") }
+	})
+	rec, rej = b.do(t, http.MethodPost, "alice", "doc-A", tok)
+	expectRejected(t, rec, rej, http.StatusServiceUnavailable, guard.CodeUnavailable, "")
+	if got := lines(); len(got) != 5 || !strings.Contains(got[4], "Options.AccessToken failed") || !strings.Contains(got[4], "no access token in the app session") {
+		t.Fatalf("the log after AccessToken failed: %q", got[4:])
 	}
 }
 

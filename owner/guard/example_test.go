@@ -1,0 +1,45 @@
+package guard_test
+
+import (
+	"log"
+	"net/http"
+
+	"github.com/tablease/tablease/owner/guard"
+)
+
+// Example is the sample of the README's "Guards for app backends", which
+// TestTheREADMESampleIsThisExample keeps word for word the same: a route of the app's mux that
+// changes a session's data, behind the guard.
+func Example() {
+	mux := http.NewServeMux()
+
+	jwks, err := guard.NewJWKSClient(guard.JWKSOptions{BaseURL: "https://tablease.example.com"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := guard.New(guard.Options{
+		Keys:   jwks,
+		Issuer: "tablease", // TABLEASE_LEASE_ISSUER; "tablease-dev" against serve --dev
+		Target: func(r *http.Request) (sub, sid string, err error) {
+			return currentUser(r), r.PathValue("sid"), nil // your authentication; the route's session
+		},
+		Skip:    guard.SafeMethods, // reads need no lease
+		Strict:  true,              // also POST …/lease/check {token} for every write
+		BaseURL: "https://tablease.example.com",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux.Handle("POST /api/sessions/{sid}/events/{id}/rename", g.Middleware(http.HandlerFunc(renameEvent)))
+}
+
+func renameEvent(w http.ResponseWriter, r *http.Request) {
+	lease, _ := guard.FromContext(r.Context())
+	// Write with lease.Epoch as the fence (README, Fencing); when a newer epoch wrote first:
+	// guard.WriteError(w, guard.NewLeaseLost(lease, map[string]any{"resource": r.PathValue("id")}))
+	_ = lease.Epoch
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// currentUser stands for the app's authentication.
+func currentUser(r *http.Request) string { return r.Header.Get("X-User") }
