@@ -332,3 +332,34 @@ func TestAdminConsoleOffersNoBlockLongerThanTheServerAllows(t *testing.T) {
 	)
 	b.WaitFor("the dialog with a block of five minutes", `document.getElementById('revoke-dialog').open && document.getElementById('revoke-block').value === '300000'`, 10*time.Second)
 }
+
+// TestAdminConsoleListsSessionsWhoseNamesRunTogether: identifiers may hold "|", so user "a" with
+// session "b|c" and user "a|b" with session "c" are two leases that the console keeps apart, each
+// in its row with the button that revokes that one.
+func TestAdminConsoleListsSessionsWhoseNamesRunTogether(t *testing.T) {
+	browsertest.Chromium(t)
+	rds := redistest.Start(t)
+	base, _ := startServer(t, e2eRedisEnv(t, rds))
+	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
+	for _, l := range []struct{ sub, sid, tab string }{{"a", "b|c", "tab-1"}, {"a|b", "c", "tab-2"}} {
+		tab := client{t: t, base: base, token: e2eToken(t, l.sub)}
+		if code, body := tab.do("POST", "/v1/sessions/"+url.PathEscape(l.sid)+"/lease", map[string]any{"tabId": l.tab}); code != 200 {
+			t.Fatalf("%s acquires %s: %d %v", l.sub, l.sid, code, body)
+		}
+	}
+
+	b := browsertest.Start(t)
+	b.Do("open the console and enter the admin token",
+		chromedp.Navigate(base+"/admin"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), admin.token),
+		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
+	)
+	b.WaitFor("both rows", `document.querySelectorAll('#leases tbody tr').length === 2`, 15*time.Second)
+	for _, l := range []struct{ sub, sid, tab string }{{"a", "b|c", "tab-1"}, {"a|b", "c", "tab-2"}} {
+		row := browsertest.Eval[string](b, `(document.querySelector('button[data-action="revoke"][data-sub="`+l.sub+`"][data-sid="`+l.sid+`"]')?.closest('tr').innerText ?? '')`)
+		if !strings.Contains(row, l.tab) {
+			t.Errorf("the row whose button revokes %s / %s shows %q, want its holder %s", l.sub, l.sid, row, l.tab)
+		}
+	}
+}

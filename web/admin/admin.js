@@ -162,8 +162,10 @@ function cell(content) {
   return td;
 }
 
+// keyOf names a session of a user: "/" is in no identifier ("|" is, so "a|b" / "c" and "a" / "b|c"
+// would run together).
 function keyOf(sub, sid) {
-  return `${sub}|${sid}`;
+  return `${sub}/${sid}`;
 }
 
 // --- token ---------------------------------------------------------------------------------
