@@ -61,7 +61,7 @@ export function bindRouteParams(args, params, schema) {
   const props = schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema.properties : {};
   for (const [name, current] of Object.entries(params ?? {})) {
     if (name === "*") continue;
-    const given = out[name];
+    const given = Object.hasOwn(out, name) ? out[name] : undefined;
     if (given !== undefined && given !== null && given !== current) {
       return {
         answer: toolError(
@@ -138,7 +138,7 @@ export function validateInput(schema, value, path = "") {
   if (typeOf(value) === "object") {
     const props = schema.properties && typeof schema.properties === "object" ? schema.properties : {};
     for (const name of Array.isArray(schema.required) ? schema.required : []) {
-      if (value[name] === undefined) return { path: join(path, name), reason: "is required" };
+      if (!Object.hasOwn(value, name) || value[name] === undefined) return { path: join(path, name), reason: "is required" };
     }
     for (const [name, v] of Object.entries(value)) {
       if (v === undefined) continue;

@@ -482,7 +482,9 @@ export interface ToolDefinition {
 }
 
 export interface ToolOptions {
-  /** Handlers by tool name; tools without one are not exposed. */
+  /** Handlers by tool name, the record's own properties (not inherited ones: a catalog tool
+   *  named "toString" has no handler unless the record has one of its own); tools without one are
+   *  not exposed. */
   handlers?: Record<string, ToolHandler>;
   /** The route: a RouteTracker (shared by adapters), a function giving it (followed through
    *  navigation), or a fixed string. Default: a RouteTracker on location.pathname; for

@@ -294,7 +294,9 @@ class ToolScope {
     const keep = new Set();
     const defs = [];
     for (const t of tools) {
-      const fn = handlers[t.name];
+      // Own properties alone, as bindOnTool reads them: "constructor" and "toString" are valid
+      // tool names, and every object has functions of those names.
+      const fn = Object.hasOwn(handlers, t.name) ? handlers[t.name] : undefined;
       if (typeof fn !== "function") continue;
       const match = (route && profileMatch(t, route)) || { pattern: null, params: {} };
       const inst = this.instanceFor(t, match, fn, route);

@@ -169,6 +169,37 @@ test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools,
   await lease.stop({ release: false });
 });
 
+test("WebMCP: a catalog tool named like what every object has (toString, constructor) gets no handler from the prototype", async () => {
+  const inherited = ["constructor", "toString", "valueOf", "hasOwnProperty", "__defineGetter__", "isPrototypeOf"];
+  const tools = [TOOLS[0], ...inherited.map((name) => ({ name, description: "Not the app's.", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } }))];
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools });
+  const lease = new TabLease(fakeOptions(server, clock));
+  const mc = new ModelContext();
+  await lease.start();
+  const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers: { search_events: handlers.search_events }, route: "/events" });
+  await bridge.sync();
+  assert.deepEqual(mc.names(), ["search_events"], "only the tool the app has a handler of its own for");
+  // A record that has one of its own gets it, whatever its name.
+  const own = { toString: () => ({ ok: true }) };
+  const syncs = [];
+  const registry = syncToolRegistry(lease, { sync: (defs) => syncs.push(defs.map((d) => d.name)) }, { handlers: own, route: "/events" });
+  await registry.sync();
+  assert.deepEqual(syncs.at(-1), ["toString"]);
+  registry.close();
+  bridge.close();
+  await lease.stop({ release: false });
+});
+
+test("input validation and bound route parameters read a value's own properties only", async () => {
+  const { validateInput, bindRouteParams } = await import("./call.js");
+  const schema = { type: "object", properties: { constructor: { type: "string" } }, required: ["constructor"] };
+  assert.deepEqual(validateInput(schema, {}, ""), { path: "constructor", reason: "is required" }, "an inherited constructor is not the required property");
+  assert.equal(validateInput(schema, { constructor: "x" }, ""), null);
+  const bound = bindRouteParams({}, { constructor: "c-1" }, schema);
+  assert.deepEqual(bound, { args: { constructor: "c-1" } }, "the route's value, not ENTITY_MISMATCH against Object");
+});
+
 test("a mutation tool that waits sends the latest token: ctx.token and ctx.headers follow the renews", async () => {
   const { clock, lease } = setup();
   const mc = new ModelContext();
