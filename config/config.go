@@ -195,13 +195,9 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
-		data, err := readFile(v, 1<<20)
+		keys, err := parseFile(v, 1<<20, jwk.ParsePublicKeysPEM)
 		if err != nil {
 			return err
-		}
-		keys, err := jwk.ParsePublicKeysPEM(data)
-		if err != nil {
-			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
 		}
 		c.PublicKeysFile, c.PublicKeys = v, keys
 		return nil
@@ -280,13 +276,9 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
-		data, err := readFile(v, lease.MaxDocumentSize)
+		cat, err := parseFile(v, lease.MaxDocumentSize, catalog.Parse)
 		if err != nil {
 			return err
-		}
-		cat, err := catalog.Parse(data)
-		if err != nil {
-			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
 		}
 		c.CatalogFile, c.Catalog = v, cat
 		return nil
@@ -295,13 +287,9 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
-		data, err := readFile(v, 64<<10)
+		k, err := parseFile(v, 64<<10, leasetoken.ParsePrivateKeyPEM)
 		if err != nil {
 			return err
-		}
-		k, err := leasetoken.ParsePrivateKeyPEM(data)
-		if err != nil {
-			return fmt.Errorf("%s: %s", v, oneLine(strings.TrimPrefix(err.Error(), "leasetoken: ")))
 		}
 		c.LeaseSigningKeyFile, c.LeaseSigningKey = v, k
 		return nil
@@ -310,13 +298,9 @@ var variables = []variable{
 		if v == "" {
 			return nil
 		}
-		data, err := readFile(v, 1<<20)
+		keys, err := parseFile(v, 1<<20, parsePublicKeys)
 		if err != nil {
 			return err
-		}
-		keys, err := parsePublicKeys(data)
-		if err != nil {
-			return fmt.Errorf("%s: %s", v, oneLine(err.Error()))
 		}
 		c.LeasePreviousKeysFile, c.LeasePreviousKeys = v, keys
 		return nil
@@ -708,6 +692,21 @@ func readFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%q is larger than %d bytes", path, limit)
 	}
 	return data, nil
+}
+
+// parseFile reads the file path, at most limit bytes, and parses it with parse; an error names the
+// file and says why on one line.
+func parseFile[T any](path string, limit int64, parse func([]byte) (T, error)) (T, error) {
+	data, err := readFile(path, limit)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	out, err := parse(data)
+	if err != nil {
+		return out, fmt.Errorf("%s: %s", path, oneLine(strings.TrimPrefix(err.Error(), "leasetoken: ")))
+	}
+	return out, nil
 }
 
 // parsePublicKeys reads every PEM block of data as a lease-token public key: "PUBLIC KEY" blocks,
