@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -220,9 +219,8 @@ func preconditionFailed(c echo.Context, current string) *Error {
 // readCatalogBody reads a JSON body of at most MaxCatalogBytes.
 func readCatalogBody(c echo.Context) ([]byte, error) {
 	req := c.Request()
-	mt, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
-	if err != nil || mt != echo.MIMEApplicationJSON {
-		return nil, errInvalid("Content-Type must be application/json")
+	if err := jsonContentType(c); err != nil { // the type, charset and encoding of every body
+		return nil, err
 	}
 	tooBig := &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"}
 	if req.ContentLength > MaxCatalogBytes {

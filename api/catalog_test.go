@@ -449,9 +449,20 @@ func TestAdminPutRefusesAnInvalidCatalog(t *testing.T) {
 		}
 	}
 	wantError(t, h.putCatalog(admin, "*", `not json`), http.StatusBadRequest, CodeInvalidArgument)
-	rec := h.do(request{method: http.MethodPut, path: "/v1/admin/catalog", token: admin, body: `{"tools":[]}`,
-		headers: map[string]string{"If-Match": "*", "Content-Type": "text/plain"}})
-	wantError(t, rec, http.StatusBadRequest, CodeInvalidArgument)
+	// The type, charset and encoding rules of every body (decode.go), here too.
+	for _, r := range []request{
+		{headers: map[string]string{"Content-Type": "text/plain"}},
+		{headers: map[string]string{"Content-Type": "application/json; charset=latin1"}},
+		{headers: map[string]string{"Content-Encoding": "gzip"}},
+		{also: http.Header{"Content-Type": {"text/plain"}}},
+	} {
+		r.method, r.path, r.token, r.body = http.MethodPut, "/v1/admin/catalog", admin, `{"tools":[]}`
+		if r.headers == nil {
+			r.headers = map[string]string{}
+		}
+		r.headers["If-Match"] = "*"
+		wantError(t, h.do(r), http.StatusBadRequest, CodeInvalidArgument)
+	}
 	big := `{"tools":[{"name":"x","description":"` + strings.Repeat("d", MaxCatalogBytes) + `"}]}`
 	wantError(t, h.putCatalog(admin, "*", big), http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
 	// Bodies larger than 16 KiB but within 1 MiB are fine for a catalog.

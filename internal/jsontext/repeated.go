@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // RepeatedKey answers where, anywhere in the JSON value data, an object has a key given twice:
-// the path of the second ("properties.a", "anyOf[1].type"), and "" when no object has one, or
-// when data is not valid JSON (the decoder reports that). Keys are compared as decoded, so an
+// the path of the second ("properties.a", "anyOf[1].type", `properties["a.b"]`: a key that is
+// not a plain name is quoted; a path of more than maxPath bytes keeps its end, after "…"), and
+// "" when no object has one, or when data is not valid JSON (the decoder reports that). Keys are compared as decoded, so an
 // escaped spelling of a key is the same key. It is for documents whose every level is kept and
 // passed on as written (a tool's JSON Schema), where a reader that keeps the first of two values
 // and one that keeps the last would read two documents. It walks with a stack of its own, so a
@@ -48,20 +50,14 @@ func RepeatedKey(data []byte) string {
 				for i, l := range stack {
 					switch {
 					case i == len(stack)-1:
-						if b.Len() > 0 {
-							b.WriteByte('.')
-						}
-						b.WriteString(k)
+						writeKey(&b, k)
 					case l.object:
-						if b.Len() > 0 {
-							b.WriteByte('.')
-						}
-						b.WriteString(l.key)
+						writeKey(&b, l.key)
 					default:
 						b.WriteString("[" + strconv.Itoa(l.index) + "]")
 					}
 				}
-				return b.String()
+				return shortPath(b.String())
 			}
 			top.keys[k], top.key, top.atKey = true, k, false
 			continue
@@ -79,4 +75,41 @@ func RepeatedKey(data []byte) string {
 			return "" // a value that is not an object or array
 		}
 	}
+}
+
+// maxPath bounds the path RepeatedKey answers: a key repeated deep in a document is named by the
+// end of its path.
+const maxPath = 200
+
+// writeKey writes key as the next step of a path: ".key" (or "key" first) for a plain name, and
+// `["key"]` quoted for any other (a key with a dot, a bracket, a space, or none at all), so that
+// a path reads one way only.
+func writeKey(b *strings.Builder, key string) {
+	plain := key != ""
+	for _, r := range key {
+		if !(r == '_' || r == '-' || r == '$' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			plain = false
+			break
+		}
+	}
+	switch {
+	case !plain:
+		b.WriteString("[" + strconv.Quote(key) + "]")
+	case b.Len() > 0:
+		b.WriteString("." + key)
+	default:
+		b.WriteString(key)
+	}
+}
+
+// shortPath is path, or "…" and its last maxPath bytes (whole characters) when it is longer.
+func shortPath(path string) string {
+	if len(path) <= maxPath {
+		return path
+	}
+	cut := len(path) - maxPath
+	for cut < len(path) && !utf8.RuneStart(path[cut]) {
+		cut++
+	}
+	return "…" + path[cut:]
 }

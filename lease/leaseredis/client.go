@@ -72,8 +72,12 @@ func CheckURL(rawURL string) error {
 	return err
 }
 
-// maxURLCount bounds the counts and sizes of go-redis's URL options (pool_size and the like).
-const maxURLCount = 1 << 20
+// maxURLConns bounds go-redis's connection counts in a URL (pool_size and the like), and
+// maxURLBuffer its buffer sizes (pipeline_read_buffer_size, pipeline_write_buffer_size).
+const (
+	maxURLConns  = 1000
+	maxURLBuffer = 1 << 20
+)
 
 // parseURL reads rawURL as NewClient does, and answers the function that makes the client.
 func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalClient, error) {
@@ -116,12 +120,20 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		}
 	}
 	// go-redis takes its counts and sizes as they come: a negative one panics when the client is
-	// made (pool_size=-1: makechan), and a huge one allocates as much.
-	for _, name := range []string{"pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns",
-		"max_concurrent_dials", "pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size"} {
-		for _, v := range q[name] {
-			if n, err := strconv.Atoi(v); err != nil || n < 0 || n > maxURLCount {
-				return nil, redact(fmt.Errorf("%s=%q is not a whole number from 0 to %d", name, v, maxURLCount))
+	// made (pool_size=-1: makechan), and a huge one dials or allocates as much (min_idle_conns of a
+	// million dials until the process has no file left).
+	for _, o := range []struct {
+		names []string
+		most  int
+	}{
+		{[]string{"pool_size", "min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials", "pipeline_pool_size"}, maxURLConns},
+		{[]string{"pipeline_read_buffer_size", "pipeline_write_buffer_size"}, maxURLBuffer},
+	} {
+		for _, name := range o.names {
+			for _, v := range q[name] {
+				if n, err := strconv.Atoi(v); err != nil || n < 0 || n > o.most {
+					return nil, redact(fmt.Errorf("%s=%q is not a whole number from 0 to %d", name, v, o.most))
+				}
 			}
 		}
 	}

@@ -219,8 +219,10 @@ func setupHint(e *Error) (kind, hint string, ok bool) {
 		switch {
 		case errors.Is(e.Err, errAccessToken):
 			hint = "Options.AccessToken failed, so no strict check was sent: it must give an access token of the request's user that tablease accepts"
-		case e.Details["code"] == "RATE_LIMITED":
+		case e.Details["status"] == http.StatusTooManyRequests:
 			hint = "tablease refused the strict check for the user's request limit (TABLEASE_RATE_LIMIT: each strict check is one of the user's requests)"
+		case e.Details["status"] != nil && e.Details["code"] == nil:
+			hint = "what answered the strict check (details.status) gave no error of tablease's: Options.BaseURL, or a proxy in front of tablease"
 		case e.Details["status"] != nil:
 			hint = "tablease could not decide the strict check (details.status and details.code are its answer: 503 STORE_UNAVAILABLE is its Redis)"
 		default:

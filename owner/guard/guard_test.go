@@ -620,6 +620,18 @@ func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 	if got := lines(); len(got) != 5 || !strings.Contains(got[4], "Options.AccessToken failed") || !strings.Contains(got[4], "no access token in the app session") {
 		t.Fatalf("the log after AccessToken failed: %q", got[4:])
 	}
+	// A 502 page of a proxy, not tablease's error, says so; a bare 429 is still the rate limit.
+	c := newApp(t, tl, func(o *guard.Options) {
+		o.Strict = true
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	tl.setCheck(http.StatusBadGateway, `<html><body>Bad Gateway</body></html>`, false)
+	c.do(t, http.MethodPost, "alice", "doc-A", tok)
+	tl.setCheck(http.StatusTooManyRequests, ``, false)
+	c.do(t, http.MethodPost, "alice", "doc-A", tok)
+	if got := lines(); len(got) != 7 || !strings.Contains(got[5], "Options.BaseURL, or a proxy") || !strings.Contains(got[6], "TABLEASE_RATE_LIMIT") {
+		t.Fatalf("the log after a proxy's 502 and a bare 429: %q", got[5:])
+	}
 }
 
 func TestGuardWithOnRejectLogsNothing(t *testing.T) {
