@@ -73,8 +73,9 @@ func RenewAfter(ttl time.Duration) time.Duration {
 }
 
 // DefaultIdleRetention is how long, unless configured otherwise, an engine keeps the state of a
-// session after the last thing in it ended: its lease, an admin's block, a handoff, the retry
-// window of its last revoke (RevokeRetryWindow), its last change. Then the engine forgets the
+// session after the last thing in it ended: its lease, an admin's block, a handoff, its last
+// change; and at least until the retry window of its last revoke with a RequestID ends
+// (RevokeRetryWindow after the revoke, which answers its retries until then). Then the engine forgets the
 // session: Get answers epoch 0 and no transitions, as for a session that never had a lease, a
 // retried release answers Released false, and a watch that resumes starts from a snapshot. A
 // free session keeps no holder (no tab id, label or hidden flag) even before that.

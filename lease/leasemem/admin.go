@@ -58,15 +58,15 @@ type revokeMemo struct {
 	result lease.RevokeResult
 }
 
-// keptByAdmin reports whether the sweep must keep s although its lease is free: an admin's block,
-// or the retry window of a revoke it remembers, ended less than idle (the engine's retention) ago:
-// the retention follows the last thing in the session to end (lease.DefaultIdleRetention).
+// keptByAdmin reports whether the sweep must keep s although its lease is free: an admin's block
+// ended less than idle (the engine's retention) ago, or the retry window of a revoke it remembers
+// has not ended (lease.DefaultIdleRetention).
 func (s *entry) keptByAdmin(now time.Time, idle time.Duration) bool {
 	if s.blockedUntil.Add(idle).After(now) {
 		return true
 	}
 	for _, m := range s.revokes {
-		if now.Sub(m.at) <= lease.RevokeRetryWindow+idle {
+		if now.Sub(m.at) <= lease.RevokeRetryWindow {
 			return true
 		}
 	}

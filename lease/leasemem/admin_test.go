@@ -394,7 +394,10 @@ func BenchmarkAcquireReleaseOfAUserAtTheAuditBound(b *testing.B) {
 	}
 }
 
-func TestPruningKeepsARevokedOrBlockedSessionTheRetentionAfterItsWindowEnds(t *testing.T) {
+// TestPruningKeepsARevokedSessionUntilItsWindowEndsAndABlockedOneTheRetentionAfterItsBlock: a
+// revoke with a request id keeps its session until its retry window ends (the revoke is its last
+// change too), and a block the idle retention after it ends.
+func TestPruningKeepsARevokedSessionUntilItsWindowEndsAndABlockedOneTheRetentionAfterItsBlock(t *testing.T) {
 	e, clock := newEngine(t)
 	revoked := lease.Key{User: "alice", Session: "revoked"}
 	blocked := lease.Key{User: "alice", Session: "blocked"}
@@ -420,14 +423,14 @@ func TestPruningKeepsARevokedOrBlockedSessionTheRetentionAfterItsWindowEnds(t *t
 			t.Errorf("%s at %s: %+v, want kept %v", k.Session, when, g, want)
 		}
 	}
-	// Past the idle retention after the revokes, each still has a window or a block that ended later.
+	sweepAt(lease.RevokeRetryWindow - time.Minute)
+	kept(revoked, true, "its retry window's end, less a minute")
+	kept(blocked, true, "its retry window's end, less a minute")
+	sweepAt(lease.RevokeRetryWindow + SweepInterval + time.Second)
+	kept(revoked, false, "its retry window's end")
+	kept(blocked, true, "the revoked one's retry window's end: its block ended less than the retention ago")
 	sweepAt(block + lease.DefaultIdleRetention - time.Minute)
-	kept(revoked, true, "the block's end plus the retention, less a minute")
 	kept(blocked, true, "the block's end plus the retention, less a minute")
 	sweepAt(block + lease.DefaultIdleRetention + SweepInterval + time.Second)
 	kept(blocked, false, "the block's end plus the retention")
-	sweepAt(lease.RevokeRetryWindow + lease.DefaultIdleRetention - time.Minute)
-	kept(revoked, true, "the retry window's end plus the retention, less a minute")
-	sweepAt(lease.RevokeRetryWindow + lease.DefaultIdleRetention + 2*SweepInterval)
-	kept(revoked, false, "the retry window's end plus the retention")
 }

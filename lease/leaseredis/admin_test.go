@@ -464,6 +464,31 @@ func TestARevokeKeepsItsAnswerForTheRetryWindow(t *testing.T) {
 	}
 }
 
+// TestARevokedSessionIsKeptAsLongAsItsRetryWindow: the state of a session revoked with a request
+// id (and no block) expires when the revoke's retry window ends (and up to an eighth of the idle
+// retention later, keep's slack), not the retention after it: the window and the retention that
+// follows the revoke, a change, run side by side.
+func TestARevokedSessionIsKeptAsLongAsItsRetryWindow(t *testing.T) {
+	e, c, db := adminEngine(t, Options{})
+	ctx := t.Context()
+	key := db.Prefix() + ":{alice}:lease:doc-1"
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	if r, err := e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "r", RequestID: "req-1"}); err != nil || !r.Revoked {
+		t.Fatalf("Revoke = %+v, %v", r, err)
+	}
+	g, err := e.Get(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := g.ExpiresAt // the time of the revoke
+	exp := c.PExpireTime(ctx, key).Val()
+	end := at.Add(lease.RevokeRetryWindow)
+	if got := time.UnixMilli(exp.Milliseconds()); got.Before(end.Add(-time.Millisecond)) || got.After(end.Add(lease.DefaultIdleRetention/8+time.Millisecond)) {
+		t.Errorf("the revoked session's state expires %v after the revoke, want the retry window, %v (and at most an eighth of the retention more)",
+			got.Sub(at).Round(time.Second), lease.RevokeRetryWindow)
+	}
+}
+
 func TestAdminCallsAfterCloseAreUnavailable(t *testing.T) {
 	e, _, _ := adminEngine(t, Options{})
 	_ = e.Close()

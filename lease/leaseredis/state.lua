@@ -92,7 +92,7 @@
 --                        are refused while it is after now
 --   keep_us              store time (µs) when the retry window of the last revoke with a request
 --                        id ends: the hash is kept at least until then (keep in admin.lua), as
---                        that revoke's answer is (KEYS[11])
+--                        that revoke's answer is (KEYS[11]), and no longer for it
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
