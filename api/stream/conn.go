@@ -149,6 +149,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	if req.Listed {
 		if err := sc.join(ctx); err != nil {
 			sc.close()
+			h.leave(&sc.st)
 			return nil, err
 		}
 	}
@@ -156,6 +157,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	if sc.w, err = h.feed.Watch(context.Background(), req.Key, req.After); err != nil {
 		h.storeError("watch", err)
 		sc.close()
+		h.leave(&sc.st)
 		return nil, err
 	}
 	sc.sse.init(w, h.opts.WriteTimeout, h.sent)
@@ -232,8 +234,10 @@ func (sc *streamConn) refresh() bool {
 	return true
 }
 
-// close ends the watch, ends the response (closing the connection of a stream taken over), takes
-// the tab off the presence list and gives the stream's place back.
+// close ends the watch, ends the response (closing the connection of a stream taken over) and
+// takes the tab off the presence list. The caller then gives the stream's place back (h.leave),
+// after what it logs of the end: Handler.Close waits for the places, and a shutdown's last line
+// comes after every stream's.
 func (sc *streamConn) close() {
 	if sc.w != nil {
 		sc.w.Close()
@@ -249,7 +253,6 @@ func (sc *streamConn) close() {
 	if sc.unlink != nil {
 		sc.unlink()
 	}
-	sc.h.leave(&sc.st)
 }
 
 // schedule sets the stream's timer and has its watch kick it: from now on, drain runs it.
@@ -321,6 +324,7 @@ func (sc *streamConn) end() {
 	sc.h.log.Info("event stream ended", slog.String("request_id", sc.reqID), slog.String("sub", sc.key.User),
 		slog.String("session", sc.key.Session), slog.String("reason", reason),
 		slog.Float64("duration_s", float64(time.Now().UnixNano()-sc.opened)/1e9))
+	sc.h.leave(&sc.st)
 	if sc.done != nil {
 		close(sc.done)
 	}
