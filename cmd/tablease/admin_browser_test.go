@@ -338,12 +338,7 @@ func TestAdminConsoleOffersNoBlockLongerThanTheServerAllows(t *testing.T) {
 // in its row with the button that revokes that one.
 func TestAdminConsoleListsSessionsWhoseNamesRunTogether(t *testing.T) {
 	browsertest.Chromium(t)
-	rds := redistest.Start(t)
-	env := e2eRedisEnv(t, rds)
-	// Leases that outlast a slow start of Chromium.
-	env["TABLEASE_TTL_DEFAULT"], env["TABLEASE_TTL_MAX"], env["TABLEASE_TTL_HIDDEN_MAX"] = "10m", "10m", "10m"
-	base, _ := startServer(t, env)
-	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
+	base, admin := longLeaseServer(t) // leases that outlast a slow start of Chromium
 	for _, l := range []struct{ sub, sid, tab string }{{"a", "b|c", "tab-1"}, {"a|b", "c", "tab-2"}} {
 		tab := client{t: t, base: base, token: e2eToken(t, l.sub)}
 		if code, body := tab.do("POST", "/v1/sessions/"+url.PathEscape(l.sid)+"/lease", map[string]any{"tabId": l.tab}); code != 200 {
@@ -352,12 +347,8 @@ func TestAdminConsoleListsSessionsWhoseNamesRunTogether(t *testing.T) {
 	}
 
 	b := browsertest.Start(t)
-	b.Do("open the console and enter the admin token",
-		chromedp.Navigate(base+"/admin"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SetValue(chromedp.CSS("#token"), admin.token),
-		chromedp.Click(chromedp.CSS(`button[data-action="set-token"]`)),
-	)
+	b.Do("open the console", chromedp.Navigate(base+"/admin"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	enterToken(b.Tab, "enter the admin token", admin.token)
 	b.WaitFor("both rows", `document.querySelectorAll('#leases tbody tr').length === 2`, 15*time.Second)
 	for _, l := range []struct{ sub, sid, tab string }{{"a", "b|c", "tab-1"}, {"a|b", "c", "tab-2"}} {
 		row := browsertest.Eval[string](b, `(document.querySelector('button[data-action="revoke"][data-sub="`+l.sub+`"][data-sid="`+l.sid+`"]')?.closest('tr').innerText ?? '')`)

@@ -28,12 +28,8 @@ import (
 // page's, and a revoke on its way cannot be dismissed as cancelled.
 func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 	browsertest.Chromium(t)
-	rds := redistest.Start(t)
 	// Leases that outlive the test: the lists' pages must not shrink as it runs.
-	env := e2eRedisEnv(t, rds)
-	env["TABLEASE_TTL_DEFAULT"], env["TABLEASE_TTL_MAX"], env["TABLEASE_TTL_HIDDEN_MAX"] = "10m", "10m", "10m"
-	base, _ := startServer(t, env)
-	admin := client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
+	base, admin := longLeaseServer(t)
 	// 110 grants by two users: the audit log has three pages of 50, the lease list three.
 	users := []client{{t: t, base: base, token: e2eToken(t, "ann")}, {t: t, base: base, token: e2eToken(t, "bob")}}
 	grant := func(u client, sid string) {
@@ -262,6 +258,17 @@ func TestAdminConsoleShowsOnlyWhatItsLoadsWereFor(t *testing.T) {
 }
 
 // enterToken enters token in the console's token field and uses it.
+// longLeaseServer starts a server on a Redis of its own whose leases last ten minutes, so that
+// what a console test lists does not change under a slow browser, and answers its URL and an
+// admin's client.
+func longLeaseServer(t *testing.T) (base string, admin client) {
+	t.Helper()
+	env := e2eRedisEnv(t, redistest.Start(t))
+	env["TABLEASE_TTL_DEFAULT"], env["TABLEASE_TTL_MAX"], env["TABLEASE_TTL_HIDDEN_MAX"] = "10m", "10m", "10m"
+	base, _ = startServer(t, env)
+	return base, client{t: t, base: base, token: e2eToken(t, "root", api.ScopeAdmin)}
+}
+
 func enterToken(tab *browsertest.Tab, what, token string) {
 	tab.Do(what,
 		chromedp.SetValue(chromedp.CSS("#token"), token),

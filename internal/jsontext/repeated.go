@@ -70,7 +70,11 @@ func RepeatedKey(data []byte) string {
 			top.index++
 		}
 		if d, ok := tok.(json.Delim); ok {
-			stack = append(stack, &level{object: d == '{', keys: map[string]bool{}, atKey: d == '{', index: -1})
+			l := &level{object: d == '{', atKey: d == '{', index: -1}
+			if l.object {
+				l.keys = map[string]bool{}
+			}
+			stack = append(stack, l)
 		} else if top == nil {
 			return "" // a value that is not an object or array
 		}

@@ -792,6 +792,13 @@ export class TabLease extends EventTarget {
     return typeof epoch === "number" && epoch > 0 && epoch < this._seen.epoch;
   }
 
+  /** Read-only from now until a renew sent from now on confirms this tab's lease (news may have
+   *  been missed, or says the lease may be gone); that renew goes now, unless the page is frozen. */
+  _confirmFromNow() {
+    this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
+    if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ after: this._confirmNeededAfter() });
+  }
+
   /** Takes the store as it now is, below epochs it lost: they are forgotten, this tab's own with
    *  them when it was one (a lost grant proves nothing), and the store's epoch is the floor. */
   _forgetLostEpochs(epoch) {
@@ -818,10 +825,7 @@ export class TabLease extends EventTarget {
     // Epoch 0 while this tab holds an epoch: the store has no record of the session, so this tab's
     // lease went with it, unless the news is older than its grant (a stream's snapshot taken before
     // it). The tab acts no more until a renew sent now tells which: LEASE_LOST, or its lease.
-    if (lease.epoch === 0 && this._holdsEpoch()) {
-      this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
-      if (!this._pageFrozen()) this._renewNow({ after: this._requireConfirmAfter });
-    }
+    if (lease.epoch === 0 && this._holdsEpoch()) this._confirmFromNow();
     this._view = {
       held: Boolean(lease.held),
       holder: lease.held ? lease.holder ?? null : null,
@@ -1499,9 +1503,8 @@ export class TabLease extends EventTarget {
     if (live) this._streamWasLive = true;
     if (!live && this._running() && this._streamMode) {
       // We may miss news from now on: read-only until a renew sent after this point confirms.
-      this._requireConfirmAfter = Math.max(this._requireConfirmAfter, this._clock.now());
+      this._confirmFromNow();
       this._update("stream_down");
-      if (this._holdsEpoch() && !this._pageFrozen()) this._renewNow({ after: this._confirmNeededAfter() });
     } else if (live && this._running() && this._holdsEpoch() && !this._pageFrozen() && this._computeState() === "unconfirmed") {
       // The server answers again (an outage ended): confirm now rather than when the renew's
       // backoff, which grew while the stream's did, comes round.
