@@ -53,16 +53,18 @@ export function endReason(answer) {
  * (`/events/:event_id` on `/events/evt-1` binds event_id = "evt-1"): left out (or null), it means
  * the current entity; the same value is the current entity; another value is ENTITY_MISMATCH. The
  * input property is then set to the current value when the schema declares it, and removed when it
- * does not (so a profile whose schema takes only {} accepts the same id too). Returns {args} or
- * {answer} (the error).
+ * does not (so a profile whose schema takes only {} accepts the same id too). A property typed
+ * number or integer (and not string) is bound as the number the segment writes ("42" is 42), and
+ * either form is the current entity. Returns {args} or {answer} (the error).
  */
 export function bindRouteParams(args, params, schema) {
   const out = { ...args };
   const props = schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema.properties : {};
-  for (const [name, current] of Object.entries(params ?? {})) {
+  for (const [name, segment] of Object.entries(params ?? {})) {
     if (name === "*") continue;
+    const current = Object.hasOwn(props, name) ? paramValue(segment, props[name]) : segment;
     const given = Object.hasOwn(out, name) ? out[name] : undefined;
-    if (given !== undefined && given !== null && given !== current) {
+    if (given !== undefined && given !== null && given !== current && given !== segment) {
       return {
         answer: toolError(
           "ENTITY_MISMATCH",
@@ -75,6 +77,16 @@ export function bindRouteParams(args, params, schema) {
     else delete out[name];
   }
   return { args: out };
+}
+
+/** A route segment as the input property prop takes it: the number it writes plainly ("42",
+ *  "-1.5", not "042" or "1e3") when prop is typed number or integer and not string, else itself. */
+function paramValue(segment, prop) {
+  const t = prop && typeof prop === "object" ? prop.type : undefined;
+  const types = Array.isArray(t) ? t : [t];
+  if (types.includes("string") || !(types.includes("number") || types.includes("integer"))) return segment;
+  const n = Number(segment);
+  return segment !== "" && Number.isFinite(n) && String(n) === segment ? n : segment;
 }
 
 // --- input validation ----------------------------------------------------------------------------
@@ -94,8 +106,10 @@ function typeMatches(want, v) {
 /**
  * Checks value against the JSON Schema keywords a tool's inputSchema uses: type (one or a list),
  * enum, const, properties, required, additionalProperties (false or a schema), items, minItems,
- * maxItems, minLength, maxLength, pattern, minimum, maximum. Other keywords are not checked.
- * Returns null, or {path, reason} for the first problem.
+ * maxItems, minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum.
+ * Other keywords are not checked. A pattern this browser cannot compile fails every value: an
+ * input that cannot be checked is not let through. Returns null, or {path, reason} for the first
+ * problem.
  */
 export function validateInput(schema, value, path = "") {
   if (schema === true || schema == null || typeof schema !== "object") return null;
@@ -114,16 +128,16 @@ export function validateInput(schema, value, path = "") {
     if (typeof schema.minLength === "number" && n < schema.minLength) return { path: at, reason: `must have at least ${schema.minLength} characters` };
     if (typeof schema.maxLength === "number" && n > schema.maxLength) return { path: at, reason: `must have at most ${schema.maxLength} characters` };
     if (typeof schema.pattern === "string") {
-      let re = null;
-      try {
-        re = new RegExp(schema.pattern, "u");
-      } catch {}
-      if (re && !re.test(value)) return { path: at, reason: `must match ${schema.pattern}` };
+      const re = compilePattern(schema.pattern);
+      if (!re) return { path: at, reason: `cannot be checked: the tool's pattern ${schema.pattern} is not a regular expression` };
+      if (!re.test(value)) return { path: at, reason: `must match ${schema.pattern}` };
     }
   }
   if (typeof value === "number") {
     if (typeof schema.minimum === "number" && value < schema.minimum) return { path: at, reason: `must be at least ${schema.minimum}` };
     if (typeof schema.maximum === "number" && value > schema.maximum) return { path: at, reason: `must be at most ${schema.maximum}` };
+    if (typeof schema.exclusiveMinimum === "number" && value <= schema.exclusiveMinimum) return { path: at, reason: `must be more than ${schema.exclusiveMinimum}` };
+    if (typeof schema.exclusiveMaximum === "number" && value >= schema.exclusiveMaximum) return { path: at, reason: `must be less than ${schema.exclusiveMaximum}` };
   }
   if (Array.isArray(value)) {
     if (typeof schema.minItems === "number" && value.length < schema.minItems) return { path: at, reason: `must have at least ${schema.minItems} items` };
@@ -153,6 +167,17 @@ export function validateInput(schema, value, path = "") {
         if (p) return p;
       }
     }
+  }
+  return null;
+}
+
+/** A schema's pattern as a RegExp: read as Unicode, as JSON Schema asks, or else as ECMAScript
+ *  reads it without the u flag ("\\_" is "_" there); null when neither compiles. */
+function compilePattern(src) {
+  for (const flags of ["u", ""]) {
+    try {
+      return new RegExp(src, flags);
+    } catch {}
   }
   return null;
 }

@@ -62,6 +62,14 @@ test("anySignal aborts with the reason of the first source, and the route parame
   assert.deepEqual(validateInput({ type: "object", properties: { n: { type: "integer", minimum: 1 } } }, { n: 0 }), { path: "n", reason: "must be at least 1" });
   assert.deepEqual(validateInput({ type: "object", properties: { tags: { type: "array", items: { enum: ["a", "b"] } } } }, { tags: ["a", "c"] }), { path: "tags[1]", reason: 'must be one of "a", "b"' });
   assert.equal(validateInput({ type: "object", properties: { n: { type: "number" } } }, { n: 2 }), null, "an integer is a number");
+  assert.deepEqual(validateInput({ properties: { n: { exclusiveMinimum: 0 } } }, { n: 0 }), { path: "n", reason: "must be more than 0" });
+  assert.deepEqual(validateInput({ properties: { n: { exclusiveMaximum: 1 } } }, { n: 1 }), { path: "n", reason: "must be less than 1" });
+  assert.equal(validateInput({ properties: { n: { exclusiveMinimum: 0, exclusiveMaximum: 1 } } }, { n: 0.5 }), null);
+  // A pattern is read as Unicode, or else as ECMAScript reads it without u; one that neither
+  // reads fails every value rather than none.
+  assert.deepEqual(validateInput({ properties: { c: { pattern: "^[a-z\\_]+$" } } }, { c: "DROP TABLE;" }), { path: "c", reason: "must match ^[a-z\\_]+$" });
+  assert.equal(validateInput({ properties: { c: { pattern: "^[a-z\\_]+$" } } }, { c: "a_b" }), null);
+  assert.equal(validateInput({ properties: { c: { pattern: "([" } } }, { c: "x" }).reason, "cannot be checked: the tool's pattern ([ is not a regular expression");
 });
 
 test("an interaction resolves what the user submits, or {cancelled, reason: user_cancelled}, and closes its UI", async () => {
@@ -645,6 +653,40 @@ test("a handler that returns after the deadline, before the late timer of a froz
   const r = await q;
   assert.equal(r.error?.code, "TIMEOUT");
   assert.equal(r.error.details.mayHaveActed, undefined);
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a mutation tool unregistered while its lease is re-confirmed runs once it is, unless the catalog changed meanwhile", async () => {
+  let ran = 0;
+  const handlers = { ask_user: async () => ({ applied: ++ran }) };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  const ask = tool("ask_user"); // an agent keeps it
+  const unconfirm = async () => {
+    await clock.advance(1000);
+    server.fail("POST /lease/renew", { hang: true });
+    server.dropStreams();
+    await flush();
+    assert.equal(lease.state, "unconfirmed");
+    await reg.sync();
+    assert.equal(tool("ask_user"), undefined, "unregistered while read-only");
+  };
+
+  await unconfirm();
+  assert.deepEqual(await ask.execute({ question: "q" }, {}), { applied: 1 }, "the guard confirmed the same lease");
+
+  await unconfirm();
+  server.catalogVersion = "sha256:v2";
+  lease._onStreamEvent({ type: "catalog", id: "12-0", data: { version: "sha256:v2" } });
+  const refused = await ask.execute({ question: "q" }, {});
+  assert.equal(refused.error?.code, "NOT_LEASE_OWNER", `answered ${JSON.stringify(refused)}`);
+  assert.equal(refused.error.details.reason, "unconfirmed");
+  assert.equal(await lease.check(), true);
+  assert.equal(lease.state, "owner");
+  const retired = await ask.execute({ question: "q" }, {});
+  assert.equal(retired.error?.code, "TOOL_RETIRED", `answered ${JSON.stringify(retired)}`);
+  assert.equal(ran, 1);
   reg.close();
   await lease.stop({ release: false });
 });

@@ -393,6 +393,10 @@ export class FakeServer {
     }
     if (method === "POST" && path === "/events/ticket") return json(200, { ticket: `tk-${++this.tokenSeq}`, expiresInMs: 30000 });
     if (method === "GET" && path === "/catalog") {
+      // As the server checks a route (owner/catalog's CheckRoute).
+      if (query.route !== undefined && (query.route.length > 2048 || !/^\/[\x21-\x7e]*$/.test(query.route))) {
+        return json(400, errorBody("INVALID_ARGUMENT", "route is not a route", { field: "route" }));
+      }
       const role = this.valid() && this.holder.tabId === query.tabId ? "owner" : "viewer";
       let tools = this.tools.filter((t) => role === "owner" || t.annotations?.readOnlyHint === true);
       // As the server does (owner/catalog): on a route, the most specific profile per name.

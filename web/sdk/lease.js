@@ -36,6 +36,7 @@
 
 import { DEFAULTS, SessionApi, TabLeaseError, backoffDelay, browserClock, randomId, sleep } from "./http.js";
 import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
+import { catalogRoute } from "./route.js";
 import { isReadOnlyTool } from "./tools.js";
 
 /** The code of the error a guard returns when this tab may not mutate. */
@@ -562,10 +563,12 @@ export class TabLease extends EventTarget {
   /**
    * The tools this tab may register on `route`: GET …/catalog?tabId=&route=, cached by ETag, and
    * filtered again by the local role (a viewer never gets a mutation tool, even when the server
-   * still counts it as owner). Resolves {role, serverRole, version, epoch, tools}.
+   * still counts it as owner). Resolves {role, serverRole, version, epoch, tools}. The route is
+   * sent as catalogRoute gives it (percent-encoded; none when over 2048 bytes).
    */
   async catalog(route = "") {
-    const key = route || "";
+    route = catalogRoute(route);
+    const key = route;
     // A read of the route in flight since the last catalog event (a role or version change)
     // answers this call too: the page and the tool adapter reading after one change make one
     // request, where two in flight at once could not use the ETag.
@@ -610,8 +613,16 @@ export class TabLease extends EventTarget {
    *  it was never read (or a new version made the reading stale). The tool adapters stand in with
    *  it when the catalog cannot be read. */
   _lastCatalog(route = "") {
-    const cached = this._catalogCache.get(route || "");
+    const cached = this._catalogCache.get(catalogRoute(route));
     return cached ? this._catalogView(cached.body) : null;
+  }
+
+  /** The tools without routes, which every route has, of the latest reading of the catalog that
+   *  is not stale, filtered by the role now; null when there is none. The tool adapters stand in
+   *  with them on a route never read when the catalog cannot be read. */
+  _routelessTools() {
+    const latest = [...this._catalogCache.values()].at(-1);
+    return latest ? this._catalogView(latest.body).tools.filter((t) => !Array.isArray(t.routes) || t.routes.length === 0) : null;
   }
 
   _catalogView(body) {

@@ -42,6 +42,21 @@ export function normalizeRoute(route) {
   return "/" + routeSegments(route).join("/");
 }
 
+// The longest route the catalog endpoint takes, in bytes (owner/catalog's CheckRoute).
+const MAX_ROUTE_BYTES = 2048;
+
+const utf8 = new TextEncoder();
+
+/** route as the catalog endpoint takes it: in its normal form, with every character that is not
+ *  printable ASCII (a space, "é", as an app's route function may give them) percent-encoded as
+ *  UTF-8, the way location.pathname has them. "" (no route: the server then answers the tools of
+ *  every route alone) for no route or one over the endpoint's 2048 bytes. */
+export function catalogRoute(route) {
+  if (!route) return "";
+  const r = normalizeRoute(route).replace(/[^\x21-\x7e]/gu, (c) => Array.from(utf8.encode(c), (b) => "%" + b.toString(16).toUpperCase().padStart(2, "0")).join(""));
+  return r.length > MAX_ROUTE_BYTES ? "" : r;
+}
+
 const KIND_ORDER = { lit: 0, param: 1, wild: 2 };
 
 /** <0 when pattern a is more specific than b: segment by segment a literal beats a parameter,

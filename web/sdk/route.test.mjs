@@ -208,6 +208,65 @@ test("on a detail page {} and the same id mean this event, another id is ENTITY_
   await lease.stop({ release: false });
 });
 
+test("a router that rewrites the URL of the entity shown keeps its route-bound tools callable", async () => {
+  const { window, lease } = setup("/events/a%3Ab");
+  await lease.start();
+  let defs = [];
+  const reg = syncToolRegistry(lease, { sync: (d) => (defs = d) }, { handlers });
+  await reg.sync();
+  const get = defs.find((d) => d.name === "get_event_details");
+  assert.deepEqual(get.params, { event_id: "a:b" });
+  window.history.replaceState(null, "", "/events/a:b"); // the same event, its URL tidied
+  await reg.sync();
+  assert.equal((await get.execute({}, {})).event_id, "a:b");
+  assert.ok(defs.includes(get), "the same instance stays registered");
+  window.history.pushState(null, "", "/events/a:c");
+  assert.equal((await get.execute({}, {})).error?.code, "ROUTE_CHANGED", "another event is another page");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a route parameter bound to a number property is the number: {}, the number and its string are the current entity", async () => {
+  const items = [{ name: "get_item", description: "This item.", inputSchema: { type: "object", properties: { id: { type: "integer" } } }, annotations: { readOnlyHint: true }, routes: ["/items/:id"] }];
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, { tools: items });
+  const lease = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/items/42") }));
+  await lease.start();
+  let defs = [];
+  const reg = syncToolRegistry(lease, { sync: (d) => (defs = d) }, { handlers: { get_item: (args) => ({ id: args.id }) } });
+  await reg.sync();
+  const get = defs.find((d) => d.name === "get_item");
+  assert.deepEqual(await get.execute({}, {}), { id: 42 });
+  assert.deepEqual(await get.execute({ id: 42 }, {}), { id: 42 });
+  assert.deepEqual(await get.execute({ id: "42" }, {}), { id: 42 });
+  const other = await get.execute({ id: 7 }, {});
+  assert.equal(other.error?.code, "ENTITY_MISMATCH");
+  assert.deepEqual(other.error.details, { param: "id", current: 42, given: 7 });
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("catalog() sends a route as the server takes it: encoded, and none over 2048 bytes; an outage on a new route keeps the tools of every route", async () => {
+  const { window, server, lease } = setup("/events");
+  await lease.start();
+  const routes = () => server.callsTo("GET", "/catalog").map((c) => c.query.route ?? null);
+  assert.deepEqual((await lease.catalog("/events/my event")).tools.map((t) => t.name).sort(), ["get_event_details", "help", "rename_event"]);
+  assert.deepEqual((await lease.catalog("/événements")).tools.map((t) => t.name), ["help"]);
+  assert.deepEqual((await lease.catalog("/events/" + "x".repeat(2100))).tools.map((t) => t.name), ["help"]);
+  assert.deepEqual(routes(), ["/events/my%20event", "/%C3%A9v%C3%A9nements", null]);
+
+  let defs = [];
+  const reg = syncToolRegistry(lease, { sync: (d) => (defs = d) }, { handlers });
+  await reg.sync();
+  assert.deepEqual(defs.map((d) => d.name).sort(), ["get_event_details", "help", "search_events"]);
+  server.down = true;
+  window.history.pushState(null, "", "/events/evt-9"); // never read
+  await reg.sync();
+  assert.deepEqual(defs.map((d) => d.name), ["help"], "the tool without routes stays");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
 test("a navigation while the catalog is read registers nothing for the page that was left", async () => {
   const { window, lease } = setup("/events/evt-1");
   await lease.start();

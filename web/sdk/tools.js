@@ -181,11 +181,18 @@ class ToolScope {
     this._pageRoute = route;
     page.abort(endReason(toolError("UI_CONTEXT_CLOSED", "The page changed before the user answered.", { reason: "route", route: left, currentRoute: route })));
     for (const inst of [...this.instances.values()]) {
-      if (inst.pattern === null) continue;
-      const m = profileMatch(inst.tool, route);
-      if (!m || m.pattern !== inst.pattern || JSON.stringify(m.params) !== JSON.stringify(inst.params)) this.retire(inst, "route");
+      if (this.routeLeft(inst, route)) this.retire(inst, "route");
     }
     for (const fn of this._routeListeners) fn(route);
+  }
+
+  /** Whether route is not inst's page: a route-bound instance whose profile does not match route
+   *  with the same parameters. The raw routes may differ on one page ("/events/a%3Ab" tidied to
+   *  "/events/a:b" by the app's router). */
+  routeLeft(inst, route) {
+    if (inst.pattern === null) return false;
+    const m = profileMatch(inst.tool, route);
+    return !m || m.pattern !== inst.pattern || JSON.stringify(m.params) !== JSON.stringify(inst.params);
   }
 
   /** The instance of tool's profile for match ({pattern, params}), made once per key. */
@@ -196,7 +203,7 @@ class ToolScope {
     if (inst) this.retire(inst, "catalog");
     const ac = new AbortController(); // registered: aborts when retired
     const calls = new AbortController(); // its running calls: aborts when the route leaves it
-    inst = { key, tool, handler, route, pattern: match.pattern, params: match.params, ac, signal: ac.signal, calls, callSignal: calls.signal, refusal: null, def: null };
+    inst = { key, tool, handler, route, pattern: match.pattern, params: match.params, ac, signal: ac.signal, calls, callSignal: calls.signal, refusal: null, pending: null, def: null };
     this.instances.set(key, inst);
     return inst;
   }
@@ -209,12 +216,15 @@ class ToolScope {
     if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
     if (why === "route") {
       inst.refusal = this.routeChanged(inst);
-    } else if (!isReadOnlyTool(inst.tool) && this.lease.role !== "owner") {
-      inst.refusal = null; // the guard answers NOT_LEASE_OWNER with the lease's details
     } else {
       inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
+      // A mutation tool unregistered because the tab is not owner now (read-only while its
+      // lease is re-confirmed, say): a call that reaches it waits for the guard, which lets it
+      // run if this lease is confirmed and the catalog did not change meanwhile.
+      const lease = this.lease;
+      if (!isReadOnlyTool(inst.tool) && lease.role !== "owner" && lease._epoch > 0) inst.pending = { epoch: lease._epoch, version: lease._catalogVersion };
     }
-    inst.ac.abort(endReason(inst.refusal ?? this.lease._notOwner()));
+    inst.ac.abort(endReason(this.refusalNow(inst)));
     if (why === "route" || why === "closed") {
       const message = why === "route" ? "The page changed before the call completed." : "The page's tools were closed before the call completed.";
       inst.calls.abort(endReason(toolError("UI_CONTEXT_CLOSED", message, { reason: why, route: inst.route, currentRoute: this.route() })));
@@ -233,12 +243,23 @@ class ToolScope {
     });
   }
 
+  /** The answer to a call of inst, retired: ROUTE_CHANGED when the route left it; else, for a
+   *  mutation tool of a tab that is not owner, the guard's NOT_LEASE_OWNER with the lease's
+   *  details, and TOOL_RETIRED once the tab is owner again (with another lease, or another
+   *  catalog, than when it was retired: see retire). */
+  refusalNow(inst) {
+    if (inst.refusal.error.code === "ROUTE_CHANGED") return this.routeChanged(inst);
+    if (!isReadOnlyTool(inst.tool) && this.lease.role !== "owner") return this.lease._notOwner();
+    return inst.refusal;
+  }
+
   /** Runs a call of inst. */
   call(inst, args, callerCtx) {
-    if (inst.refusal?.error.code === "ROUTE_CHANGED") return Promise.resolve(this.routeChanged(inst));
-    if (inst.refusal) return Promise.resolve(inst.refusal);
+    const p = inst.pending;
+    const waits = p && p.epoch === this.lease._epoch && p.version === this.lease._catalogVersion;
+    if (inst.refusal && !waits) return Promise.resolve(this.refusalNow(inst));
     if (inst.callSignal.aborted) return Promise.resolve(abortAnswer(inst.callSignal));
-    if (inst.pattern !== null && this.route() && inst.route !== this.route()) {
+    if (this.route() && this.routeLeft(inst, this.route())) {
       this.retire(inst, "route");
       return Promise.resolve(inst.refusal);
     }
@@ -265,8 +286,9 @@ class ToolScope {
    *  definitions that are not among them are retired. Null when the route changed while the
    *  catalog was read: the sync that change started gives the new route's. When the catalog
    *  cannot be read (the server is down, or the page is frozen, when browsers refuse requests),
-   *  the tools of its last reading for this route stand in, filtered by the role now, before the
-   *  caller's fallback: a tab never loses its read-only tools to an outage. readFailed says so. */
+   *  the tools of its last reading for this route stand in, filtered by the role now, then the
+   *  caller's fallback, then the tools without routes of the latest reading of another route: a
+   *  tab never loses its read-only tools to an outage. readFailed says so. */
   async definitions({ handlers = {}, tools: fallback = null, onError = undefined }) {
     const route = this.route();
     let tools = null;
@@ -286,11 +308,13 @@ class ToolScope {
     if (this.route() !== route) return null;
     this.readFailed = failed;
     if (!tools && failed) tools = this.lease._lastCatalog(route)?.tools ?? null;
-    if (!tools) {
+    if (!tools && fallback) {
       const role = this.lease.role;
-      const mine = (fallback ?? []).filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
+      const mine = fallback.filter((t) => !t.disabled && (role === "owner" || isReadOnlyTool(t)));
       tools = route ? profilesFor(mine, route).map((p) => p.tool) : mine;
     }
+    if (!tools && failed) tools = this.lease._routelessTools();
+    tools ??= [];
     const keep = new Set();
     const defs = [];
     for (const t of tools) {

@@ -169,6 +169,39 @@ test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools,
   await lease.stop({ release: false });
 });
 
+test("WebMCP: a mutation tool's definition kept from an earlier lease never runs: refused in a viewer, TOOL_RETIRED in the next lease, also once disabled", async () => {
+  for (const disable of [false, true]) {
+    const { server, lease } = setup();
+    await lease.start();
+    const mc = new ModelContext();
+    const bridge = registerWebMCPTools(lease, { modelContext: mc, handlers, route: "/events" });
+    await bridge.sync();
+    const save = mc.tools.get("save_event"); // an agent keeps it
+
+    server.takeoverBy("t-other");
+    lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
+    assert.equal((await save.execute({ event_id: "evt-1" }, {})).error?.code, NOT_LEASE_OWNER);
+    if (disable) {
+      // The kill switch, while this tab is a viewer.
+      server.tools = TOOLS.map((t) => (t.name === "save_event" ? { ...t, disabled: true } : t));
+      server.catalogVersion = "sha256:v2";
+      lease._onStreamEvent({ type: "catalog", id: "10-0", data: { version: "sha256:v2" } });
+      await flush();
+    }
+
+    await lease.takeover(); // this tab's next lease
+    await flush();
+    await bridge.sync();
+    assert.equal(lease.role, "owner");
+    assert.equal(mc.names().includes("save_event"), !disable);
+    const old = await save.execute({ event_id: "evt-1" }, {});
+    assert.equal(old.error?.code, "TOOL_RETIRED", `${disable ? "disabled" : "enabled"}: answered ${JSON.stringify(old)}`);
+    if (!disable) assert.deepEqual(await mc.tools.get("save_event").execute({ event_id: "evt-1" }, {}), { saved: "evt-1", epoch: lease.epoch });
+    bridge.close();
+    await lease.stop({ release: false });
+  }
+});
+
 test("WebMCP: a catalog tool named like what every object has (toString, constructor) gets no handler from the prototype", async () => {
   const inherited = ["constructor", "toString", "valueOf", "hasOwnProperty", "__defineGetter__", "isPrototypeOf"];
   const tools = [TOOLS[0], ...inherited.map((name) => ({ name, description: "Not the app's.", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } }))];
