@@ -44,6 +44,8 @@ func TestServeStopsOnABadRedisURLWithOneLineNamingTheProblem(t *testing.T) {
 		{"redis://app:hunter2-secret@cache:6379?cluster=true&master_name=tablease", "exclude each other"},
 		{"rediss://app:hunter2-secret@cache:6379?pool=9", "unexpected option: pool"},
 		{"redis://app:hunter2-secret@cache:6379/db7", "invalid database number"},
+		{"redis://app:hunter2-secret@cache:99999/0", "port 99999 is not from 1 to 65535"},
+		{"redis://app:hunter2-secret@cache:0/0?master_name=tablease", "port 0 is not from 1 to 65535"},
 		{"redis://sentinel:hunter2-secret@s1:26379/0?master_name=tablease&dial_timeout=soon", "invalid dial_timeout"},
 		{"redis://app:hunter2-secret@n1:6379?cluster=true&addr=n2:6379&pool_size=many", `pool_size="many" is not a whole number`},
 		{"redis://app:hunter2-secret@cache:6379/0?pool_size=-1", `pool_size="-1" is not a whole number from 0 to 1000`},
@@ -103,6 +105,16 @@ func TestServeStopsOnAClusterURLOfOneServerWithExitCodeTwo(t *testing.T) {
 		" is outside a Redis Cluster (CLUSTER SLOTS answers no slot map); remove cluster=true"
 	if last := serveRefuses(t, "redis://"+rds.Addr()+"?cluster=true"); last != want {
 		t.Fatalf("last line %q, want %q", last, want)
+	}
+}
+
+// TestServeStopsOnCredentialsRedisRefusesWithExitCodeTwo: a password Redis refuses is a
+// configuration error the start finds once Redis answers, not an outage to wait out with 503s.
+func TestServeStopsOnCredentialsRedisRefusesWithExitCodeTwo(t *testing.T) {
+	rds := redistest.Start(t)
+	const want = "configuration: TABLEASE_REDIS_URL: the server refused the URL's user and password (WRONGPASS"
+	if last := serveRefuses(t, "redis://ghost:hunter2-secret@"+rds.Addr()+"/0"); !strings.HasPrefix(last, want) || strings.Contains(last, "hunter2") {
+		t.Fatalf("last line %q, want %q… without the password", last, want)
 	}
 }
 

@@ -112,7 +112,13 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		return nil, errors.New("leaseredis: bad Redis URL: invalid escape in the query: a % not followed by two hex digits")
 	}
 	q := u.Query()
-	// go-redis dials an addr= without a usable port again and again rather than refuse it.
+	// go-redis dials a port out of range again and again rather than refuse it, in the URL's host
+	// (whose port url.Parse only checks for digits) as in an addr=.
+	if port := u.Port(); u.Scheme != "unix" && port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, redact(fmt.Errorf("port %s is not from 1 to 65535", port))
+		}
+	}
 	for _, a := range q["addr"] {
 		_, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {

@@ -115,6 +115,11 @@ func TestConformanceOnCluster(t *testing.T) {
 		if err := engine(clusterURL(c)).ServerMismatch(t.Context()); err != nil {
 			t.Errorf("ServerMismatch of the Cluster's URL = %v, want none", err)
 		}
+		node := c.Nodes[0].Addr()
+		want := "the nodes at " + node + " refused the URL's user and password (WRONGPASS"
+		if err := engine("redis://ghost:bad@" + node + "?cluster=true").ServerMismatch(t.Context()); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ServerMismatch with a password the nodes refuse = %v, want %q…", err, want)
+		}
 	})
 }
 

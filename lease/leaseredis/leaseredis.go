@@ -611,7 +611,7 @@ func (e *Engine) Replicas(ctx context.Context) (map[string]int, error) {
 		addr := c.Options().Addr
 		if o := sentinelOptions(c); o != nil {
 			// go-redis's address of a Sentinel client is "FailoverClient".
-			primary, _, _ := askSentinels(ctx, o)
+			primary := askSentinels(ctx, o).primary
 			addr = cmp.Or(primary, "the primary of master_name="+o.MasterName)
 		}
 		mu.Lock()
@@ -667,14 +667,17 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		return nil
 	}
 	if o := sentinelOptions(c); o != nil {
-		switch primary, unaware, servers := askSentinels(ctx, o); {
-		case primary != "":
-		case len(unaware) > 0:
+		switch a := askSentinels(ctx, o); {
+		case a.primary != "":
+		case len(a.denied) > 0:
+			return fmt.Errorf("the Sentinels at %s refused the URL's user and password (%v); with master_name they are the Sentinels', and username= and password= the primary's",
+				strings.Join(a.denied, ", "), a.deniedErr)
+		case len(a.unaware) > 0:
 			return fmt.Errorf("no Sentinel at %s knows a primary named %q; set master_name to a name that SENTINEL MASTERS lists",
-				strings.Join(unaware, ", "), o.MasterName)
-		case len(servers) > 0:
+				strings.Join(a.unaware, ", "), o.MasterName)
+		case len(a.servers) > 0:
 			return fmt.Errorf("%s Redis, not Sentinel (SENTINEL is an unknown command): with master_name the URL names the Sentinels (port 26379 by default); to use one server, drop master_name",
-				serversAt(servers))
+				serversAt(a.servers))
 		}
 	}
 	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
@@ -685,6 +688,12 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 	}
 	if serverSaid(err, "DB index is out of range") {
 		return fmt.Errorf("the server has no database %d (%v); use a database below its `databases` setting (16 by default)", c.Options().DB, err)
+	}
+	if refusedCredentials(err) {
+		if sentinelOptions(c) != nil {
+			return fmt.Errorf("the primary refused the user and password of username= and password= (%v)", err)
+		}
+		return fmt.Errorf("the server refused the URL's user and password (%v)", err)
 	}
 	if err != nil {
 		return nil
@@ -700,11 +709,19 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 	return nil
 }
 
+// sentinelAnswers are what the Sentinels of a URL answered (askSentinels).
+type sentinelAnswers struct {
+	primary   string   // the address of the primary one of them gave
+	unaware   []string // the Sentinels that answered that they know no primary of that name
+	servers   []string // the addresses whose servers do not know the command (Redis, not Sentinels)
+	denied    []string // the addresses that refused the credentials (WRONGPASS, NOAUTH)
+	deniedErr error    // one of their answers
+}
+
 // askSentinels asks every Sentinel of o at once for the address of the primary named
-// o.MasterName. It answers the address one of them gave, the Sentinels that answered that they
-// know no primary of that name, and the addresses whose servers do not know the command (Redis
-// servers, not Sentinels); a server that does not answer, or refuses the question, is in none.
-func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string, unaware, servers []string) {
+// o.MasterName. A server that does not answer, or refuses the question (NOPERM), is in none of
+// the lists; the lists are sorted.
+func askSentinels(ctx context.Context, o *redis.FailoverOptions) (a sentinelAnswers) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, addr := range o.SentinelAddrs {
@@ -715,29 +732,39 @@ func askSentinels(ctx context.Context, o *redis.FailoverOptions) (primary string
 				ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true,
 				MaxRetries: -1, PoolSize: 1, DisableIdentity: o.DisableIdentity})
 			defer s.Close()
-			a, err := s.GetMasterAddrByName(ctx, o.MasterName).Result()
+			hostPort, err := s.GetMasterAddrByName(ctx, o.MasterName).Result()
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case err == nil && len(a) == 2:
-				primary = net.JoinHostPort(a[0], a[1])
+			case err == nil && len(hostPort) == 2:
+				a.primary = net.JoinHostPort(hostPort[0], hostPort[1])
 			case errors.Is(err, redis.Nil):
-				unaware = append(unaware, addr)
+				a.unaware = append(a.unaware, addr)
 			case unknownCommand(err):
-				servers = append(servers, addr)
+				a.servers = append(a.servers, addr)
+			case refusedCredentials(err):
+				a.denied = append(a.denied, addr)
+				a.deniedErr = err
 			}
 		})
 	}
 	wg.Wait()
-	slices.Sort(unaware)
-	slices.Sort(servers)
-	return primary, unaware, servers
+	slices.Sort(a.unaware)
+	slices.Sort(a.servers)
+	slices.Sort(a.denied)
+	return a
 }
 
 // serverSaid reports whether err is an error reply of the server that holds text.
 func serverSaid(err error, text string) bool {
 	var reply redis.Error
 	return errors.As(err, &reply) && strings.Contains(reply.Error(), text)
+}
+
+// refusedCredentials reports whether err is a server's refusal of the client's user and password:
+// wrong ones (WRONGPASS), or none where the server asks for them (NOAUTH).
+func refusedCredentials(err error) bool {
+	return serverSaid(err, "WRONGPASS") || serverSaid(err, "NOAUTH")
 }
 
 // unknownCommand reports whether err is a server's answer that it does not know the command.
@@ -756,14 +783,15 @@ func serversAt(addrs []string) string {
 
 // clusterMismatch asks every node that o names (its seeds) at once for the slot map, and reports
 // the nodes that answer that they have cluster support disabled, or do not know the command (a
-// Sentinel), when no node answers with the map.
+// Sentinel), or refuse the URL's credentials, when no node answers with the map.
 func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 	if o.ClusterSlots != nil {
 		return nil // the client does not ask the nodes for the slot map
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	inCluster, standalone := false, []string(nil)
+	inCluster, standalone, denied := false, []string(nil), []string(nil)
+	var deniedErr error
 	for _, addr := range o.Addrs {
 		wg.Go(func() {
 			c := redis.NewClient(&redis.Options{Addr: addr, ClientName: o.ClientName, Dialer: o.Dialer, Protocol: o.Protocol,
@@ -783,11 +811,21 @@ func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 				inCluster = true
 			case serverSaid(err, "cluster support disabled"), unknownCommand(err):
 				standalone = append(standalone, addr)
+			case refusedCredentials(err):
+				denied = append(denied, addr)
+				deniedErr = err
 			}
 		})
 	}
 	wg.Wait()
-	if inCluster || len(standalone) == 0 {
+	if inCluster {
+		return nil
+	}
+	if len(denied) > 0 {
+		slices.Sort(denied)
+		return fmt.Errorf("the nodes at %s refused the URL's user and password (%v)", strings.Join(denied, ", "), deniedErr)
+	}
+	if len(standalone) == 0 {
 		return nil
 	}
 	slices.Sort(standalone)

@@ -1353,6 +1353,43 @@ func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
 	}
 }
 
+// TestServerMismatchNamesRefusedCredentials: a user or password that Redis refuses (WRONGPASS),
+// or none where it asks for one (NOAUTH), is a mismatch, not an outage: no retry makes it work.
+func TestServerMismatchNamesRefusedCredentials(t *testing.T) {
+	rds := redistest.Start(t)
+	addr := rds.Addr()
+	if err := rds.Client(t).Do(t.Context(), "ACL", "SETUSER", "app", "on", ">right", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mismatch := func(url string) error { return engineOn(t, url, "", time.Second).ServerMismatch(t.Context()) }
+	const refused = "the server refused the URL's user and password ("
+	for _, url := range []string{"redis://app:wrong@" + addr + "/0", "redis://ghost:right@" + addr + "/0"} {
+		if err := mismatch(url); err == nil || !strings.HasPrefix(err.Error(), refused+"WRONGPASS") {
+			t.Errorf("ServerMismatch of %s = %v, want %q…WRONGPASS", url, err, refused)
+		}
+	}
+	if err := mismatch("redis://app:right@" + addr + "/0"); err != nil {
+		t.Errorf("ServerMismatch of the right user and password = %v, want none", err)
+	}
+
+	if err := rds.Client(t).ConfigSet(t.Context(), "requirepass", "pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: addr, Password: "pw"})
+		defer c.Close()
+		if err := c.ConfigSet(context.Background(), "requirepass", "").Err(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := mismatch("redis://" + addr + "/0"); err == nil || !strings.HasPrefix(err.Error(), refused+"NOAUTH") {
+		t.Errorf("ServerMismatch without the password Redis asks for = %v, want %q…NOAUTH", err, refused)
+	}
+	if err := mismatch("redis://:pw@" + addr + "/0"); err != nil {
+		t.Errorf("ServerMismatch with requirepass's password = %v, want none", err)
+	}
+}
+
 // TestServerMismatchNamesAReplica: a URL of one server that reached a replica is a mismatch; one
 // that reached a primary is not, nor one whose server does not answer.
 func TestServerMismatchNamesAReplica(t *testing.T) {

@@ -117,6 +117,14 @@ func TestServerMismatchOfSentinels(t *testing.T) {
 	if err := mismatch("redis://noask:pw@" + addrs[0] + "/0?master_name=wrong"); err != nil {
 		t.Errorf("ServerMismatch as a Sentinel user who may not ask for the primary = %v, want none", err)
 	}
+	want = "the Sentinels at " + addrs[0] + " refused the URL's user and password (WRONGPASS"
+	if err := mismatch("redis://noask:bad@" + addrs[0] + "/0?master_name=" + redistest.MasterName); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("ServerMismatch with a password the Sentinel refuses = %v, want %q…", err, want)
+	}
+	want = "the primary refused the user and password of username= and password= (WRONGPASS"
+	if err := mismatch(sentinelURL(s) + "&username=ghost&password=bad"); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("ServerMismatch with a primary's password it refuses = %v, want %q…", err, want)
+	}
 
 	const sentinel = "the server is a Redis Sentinel; name the primary it monitors with master_name=<name>, and the other Sentinels with addr=<host:port>"
 	if err := mismatch("redis://" + addrs[0] + "/0"); err == nil || err.Error() != sentinel {
