@@ -36,6 +36,7 @@ type renewBody struct {
 type releaseBody struct {
 	TabID string          `json:"tabId"`
 	Epoch json.RawMessage `json:"epoch,omitempty"`
+	Gone  bool            `json:"gone"` // the tab is gone for good: no epoch (lease.ReleaseRequest.Gone)
 }
 
 // releaseAnswer is the answer of a release.
@@ -191,11 +192,15 @@ func (s *Server) release(c echo.Context) (err error) {
 	if err := validTabID(b.TabID); err != nil {
 		return err
 	}
-	epoch, err := epochFrom(b.Epoch)
-	if err != nil {
+	var epoch int64
+	if b.Gone {
+		if b.Epoch != nil {
+			return fieldError("epoch", "must be left out when gone is true: the tab's lease ends at whatever epoch")
+		}
+	} else if epoch, err = epochFrom(b.Epoch); err != nil {
 		return err
 	}
-	res, err := s.engine.Release(c.Request().Context(), lease.ReleaseRequest{Key: key, TabID: b.TabID, Epoch: epoch})
+	res, err := s.engine.Release(c.Request().Context(), lease.ReleaseRequest{Key: key, TabID: b.TabID, Epoch: epoch, Gone: b.Gone})
 	s.metrics.observeOp("release", err)
 	if err != nil {
 		return err

@@ -224,3 +224,37 @@ func TestTheHolderMayAskForANewEpoch(t *testing.T) {
 	// Another tab asking for one gets what its mode gives.
 	wantError(t, h.post(p, alice, `{"tabId":"tab-b","newEpoch":true}`), http.StatusConflict, CodeLeaseHeld)
 }
+
+// TestAGoneTabLosesItsLeaseAndGetsNoneFromAnAcquireSentBefore: a release with gone: true ends the
+// tab's lease without an epoch, and an acquire of that tab arriving after it, in any mode, answers
+// 409 TAB_GONE, the lease left as it is; a gone release that names an epoch is refused.
+func TestAGoneTabLosesItsLeaseAndGetsNoneFromAnAcquireSentBefore(t *testing.T) {
+	h := newHarness(t)
+	alice := h.token("alice")
+	p := leasePath("doc-42")
+	readLease(t, h.post(p, alice, `{"tabId":"tab-a"}`))
+	e := wantError(t, h.post(p+"/release", alice, `{"tabId":"tab-a","epoch":1,"gone":true}`), http.StatusBadRequest, CodeInvalidArgument)
+	if e.Error.Details["field"] != "epoch" {
+		t.Errorf("a gone release with an epoch: details %v, want field epoch", e.Error.Details)
+	}
+	rec := h.post(p+"/release", alice, `{"tabId":"tab-a","gone":true}`)
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"released":true}` {
+		t.Fatalf("gone release of the holder = %d %s, want 200 released", rec.Code, rec.Body)
+	}
+	for _, mode := range []string{"try", "takeover", "handoff"} {
+		e := wantError(t, h.post(p, alice, `{"tabId":"tab-a","mode":"`+mode+`"}`), http.StatusConflict, CodeTabGone)
+		if *e.Error.Retryable {
+			t.Errorf("TAB_GONE (mode %s) is retryable; the tab is gone", mode)
+		}
+	}
+	b := readLease(t, h.post(p, alice, `{"tabId":"tab-b"}`))
+	// A tab that goes while its takeover is on its way: the takeover takes nothing.
+	rec = h.post(p+"/release", alice, `{"tabId":"tab-c","gone":true}`)
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"released":false}` {
+		t.Fatalf("gone release of a tab that holds nothing = %d %s, want 200 not released", rec.Code, rec.Body)
+	}
+	wantError(t, h.post(p, alice, `{"tabId":"tab-c","mode":"takeover"}`), http.StatusConflict, CodeTabGone)
+	if g := readLease(t, h.get(p+"?tabId=tab-b", alice)); g.Epoch != b.Epoch || g.Holder == nil || g.Holder.TabID != "tab-b" {
+		t.Fatalf("the lease after the gone tab's takeover = %+v, want tab-b's at %d", g, b.Epoch)
+	}
+}

@@ -24,6 +24,8 @@ var (
 	ErrTooManySessions = errors.New("lease: too many sessions")
 	// ErrTooManyTabs: the session's presence list holds MaxPresence connections already.
 	ErrTooManyTabs = errors.New("lease: too many tabs")
+	// ErrTabGone: the tab said it is gone (ReleaseRequest.Gone) less than GoneWindow ago.
+	ErrTabGone = errors.New("lease: the tab is gone")
 	// ErrNotReplicated: a write the engine was told to confirm on replicas took effect on the
 	// store's primary, but fewer replicas than asked confirmed it in time (ReplicationError); it
 	// also matches ErrUnavailable.

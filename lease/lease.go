@@ -194,7 +194,18 @@ type ReleaseRequest struct {
 	Key   Key
 	TabID string
 	Epoch int64
+	// Gone says the tab is gone for good (its page was unloaded), with Epoch 0: the release ends
+	// the lease the tab holds at any epoch, and for GoneWindow the session refuses the tab's
+	// acquires with ErrTabGone, so that an acquire the tab sent before it went, still on its way,
+	// grants nothing. The browser client sends it from pagehide when the tab holds the lease or
+	// waits for an acquire's answer: otherwise the late grant would leave the session to a closed
+	// tab until its expiry.
+	Gone bool
 }
+
+// GoneWindow is how long a session refuses the acquires of a tab that said it is gone
+// (ReleaseRequest.Gone): longer than any acquire it sent before may take to arrive.
+const GoneWindow = time.Minute
 
 // ReleaseResult is the answer to Release.
 type ReleaseResult struct {
@@ -220,9 +231,10 @@ type Engine interface {
 	// mode, keeps its epoch, has its label and hidden flag updated, and its lease extended from now
 	// by the clamped TTL, so a retried acquire never mints a second epoch; unless req.NewEpoch
 	// asks for a new one (a grant: NextEpoch, the label, flag and TTL as asked). It fails with
-	// *RetryError matching ErrBlocked while an admin's block lasts (see Admin.Revoke), and with
+	// *RetryError matching ErrBlocked while an admin's block lasts (see Admin.Revoke), with
 	// *RetryError matching ErrHandoffPending when a handoff is requested or the lease is reserved
-	// for another tab (see ModeHandoff).
+	// for another tab (see ModeHandoff), and with ErrTabGone for a tab that said it is gone
+	// (ReleaseRequest.Gone), in every mode.
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Renew extends the lease from now by the clamped TTL and records the hidden flag. It fails
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not
@@ -230,7 +242,10 @@ type Engine interface {
 	Renew(ctx context.Context, req RenewRequest) (Lease, error)
 	// Release ends the lease when req.TabID holds it at req.Epoch. It is idempotent: a retry of a
 	// release that succeeded answers true again; releasing a lease that is free, expired or held
-	// by someone else changes nothing and reports false.
+	// by someone else changes nothing and reports false. A release with req.Gone ends the lease
+	// req.TabID holds at any epoch, and makes Acquire fail with ErrTabGone for that tab for
+	// GoneWindow (a session at the user's bound of sessions that has no state keeps no such mark:
+	// the acquire it would refuse is refused as one session too many).
 	Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error)
 	// Get reads the lease of key. A session that never had a lease is a free lease with epoch 0.
 	Get(ctx context.Context, key Key) (Lease, error)

@@ -32,8 +32,22 @@ func (r AcquireRequest) validateHolder() error {
 // Validate checks the key, tab id and epoch.
 func (r RenewRequest) Validate() error { return validateTabEpoch(r.Key, r.TabID, r.Epoch) }
 
-// Validate checks the key, tab id and epoch.
-func (r ReleaseRequest) Validate() error { return validateTabEpoch(r.Key, r.TabID, r.Epoch) }
+// Validate checks the key, tab id and epoch: 0 with Gone, in range without.
+func (r ReleaseRequest) Validate() error {
+	if !r.Gone {
+		return validateTabEpoch(r.Key, r.TabID, r.Epoch)
+	}
+	if err := r.Key.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateID("tabId", r.TabID); err != nil {
+		return err
+	}
+	if r.Epoch != 0 {
+		return &InvalidError{Field: "epoch", Reason: "must be left out when the tab is gone: it ends the lease of the tab at any epoch"}
+	}
+	return nil
+}
 
 // ValidateCheck checks the arguments of Engine.Check.
 func ValidateCheck(key Key, tabID string, epoch int64) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -9,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -711,6 +714,128 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			t.Errorf("a guarded mutation in the owner tab after the restart answered %s, want ran; client: %v", got, lifecycleOf(owner))
 		}
 	})
+
+	t.Run("a tab closed while its takeover is on its way gets nothing from it, whether the takeover or the close reaches the server first", func(t *testing.T) {
+		for _, late := range []string{"request", "answer"} {
+			session := "closed-mid-takeover-" + late
+			srv := startDemoServer(t, rds, nil)
+			srv.takeOverElsewhere(session, elsewhereTab)
+			proxy := holdTakeovers(t, srv.base, late == "request")
+			via := srv
+			via.base = proxy.url
+			tab := via.open(browsertest.Start(t).NewTab("closing"), session)
+			tab.WaitFor("the tab to be a viewer", viewerOfJS(elsewhereTab), 10*time.Second)
+			browsertest.Eval[bool](tab, `(tablease.takeover().catch(() => {}), true)`) // "Use here"
+			proxy.waitHeld(t)
+			tab.Close()
+			proxy.waitGone(t, tab.id)
+			proxy.let()
+			if code, g := srv.api.do("GET", "/v1/sessions/"+session+"/lease", nil); code != 200 || holderOf(g) == tab.id {
+				t.Errorf("the takeover's %s late: the closed tab holds the lease: %d %v", late, code, g)
+			} else if late == "request" && holderOf(g) != elsewhereTab {
+				t.Errorf("the takeover's request late: the lease is %v, want %s's as before", g, elsewhereTab)
+			}
+		}
+	})
+}
+
+// takeoverProxy stands between the browser and a server: it holds the first takeover (a POST of
+// …/lease with mode takeover) until let is called, and sees the releases that say a tab is gone.
+type takeoverProxy struct {
+	url   string
+	held  chan struct{} // closed once the takeover is held
+	letGo chan struct{} // closed by let
+	done  chan struct{} // closed once the held takeover was answered
+	mu    sync.Mutex
+	gone  map[string]bool // tab ids of the releases with gone: true that reached the server
+}
+
+// holdTakeovers starts a takeoverProxy to base. With late request the takeover reaches the server
+// once let is called, whatever the browser did meanwhile (a closed tab's request goes on, as one
+// the network delivers late); otherwise it reaches the server at once and its answer is held.
+func holdTakeovers(t *testing.T, base string, lateRequest bool) *takeoverProxy {
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, FlushInterval: -1}
+	p := &takeoverProxy{held: make(chan struct{}), letGo: make(chan struct{}), done: make(chan struct{}), gone: map[string]bool{}}
+	var once atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || (!strings.HasSuffix(r.URL.Path, "/lease") && !strings.HasSuffix(r.URL.Path, "/lease/release")) {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var b struct {
+			TabID, Mode string
+			Gone        bool
+		}
+		_ = json.Unmarshal(body, &b)
+		switch {
+		case b.Gone:
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			p.mu.Lock()
+			p.gone[b.TabID] = rec.Code == http.StatusOK
+			p.mu.Unlock()
+			return
+		case b.Mode != "takeover" || !once.CompareAndSwap(false, true):
+			rp.ServeHTTP(w, r)
+			return
+		}
+		defer close(p.done)
+		// The browser drops the request when its tab closes: the server gets it all the same.
+		r = r.WithContext(context.WithoutCancel(r.Context()))
+		close(p.held)
+		rec := httptest.NewRecorder()
+		if !lateRequest {
+			rp.ServeHTTP(rec, r)
+		}
+		<-p.letGo
+		if lateRequest {
+			rp.ServeHTTP(rec, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+func (p *takeoverProxy) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no takeover reached the proxy within 10 s")
+	}
+}
+
+// waitGone waits until a release saying tab is gone has reached the server.
+func (p *takeoverProxy) waitGone(t *testing.T, tab string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		ok, seen := p.gone[tab]
+		p.mu.Unlock()
+		switch {
+		case seen && ok:
+			return
+		case seen:
+			t.Fatalf("the release saying %s is gone was not answered 200", tab)
+		case time.Now().After(deadline):
+			t.Fatalf("no release saying %s is gone reached the server within 10 s of its close", tab)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// let lets the held takeover go on, and waits until the server answered it.
+func (p *takeoverProxy) let() {
+	close(p.letGo)
+	<-p.done
 }
 
 const (

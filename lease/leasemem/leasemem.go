@@ -158,6 +158,10 @@ type entry struct {
 	revokes map[revokeID]revokeMemo
 	// handoff is the session's handoff request or reservation, nil if none (see handoff.go).
 	handoff *handoff
+	// goneTab is the last tab that said it is gone (lease.ReleaseRequest.Gone), whose acquires
+	// are refused until goneUntil.
+	goneTab   string
+	goneUntil time.Time
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
@@ -245,6 +249,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 
 	s := e.settled(req.Key, now)
 	if s != nil {
+		if s.goneTab == req.Holder.TabID && s.goneUntil.After(now) {
+			return lease.Lease{}, lease.ErrTabGone
+		}
 		if err := s.blocked(now); err != nil {
 			return lease.Lease{}, err
 		}
@@ -369,6 +376,20 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	e.sweep(now)
 
 	s := e.settled(req.Key, now)
+	if req.Gone {
+		if s == nil {
+			var err error
+			if s, err = e.admit(req.Key); err != nil {
+				// No mark: the acquire it would refuse is refused as one session too many.
+				return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
+			}
+		}
+		s.goneTab, s.goneUntil = req.TabID, now.Add(lease.GoneWindow)
+		if !s.held(now) || s.holder.TabID != req.TabID {
+			return lease.ReleaseResult{Lease: s.lease(req.Key, now)}, nil
+		}
+		req.Epoch = s.epoch
+	}
 	switch {
 	case s == nil:
 		return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
@@ -522,7 +543,7 @@ func (e *Engine) sweep(now time.Time) {
 		// test keeps event ids increasing if they did.
 		idle := e.live[key] == nil && now.Sub(s.expiresAt) > e.idle && s.epoch < nowMicros &&
 			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > e.idle && !s.keptByAdmin(now, e.idle) &&
-			(s.handoff == nil || !s.handoff.until.Add(e.idle).After(now))
+			(s.handoff == nil || !s.handoff.until.Add(e.idle).After(now)) && !s.goneUntil.Add(e.idle).After(now)
 		// An expiry nobody announced yet (nobody watches the session, no call came) is announced
 		// here, and so gets its audit record, whether or not the entry goes: as the Redis engine's
 		// sweep does.

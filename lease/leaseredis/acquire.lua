@@ -17,7 +17,8 @@
 -- lease, with the end of the block as until_us, while an admin's block lasts (block_until_us, see
 -- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53;
 -- "FULL" and the free lease, changing nothing, when the session has no state and the user is at
--- the limit of sessions (admit in admin.lua).
+-- the limit of sessions (admit in admin.lua); "GONE" and the lease, changing nothing, while the
+-- tab is marked gone (release.lua).
 --
 -- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch
 -- unless ARGV[9] asks for a new one; a call go-redis resends after losing its answer is answered
@@ -60,6 +61,11 @@ end
 local now = now_us()
 local s = load(now)
 settle(s, now)
+
+-- Refuse a tab that said it is gone (release.lua), in every mode.
+if s.gone_until_us > now and s.gone_tab == tab_mark(tab) then
+  return finish(s, now, reply('GONE', s, now))
+end
 
 -- Refuse a session the user has no state for when the user is at the limit of sessions.
 if not admit(s, now) then

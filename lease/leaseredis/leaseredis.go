@@ -422,6 +422,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 		return lease.Lease{}, lease.ErrEpochExhausted
 	case statusFull:
 		return lease.Lease{}, &lease.SessionLimitError{Limit: e.perUser}
+	case statusGone:
+		return lease.Lease{}, lease.ErrTabGone
 	}
 	return lease.Lease{}, unexpected(op, status)
 }
@@ -457,7 +459,11 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	if err := req.Validate(); err != nil {
 		return lease.ReleaseResult{}, err
 	}
-	v, err := e.change(ctx, "release", releaseFn, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
+	args := []any{req.TabID, strconv.FormatInt(req.Epoch, 10)}
+	if req.Gone {
+		args = []any{req.TabID, "gone", lease.GoneWindow.Milliseconds()}
+	}
+	v, err := e.change(ctx, "release", releaseFn, req.Key, args...)
 	status, l, err := leaseAnswer("release", req.Key, v, err)
 	if err != nil {
 		return lease.ReleaseResult{}, err

@@ -3,10 +3,17 @@
 -- KEYS[9]     where the answer of this call is kept for its retries (see state.lua)
 -- ARGV[1]  the common arguments (see state.lua)
 -- ARGV[2]  tab id
--- ARGV[3]  epoch
+-- ARGV[3]  epoch, or "gone" when the tab is gone for good (lease.ReleaseRequest.Gone)
+-- ARGV[4]  with "gone": the window in milliseconds for which the tab's acquires are refused
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
+--
+-- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
+-- (gone_tab, gone_until_us in state.lua) so that acquire.lua refuses its acquires until the end of
+-- the window: one it sent before it went, arriving after this call, grants nothing. A session
+-- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
+-- admin.lua): the acquire the mark would refuse is then refused as one session too many.
 --
 -- When this call ends the lease while a handoff request is pending (lease.ModeHandoff), the free
 -- lease is reserved for the requester until now plus the request's reserve window
@@ -18,7 +25,9 @@
 
 -- Validate.
 local tab = ARGV[2]
-local epoch = arg_int(3, 1, MAX_EPOCH)
+local gone = ARGV[3] == 'gone'
+local epoch = gone and 0 or arg_int(3, 1, MAX_EPOCH)
+local gone_ms = gone and arg_int(4, 1, MAX_EPOCH) or 0
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()
@@ -30,6 +39,17 @@ end
 local now = now_us()
 local s = load(now)
 settle(s, now)
+
+-- Mark a gone tab, and release whatever epoch it holds.
+if gone then
+  if admit(s, now) then
+    s.gone_tab, s.gone_until_us = tab_mark(tab), now + gone_ms * 1000
+    state_set('gone_tab', s.gone_tab, 'gone_until_us', int(s.gone_until_us))
+  end
+  if s.tab == tab then
+    epoch = s.epoch
+  end
+end
 
 -- Decide.
 if not held_by(s, now, tab, epoch) then

@@ -90,6 +90,10 @@
 --                        must exceed it even when the log was trimmed or expired (events.lua)
 --   block_until_us       store time (µs) until which an admin blocked grants (revoke.lua); grants
 --                        are refused while it is after now
+--   gone_tab,            the mark (tab_mark) of the last tab that said it is gone (release.lua,
+--   gone_until_us        lease.ReleaseRequest.Gone), and the store time (µs) until which its
+--                        acquires are refused; a session is not parked before then (parkable), and
+--                        its state is kept at least until then (keep_until in admin.lua)
 --   keep_us              store time (µs) when the retry window of the last revoke with a request
 --                        id ends: the hash is kept at least until then (keep in admin.lua), as
 --                        that revoke's answer is (KEYS[11]), and no longer for it
@@ -419,7 +423,7 @@ local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_
   'transitions', 'block_until_us', 'keep_us', 'ho_tab'}
 
 -- REST_FIELDS are the other fields that load reads first, in the order of load_rest.
-local REST_FIELDS = {'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id'}
+local REST_FIELDS = {'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id', 'gone_tab', 'gone_until_us'}
 
 -- STATE_FIELDS are LEASE_FIELDS then REST_FIELDS: what load reads first. (Built with the language
 -- alone: Redis gives a library's loading run no library functions.)
@@ -464,6 +468,11 @@ local function lease_state(v)
     ho_until_us = 0,
     ho_reserved = false,
     ho_reserve_ms = 0,
+    -- Read by load_rest. The usual renew and check, which do not, keep the state until the
+    -- lease's end plus IDLE_MS at least, after any gone tab's window (lease.GoneWindow is shorter
+    -- than the retention).
+    gone_tab = '',
+    gone_until_us = 0,
   }
 end
 
@@ -481,6 +490,8 @@ local function rest_state(s, v, o)
   s.rel_epoch = (v[o + 2] or 0) + 0
   s.ended_epoch = (v[o + 3] or 0) + 0
   s.event_id = v[o + 4] or ''
+  s.gone_tab = v[o + 5] or ''
+  s.gone_until_us = (v[o + 6] or 0) + 0
   if s.ho_tab ~= '' then
     local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
       'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')

@@ -52,6 +52,7 @@ var tests = []struct {
 	{"renew after expiry is lost and never resurrects the lease", testRenewAfterExpiry},
 	{"release frees the lease and answers a retry the same way", testRelease},
 	{"a stale release never frees a newer lease", testStaleRelease},
+	{"a tab that says it is gone loses its lease and gets nothing from an acquire it sent before", testGoneTab},
 	{"an acquire after a release gets a higher epoch", testAcquireAfterRelease},
 	{"an acquire after expiry gets a higher epoch even for the same tab", testAcquireAfterExpiry},
 	{"epochs strictly increase over a thousand grants", testThousandGrants},
@@ -357,6 +358,61 @@ func testRelease(t *testing.T, newTarget Factory) {
 	if g := f.get(key); g.Held || g.Epoch != a.Epoch {
 		t.Errorf("Get at the end = %+v, want free at epoch %d", g, a.Epoch)
 	}
+}
+
+func testGoneTab(t *testing.T, newTarget Factory) {
+	f := start(t, newTarget, limits)
+	key := lease.Key{User: "alice", Session: "doc-1"}
+	gone := func(key lease.Key, tab string) lease.ReleaseResult {
+		t.Helper()
+		r, err := f.eng.Release(f.ctx(), lease.ReleaseRequest{Key: key, TabID: tab, Gone: true})
+		if err != nil {
+			t.Fatalf("Release of %s, gone: %v", tab, err)
+		}
+		if r.Lease.Key != key {
+			t.Errorf("Release of %s, gone, answered the lease of %+v, want %+v", tab, r.Lease.Key, key)
+		}
+		return r
+	}
+	refused := func(key lease.Key, tab string) {
+		t.Helper()
+		for _, mode := range []lease.Mode{lease.ModeTry, lease.ModeTakeover, lease.ModeHandoff} {
+			l, err := f.eng.Acquire(f.ctx(), lease.AcquireRequest{Key: key, Holder: holder(tab), TTL: long, Mode: mode})
+			if !errors.Is(err, lease.ErrTabGone) {
+				t.Errorf("Acquire of the gone %s, mode %s = %+v, %v; want lease.ErrTabGone", tab, mode, l, err)
+			}
+		}
+	}
+
+	// The holder goes: its lease ends, whatever its epoch, and its acquires grant nothing.
+	a := f.acquire(key, "tab-a", long, lease.ModeTry)
+	if r := gone(key, "tab-a"); !r.Released || r.Lease.Held || r.Lease.Epoch != a.Epoch {
+		t.Errorf("Release of the holder, gone = %+v, want released, free at epoch %d", r, a.Epoch)
+	}
+	refused(key, "tab-a")
+	// Other tabs are granted as ever, and the gone tab takes nothing from them.
+	b := f.acquire(key, "tab-b", long, lease.ModeTry)
+	refused(key, "tab-a")
+	f.check(key, "tab-b", b.Epoch)
+
+	// A tab that goes before its acquire arrives, on a held session and on one with no state: the
+	// acquire grants nothing, the holder keeps its lease.
+	if r := gone(key, "tab-c"); r.Released || !r.Lease.HeldBy("tab-b", b.Epoch) {
+		t.Errorf("Release of a tab that holds nothing, gone = %+v, want not released, tab-b's lease", r)
+	}
+	refused(key, "tab-c")
+	f.check(key, "tab-b", b.Epoch)
+	fresh := lease.Key{User: "alice", Session: "doc-2"}
+	if r := gone(fresh, "tab-d"); r.Released || r.Lease.Held || r.Lease.Epoch != 0 {
+		t.Errorf("Release of a tab of a session with no state, gone = %+v, want not released, free at epoch 0", r)
+	}
+	refused(fresh, "tab-d")
+	f.acquire(fresh, "tab-e", long, lease.ModeTry)
+
+	// A gone release names no epoch.
+	_, err := f.eng.Release(f.ctx(), lease.ReleaseRequest{Key: key, TabID: "tab-b", Epoch: b.Epoch, Gone: true})
+	wantInvalid(t, "Release, gone, with an epoch", err)
+	f.check(key, "tab-b", b.Epoch)
 }
 
 func testStaleRelease(t *testing.T, newTarget Factory) {

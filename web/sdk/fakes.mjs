@@ -143,6 +143,7 @@ export class FakeServer {
     this.handoffTimeoutMs = 15000; // TABLEASE_HANDOFF_TIMEOUT
     this.reserved = null; // {tabId, until}
     this.blockedUntil = 0; // an admin's block: acquires answer 423 SESSION_BLOCKED until then
+    this.gone = new Set(); // tabs that said they are gone: their acquires answer 409 TAB_GONE
     this.calls = [];
     this.failures = []; // [{match: "POST /lease/renew", status, code, retryAfter, times}]
     this.down = false; // answer every request with a network error
@@ -306,6 +307,7 @@ export class FakeServer {
       const ttl = this.clampTtl(body);
       const mode = body.mode ?? "try";
       const mine = this.valid() && this.holder.tabId === body.tabId;
+      if (this.gone.has(body.tabId)) return json(409, errorBody("TAB_GONE", "this tab said it is gone"));
       if (body.newEpoch !== undefined && !this.knowsNewEpoch) {
         return json(400, errorBody("INVALID_ARGUMENT", 'request body: unknown field "newEpoch"', { field: "newEpoch" }));
       }
@@ -359,6 +361,10 @@ export class FakeServer {
       return json(409, errorBody("LEASE_LOST", "lost", this.valid() ? { holder: { ...this.holder }, epoch: this.epoch } : { epoch: this.epoch }));
     }
     if (method === "POST" && path === "/lease/release") {
+      if (body.gone === true) {
+        this.gone.add(body.tabId);
+        body = { tabId: body.tabId, epoch: this.valid() && this.holder.tabId === body.tabId ? this.epoch : 0 };
+      }
       if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) {
         const prev = this.holder;
         this.holder = null;

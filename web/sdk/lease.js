@@ -208,6 +208,7 @@ export class TabLease extends EventTarget {
     this._handoffAsk = null; // {requester, graceTimer}: this holder was asked to hand over
     this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
+    this._acquiring = 0; // acquire requests waiting for their answers (pagehide says the tab is gone)
     this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
     this._view = null; // what this tab knows about the lease: {..lease object, at}
@@ -1050,8 +1051,9 @@ export class TabLease extends EventTarget {
     const body = this._body({ label: this._labelNow() });
     if (mode !== "try") body.mode = mode;
     if (newEpoch) body.newEpoch = true;
+    this._acquiring++;
     try {
-      const { body: lease } = await this._call("POST", "/lease", body);
+      const { body: lease } = await this._call("POST", "/lease", body).finally(() => this._acquiring--);
       if (gen !== this._gen || !this._running()) {
         // released or stopped meanwhile: give back what we were just granted
         if (lease?.holder?.tabId === this.tabId && typeof lease.epoch === "number" && lease.epoch !== this._epoch) {
@@ -1246,14 +1248,15 @@ export class TabLease extends EventTarget {
     }
   }
 
-  async _release(why, { keepalive = false } = {}) {
-    if (!this._holdsEpoch()) return { released: false };
+  async _release(why, { keepalive = false, gone = false } = {}) {
+    if (!this._holdsEpoch() && !gone) return { released: false };
     const epoch = this._epoch;
-    this._gen++;
-    this._learn(epoch + 1); // read-only from now on, whatever the answer
+    this._gen++; // an acquire in flight gives back what it is granted
+    if (this._holdsEpoch()) this._learn(epoch + 1); // read-only from now on, whatever the answer
     this._clearTimer("renew");
     this._update(why);
-    const body = { tabId: this.tabId, epoch };
+    // gone: the tab is gone for good (pagehide), whatever epoch it holds or is about to be granted.
+    const body = gone ? { tabId: this.tabId, gone: true } : { tabId: this.tabId, epoch };
     for (let attempt = 0; ; attempt++) {
       try {
         const { body: ans } = await this._api.post("/lease/release", body, { keepalive });
@@ -1625,7 +1628,7 @@ export class TabLease extends EventTarget {
     add(this._document, "visibilitychange", () => this._onVisibility());
     add(this._document, "freeze", () => this._onFreeze());
     add(this._document, "resume", () => this._onResume());
-    add(this._window, "pagehide", () => this._onPageHide());
+    add(this._window, "pagehide", (e) => this._onPageHide(e));
     add(this._window, "pageshow", () => this._onPageShow());
     add(this._window, "online", () => this._onOnline());
   }
@@ -1680,12 +1683,15 @@ export class TabLease extends EventTarget {
     else this.refresh().then(() => this._maybeAutoAcquire(), () => {});
   }
 
-  _onPageHide() {
+  _onPageHide(e) {
     if (!this._running()) return;
     // Release with keepalive (the page may be gone before an answer), leave the stream so that
     // another tab runs it, leave the list of tabs, and stop the timers. A page restored from the
-    // back/forward cache starts over in pageshow.
-    if (this._holdsEpoch()) this._release("away", { keepalive: true });
+    // back/forward cache starts over in pageshow. A page that is not kept in that cache never
+    // comes back, nor does its tab id: it says the tab is gone, which also makes an acquire still
+    // on its way grant nothing (TAB_GONE), where its grant would leave the session to a closed tab.
+    if (!e?.persisted && (this._holdsEpoch() || this._acquiring > 0)) this._release("away", { keepalive: true, gone: true });
+    else if (this._holdsEpoch()) this._release("away", { keepalive: true });
     if (this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { keepalive: true }).catch(() => {});
     if (this._policy === "yield") this._policy = "auto";
     this._clearTimers();

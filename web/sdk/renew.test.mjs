@@ -340,7 +340,7 @@ test("pagehide releases with a keepalive fetch sent synchronously with the last 
   await lease.start();
   const epoch = lease.epoch;
   watching = true;
-  lease._window.fire("pagehide", { persisted: false });
+  lease._window.fire("pagehide", { persisted: true }); // into the back/forward cache: it may come back
   assert.ok(sync, "the release fetch was made inside the pagehide handler");
   assert.equal(sync.keepalive, true);
   assert.equal(sync.headers.Authorization, "Bearer token-1");
@@ -349,6 +349,41 @@ test("pagehide releases with a keepalive fetch sent synchronously with the last 
   await flush();
   assert.equal(server.valid(), false);
   await lease.stop({ release: false });
+});
+
+test("pagehide of a page that is not kept says the tab is gone: its lease ends, and a takeover on its way takes nothing", async () => {
+  for (const late of ["answer", "request"]) {
+    // The takeover's answer is late (the server granted it), or the request itself is (the
+    // server gets it after the page said it is gone).
+    const clock = new FakeClock(1000);
+    const server = new FakeServer(clock);
+    let deliver = null;
+    const fetch = (url, init) => {
+      if (init.method !== "POST" || !url.endsWith("/lease") || !JSON.parse(init.body).mode) return server.fetch(url, init);
+      if (late === "answer") {
+        const answer = server.fetch(url, init);
+        return new Promise((resolve) => (deliver = () => resolve(answer)));
+      }
+      return new Promise((resolve) => (deliver = () => resolve(server.fetch(url, init))));
+    };
+    const lease = new TabLease(fakeOptions(server, clock, { fetch }));
+    server.takeoverBy("t-holder");
+    await lease.start();
+    assert.equal(lease.role, "viewer");
+    const takeover = lease.takeover().catch((e) => e);
+    await flush();
+    assert.ok(deliver, "the takeover is on its way");
+    lease._window.fire("pagehide", { persisted: false });
+    const gone = server.callsTo("POST", "/lease/release").at(-1);
+    assert.deepEqual(gone?.body, { tabId: lease.tabId, gone: true }, late);
+    assert.equal(gone.keepalive, true);
+    deliver();
+    await takeover;
+    await flush();
+    assert.ok(!(server.valid() && server.holder.tabId === lease.tabId), `${late}: the closed tab holds nothing`);
+    if (late === "request") assert.equal(server.holder?.tabId, "t-holder", "the holder keeps its lease");
+    await lease.stop({ release: false });
+  }
 });
 
 test("a page restored from the back/forward cache acquires again before it may mutate", async () => {
