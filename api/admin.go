@@ -175,6 +175,11 @@ func RevokeRequestID(id string) bool {
 	return saneRequestID(id) && lease.ValidateID("requestId", id) == nil
 }
 
+// revokeRequestIDRule says which X-Request-ID a revoke takes (RevokeRequestID), in the answer
+// that refuses another.
+const revokeRequestIDRule = `must be 1–128 characters of A-Z a-z 0-9 . _ : - (not "." or ".."): ` +
+	`on a revoke it names the revoke, so that a retry with it answers as the revoke did; send none for a revoke no retry repeats`
+
 func (s *Server) adminRevoke(c echo.Context) (err error) {
 	defer s.metrics.countInvalid("admin_revoke", &err)
 	key, err := adminKey(c)
@@ -208,9 +213,14 @@ func (s *Server) adminRevoke(c echo.Context) (err error) {
 	}
 	// A client that retries with the same X-Request-ID gets the first answer again. Only the
 	// client's own id names the revoke: one the server made up for this request can never be sent
-	// again, so remembering its answer would only cost the store.
-	if id := c.Request().Header.Get(echo.HeaderXRequestID); RevokeRequestID(id) {
-		req.RequestID = id
+	// again, so remembering its answer would only cost the store. An id the server does not keep
+	// is refused rather than replaced: replaced, its retry would be another revoke, answered as
+	// one, and the client could not tell.
+	if ids := c.Request().Header.Values(echo.HeaderXRequestID); len(ids) > 0 {
+		if !RevokeRequestID(ids[0]) {
+			return fieldError("X-Request-ID", revokeRequestIDRule)
+		}
+		req.RequestID = ids[0]
 	}
 	// The audit records lead to the log lines of this request, whoever made its id up.
 	if id := requestID(c); lease.ValidateID("auditRequestId", id) == nil {

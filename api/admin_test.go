@@ -376,6 +376,37 @@ func TestAdminRevokeValidatesItsBody(t *testing.T) {
 	})
 }
 
+// A revoke's X-Request-ID is its retry key: one the server would replace by an id of its own
+// would make the retry another revoke, so it is refused, where other routes replace it.
+func TestAdminRevokeRefusesARequestIDItDoesNotKeep(t *testing.T) {
+	h, fa := newAdminHarness(t)
+	tok := h.adminToken("root")
+	for _, id := range []string{"", "root@idp", "a/b", "{retry}", "a b", ".", "..", strings.Repeat("r", 129), strings.Repeat("r", 200)} {
+		t.Run(fmt.Sprintf("%.20q", id), func(t *testing.T) {
+			rec := h.do(request{method: http.MethodPost, path: revokePath, token: tok, body: `{"reason":"r"}`,
+				headers: map[string]string{"X-Request-ID": id}})
+			e := wantError(t, rec, http.StatusBadRequest, CodeInvalidArgument)
+			if e.Error.Details["field"] != "X-Request-ID" || !strings.Contains(e.Error.Message, "1–128 characters of A-Z a-z 0-9 . _ : -") {
+				t.Fatalf("%s: want details.field X-Request-ID and the rule", rec.Body)
+			}
+		})
+	}
+	if n := fa.calls(); n != 0 {
+		t.Fatalf("refused revokes reached the engine %d times", n)
+	}
+	// Elsewhere an unusable id is replaced by one the server makes up.
+	rec := h.do(request{method: http.MethodGet, path: "/v1/admin/users/alice/sessions/doc-1/lease", token: tok,
+		headers: map[string]string{"X-Request-ID": "root@idp"}})
+	if got := rec.Header().Get("X-Request-ID"); rec.Code != http.StatusOK || got == "root@idp" || len(got) != 32 {
+		t.Fatalf("%d, X-Request-ID %q: %s", rec.Code, got, rec.Body)
+	}
+	rec = h.do(request{method: http.MethodPost, path: revokePath, token: tok, body: `{"reason":"r"}`,
+		headers: map[string]string{"X-Request-ID": strings.Repeat("r", 128)}})
+	if rec.Code != http.StatusOK || len(fa.revokes) != 1 || fa.revokes[0].RequestID != strings.Repeat("r", 128) {
+		t.Fatalf("an id of 128 characters names the revoke: %d %s %+v", rec.Code, rec.Body, fa.revokes)
+	}
+}
+
 func TestAdminErrorsGoThroughTheOneTable(t *testing.T) {
 	h, fa := newAdminHarness(t)
 	tok := h.adminToken("root")
