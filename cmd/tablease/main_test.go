@@ -294,6 +294,41 @@ func TestTokenCommandMintsAVerifiableToken(t *testing.T) {
 	}
 }
 
+// --sid limits a token to sessions: a list with an empty item, or with an item that is not a
+// session id, is refused, since a token left with no session would have no sid claim and be good
+// for every session.
+func TestTokenCommandRefusesASessionListItCannotRead(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"TABLEASE_JWT_HS256_SECRET": testSecret}
+	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] }}
+	for _, tt := range []struct{ sid, says string }{
+		{",", `"," has an empty item`},
+		{"", `"" has an empty item`},
+		{"doc-1,", `"doc-1," has an empty item`},
+		{"doc-1,,doc-2", `has an empty item`},
+		{"d1,d 2", `"d 2" is not a session id: it may contain only A-Z a-z 0-9 . _ : @ | -`},
+		{"a/b", `"a/b" is not a session id`},
+		{"..", `".." is not a session id`},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := p.Main(context.Background(), []string{"token", "--sub", "alice", "--scope", "lease:admin", "--sid", tt.sid}); code != 2 || stdout.Len() != 0 {
+			t.Errorf("--sid %q: exit %d, stdout %q: want a usage error and no token", tt.sid, code, stdout.String())
+		}
+		if line := stderr.String(); !strings.HasPrefix(line, "tablease token: --sid: ") || !strings.Contains(line, tt.says) || strings.Count(line, "\n") != 1 {
+			t.Errorf("--sid %q: stderr %q, want one line saying %s", tt.sid, line, tt.says)
+		}
+	}
+	stdout.Reset()
+	if code := p.Main(context.Background(), []string{"token", "--sub", "alice", "--sid", "doc-1, a|b@idp"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	claims := jwt.MapClaims{}
+	if _, _, err := jwt.NewParser().ParseUnverified(strings.TrimSpace(stdout.String()), claims); err != nil || fmt.Sprint(claims["sid"]) != "[doc-1 a|b@idp]" {
+		t.Fatalf("claims %v, %v: want the two sessions, spaces around the comma left out", claims, err)
+	}
+}
+
 func TestVersionAndUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	p := Program{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -22,7 +23,7 @@ func (p Program) token(args []string) int {
 	fs := flag.NewFlagSet("tablease token", flag.ContinueOnError)
 	sub := fs.String("sub", "", "the user (required)")
 	scope := fs.String("scope", "", "space- or comma-separated scopes, e.g. lease:admin")
-	sid := fs.String("sid", "", "comma-separated sessions the token is limited to")
+	sid := fs.String("sid", "", "comma-separated session ids the token is limited to (default: every session)")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime of the token")
 	if code, ok := p.parseFlags(fs, "tablease token", tokenUsage, args); !ok {
 		return code
@@ -49,12 +50,16 @@ func (p Program) token(args []string) int {
 	if cfg.Audience == "" {
 		cfg.Audience = "tablease"
 	}
-	spec := api.TokenSpec{Sub: *sub, Scopes: splitList(*scope), Sessions: splitList(*sid), TTL: *ttl}
-	for _, s := range spec.Sessions {
-		if err := lease.ValidateID("sid", s); err != nil {
+	spec := api.TokenSpec{Sub: *sub, Scopes: splitList(*scope), TTL: *ttl}
+	sidGiven := false // --sid "" limits to no session, which is refused, not read as no --sid
+	fs.Visit(func(f *flag.Flag) { sidGiven = sidGiven || f.Name == "sid" })
+	if sidGiven {
+		sessions, err := sessionList(*sid)
+		if err != nil {
 			fmt.Fprintln(p.Stderr, "tablease token: --sid:", err)
 			return 2
 		}
+		spec.Sessions = sessions
 	}
 	tok, err := api.IssueToken(cfg, spec)
 	if err != nil {
@@ -67,4 +72,23 @@ func (p Program) token(args []string) int {
 
 func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+}
+
+// sessionList reads --sid: session ids separated by commas, with spaces around them. An empty
+// item or a list of none is refused rather than skipped: a token with no session left would have
+// no sid claim, and so be good for every session (and, with lease:admin, for the admin routes).
+func sessionList(s string) ([]string, error) {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("%q has an empty item: give session ids separated by commas, or no --sid for a token good for every session", s)
+		}
+		var inv *lease.InvalidError
+		if err := lease.ValidateID("sessionId", item); errors.As(err, &inv) {
+			return nil, fmt.Errorf("%q is not a session id: it %s", item, inv.Reason)
+		}
+		out = append(out, item)
+	}
+	return out, nil
 }
