@@ -226,6 +226,7 @@ var (
 	errNoKey      = errors.New("no key for this token")
 	errWrongKeyFn = errors.New("the token's algorithm does not match its key")
 	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
+	errNoKid      = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
 )
 
 // headerError is a header jsontext.Header refused: a parameter given twice or named in another
@@ -251,7 +252,11 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 		}
 		return a.secret, nil
 	}
-	kid, _ := t.Header["kid"].(string)
+	kidValue, named := t.Header["kid"]
+	if !named && len(a.keys) > 0 {
+		return nil, errNoKid // told apart from an unknown kid: a key is chosen by kid alone, never by trying each
+	}
+	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
 	if !ok {
 		return nil, errNoKey
@@ -302,6 +307,8 @@ func tokenProblem(err error) string {
 	switch {
 	case errors.Is(err, errCrit):
 		return errCrit.Error()
+	case errors.Is(err, errNoKid):
+		return errNoKid.Error()
 	case errors.As(err, &he):
 		return he.Error()
 	case errors.As(err, &ke):

@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -211,6 +212,20 @@ func TestAuthWithPublicKeys(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a token without kid is told that it needs one, and one with an unknown kid that the key is unknown", func(t *testing.T) {
+		for kid, says := range map[string]string{
+			"":      "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header",
+			"rsa-2": "the token cannot be verified: unknown key or algorithm not allowed",
+		} {
+			e := wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsaKey, kid, claims())), http.StatusUnauthorized, CodeUnauthenticated)
+			if e.Error.Message != says {
+				t.Errorf("kid %q: message %q, want %q", kid, e.Error.Message, says)
+			}
+			if logged, _ := json.Marshal(says); !strings.Contains(h.logs.String(), `"error":`+string(logged)) {
+				t.Errorf("kid %q: the log does not say %q:\n%s", kid, says, h.logs.String())
+			}
+		}
+	})
 }
 
 func TestPublicKeyTokenNeverVerifiedWithTheSecret(t *testing.T) {
