@@ -155,7 +155,7 @@ var variables = []variable{
 			return fmt.Errorf("the port must be a number from 0 to 65535 (%q)", v)
 		}
 		if host != "" && strings.Trim(host, "0123456789.") == "" && net.ParseIP(host) == nil {
-			return fmt.Errorf("the host is not an IP address (%q)", v)
+			return fmt.Errorf("the host is made of digits and dots but is no IP address (%q): give an IP address, a host name, or no host for every interface", v)
 		}
 		c.Addr = v
 		return nil
@@ -226,20 +226,14 @@ var variables = []variable{
 		return err
 	}},
 	{"TABLEASE_RATE_LIMIT", "50", "requests per second per user (burst twice that); 0 = off", func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f >= 0 && f <= 1e6) { // NaN is neither
-			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
-		}
+		f, err := rate(v)
 		c.RateLimit = f
-		return nil
+		return err
 	}},
 	{"TABLEASE_IP_RATE_LIMIT", "10", "requests per second per client address (burst twice that) that fail authentication or match no route; 0 = off", func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f >= 0 && f <= 1e6) { // NaN is neither
-			return fmt.Errorf("must be a number from 0 to 1000000 (%q)", v)
-		}
+		f, err := rate(v)
 		c.IPRateLimit = f
-		return nil
+		return err
 	}},
 	{"TABLEASE_REDIS_TIMEOUT", "2s", "bound on one Redis operation", func(c *Config, v string) (err error) {
 		c.RedisTimeout, err = duration(v, 10*time.Millisecond, time.Minute)
@@ -647,6 +641,22 @@ func corsOrigins(v string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// rate reads a rate limit: a decimal number (digits, with a fraction after a point) from 0 to
+// 1000000. strconv.ParseFloat alone would also take 1_000, 1e3, 0x1p4, +5 and Inf, which are
+// not what the README describes.
+func rate(v string) (float64, error) {
+	bad := fmt.Errorf("must be a decimal number from 0 to 1000000, such as 50 or 0.5 (%q)", v)
+	whole, frac, _ := strings.Cut(v, ".")
+	if digits := whole + frac; digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, bad
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f > 1e6 {
+		return 0, bad
+	}
+	return f, nil
 }
 
 // count reads a whole number in [lo, hi].

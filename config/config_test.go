@@ -263,6 +263,14 @@ func TestLeaseSigningKeys(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an encrypted signing key is refused as encrypted", func(t *testing.T) {
+		p := writeFile(t, "k.pem", "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAQID\n-----END ENCRYPTED PRIVATE KEY-----\n")
+		_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_LEASE_SIGNING_KEY": p})), io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), "TABLEASE_LEASE_SIGNING_KEY: ") ||
+			!strings.Contains(err.Error(), "is an encrypted key, which is not supported: decrypt it first (openssl pkey") {
+			t.Fatalf("got %v", err)
+		}
+	})
 	t.Run("a signing key is required with Redis outside dev mode", func(t *testing.T) {
 		_, err := Load(nil, env(prodEnv(map[string]string{"TABLEASE_REDIS_URL": "redis://127.0.0.1:6379/0"})), io.Discard)
 		var ce *Error
@@ -345,5 +353,37 @@ func TestUnknownNamesTheVariablesNothingReads(t *testing.T) {
 	wantNear := []string{"TABLEASE_TTL_MAX", "", "", ""}
 	if !slices.Equal(names, want) || !slices.Equal(nearest, wantNear) {
 		t.Fatalf("Unknown = %q, %q; want %q, %q", names, nearest, want, wantNear)
+	}
+}
+
+// The rate limits are decimal numbers, as the README says: not Go's float syntax, which would
+// take 1_000 as 1000.
+func TestRateLimitsAreDecimalNumbers(t *testing.T) {
+	for _, name := range []string{"TABLEASE_RATE_LIMIT", "TABLEASE_IP_RATE_LIMIT"} {
+		for v, want := range map[string]float64{"0": 0, "50": 50, "0.5": 0.5, "1000000": 1e6, "007.50": 7.5} {
+			c, err := Load([]string{"--dev"}, env(map[string]string{name: v}), io.Discard)
+			if err != nil || (name == "TABLEASE_RATE_LIMIT" && c.RateLimit != want) || (name == "TABLEASE_IP_RATE_LIMIT" && c.IPRateLimit != want) {
+				t.Errorf("%s=%s: %v, want %v", name, v, err, want)
+			}
+		}
+		for _, v := range []string{"1_000", "1e3", "0x1p4", "+5", "-1", "Inf", "NaN", ".", "1.2.3", "1000000.5"} {
+			_, err := Load([]string{"--dev"}, env(map[string]string{name: v}), io.Discard)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != name || !strings.Contains(err.Error(), "must be a decimal number from 0 to 1000000") {
+				t.Errorf("%s=%q: %v, want it refused as no decimal number", name, v, err)
+			}
+		}
+	}
+}
+
+// A host of digits and dots that is no IP address is refused, with a message that does not deny
+// that a name is a host.
+func TestAnAddressLikeAnIPv4AddressMustBeOne(t *testing.T) {
+	_, err := Load([]string{"--dev"}, env(map[string]string{"TABLEASE_ADDR": "256.1.1.1:7620"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "is no IP address") || !strings.Contains(err.Error(), "a host name") {
+		t.Fatalf("got %v", err)
+	}
+	if c, err := Load([]string{"--dev"}, env(map[string]string{"TABLEASE_ADDR": "localhost:7620"}), io.Discard); err != nil || c.Addr != "localhost:7620" {
+		t.Fatalf("a host name: %v", err)
 	}
 }

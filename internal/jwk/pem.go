@@ -102,6 +102,11 @@ func ParsePrivateKeyPEM(data []byte) (crypto.PrivateKey, error) {
 	if block == nil {
 		return nil, errors.New("no PEM block found")
 	}
+	if block.Type == "ENCRYPTED PRIVATE KEY" || strings.Contains(block.Headers["Proc-Type"], "ENCRYPTED") {
+		// PKCS #8 encrypted (openssl genpkey with a cipher) or the legacy encryption header of
+		// OpenSSL's PEM: there is no passphrase to ask for.
+		return nil, fmt.Errorf("PEM block %q is an encrypted key, which is not supported: decrypt it first (openssl pkey -in encrypted.pem -out key.pem)", block.Type)
+	}
 	var (
 		priv crypto.PrivateKey
 		err  error

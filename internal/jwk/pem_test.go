@@ -101,6 +101,11 @@ func TestParseOnePEMKey(t *testing.T) {
 		{"a private key that is not PEM", func(b []byte) (any, error) { return ParsePrivateKeyPEM(b) }, []byte("hello"), "no PEM block found"},
 		{"a public key as private key", func(b []byte) (any, error) { return ParsePrivateKeyPEM(b) }, pub, `PEM block "PUBLIC KEY" is not a private key`},
 		{"a private key of garbage", func(b []byte) (any, error) { return ParsePrivateKeyPEM(b) }, block("PRIVATE KEY", []byte{1, 2, 3}), "parse PRIVATE KEY: "},
+		{"an encrypted PKCS #8 key", func(b []byte) (any, error) { return ParsePrivateKeyPEM(b) }, block("ENCRYPTED PRIVATE KEY", []byte{1, 2, 3}),
+			`PEM block "ENCRYPTED PRIVATE KEY" is an encrypted key, which is not supported: decrypt it first (openssl pkey -in encrypted.pem -out key.pem)`},
+		{"a key under OpenSSL's legacy encryption", func(b []byte) (any, error) { return ParsePrivateKeyPEM(b) },
+			pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Headers: map[string]string{"Proc-Type": "4,ENCRYPTED", "DEK-Info": "AES-128-CBC,00112233445566778899AABBCCDDEEFF"}, Bytes: []byte{1, 2, 3}}),
+			`PEM block "EC PRIVATE KEY" is an encrypted key, which is not supported`},
 		{"a public key that is not PEM", func(b []byte) (any, error) { return ParsePublicKeyPEM(b) }, []byte("hello"), "no PEM block found"},
 		{"a public key of garbage", func(b []byte) (any, error) { return ParsePublicKeyPEM(b) }, block("PUBLIC KEY", []byte{1, 2, 3}), "parse PUBLIC KEY: "},
 	} {
