@@ -19,7 +19,8 @@ import (
 	"github.com/tablease/tablease/internal/syncbuf"
 )
 
-// readEnvFile reads KEY=VALUE lines, skipping blank lines and # comments.
+// readEnvFile reads KEY=VALUE lines, skipping blank lines and # comments, as Compose reads an
+// env_file: a value in single quotes is read without them.
 func readEnvFile(t *testing.T, path string) map[string]string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -38,12 +39,50 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 		if !ok {
 			t.Fatalf("%s: %q is not KEY=VALUE", path, line)
 		}
+		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = v[1 : len(v)-1]
+		}
 		env[k] = v
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return env
+}
+
+// TestTheEnvFileExampleReadsTheSameInAShell: the README mints a token with `set -a; .
+// ./tablease.env`, so every assignment of tablease.env.example, the commented ones too once they
+// are uncommented, must give a shell the value Compose reads (the Sentinel URL's & would run the
+// rest of its line in the background).
+func TestTheEnvFileExampleReadsTheSameInAShell(t *testing.T) {
+	data, err := os.ReadFile("../../tablease.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "# TABLEASE_"); ok && strings.Contains(rest, "=") {
+			line = "TABLEASE_" + rest
+		}
+		if !strings.HasPrefix(line, "TABLEASE_") {
+			continue
+		}
+		n++
+		path := filepath.Join(dir, fmt.Sprintf("line-%d.env", n))
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		name, _, _ := strings.Cut(line, "=")
+		want := readEnvFile(t, path)[name]
+		out, err := exec.Command("sh", "-c", `set -a; . "$1"; printenv "$2"`, "sh", path, name).CombinedOutput()
+		if err != nil || strings.TrimSuffix(string(out), "\n") != want {
+			t.Errorf("%s: a shell reads %q (%v), Compose %q", line, out, err, want)
+		}
+	}
+	if n < 8 {
+		t.Fatalf("only %d assignments read: the example is not read as it is written", n)
+	}
 }
 
 // TestComposeTopologyAsProcesses runs the topology of docker-compose.yml as processes: one Redis
