@@ -109,3 +109,38 @@ func TestBenchSaysWhatItsErrorsWere(t *testing.T) {
 		t.Errorf("the summary does not say what the errors were:\n%s", s)
 	}
 }
+
+// TestBenchFlagsAreInTheREADME: every flag `tablease bench --help` lists is described in the
+// README's "Cost per operation", where its figures are explained.
+func TestBenchFlagsAreInTheREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### Cost per operation\n")
+	if !ok {
+		t.Fatal(`README.md has no section "Cost per operation"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	section, _, _ = strings.Cut(section, "\n### ")
+	var out bytes.Buffer
+	p := Program{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}
+	if code := p.Main(t.Context(), []string{"bench", "--help"}); code != 0 {
+		t.Fatalf("bench --help: exit %d: %s", code, out.String())
+	}
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		name, ok := strings.CutPrefix(line, "  -")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		n++
+		if !strings.Contains(section, "`--"+name) {
+			t.Errorf("--%s is not described in the README's Cost per operation", name)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d flags read from bench --help:\n%s", n, out.String())
+	}
+}
