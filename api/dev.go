@@ -48,9 +48,9 @@ func (s *Server) devToken(c echo.Context) error {
 	}
 	for _, v := range q["sid"] {
 		for _, sid := range strings.Split(v, ",") {
-			if sid = strings.TrimSpace(sid); sid != "" {
-				spec.Sessions = append(spec.Sessions, sid)
-			}
+			// An empty item is refused (ValidateID, below) rather than dropped: sid=, dropped
+			// whole would mint a token for every session.
+			spec.Sessions = append(spec.Sessions, strings.TrimSpace(sid))
 		}
 	}
 	if v := q.Get("ttl"); v != "" {

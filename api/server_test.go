@@ -437,6 +437,8 @@ func TestDevToken(t *testing.T) {
 		{"a missing sub is refused", "127.0.0.1:5555", "", 400, CodeInvalidArgument},
 		{"a bad sub is refused", "127.0.0.1:5555", "sub=a/b", 400, CodeInvalidArgument},
 		{"a bad sid is refused", "127.0.0.1:5555", "sub=alice&sid=..", 400, CodeInvalidArgument},
+		{"a sid list with an empty item is refused, not read as no sid", "127.0.0.1:5555", "sub=alice&sid=,", 400, CodeInvalidArgument},
+		{"an empty sid is refused", "127.0.0.1:5555", "sub=alice&sid=doc-1&sid=", 400, CodeInvalidArgument},
 		{"a bad ttl is refused", "127.0.0.1:5555", "sub=alice&ttl=forever", 400, CodeInvalidArgument},
 		{"a ttl over a day is refused", "127.0.0.1:5555", "sub=alice&ttl=48h", 400, CodeInvalidArgument},
 		{"a ttl under a second is refused", "127.0.0.1:5555", "sub=alice&ttl=500ms", 400, CodeInvalidArgument},

@@ -533,7 +533,7 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 	if *requestID == "" {
 		*requestID = api.NewRequestID()
 	} else if !api.RevokeRequestID(*requestID) {
-		return 0, usagef("--request-id must be 1–128 characters of A-Z a-z 0-9 . _ : - (the id a failed revoke printed)")
+		return 0, usagef("--request-id must be 1–128 characters of A-Z a-z 0-9 . _ : -, not \".\" or \"..\" (the id a failed revoke printed)")
 	}
 	if err := validID("sub", *sub, true); err != nil {
 		return 0, err
