@@ -159,11 +159,14 @@ export class SessionApi {
   }
 
   /** One call: JSON in, JSON out. Resolves {status, body, etag}; rejects with a TabLeaseError.
-   *  timeoutMs (at most the client's) bounds the request and its answer. */
-  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs } = {}) {
+   *  timeoutMs (at most the client's) bounds the request and its answer. With token, the first
+   *  attempt sends it without asking getToken (a release that must not wait on it), and a 401
+   *  asks getToken for a fresh one as usual. */
+  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs, token: given = null } = {}) {
     for (let attempt = 0; ; attempt++) {
       let token;
-      if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
+      if (given && attempt === 0) token = given;
+      else if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
       else token = await this.token(attempt > 0);
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";

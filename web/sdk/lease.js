@@ -335,17 +335,30 @@ export class TabLease extends EventTarget {
 
   /** Starts: listens to the page lifecycle, joins the shared event stream, announces the tab, and
    *  acquires the lease when it is free (autoAcquire). Resolves with `lease` once the first answer
-   *  is in; a first answer that never came is an `error` event (and retried). */
+   *  is in, and after requestTimeoutMs at the latest, whatever getToken and the server do: a page
+   *  that awaits start() before it shows the role and registers its tools waits no longer. A
+   *  first answer that never came is an `error` event (and retried); one that comes later is a
+   *  `rolechange` or `lease` event. */
   async start() {
     if (this._state !== "stopped") return this.lease;
     this._gen++;
     this._to("viewer", "started");
     this._installLifecycle();
+    const late = new AbortController();
+    await Promise.race([this._begin(), sleep(this._clock, this._api.timeoutMs, late.signal)]);
+    late.abort();
+    return this.lease;
+  }
+
+  /** What start() does once running: joins the stream, lists the tab, and acquires the lease or
+   *  reads it. The join asks getToken for the token's `sub`, and the acquire for its request: they
+   *  run side by side, so that a getToken that answers late delays them once, not one after the
+   *  other. Resolves once the first answer is in. */
+  async _begin() {
     if (this._streamMode) {
       this._requireConfirmAfter = this._clock.now(); // the stream is not live yet
-      await this._joinStream();
+      this._joinStream();
     }
-    if (this._state === "stopped") return this.lease;
     this._announce();
     if (this._autoAcquire && !this._hidden) {
       await this._acquireQuietly("try");
@@ -354,11 +367,13 @@ export class TabLease extends EventTarget {
       this._maybeAutoAcquire();
     }
     this._scheduleViewerRefresh();
-    return this.lease;
   }
 
   /** Stops: releases the lease (unless {release: false}), leaves the stream and the list of tabs,
-   *  removes listeners. */
+   *  removes listeners. The release and the leaving are sent with the last token getToken gave,
+   *  without asking it again (as at pagehide): a getToken that hangs or fails does not hold the
+   *  release back, and the lease goes at once rather than at its expiry. A 401 (that token
+   *  expired meanwhile) asks getToken for a fresh one and sends the release again. */
   async stop({ release = true } = {}) {
     if (this._state === "stopped") return;
     const holding = this._holdsEpoch();
@@ -375,8 +390,9 @@ export class TabLease extends EventTarget {
     // would renew the lease being given up, and pass through "unconfirmed").
     this._to("stopped", "stopped");
     this._leaveStream();
-    if (!away && this._presenceOn) this._api.request("DELETE", this._tabPath()).catch(() => {});
-    if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }).catch(() => {});
+    const token = this._api.lastToken;
+    if (!away && this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { token }).catch(() => {});
+    if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }, { token }).catch(() => {});
   }
 
   // --- operations ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { TabLease, TabLeaseError, backoffDelay, parseRetryAfter } from "./tablease.js";
-import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+import { FakeClock, FakeServer, fakeJWT, fakeOptions, flush } from "./fakes.mjs";
 
 function setup({ server: so = {}, lease: lo = {} } = {}) {
   const clock = new FakeClock(1000);
@@ -263,6 +263,60 @@ test("a getToken that never answers fails after requestTimeoutMs, and its signal
   assert.equal(server.callsTo("POST", "/lease/renew").length, 1, "the retry renews");
   assert.equal(lease.role, "owner");
   await lease.stop({ release: false });
+});
+
+test("start() resolves within requestTimeoutMs when getToken never answers, and the tab works once it does", async () => {
+  let hang = true;
+  const getToken = () => (hang ? new Promise(() => {}) : Promise.resolve(fakeJWT("alice")));
+  const { clock, server, lease } = setup({ lease: { getToken, stream: "fetch" } });
+  server.takeoverBy("t-other", "Other"); // a viewer: it reads the lease and joins the stream
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  let started = false;
+  const p = lease.start().then(() => (started = true));
+  await clock.advance(10000 - 1);
+  assert.equal(started, false, "the first answer is still awaited");
+  await clock.advance(1);
+  assert.equal(started, true, "start() resolved at requestTimeoutMs (10 s), not once per step");
+  await p;
+  assert.equal(lease.role, "viewer");
+  assert.ok(errors.length > 0 && errors.every((e) => e.code === "UNAUTHENTICATED"));
+  hang = false;
+  await clock.advance(2000); // the retries' backoff
+  assert.equal(lease.streamLive, true, "the tab joined its stream");
+  assert.equal(lease.lease.holder?.tabId, "t-other", "and knows the holder");
+  server.expireNow();
+  await clock.advance(500);
+  assert.equal(lease.role, "owner", "a free lease is taken as at start");
+  await lease.stop({ release: false });
+});
+
+test("stop() of an owner releases with the last token at once when getToken never answers", async () => {
+  let hang = false;
+  const getToken = () => (hang ? new Promise(() => {}) : Promise.resolve("token-1"));
+  const { clock, server, lease } = setup({ lease: { getToken, presence: true } });
+  await lease.start();
+  assert.equal(lease.role, "owner");
+  hang = true;
+  let stopped = false;
+  const p = lease.stop().then(() => (stopped = true));
+  await clock.advance(0);
+  assert.equal(stopped, true, "stop() waited for no getToken");
+  await p;
+  const rel = server.callsTo("POST", "/lease/release");
+  assert.equal(rel.length, 1);
+  assert.equal(rel[0].headers.Authorization, "Bearer token-1", "sent with the last token");
+  assert.equal(server.valid(), false, "the lease is free at once, not at its expiry");
+  assert.equal(server.tabs.size, 0, "the tab left the list of tabs");
+});
+
+test("stop() asks getToken for a fresh token when the last one was refused", async () => {
+  const { server, lease } = setup();
+  await lease.start();
+  server.rejectToken = "token-1"; // it expired
+  await lease.stop();
+  assert.deepEqual(server.callsTo("POST", "/lease/release").map((c) => c.headers.Authorization), ["Bearer token-1", "Bearer token-2"]);
+  assert.equal(server.valid(), false);
 });
 
 test("a getToken that answers no token (a token endpoint that failed) keeps the lease and is retried", async () => {

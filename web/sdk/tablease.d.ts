@@ -340,9 +340,13 @@ export declare class TabLease extends EventTarget {
   /** Aborts when the current period of ownership ends; null when not owner. */
   readonly signal: AbortSignal | null;
 
-  /** Listens to the page lifecycle, joins the shared stream, acquires when free (autoAcquire). */
+  /** Listens to the page lifecycle, joins the shared stream, acquires when free (autoAcquire).
+   *  Resolves once the first answer is in, and after requestTimeoutMs at the latest (a viewer
+   *  then; a later answer is a rolechange or lease event). */
   start(): Promise<LeaseView>;
-  /** Releases (unless {release: false}), leaves the stream, removes listeners. */
+  /** Releases (unless {release: false}), leaves the stream, removes listeners. The release is
+   *  sent with the last token getToken gave, without waiting for getToken (a 401 asks it for a
+   *  fresh one). */
   stop(opts?: { release?: boolean }): Promise<void>;
   /** Mode "try". Rejects with TabLeaseError (LEASE_HELD, HANDOFF_PENDING, SESSION_BLOCKED…;
    *  CANCELLED when the tab released meanwhile: it answered a handoff request, or stopped, while
