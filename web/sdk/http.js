@@ -65,6 +65,24 @@ export function backoffDelay(attempt, { baseMs = DEFAULTS.backoffBaseMs, maxMs =
   return Math.round(Math.max(jittered, retryAfterMs ?? 0));
 }
 
+/** The `sub` claim of a JWT, read without verifying it (only to key the shared stream, and to
+ *  tell when getToken gives another user's token). */
+export function tokenSubject(token) {
+  try {
+    const part = String(token).split(".")[1];
+    if (!part) return "";
+    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
+    const json = typeof atob === "function" ? atob(b64) : globalThis.Buffer.from(b64, "base64").toString("binary");
+    const sub = JSON.parse(decodeURIComponent(escape(json))).sub;
+    return typeof sub === "string" ? sub : "";
+  } catch {
+    return "";
+  }
+}
+
+/** The code of the error of a request not sent because getToken gave another user's token. */
+export const USER_CHANGED = "USER_CHANGED";
+
 /** Resolves after ms of clock time (true), or at once when signal aborts (false). */
 export function sleep(clock, ms, signal = undefined) {
   return new Promise((resolve) => {
@@ -89,9 +107,14 @@ export function sleep(clock, ms, signal = undefined) {
  * answer, get timeoutMs each: a request that is never answered (a connection that went silent, a
  * proxy that holds it) fails as NETWORK and is aborted, so that no caller waits on it for ever and
  * it holds none of the browser's few connections to the server.
+ *
+ * Every request is made as one user, the `sub` of the tokens the tab works with: a token of
+ * another user (the user signed out and in as someone else in another tab) is never sent on the
+ * previous user's behalf. The request fails with USER_CHANGED, and the first to see the change
+ * tells onUserChange, which starts the tab over as the new user.
  */
 export class SessionApi {
-  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "", clock = browserClock, timeoutMs = DEFAULTS.requestTimeoutMs }) {
+  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "", clock = browserClock, timeoutMs = DEFAULTS.requestTimeoutMs, onUserChange = undefined }) {
     this.baseUrl = baseUrl;
     this.sessionId = sessionId;
     this._getToken = getToken;
@@ -101,8 +124,12 @@ export class SessionApi {
     /** How long getToken, and each request with its answer, may take.
      *  @type {number} */
     this.timeoutMs = timeoutMs;
-    /** The last access token getToken gave: what a request during pagehide sends. */
+    /** The last access token getToken gave for the user: what a request during pagehide sends. */
     this.lastToken = null;
+    /** The user the tab works as: the `sub` of its tokens ("" for a token without one); null
+     *  until getToken first answers. */
+    this.user = null;
+    this._onUserChange = onUserChange;
   }
 
   url(path, query = undefined) {
@@ -130,11 +157,13 @@ export class SessionApi {
     return { signal: ac.signal, error, clear };
   }
 
-  /** The access token (a fresh one from the identity provider when refresh). getToken failing
+  /** The access token (a fresh one from the identity provider when refresh), for a request made
+   *  as user `as` (null: whoever the tab works as when getToken answers). getToken failing
    *  (throwing, answering late, or answering anything but a non-empty string) proves nothing
    *  about the lease (an identity provider down, the network): the error is retryable, and the
-   *  caller retries as it does after a network error. */
-  async token(refresh = false) {
+   *  caller retries as it does after a network error. A token of another user fails with
+   *  USER_CHANGED. */
+  async token(refresh = false, as = this.user) {
     let t;
     // getToken gets the signal, so that one that fetches can stop when the client gives up.
     const d = this.deadline("token");
@@ -150,6 +179,27 @@ export class SessionApi {
     if (typeof t !== "string" || t === "") {
       throw new TabLeaseError({ status: 401, code: "UNAUTHENTICATED", message: `tablease: getToken returned no token (${t === "" ? "an empty string" : typeof t})`, retryable: true });
     }
+    const user = tokenSubject(t);
+    const mine = as ?? this.user;
+    // (mine !== this.user: the change was seen while getToken ran, and a request made as the
+    // previous user is not sent, even with a token of that user that answered late.)
+    if (mine !== null && (user !== mine || mine !== this.user)) {
+      const e = new TabLeaseError({
+        code: USER_CHANGED,
+        message: "tablease: getToken gave another user's token: the request was not sent, and this tab starts over as that user",
+        retryable: true,
+        details: { user, previousUser: mine },
+      });
+      if (mine === this.user) {
+        // The first request to see it: from now on the tab works as the new user.
+        const previousToken = this.lastToken;
+        this.user = user;
+        this.lastToken = t;
+        this._onUserChange?.(e, previousToken);
+      }
+      throw e;
+    }
+    this.user = user;
     this.lastToken = t;
     return t;
   }
@@ -158,16 +208,18 @@ export class SessionApi {
     return this.request("POST", path, body, opts);
   }
 
-  /** One call: JSON in, JSON out. Resolves {status, body, etag}; rejects with a TabLeaseError.
+  /** One call: JSON in, JSON out. Resolves {status, body, etag, token} (token: the access token
+   *  it was sent with); rejects with a TabLeaseError.
    *  timeoutMs (at most the client's) bounds the request and its answer. With token, the first
    *  attempt sends it without asking getToken (a release that must not wait on it), and a 401
-   *  asks getToken for a fresh one as usual. */
+   *  asks getToken for a fresh one as usual, of that token's user. */
   async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs, token: given = null } = {}) {
+    const as = given ? tokenSubject(given) : this.user; // the user the request is made as
     for (let attempt = 0; ; attempt++) {
       let token;
       if (given && attempt === 0) token = given;
       else if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
-      else token = await this.token(attempt > 0);
+      else token = await this.token(attempt > 0, as);
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";
       // A keepalive request outlives the page: nothing waits for it.
@@ -200,7 +252,7 @@ export class SessionApi {
         // An answer whose body stopped coming is no answer.
         if (d?.signal.aborted) throw this.networkError(method, path, d.error, true);
         if (failed) throw failed;
-        return answer;
+        return { ...answer, token };
       } finally {
         d?.clear();
       }

@@ -34,10 +34,12 @@
 // one of them has an interaction with the user open (_beginInteraction, counted by call.js): then
 // it keeps the lease until the interaction ends or the request lapses.
 
-import { DEFAULTS, SessionApi, TabLeaseError, backoffDelay, browserClock, randomId, sleep } from "./http.js";
+import { DEFAULTS, SessionApi, TabLeaseError, USER_CHANGED, backoffDelay, browserClock, randomId, sleep, tokenSubject } from "./http.js";
 import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
 import { catalogRoute } from "./route.js";
 import { isReadOnlyTool } from "./tools.js";
+
+export { tokenSubject };
 
 /** The code of the error a guard returns when this tab may not mutate. */
 export const NOT_LEASE_OWNER = "NOT_LEASE_OWNER";
@@ -70,20 +72,6 @@ const TRANSITIONS = Object.freeze({
  */
 export function newTabId() {
   return "t-" + randomId();
-}
-
-/** The `sub` claim of a JWT, read without verifying it (only to key the shared stream). */
-export function tokenSubject(token) {
-  try {
-    const part = String(token).split(".")[1];
-    if (!part) return "";
-    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
-    const json = typeof atob === "function" ? atob(b64) : globalThis.Buffer.from(b64, "base64").toString("binary");
-    const sub = JSON.parse(decodeURIComponent(escape(json))).sub;
-    return typeof sub === "string" ? sub : "";
-  } catch {
-    return "";
-  }
 }
 
 function makeEvent(type, detail) {
@@ -161,6 +149,7 @@ export class TabLease extends EventTarget {
     this._api = new SessionApi({
       baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin: options.origin ?? globalThis.location?.origin ?? "",
       clock: options.clock ?? browserClock, timeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
+      onUserChange: (e, previousToken) => this._userChanged(e, previousToken),
     });
     const streamMode = options.stream ?? "fetch"; // "fetch" | "ticket" | false
     this._streamMode = streamMode;
@@ -950,6 +939,7 @@ export class TabLease extends EventTarget {
   /** A request of the automatic machinery failed: say so once per outage, at every failure of
    *  getToken, and when it is not something a retry fixes. */
   _requestFailed(e) {
+    if (e?.code === USER_CHANGED) return; // said once, as the tab started over (_userChanged)
     if (e?.code === "NETWORK") {
       if (this._unreachable) return;
       this._unreachable = true;
@@ -1069,11 +1059,12 @@ export class TabLease extends EventTarget {
     if (newEpoch) body.newEpoch = true;
     this._acquiring++;
     try {
-      const { body: lease } = await this._call("POST", "/lease", body).finally(() => this._acquiring--);
+      const { body: lease, token } = await this._call("POST", "/lease", body).finally(() => this._acquiring--);
       if (gen !== this._gen || !this._running()) {
-        // released or stopped meanwhile: give back what we were just granted
+        // released or stopped meanwhile (or the user changed): give back what we were just
+        // granted, as the user it was granted to
         if (lease?.holder?.tabId === this.tabId && typeof lease.epoch === "number" && lease.epoch !== this._epoch) {
-          this._api.post("/lease/release", { tabId: this.tabId, epoch: lease.epoch }).catch(() => {});
+          this._api.post("/lease/release", { tabId: this.tabId, epoch: lease.epoch }, { token }).catch(() => {});
         }
         return { error: new TabLeaseError({ code: "CANCELLED", message: "tablease: the lease was released while the acquire was in flight" }) };
       }
@@ -1126,7 +1117,7 @@ export class TabLease extends EventTarget {
    *  acquire when it is over, and so does a failure worth retrying; report: whether the failure
    *  is an error event (not for the page's own calls, whose promise says it). */
   _afterRefusedAcquire(e, { report }) {
-    if (!this._running()) return;
+    if (!this._running() || e.code === USER_CHANGED) return; // the tab started over meanwhile
     if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
       this._attempts.acquire = 0;
     } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
@@ -1461,6 +1452,59 @@ export class TabLease extends EventTarget {
     }, ms);
   }
 
+  // --- internals: the user -----------------------------------------------------------------------
+
+  /**
+   * getToken gave a token of another user than the one this tab works as (the user signed out and
+   * in as someone else in another tab): what the tab knows (its lease, the holder, its stream
+   * group, its listing) is the previous user's session, and none of it may stand for the new
+   * user's. The tab is no longer the owner at once; it releases the previous user's lease and
+   * leaves that user's list of tabs, with that user's last token (so that the user's other tabs
+   * take the lease at once, not at its expiry), leaves that user's stream group, says so (an
+   * `error` event, USER_CHANGED), and starts over as the new user, as start() does (the
+   * automatic acquire as it was set at construction). A tab stopped or away only forgets: start()
+   * and pageshow start over.
+   */
+  _userChanged(error, previousToken) {
+    const running = this._running();
+    const held = this._holdsEpoch() ? this._epoch : 0;
+    this._gen++;
+    this._clearTimers();
+    this._handoffWait?.finish({ status: "cancelled" });
+    this._endHandoffAsk();
+    this._manualAsk = null;
+    this._forgetSession();
+    this._policy = this._autoAcquire ? "auto" : "manual";
+    if (running) this._update("user_changed");
+    if (previousToken) {
+      if (held) this._api.post("/lease/release", { tabId: this.tabId, epoch: held }, { token: previousToken }).catch(() => {});
+      if (running && this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { token: previousToken }).catch(() => {});
+    }
+    this._leaveStream();
+    this._emitError(error);
+    if (running) this._begin();
+  }
+
+  /** Forgets what this tab knows of the session's lease and its listing, as before its first
+   *  start: they were another user's. */
+  _forgetSession() {
+    this._epoch = 0;
+    this._token = null;
+    this._deadline = -Infinity;
+    this._confirmedAt = -Infinity;
+    this._minValidEpoch = 0;
+    this._seen = { epoch: 0, at: -Infinity };
+    this._lostAbove = 0;
+    this._unproven = 0;
+    this._view = null;
+    this._viewerReadAt = -Infinity;
+    this._renewAgain = false;
+    this._presencePut = null;
+    this._unreachable = false;
+    this._streamWasLive = false;
+    for (const name of Object.keys(this._attempts)) this._attempts[name] = 0;
+  }
+
   // --- internals: the event stream ---------------------------------------------------------------
 
   /** Joins the event stream shared by this browser's tabs of the same user and session. The user
@@ -1474,6 +1518,7 @@ export class TabLease extends EventTarget {
     try {
       sub = tokenSubject(await this._api.token(false));
     } catch (e) {
+      if (e.code === USER_CHANGED) return; // the tab started over, and joins the new user's group
       failed = true;
       this._emitError(e);
     }

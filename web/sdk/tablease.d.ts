@@ -152,7 +152,9 @@ export interface TabLeaseOptions {
    *  When it throws, answers anything but a non-empty string, or takes longer than
    *  requestTimeoutMs, the request fails with TabLeaseError UNAUTHENTICATED, retryable (the thrown
    *  value as its cause): a renew keeps the lease until its deadline and retries, as after a
-   *  network error. */
+   *  network error. A token of another user (`sub`) than the first one's is not sent: the request
+   *  fails with TabLeaseError USER_CHANGED, and the tab gives up the previous user's lease and
+   *  stream and starts over as the new user (an `error` event USER_CHANGED). */
   getToken: (opts: { refresh?: boolean; signal?: AbortSignal }) => string | Promise<string>;
   /** Shown to other tabs ("Events — /events/evt-1"); sent as its first 200 printable characters
    *  (code points; tabs and line breaks as spaces, other characters that are not printable left out). */
@@ -221,7 +223,8 @@ export interface RoleChangeDetail {
   /** confirmed · expired · lost · released · handoff · stopped · stream_down · resumed · frozen ·
    *  event · refresh · guard · away · pagehide · remint (a release to take a new epoch after a
    *  Redis failover lost higher ones, from an instance that does not know newEpoch:
-   *  docs/browser-client.md, "When a tab is the owner") */
+   *  docs/browser-client.md, "When a tab is the owner") · user_changed (getToken gave another
+   *  user's token: docs/browser-client.md, "One event stream per browser") */
   reason: string;
   lease: LeaseView;
 }
@@ -386,7 +389,8 @@ export declare class TabLeaseError extends Error {
   constructor(init?: { status?: number; code?: string; message?: string; retryable?: boolean; details?: object; retryAfterMs?: number | null; cause?: unknown });
   /** HTTP status; 0 for a network failure. */
   status: number;
-  /** The API's error code (LEASE_HELD, LEASE_LOST, …) or NETWORK. */
+  /** The API's error code (LEASE_HELD, LEASE_LOST, …), NETWORK, or USER_CHANGED (getToken gave
+   *  another user's token). */
   code: string;
   retryable: boolean;
   details: Record<string, any>;
