@@ -62,8 +62,9 @@ local now = now_us()
 local s = load(now)
 settle(s, now)
 
--- Refuse a tab that said it is gone (release.lua), in every mode.
-if s.gone_until_us > now and s.gone_tab == tab_mark(tab) then
+-- Refuse a tab that said it is gone (release.lua), in every mode. The mark is read only while a
+-- window is open (keep_us, see state.lua).
+if s.keep_us > now and gone_tab(now) == tab_mark(tab) then
   return finish(s, now, reply('GONE', s, now))
 end
 

@@ -194,16 +194,15 @@ end
 -- keep_until is when the state of s expires, before keep's slack (below): IDLE_MS after the latest
 -- of the lease's end, an admin's block, a handoff's end and, when changed, now; and not before
 -- keep_us (the end of the last revoke's retry window, itself a change, whose answer is kept until
--- then) nor gone_until_us (the end of a gone tab's window); nil while the last epoch is not below
--- the clock at that time (epochs run ahead of the clock only by the grants of one microsecond):
--- the state is then kept with no expiry.
+-- then, or of a gone tab's window); nil while the last epoch is not below the clock at that time
+-- (epochs run ahead of the clock only by the grants of one microsecond): the state is then kept
+-- with no expiry.
 local function keep_until(s, now, changed)
   local until_us = math.max(s.expires_us, s.block_until_us, s.ho_until_us)
   if changed then
     until_us = math.max(until_us, now)
   end
-  local at_ms = math.max(math.floor(until_us / 1000) + IDLE_MS, math.ceil(s.keep_us / 1000),
-    math.ceil(s.gone_until_us / 1000))
+  local at_ms = math.max(math.floor(until_us / 1000) + IDLE_MS, math.ceil(s.keep_us / 1000))
   if s.epoch >= at_ms * 1000 then
     return nil
   end

@@ -249,12 +249,12 @@ local function append(s, now)
 end
 
 -- parkable reports whether the session s may be parked at now (see state.lua): it has no holder,
--- no handoff, no block in force, no revoke's retry window and no gone tab's window, so that it has
--- only the fields that pack_free holds (those of a gone tab whose window ended are dropped), and
--- the call has every key.
+-- no handoff, no block in force, and no revoke's retry window nor gone tab's window (keep_us), so
+-- that it has only the fields that pack_free holds (a gone tab's mark, once its window ended, is
+-- dropped), and the call has every key.
 local function parkable(s, now)
   return KEY_FREE ~= nil and s.tab == '' and s.ho_tab == '' and s.block_until_us <= now and
-    s.keep_us <= now and s.gone_until_us <= now
+    s.keep_us <= now
 end
 
 -- unpark moves the parked state s to the state hash, to which the call wrote the rest: the hash

@@ -10,7 +10,7 @@
 -- lease as it is otherwise: a stale release never touches a newer lease.
 --
 -- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
--- (gone_tab, gone_until_us in state.lua) so that acquire.lua refuses its acquires until the end of
+-- (the field gone in state.lua) so that acquire.lua refuses its acquires until the end of
 -- the window: one it sent before it went, arriving after this call, grants nothing. A session
 -- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
 -- admin.lua): the acquire the mark would refuse is then refused as one session too many.
@@ -43,8 +43,9 @@ settle(s, now)
 -- Mark a gone tab, and release whatever epoch it holds.
 if gone then
   if admit(s, now) then
-    s.gone_tab, s.gone_until_us = tab_mark(tab), now + gone_ms * 1000
-    state_set('gone_tab', s.gone_tab, 'gone_until_us', int(s.gone_until_us))
+    local until_us = now + gone_ms * 1000
+    s.keep_us = math.max(s.keep_us, until_us)
+    state_set('gone', int(until_us) .. ' ' .. tab_mark(tab), 'keep_us', int(s.keep_us))
   end
   if s.tab == tab then
     epoch = s.epoch

@@ -90,13 +90,16 @@
 --                        must exceed it even when the log was trimmed or expired (events.lua)
 --   block_until_us       store time (µs) until which an admin blocked grants (revoke.lua); grants
 --                        are refused while it is after now
---   gone_tab,            the mark (tab_mark) of the last tab that said it is gone (release.lua,
---   gone_until_us        lease.ReleaseRequest.Gone), and the store time (µs) until which its
---                        acquires are refused; a session is not parked before then (parkable), and
---                        its state is kept at least until then (keep_until in admin.lua)
---   keep_us              store time (µs) when the retry window of the last revoke with a request
---                        id ends: the hash is kept at least until then (keep in admin.lua), as
---                        that revoke's answer is (KEYS[11]), and no longer for it
+--   gone                 "<until_us> <mark>": the mark (tab_mark) of the last tab that said it is
+--                        gone (release.lua, lease.ReleaseRequest.Gone), and the store time (µs)
+--                        until which its acquires are refused; keep_us is then no earlier, which
+--                        keeps the state unparked that long, and tells acquire.lua when to read
+--                        this field (gone_tab, below): load does not, as a field the hash lacks
+--                        costs HMGET a look at every field of a small hash
+--   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
+--                        and not parked: the end of the retry window of the last revoke with a
+--                        request id, as that revoke's answer is kept (KEYS[11]), or of a gone
+--                        tab's window, whichever is later
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -329,6 +332,16 @@ local function released_by(s, tab, epoch)
   return s.rel_epoch == epoch and (s.rel_tab == tab_mark(tab) or s.rel_tab == tab)
 end
 
+-- gone_tab is the mark (tab_mark) of the tab that said it is gone, while its window is open at
+-- now; nil otherwise (see the field gone above).
+local function gone_tab(now)
+  local until_us, mark = string.match(redis.call('HGET', KEY_STATE, 'gone') or '', '^(%d+) (.+)$')
+  if until_us ~= nil and until_us + 0 > now then
+    return mark
+  end
+  return nil
+end
+
 -- pack_free is the field of KEYS[8] that holds the parked state s until at_ms (see above): about
 -- 45 bytes and the tab's mark (at most 9), within the 64 bytes up to which Redis keeps a hash as
 -- one compact listpack (a value above them makes the user's free hash a hashtable, larger per
@@ -423,7 +436,7 @@ local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_
   'transitions', 'block_until_us', 'keep_us', 'ho_tab'}
 
 -- REST_FIELDS are the other fields that load reads first, in the order of load_rest.
-local REST_FIELDS = {'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id', 'gone_tab', 'gone_until_us'}
+local REST_FIELDS = {'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id'}
 
 -- STATE_FIELDS are LEASE_FIELDS then REST_FIELDS: what load reads first. (Built with the language
 -- alone: Redis gives a library's loading run no library functions.)
@@ -468,11 +481,6 @@ local function lease_state(v)
     ho_until_us = 0,
     ho_reserved = false,
     ho_reserve_ms = 0,
-    -- Read by load_rest. The usual renew and check, which do not, keep the state until the
-    -- lease's end plus IDLE_MS at least, after any gone tab's window (lease.GoneWindow is shorter
-    -- than the retention).
-    gone_tab = '',
-    gone_until_us = 0,
   }
 end
 
@@ -490,8 +498,6 @@ local function rest_state(s, v, o)
   s.rel_epoch = (v[o + 2] or 0) + 0
   s.ended_epoch = (v[o + 3] or 0) + 0
   s.event_id = v[o + 4] or ''
-  s.gone_tab = v[o + 5] or ''
-  s.gone_until_us = (v[o + 6] or 0) + 0
   if s.ho_tab ~= '' then
     local h = redis.call('HMGET', KEY_STATE, 'ho_label', 'ho_hidden', 'ho_from_tab',
       'ho_from_epoch', 'ho_until_us', 'ho_reserved', 'ho_reserve_ms')
