@@ -166,6 +166,12 @@ type entry struct {
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
 
+// goneKept reports whether a gone tab's mark keeps s at now: for the retention idle after the
+// release that made it, a change, and not before its window ends (as the Redis engine keeps it).
+func (s *entry) goneKept(now time.Time, idle time.Duration) bool {
+	return s.goneUntil.After(now) || s.goneUntil.Add(idle-lease.GoneWindow).After(now)
+}
+
 func (s *entry) heldBy(tabID string, epoch int64, now time.Time) bool {
 	return s.held(now) && s.holder.TabID == tabID && s.epoch == epoch
 }
@@ -543,7 +549,7 @@ func (e *Engine) sweep(now time.Time) {
 		// test keeps event ids increasing if they did.
 		idle := e.live[key] == nil && now.Sub(s.expiresAt) > e.idle && s.epoch < nowMicros &&
 			now.Sub(time.UnixMilli(int64(s.lastID.Millis))) > e.idle && !s.keptByAdmin(now, e.idle) &&
-			(s.handoff == nil || !s.handoff.until.Add(e.idle).After(now)) && !s.goneUntil.Add(e.idle).After(now)
+			(s.handoff == nil || !s.handoff.until.Add(e.idle).After(now)) && !s.goneKept(now, e.idle)
 		// An expiry nobody announced yet (nobody watches the session, no call came) is announced
 		// here, and so gets its audit record, whether or not the entry goes: as the Redis engine's
 		// sweep does.
