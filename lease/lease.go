@@ -207,6 +207,11 @@ type ReleaseRequest struct {
 // (ReleaseRequest.Gone): longer than any acquire it sent before may take to arrive.
 const GoneWindow = time.Minute
 
+// MaxGone bounds the gone tabs a session remembers at once: the latest MaxGone within their
+// windows (a window of tabs closed together says so for each of its tabs of the session that held
+// the lease or waited for an acquire's answer).
+const MaxGone = 16
+
 // ReleaseResult is the answer to Release.
 type ReleaseResult struct {
 	// Released is true when this call ended the lease, and when it repeats the release that did
@@ -244,7 +249,7 @@ type Engine interface {
 	// release that succeeded answers true again; releasing a lease that is free, expired or held
 	// by someone else changes nothing and reports false. A release with req.Gone ends the lease
 	// req.TabID holds at any epoch, and makes Acquire fail with ErrTabGone for that tab for
-	// GoneWindow (a session at the user's bound of sessions that has no state keeps no such mark:
+	// GoneWindow, for the latest MaxGone such tabs of the session (a session at the user's bound of sessions that has no state keeps no such mark:
 	// the acquire it would refuse is refused as one session too many).
 	Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error)
 	// Get reads the lease of key. A session that never had a lease is a free lease with epoch 0.

@@ -158,13 +158,38 @@ type entry struct {
 	revokes map[revokeID]revokeMemo
 	// handoff is the session's handoff request or reservation, nil if none (see handoff.go).
 	handoff *handoff
-	// goneTab is the last tab that said it is gone (lease.ReleaseRequest.Gone), whose acquires
-	// are refused until goneUntil.
-	goneTab   string
+	// gone holds the tabs that said they are gone (lease.ReleaseRequest.Gone), at most
+	// lease.MaxGone, each with the end of its window, until which its acquires are refused;
+	// goneUntil is the latest end.
+	gone      map[string]time.Time
 	goneUntil time.Time
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
+
+// markGone refuses the acquires of tab for lease.GoneWindow from now, forgetting the marks whose
+// window ended, and the one that ends first beyond lease.MaxGone.
+func (s *entry) markGone(tab string, now time.Time) {
+	if s.gone == nil {
+		s.gone = map[string]time.Time{}
+	}
+	for t, until := range s.gone {
+		if !until.After(now) {
+			delete(s.gone, t)
+		}
+	}
+	s.goneUntil = now.Add(lease.GoneWindow)
+	s.gone[tab] = s.goneUntil
+	for len(s.gone) > lease.MaxGone {
+		first := tab
+		for t, until := range s.gone {
+			if until.Before(s.gone[first]) {
+				first = t
+			}
+		}
+		delete(s.gone, first)
+	}
+}
 
 // goneKept reports whether a gone tab's mark keeps s at now: for the retention idle after the
 // release that made it, a change, and not before its window ends (as the Redis engine keeps it).
@@ -255,7 +280,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 
 	s := e.settled(req.Key, now)
 	if s != nil {
-		if s.goneTab == req.Holder.TabID && s.goneUntil.After(now) {
+		if s.gone[req.Holder.TabID].After(now) {
 			return lease.Lease{}, lease.ErrTabGone
 		}
 		if err := s.blocked(now); err != nil {
@@ -390,7 +415,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 				return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
 			}
 		}
-		s.goneTab, s.goneUntil = req.TabID, now.Add(lease.GoneWindow)
+		s.markGone(req.TabID, now)
 		if !s.held(now) || s.holder.TabID != req.TabID {
 			return lease.ReleaseResult{Lease: s.lease(req.Key, now)}, nil
 		}

@@ -64,7 +64,8 @@ settle(s, now)
 
 -- Refuse a tab that said it is gone (release.lua), in every mode. The mark is read only while a
 -- window is open (keep_us, see state.lua).
-if s.keep_us > now and gone_tab(now) == tab_mark(tab) then
+local mark = s.keep_us > now and tab_mark(tab)
+if mark and gone_marks(function(until_us, m) return m == mark and until_us > now end) then
   return finish(s, now, reply('GONE', s, now))
 end
 

@@ -461,7 +461,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 	}
 	args := []any{req.TabID, strconv.FormatInt(req.Epoch, 10)}
 	if req.Gone {
-		args = []any{req.TabID, "gone", lease.GoneWindow.Milliseconds()}
+		args = []any{req.TabID, "gone", lease.GoneWindow.Milliseconds(), lease.MaxGone}
 	}
 	v, err := e.change(ctx, "release", releaseFn, req.Key, args...)
 	status, l, err := leaseAnswer("release", req.Key, v, err)

@@ -5,12 +5,13 @@
 -- ARGV[2]  tab id
 -- ARGV[3]  epoch, or "gone" when the tab is gone for good (lease.ReleaseRequest.Gone)
 -- ARGV[4]  with "gone": the window in milliseconds for which the tab's acquires are refused
+-- ARGV[5]  with "gone": how many gone tabs the session remembers at once (lease.MaxGone)
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
 -- lease as it is otherwise: a stale release never touches a newer lease.
 --
 -- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
--- (the field gone in state.lua) so that acquire.lua refuses its acquires until the end of
+-- (the field gone in state.lua, which keeps the latest lease.MaxGone) so that acquire.lua refuses its acquires until the end of
 -- the window: one it sent before it went, arriving after this call, grants nothing. A session
 -- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
 -- admin.lua): the acquire the mark would refuse is then refused as one session too many.
@@ -28,6 +29,7 @@ local tab = ARGV[2]
 local gone = ARGV[3] == 'gone'
 local epoch = gone and 0 or arg_int(3, 1, MAX_EPOCH)
 local gone_ms = gone and arg_int(4, 1, MAX_EPOCH) or 0
+local GONE_MAX = gone and arg_int(5, 1, 1000) or 0
 
 -- Answer a retry of this call as it was answered (see state.lua).
 local replay = replayed()
@@ -45,7 +47,7 @@ if gone then
   if admit(s, now) then
     local until_us = now + gone_ms * 1000
     s.keep_us = math.max(s.keep_us, until_us)
-    state_set('gone', int(until_us) .. ' ' .. tab_mark(tab), 'keep_us', int(s.keep_us))
+    state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', int(s.keep_us))
   end
   if s.tab == tab then
     epoch = s.epoch

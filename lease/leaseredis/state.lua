@@ -90,11 +90,12 @@
 --                        must exceed it even when the log was trimmed or expired (events.lua)
 --   block_until_us       store time (µs) until which an admin blocked grants (revoke.lua); grants
 --                        are refused while it is after now
---   gone                 "<until_us> <mark>": the mark (tab_mark) of the last tab that said it is
---                        gone (release.lua, lease.ReleaseRequest.Gone), and the store time (µs)
---                        until which its acquires are refused; keep_us is then no earlier, which
+--   gone                 "<until_us> <mark> …": the tabs that said they are gone (release.lua,
+--                        lease.ReleaseRequest.Gone), newest first, at most lease.MaxGone: the store
+--                        time (µs) until which each one's acquires are refused, and its mark
+--                        (tab_mark); keep_us is then no earlier than the latest, which
 --                        keeps the state unparked that long, and tells acquire.lua when to read
---                        this field (gone_tab, below): load does not, as a field the hash lacks
+--                        this field (gone_marks, below): load does not, as a field the hash lacks
 --                        costs HMGET a look at every field of a small hash
 --   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
 --                        and not parked: the end of the retry window of the last revoke with a
@@ -332,14 +333,28 @@ local function released_by(s, tab, epoch)
   return s.rel_epoch == epoch and (s.rel_tab == tab_mark(tab) or s.rel_tab == tab)
 end
 
--- gone_tab is the mark (tab_mark) of the tab that said it is gone, while its window is open at
--- now; nil otherwise (see the field gone above).
-local function gone_tab(now)
-  local until_us, mark = string.match(redis.call('HGET', KEY_STATE, 'gone') or '', '^(%d+) (.+)$')
-  if until_us ~= nil and until_us + 0 > now then
-    return mark
+-- gone_marks calls f(until_us, mark) for each gone tab of the field gone (above), newest first,
+-- until f answers true, and answers whether it did.
+local function gone_marks(f)
+  for until_us, mark in string.gmatch(redis.call('HGET', KEY_STATE, 'gone') or '', '(%d+) (%S+)') do
+    if f(until_us + 0, mark) then
+      return true
+    end
   end
-  return nil
+  return false
+end
+
+-- gone_with is the field gone (above) with the window of the tab of mark until until_us: that tab
+-- first, then the others whose windows are open at now, at most max tabs in all.
+local function gone_with(now, mark, until_us, max)
+  local marks = {string.format('%d', until_us), mark}
+  gone_marks(function(u, m)
+    if u > now and m ~= mark then
+      marks[#marks + 1], marks[#marks + 2] = string.format('%d', u), m
+    end
+    return #marks >= 2 * max
+  end)
+  return table.concat(marks, ' ')
 end
 
 -- pack_free is the field of KEYS[8] that holds the parked state s until at_ms (see above): about

@@ -409,6 +409,15 @@ func testGoneTab(t *testing.T, newTarget Factory) {
 	refused(fresh, "tab-d")
 	f.acquire(fresh, "tab-e", long, lease.ModeTry)
 
+	// Tabs closed together: each one's acquires are refused, the latest lease.MaxGone of them.
+	for i := range lease.MaxGone {
+		gone(key, fmt.Sprintf("tab-w%d", i))
+	}
+	for i := range lease.MaxGone {
+		refused(key, fmt.Sprintf("tab-w%d", i))
+	}
+	f.check(key, "tab-b", b.Epoch)
+
 	// A gone release names no epoch.
 	_, err := f.eng.Release(f.ctx(), lease.ReleaseRequest{Key: key, TabID: "tab-b", Epoch: b.Epoch, Gone: true})
 	wantInvalid(t, "Release, gone, with an epoch", err)
