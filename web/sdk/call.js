@@ -54,8 +54,8 @@ export function endReason(answer) {
  * the current entity; the same value is the current entity; another value is ENTITY_MISMATCH. The
  * input property is then set to the current value when the schema declares it, and removed when it
  * does not (so a profile whose schema takes only {} accepts the same id too). A property typed
- * number or integer (and not string) is bound as the number the segment writes ("42" is 42), and
- * either form is the current entity. Returns {args} or {answer} (the error).
+ * number or integer (and not string) is bound as the number the segment's digits write ("42" is
+ * 42, "007" is 7), and either form is the current entity. Returns {args} or {answer} (the error).
  */
 export function bindRouteParams(args, params, schema) {
   const out = { ...args };
@@ -79,14 +79,14 @@ export function bindRouteParams(args, params, schema) {
   return { args: out };
 }
 
-/** A route segment as the input property prop takes it: the number it writes plainly ("42",
- *  "-1.5", not "042" or "1e3") when prop is typed number or integer and not string, else itself. */
+/** A route segment as the input property prop takes it: the number its decimal digits write
+ *  ("42", "007" is 7, "-1.5"; not "1e3" or "0x10") when prop is typed number or integer and not
+ *  string, else itself. */
 function paramValue(segment, prop) {
   const t = prop && typeof prop === "object" ? prop.type : undefined;
   const types = Array.isArray(t) ? t : [t];
   if (types.includes("string") || !(types.includes("number") || types.includes("integer"))) return segment;
-  const n = Number(segment);
-  return segment !== "" && Number.isFinite(n) && String(n) === segment ? n : segment;
+  return /^-?\d+(\.\d+)?$/.test(segment) && Number.isFinite(Number(segment)) ? Number(segment) : segment;
 }
 
 // --- input validation ----------------------------------------------------------------------------

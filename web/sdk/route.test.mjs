@@ -230,7 +230,8 @@ test("a route parameter bound to a number property is the number: {}, the number
   const items = [{ name: "get_item", description: "This item.", inputSchema: { type: "object", properties: { id: { type: "integer" } } }, annotations: { readOnlyHint: true }, routes: ["/items/:id"] }];
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock, { tools: items });
-  const lease = new TabLease(fakeOptions(server, clock, { window: new FakeBrowserWindow("/items/42") }));
+  const window = new FakeBrowserWindow("/items/42");
+  const lease = new TabLease(fakeOptions(server, clock, { window }));
   await lease.start();
   let defs = [];
   const reg = syncToolRegistry(lease, { sync: (d) => (defs = d) }, { handlers: { get_item: (args) => ({ id: args.id }) } });
@@ -242,6 +243,9 @@ test("a route parameter bound to a number property is the number: {}, the number
   const other = await get.execute({ id: 7 }, {});
   assert.equal(other.error?.code, "ENTITY_MISMATCH");
   assert.deepEqual(other.error.details, { param: "id", current: 42, given: 7 });
+  window.history.pushState(null, "", "/items/007"); // leading zeros: the same digits' number
+  await reg.sync();
+  assert.deepEqual(await defs.find((d) => d.name === "get_item").execute({}, {}), { id: 7 });
   reg.close();
   await lease.stop({ release: false });
 });
