@@ -691,6 +691,29 @@ test("a mutation tool unregistered while its lease is re-confirmed runs once it 
   await lease.stop({ release: false });
 });
 
+test("a mutation tool unregistered as its page froze does not run after the resume: the catalog may have changed unheard", async () => {
+  let ran = 0;
+  const handlers = { ask_user: async () => ({ applied: ++ran }) };
+  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+  await flush();
+  const ask = tool("ask_user"); // an agent keeps it
+  lease._document.fire("freeze");
+  await reg.sync();
+  assert.equal(tool("ask_user"), undefined, "unregistered while frozen");
+  // The kill switch while the page is frozen: its catalog event does not reach the page.
+  server.tools = TOOLS.map((t) => (t.name === "ask_user" ? { ...t, disabled: true } : t));
+  server.catalogVersion = "sha256:v2";
+  await clock.advance(1000);
+  lease._document.fire("resume");
+  const answer = await ask.execute({ question: "q" }, {});
+  assert.ok(answer.error?.code === "NOT_LEASE_OWNER" || answer.error?.code === "TOOL_RETIRED", `answered ${JSON.stringify(answer)}`);
+  for (let t = 0; lease.state !== "owner" && t < 5000; t += 10) await clock.advance(10);
+  assert.equal((await ask.execute({ question: "q" }, {})).error?.code, "TOOL_RETIRED");
+  assert.equal(ran, 0, "the retired definition never ran");
+  reg.close();
+  await lease.stop({ release: false });
+});
+
 test("while unconfirmed a mutation's isCurrent() is false; ctx.confirm() asks the server: written if still the holder, not if another took it", async () => {
   const { gate, release } = gates();
   const handlers = {
@@ -707,11 +730,13 @@ test("while unconfirmed a mutation's isCurrent() is false; ctx.confirm() asks th
   };
   const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
   await flush();
-  const tools = { ask_user: tool("ask_user"), confirm: tool("confirm") }; // kept while not owner
-  /** Runs tool until its handler waits, makes the tab unconfirmed (news may have been missed,
-   *  the renew hangs), runs meanwhile, then lets the handler go on; answers the call's answer. */
+  const kept = { ask_user: tool("ask_user"), confirm: tool("confirm") }; // kept while not owner
+  /** Runs tool (as registered now, or as kept while the tab is not owner) until its handler
+   *  waits, makes the tab unconfirmed (news may have been missed, the renew hangs), runs
+   *  meanwhile, then lets the handler go on; answers the call's answer. */
   const answered = async (name, meanwhile = () => {}) => {
-    const p = tools[name].execute(name === "ask_user" ? { question: "q" } : {}, {});
+    await reg.sync();
+    const p = (tool(name) ?? kept[name]).execute(name === "ask_user" ? { question: "q" } : {}, {});
     await flush();
     await clock.advance(1000);
     server.fail("POST /lease/renew", { hang: true });

@@ -220,9 +220,13 @@ class ToolScope {
       inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
       // A mutation tool unregistered because the tab is not owner now (read-only while its
       // lease is re-confirmed, say): a call that reaches it waits for the guard, which lets it
-      // run if this lease is confirmed and the catalog did not change meanwhile.
+      // run if this lease is confirmed and the catalog did not change meanwhile, as far as the
+      // tab can know: not after news may have been missed since (a freeze, a stream drop), when
+      // a catalog change may not have reached it.
       const lease = this.lease;
-      if (!isReadOnlyTool(inst.tool) && lease.role !== "owner" && lease._epoch > 0) inst.pending = { epoch: lease._epoch, version: lease._catalogVersion };
+      if (!isReadOnlyTool(inst.tool) && lease.role !== "owner" && lease._epoch > 0) {
+        inst.pending = { epoch: lease._epoch, version: lease._catalogVersion, at: lease._clock.now() };
+      }
     }
     inst.ac.abort(endReason(this.refusalNow(inst)));
     if (why === "route" || why === "closed") {
@@ -256,14 +260,14 @@ class ToolScope {
   /** Runs a call of inst. */
   call(inst, args, callerCtx) {
     const p = inst.pending;
-    const waits = p && p.epoch === this.lease._epoch && p.version === this.lease._catalogVersion;
+    const lease = this.lease;
+    const waits = p && p.epoch === lease._epoch && p.version === lease._catalogVersion && lease._confirmNeededAfter() <= p.at;
     if (inst.refusal && !waits) return Promise.resolve(this.refusalNow(inst));
     if (inst.callSignal.aborted) return Promise.resolve(abortAnswer(inst.callSignal));
     if (this.route() && this.routeLeft(inst, this.route())) {
       this.retire(inst, "route");
       return Promise.resolve(inst.refusal);
     }
-    const lease = this.lease;
     const readOnly = isReadOnlyTool(inst.tool);
     return runToolCall(
       inst.handler,
