@@ -143,7 +143,7 @@ export class FakeServer {
     this.handoffTimeoutMs = 15000; // TABLEASE_HANDOFF_TIMEOUT
     this.reserved = null; // {tabId, until}
     this.blockedUntil = 0; // an admin's block: acquires answer 423 SESSION_BLOCKED until then
-    this.gone = new Set(); // tabs that said they are gone: their acquires answer 409 TAB_GONE
+    this.gone = new Map(); // tabs that said they are gone → until when their acquires answer 409 TAB_GONE
     this.calls = [];
     this.failures = []; // [{match: "POST /lease/renew", status, code, retryAfter, times}]
     this.down = false; // answer every request with a network error
@@ -307,7 +307,7 @@ export class FakeServer {
       const ttl = this.clampTtl(body);
       const mode = body.mode ?? "try";
       const mine = this.valid() && this.holder.tabId === body.tabId;
-      if (this.gone.has(body.tabId)) return json(409, errorBody("TAB_GONE", "this tab said it is gone"));
+      if ((this.gone.get(body.tabId) ?? -Infinity) > now) return json(409, errorBody("TAB_GONE", "this tab said it is gone"));
       if (body.newEpoch !== undefined && !this.knowsNewEpoch) {
         return json(400, errorBody("INVALID_ARGUMENT", 'request body: unknown field "newEpoch"', { field: "newEpoch" }));
       }
@@ -362,7 +362,7 @@ export class FakeServer {
     }
     if (method === "POST" && path === "/lease/release") {
       if (body.gone === true) {
-        this.gone.add(body.tabId);
+        this.gone.set(body.tabId, now + 60000); // lease.GoneWindow
         body = { tabId: body.tabId, epoch: this.valid() && this.holder.tabId === body.tabId ? this.epoch : 0 };
       }
       if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) {

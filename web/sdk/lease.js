@@ -41,6 +41,9 @@ import { isReadOnlyTool } from "./tools.js";
 
 export { tokenSubject };
 
+// How long the server refuses the acquires of a tab that said it is gone (lease.GoneWindow).
+const GONE_WINDOW_MS = 60000;
+
 /** The code of the error a guard returns when this tab may not mutate. */
 export const NOT_LEASE_OWNER = "NOT_LEASE_OWNER";
 
@@ -198,6 +201,7 @@ export class TabLease extends EventTarget {
     this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
     this._acquiring = 0; // acquire requests waiting for their answers (pagehide says the tab is gone)
+    this._goneAt = -Infinity; // when pagehide last said this tab is gone
     this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
     this._view = null; // what this tab knows about the lease: {..lease object, at}
@@ -1122,7 +1126,11 @@ export class TabLease extends EventTarget {
    *  is an error event (not for the page's own calls, whose promise says it). */
   _afterRefusedAcquire(e, { report }) {
     if (!this._running() || e.code === USER_CHANGED) return; // the tab started over meanwhile
-    if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
+    if (e.code === "TAB_GONE") {
+      // Restored from the back/forward cache after this tab said it is gone (pagehide): acquire
+      // once the server's window (lease.GoneWindow) is over.
+      this._scheduleAcquire(Math.max(0, this._goneAt + GONE_WINDOW_MS - this._clock.now()) + Math.floor(this._random() * 250));
+    } else if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
       this._attempts.acquire = 0;
     } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
       const ms = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
@@ -1755,8 +1763,14 @@ export class TabLease extends EventTarget {
     // back/forward cache starts over in pageshow. A page that is not kept in that cache never
     // comes back, nor does its tab id: it says the tab is gone, which also makes an acquire still
     // on its way grant nothing (TAB_GONE), where its grant would leave the session to a closed tab.
-    if (!e?.persisted && (this._holdsEpoch() || this._acquiring > 0)) this._release("away", { keepalive: true, gone: true });
-    else if (this._holdsEpoch()) this._release("away", { keepalive: true });
+    // So does a page kept in the cache with an acquire on its way, whose grant would go to a page
+    // no one sees: restored, its acquires are refused until the server's window ends.
+    if (this._acquiring > 0 || (!e?.persisted && this._holdsEpoch())) {
+      this._goneAt = this._clock.now();
+      this._release("away", { keepalive: true, gone: true });
+    } else if (this._holdsEpoch()) {
+      this._release("away", { keepalive: true });
+    }
     if (this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { keepalive: true }).catch(() => {});
     if (this._policy === "yield") this._policy = "auto";
     this._clearTimers();

@@ -440,6 +440,40 @@ test("pagehide of a page that is not kept says the tab is gone: its lease ends, 
   }
 });
 
+test("a page that enters the back/forward cache with a takeover on its way says the tab is gone, and acquires once restored and the window is over", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  let deliver = null;
+  const fetch = (url, init) => {
+    if (init.method === "POST" && url.endsWith("/lease") && JSON.parse(init.body).mode === "takeover") {
+      const answer = server.fetch(url, init); // granted now, answered after the page went
+      return new Promise((resolve) => (deliver = () => resolve(answer)));
+    }
+    return server.fetch(url, init);
+  };
+  const lease = new TabLease(fakeOptions(server, clock, { fetch }));
+  server.takeoverBy("t-holder");
+  await lease.start();
+  const took = lease.takeover().catch((e) => e);
+  await flush();
+  lease._window.fire("pagehide", { persisted: true });
+  assert.deepEqual(server.callsTo("POST", "/lease/release").at(-1)?.body, { tabId: lease.tabId, gone: true });
+  deliver();
+  await took;
+  await flush();
+  assert.equal(server.valid(), false, "the grant that went to the cached page was given up");
+  await clock.advance(5000);
+  lease._window.fire("pageshow", { persisted: true });
+  await flush();
+  assert.equal(lease.role, "viewer", "refused for the rest of the window");
+  const gone = server.callsTo("POST", "/lease").length;
+  for (let t = 0; lease.role !== "owner" && t < 70000; t += 500) await clock.advance(500);
+  assert.equal(lease.role, "owner", "owner once the window is over");
+  assert.ok(clock.now() >= 61000, `owner at ${clock.now()}, not before the window's end`);
+  assert.ok(server.callsTo("POST", "/lease").length - gone <= 3, "no stream of refused acquires meanwhile");
+  await lease.stop({ release: false });
+});
+
 test("a page restored from the back/forward cache acquires again before it may mutate", async () => {
   const { clock, server, lease } = setup();
   await lease.start();
