@@ -249,8 +249,9 @@ type Engine interface {
 	// release that succeeded answers true again; releasing a lease that is free, expired or held
 	// by someone else changes nothing and reports false. A release with req.Gone ends the lease
 	// req.TabID holds at any epoch, and makes Acquire fail with ErrTabGone for that tab for
-	// GoneWindow, for the latest MaxGone such tabs of the session (a session at the user's bound of sessions that has no state keeps no such mark:
-	// the acquire it would refuse is refused as one session too many).
+	// GoneWindow, for the latest MaxGone such tabs of the session (a session that has no state,
+	// its user at the bound of sessions, keeps no such mark: the acquire it would refuse is
+	// refused as one session too many).
 	Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error)
 	// Get reads the lease of key. A session that never had a lease is a free lease with epoch 0.
 	Get(ctx context.Context, key Key) (Lease, error)

@@ -159,10 +159,8 @@ type entry struct {
 	// handoff is the session's handoff request or reservation, nil if none (see handoff.go).
 	handoff *handoff
 	// gone holds the tabs that said they are gone (lease.ReleaseRequest.Gone), at most
-	// lease.MaxGone, each with the end of its window, until which its acquires are refused;
-	// goneUntil is the latest end.
-	gone      map[string]time.Time
-	goneUntil time.Time
+	// lease.MaxGone, each with the end of its window, until which its acquires are refused.
+	gone map[string]time.Time
 }
 
 func (s *entry) held(now time.Time) bool { return s.expiresAt.After(now) }
@@ -178,8 +176,7 @@ func (s *entry) markGone(tab string, now time.Time) {
 			delete(s.gone, t)
 		}
 	}
-	s.goneUntil = now.Add(lease.GoneWindow)
-	s.gone[tab] = s.goneUntil
+	s.gone[tab] = now.Add(lease.GoneWindow)
 	for len(s.gone) > lease.MaxGone {
 		first := tab
 		for t, until := range s.gone {
@@ -194,7 +191,12 @@ func (s *entry) markGone(tab string, now time.Time) {
 // goneKept reports whether a gone tab's mark keeps s at now: for the retention idle after the
 // release that made it, a change, and not before its window ends (as the Redis engine keeps it).
 func (s *entry) goneKept(now time.Time, idle time.Duration) bool {
-	return s.goneUntil.After(now) || s.goneUntil.Add(idle-lease.GoneWindow).After(now)
+	for _, until := range s.gone {
+		if until.After(now) || until.Add(idle-lease.GoneWindow).After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *entry) heldBy(tabID string, epoch int64, now time.Time) bool {

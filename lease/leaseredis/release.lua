@@ -11,8 +11,9 @@
 -- lease as it is otherwise: a stale release never touches a newer lease.
 --
 -- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
--- (the field gone in state.lua, which keeps the latest lease.MaxGone) so that acquire.lua refuses its acquires until the end of
--- the window: one it sent before it went, arriving after this call, grants nothing. A session
+-- (the field gone in state.lua, which keeps the latest lease.MaxGone) so that acquire.lua refuses
+-- its acquires until the end of the window: one it sent before it went, arriving after this call,
+-- grants nothing. A session
 -- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
 -- admin.lua): the acquire the mark would refuse is then refused as one session too many.
 --

@@ -657,12 +657,17 @@ test("a handler that returns after the deadline, before the late timer of a froz
   await lease.stop({ release: false });
 });
 
-test("a mutation tool unregistered while its lease is re-confirmed runs once it is, unless the catalog changed meanwhile", async () => {
-  let ran = 0;
-  const handlers = { ask_user: async () => ({ applied: ++ran }) };
-  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
+/** setup with an ask_user handler that counts its runs, and ask_user's definition as the owner
+ *  registered it, which an agent keeps. */
+async function setupKeptAsk() {
+  const runs = { n: 0 };
+  const s = await setup({ handlers: { ask_user: async () => ({ applied: ++runs.n }) }, lease: { stream: "fetch" } });
   await flush();
-  const ask = tool("ask_user"); // an agent keeps it
+  return { ...s, runs, ask: s.tool("ask_user") };
+}
+
+test("a mutation tool unregistered while its lease is re-confirmed runs once it is, unless the catalog changed meanwhile", async () => {
+  const { clock, server, lease, reg, tool, runs, ask } = await setupKeptAsk();
   const unconfirm = async () => {
     await clock.advance(1000);
     server.fail("POST /lease/renew", { hang: true });
@@ -686,17 +691,13 @@ test("a mutation tool unregistered while its lease is re-confirmed runs once it 
   assert.equal(lease.state, "owner");
   const retired = await ask.execute({ question: "q" }, {});
   assert.equal(retired.error?.code, "TOOL_RETIRED", `answered ${JSON.stringify(retired)}`);
-  assert.equal(ran, 1);
+  assert.equal(runs.n, 1);
   reg.close();
   await lease.stop({ release: false });
 });
 
 test("a mutation tool unregistered as its page froze does not run after the resume: the catalog may have changed unheard", async () => {
-  let ran = 0;
-  const handlers = { ask_user: async () => ({ applied: ++ran }) };
-  const { clock, server, lease, reg, tool } = await setup({ handlers, lease: { stream: "fetch" } });
-  await flush();
-  const ask = tool("ask_user"); // an agent keeps it
+  const { clock, server, lease, reg, tool, runs, ask } = await setupKeptAsk();
   lease._document.fire("freeze");
   await reg.sync();
   assert.equal(tool("ask_user"), undefined, "unregistered while frozen");
@@ -709,7 +710,7 @@ test("a mutation tool unregistered as its page froze does not run after the resu
   assert.ok(answer.error?.code === "NOT_LEASE_OWNER" || answer.error?.code === "TOOL_RETIRED", `answered ${JSON.stringify(answer)}`);
   for (let t = 0; lease.state !== "owner" && t < 5000; t += 10) await clock.advance(10);
   assert.equal((await ask.execute({ question: "q" }, {})).error?.code, "TOOL_RETIRED");
-  assert.equal(ran, 0, "the retired definition never ran");
+  assert.equal(runs.n, 0, "the retired definition never ran");
   reg.close();
   await lease.stop({ release: false });
 });

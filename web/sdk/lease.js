@@ -909,7 +909,8 @@ export class TabLease extends EventTarget {
     // An answer to a request sent before news may have been missed (the stream dropped while a
     // grant was on its way, say) confirms nothing: a renew sent now does, at once rather than at
     // the next renew's time.
-    if (sentAt < this._confirmNeededAfter() && !this._pageFrozen()) this._renewNow({ after: this._confirmNeededAfter() });
+    const needed = this._confirmNeededAfter();
+    if (sentAt < needed && !this._pageFrozen()) this._renewNow({ after: needed });
     if (this._lostAbove > lease.epoch) Promise.resolve().then(() => this._remint(lease.epoch));
     else this._lostAbove = 0; // held above them
     return true;
