@@ -572,3 +572,33 @@ test("a label is sent as the server takes it: 200 printable code points", async 
   assert.ok(sent.endsWith("😀"));
   await lease.stop({ release: false });
 });
+
+test("a grant whose answer arrives after the stream dropped and came back is confirmed by a renew sent at once", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  let deliver = null;
+  const fetch = (url, init) => {
+    if (init.method !== "POST" || !url.endsWith("/lease") || !JSON.parse(init.body).mode) return server.fetch(url, init);
+    const answer = server.fetch(url, init); // granted now, answered late
+    return new Promise((resolve) => (deliver = () => resolve(answer)));
+  };
+  const lease = new TabLease(fakeOptions(server, clock, { fetch, stream: "fetch" }));
+  server.takeoverBy("t-holder");
+  await lease.start();
+  await clock.advance(10);
+  assert.equal(lease.role, "viewer");
+  const takeover = lease.takeover();
+  await flush();
+  assert.ok(deliver, "the takeover is on its way");
+  await clock.advance(5);
+  server.dropStreams(); // after the takeover left: news may have been missed since
+  await clock.advance(1500); // the stream reconnects (retry: 1000) and is live again
+  assert.equal(server.streams.size, 1, "the stream is back");
+  const renewsBefore = server.callsTo("POST", "/lease/renew").length;
+  deliver();
+  await takeover;
+  await clock.advance(10);
+  assert.ok(server.callsTo("POST", "/lease/renew").length > renewsBefore, "a renew went at once");
+  assert.equal(lease.state, "owner");
+  await lease.stop();
+});
