@@ -132,9 +132,10 @@ const (
 	//     always: during a request, by any tab (EventTakenOver); during a reservation, by another tab
 	//     than the requester (an ordinary EventGranted and AuditGrant: the lease was free), while the
 	//     requester's own takeover claims the reservation. Either way the handoff is over.
-	//   - Every new grant, and every Admin.Revoke (of a held lease or of a free, reserved one), ends
-	//     the handoff in progress. A lapse, the end of a reservation and the end by a revoke of a
-	//     free lease append no event and no audit record of their own.
+	//   - Every new grant, every Admin.Revoke (of a held lease or of a free, reserved one), and the
+	//     requester's Release with Gone end the handoff in progress. A lapse, the end of a
+	//     reservation, and the end by a revoke of a free lease or by a gone requester append no event
+	//     and no audit record of their own.
 	//   - ModeHandoff by the holder, or of a free lease that is not reserved for another tab, is the
 	//     same as ModeTry.
 	ModeHandoff Mode = "handoff"
@@ -197,9 +198,10 @@ type ReleaseRequest struct {
 	// Gone says the tab is gone for good (its page was unloaded), with Epoch 0: the release ends
 	// the lease the tab holds at any epoch, and for GoneWindow the session refuses the tab's
 	// acquires with ErrTabGone, so that an acquire the tab sent before it went, still on its way,
-	// grants nothing. The browser client sends it from pagehide when the tab holds the lease or
-	// waits for an acquire's answer: otherwise the late grant would leave the session to a closed
-	// tab until its expiry.
+	// grants nothing; and it ends the handoff the tab asked for (see ModeHandoff), so that nothing
+	// is reserved for a closed tab. The browser client sends it from pagehide when the tab holds
+	// the lease, waits for an acquire's answer or for a handoff it asked for: otherwise the late
+	// grant would leave the session to a closed tab until its expiry.
 	Gone bool
 }
 

@@ -13,7 +13,7 @@ import (
 // requestHandoff makes the request. The step that ends the holder's lease turns a pending request
 // into a reservation (reserve): Release with the release time, settle with the lease's ExpiresAt,
 // so that the reservation is the same whenever the expiry is announced. The grant that claims it,
-// every other grant and every revoke drop the record. A request past its deadline, or a
+// every other grant, every revoke and the requester's gone release (Release) drop the record. A request past its deadline, or a
 // reservation past its end, counts as none wherever it is read (pendingHandoff, reservation), so a
 // lapse needs no timer and appends nothing; the next step that ends the lease or grants it drops
 // the record.

@@ -418,6 +418,9 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 			}
 		}
 		s.markGone(req.TabID, now)
+		if s.handoff != nil && s.handoff.requester.TabID == req.TabID {
+			s.handoff = nil // a closed tab is handed nothing
+		}
 		if !s.held(now) || s.holder.TabID != req.TabID {
 			return lease.ReleaseResult{Lease: s.lease(req.Key, now)}, nil
 		}

@@ -187,7 +187,8 @@ end
 local HANDOFF_FIELDS = {'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_tab', 'ho_from_epoch',
   'ho_until_us', 'ho_reserved', 'ho_reserve_ms'}
 
--- clear_handoff deletes the handoff of s, if any: every grant and every revoke end it.
+-- clear_handoff deletes the handoff of s, if any: every grant and every revoke end it, and so does
+-- the gone release of its requester (release.lua).
 local function clear_handoff(s)
   if s.ho_tab == '' then
     return

@@ -13,7 +13,8 @@
 -- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
 -- (the field gone in state.lua, which keeps the latest lease.MaxGone) so that acquire.lua refuses
 -- its acquires until the end of the window: one it sent before it went, arriving after this call,
--- grants nothing. A session
+-- grants nothing. It also ends the handoff the tab asked for, request or reservation
+-- (clear_handoff), so that the holder's release reserves nothing for it. A session
 -- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
 -- admin.lua): the acquire the mark would refuse is then refused as one session too many.
 --
@@ -49,6 +50,9 @@ if gone then
     local until_us = now + gone_ms * 1000
     s.keep_us = math.max(s.keep_us, until_us)
     state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', int(s.keep_us))
+  end
+  if s.ho_tab == tab then
+    clear_handoff(s) -- a closed tab is handed nothing
   end
   if s.tab == tab then
     epoch = s.epoch

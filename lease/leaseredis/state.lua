@@ -113,11 +113,12 @@
 --                        expiry in settle_lease, which any script may run) reserves it alike.
 --                        acquire.lua writes them (the request), release.lua and settle_lease turn
 --                        a pending request into a reservation or drop it (reserve_handoff in
---                        events.lua), and every grant and revoke deletes them (clear_handoff). A
---                        request past ho_until_us, or whose holder no longer holds ho_from_epoch,
---                        and a reservation past ho_until_us or of a held lease, count as none
---                        wherever they are read (pending_handoff, reservation below): a lapse needs
---                        no write, and the next end or grant of the lease deletes the fields.
+--                        events.lua), and every grant and revoke deletes them (clear_handoff), as
+--                        does the gone release of the requester (release.lua). A request past
+--                        ho_until_us, or whose holder no longer holds ho_from_epoch, and a
+--                        reservation past ho_until_us or of a held lease, count as none wherever
+--                        they are read (pending_handoff, reservation below): a lapse needs no
+--                        write, and the next end or grant of the lease deletes the fields.
 -- Scripts ignore fields they do not know.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and

@@ -26,6 +26,7 @@ var handoffTests = []struct {
 	{"a lease that expires while a handoff is requested is reserved for the requester", testHandoffExpiry},
 	{"a request the holder does not answer lapses, and a reservation nobody claims ends", testHandoffTimeout},
 	{"a revoke ends a handoff request and a reservation", testHandoffRevoke},
+	{"a requester that says it is gone ends its request and its reservation", testHandoffGone},
 	{"the holder asking for a new epoch keeps the lease at a higher epoch, and ends a handoff request", testNewEpoch},
 	{"racing requesters notify the holder once, and only the requester claims the reservation", testHandoffRace},
 }
@@ -579,6 +580,50 @@ func testHandoffRevoke(t *testing.T, newTarget Factory) {
 		granted(c2.Epoch, holder("tab-c")))
 	h.records(free, "the audit log of a revoke during a reservation",
 		grantRec(free, a2, "tab-a"), releaseRec(free, "tab-a", a2.Epoch), grantRec(free, c2, "tab-c"))
+}
+
+func testHandoffGone(t *testing.T, newTarget Factory) {
+	h := startHandoff(t, newTarget)
+	gone := func(key lease.Key, tab string) lease.ReleaseResult {
+		t.Helper()
+		r, err := h.eng.Release(h.ctx(), lease.ReleaseRequest{Key: key, TabID: tab, Gone: true})
+		if err != nil {
+			t.Fatalf("Release of %s, gone: %v", tab, err)
+		}
+		return r
+	}
+
+	// Gone while its request is pending: the holder keeps its lease, and its release then reserves
+	// nothing, so another tab's try is granted.
+	key := lease.Key{User: "alice", Session: "doc-requested"}
+	w := h.watch(key)
+	a := h.acquire(key, "tab-a", minute, lease.ModeTry)
+	requested := h.request(key, "tab-b")
+	if r := gone(key, "tab-b"); r.Released || !r.Lease.HeldBy("tab-a", a.Epoch) {
+		t.Errorf("the requester's gone release answered %+v, want not released, tab-a's lease", r)
+	}
+	h.wantHandoff("Get after the requester went", h.get(key), "", false, time.Time{})
+	h.check(key, "tab-a", a.Epoch)
+	h.wantHandoff("the holder's release after the requester went", h.wantReleased(key, "tab-a", a.Epoch, true).Lease, "", false, time.Time{})
+	h.inTime(key, requested, "the request")
+	c := h.acquire(key, "tab-c", minute, lease.ModeTry)
+	h.events(w, "the events of a request whose requester went",
+		granted(a.Epoch, holder("tab-a")),
+		handoffRequested(a.Epoch, holder("tab-a"), "tab-b"),
+		released("tab-a", a.Epoch),
+		granted(c.Epoch, holder("tab-c")))
+
+	// Gone once the lease is reserved for it: the lease is free for anyone.
+	free := lease.Key{User: "alice", Session: "doc-reserved"}
+	a2 := h.acquire(free, "tab-a", minute, lease.ModeTry)
+	h.request(free, "tab-b")
+	until := h.wantReleased(free, "tab-a", a2.Epoch, true).Lease.Now.Add(h.reserve)
+	if r := gone(free, "tab-b"); r.Released || r.Lease.Held || r.Lease.Epoch != a2.Epoch {
+		t.Errorf("the requester's gone release during the reservation answered %+v, want not released, free at epoch %d", r, a2.Epoch)
+	}
+	h.wantHandoff("Get after the requester of the reservation went", h.get(free), "", false, time.Time{})
+	h.acquire(free, "tab-c", minute, lease.ModeTry)
+	h.inTime(free, until, "the reservation")
 }
 
 func testHandoffRace(t *testing.T, newTarget Factory) {

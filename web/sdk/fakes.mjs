@@ -363,6 +363,8 @@ export class FakeServer {
     if (method === "POST" && path === "/lease/release") {
       if (body.gone === true) {
         this.gone.set(body.tabId, now + 60000); // lease.GoneWindow
+        if (this.handoff?.requester === body.tabId) this.handoff = null; // a closed tab is handed nothing
+        if (this.reserved?.tabId === body.tabId) this.reserved = null;
         body = { tabId: body.tabId, epoch: this.valid() && this.holder.tabId === body.tabId ? this.epoch : 0 };
       }
       if (this.valid() && this.holder.tabId === body.tabId && this.epoch === body.epoch) {

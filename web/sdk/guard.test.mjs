@@ -234,6 +234,34 @@ test("the holder asked for a handoff releases at its next safe point, not during
   await b.stop({ release: false });
 });
 
+test("a page closed while its handoff request waits says the tab is gone: the holder keeps its lease, and no reservation waits for the closed tab", async () => {
+  const { clock, server } = setup();
+  const a = new TabLease(fakeOptions(server, clock, { label: "A" }));
+  const b = new TabLease(fakeOptions(server, clock, { label: "B" }));
+  wire(server, a, b);
+  await a.start();
+  await b.start();
+  let finish;
+  const saving = a.guard(() => new Promise((r) => (finish = r)))({});
+  await flush();
+  b.requestHandoff({ timeoutMs: 10000 });
+  await flush();
+  assert.equal(a.handoff, "releasing");
+  assert.equal(b.handoff, "requesting");
+
+  b._window.fire("pagehide", { persisted: false });
+  assert.deepEqual(server.callsTo("POST", "/lease/release").at(-1)?.body, { tabId: b.tabId, gone: true });
+  await clock.advance(10500); // past handoffGraceMs: A's renew shows no request any more
+  assert.equal(a.handoff, null);
+  finish("saved");
+  assert.equal(await saving, "saved");
+  await flush();
+  assert.equal(a.role, "owner", "the holder keeps its lease");
+  assert.equal(server.holder.tabId, a.tabId);
+  assert.equal(server.reserved, null);
+  await a.stop({ release: false });
+});
+
 test("a requester without an event stream polls often enough not to sleep through the reservation", async () => {
   const { server, clock } = setup();
   const a = new TabLease(fakeOptions(server, clock, { handoff: "manual", label: "A" }));

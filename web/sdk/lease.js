@@ -1765,8 +1765,9 @@ export class TabLease extends EventTarget {
     // comes back, nor does its tab id: it says the tab is gone, which also makes an acquire still
     // on its way grant nothing (TAB_GONE), where its grant would leave the session to a closed tab.
     // So does a page kept in the cache with an acquire on its way, whose grant would go to a page
-    // no one sees: restored, its acquires are refused until the server's window ends.
-    if (this._acquiring > 0 || (!e?.persisted && this._holdsEpoch())) {
+    // no one sees (restored, its acquires are refused until the server's window ends), and a page
+    // waiting for a handoff it asked for, so that the holder's release reserves nothing for it.
+    if (this._acquiring > 0 || this._handoffWait || (!e?.persisted && this._holdsEpoch())) {
       this._goneAt = this._clock.now();
       this._release("away", { keepalive: true, gone: true });
     } else if (this._holdsEpoch()) {
