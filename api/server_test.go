@@ -232,6 +232,8 @@ func TestMetricsCountAUsersSessionBoundAsARefusalNotAStoreError(t *testing.T) {
 	alice := h.token("alice")
 	readLease(t, h.post(leasePath("doc-1"), alice, `{"tabId":"tab-a"}`))
 	wantError(t, h.post(leasePath("doc-2"), alice, `{"tabId":"tab-a"}`), 409, CodeTooManySessions)
+	// A gone release of a session the user has no state for marks nothing, and says so.
+	wantError(t, h.post(leasePath("doc-2")+"/release", alice, `{"tabId":"tab-a","gone":true}`), 409, CodeTooManySessions)
 	body := h.get("/metrics", "").Body.String()
 	if want := `tablease_lease_operations_total{op="acquire",result="too_many_sessions"} 1`; !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %s", want)

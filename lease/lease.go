@@ -201,7 +201,10 @@ type ReleaseRequest struct {
 	// grants nothing; and it ends the handoff the tab asked for (see ModeHandoff), so that nothing
 	// is reserved for a closed tab. The browser client sends it from pagehide when the tab holds
 	// the lease, waits for an acquire's answer or for a handoff it asked for: otherwise the late
-	// grant would leave the session to a closed tab until its expiry.
+	// grant would leave the session to a closed tab until its expiry. The mark is state of the
+	// session: for a session the user has no state for, at the limit of sessions, the release
+	// fails with *SessionLimitError and marks nothing (an acquire of the tab arriving later is
+	// refused alike, unless the user came under the limit meanwhile).
 	Gone bool
 }
 

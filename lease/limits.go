@@ -96,8 +96,8 @@ const MaxPresence = 100
 // Engines may bound the number of sessions each user has state for (held, or free and not yet
 // forgotten, see DefaultIdleRetention; a watched session counts as long as its engine keeps what it
 // watches, its event log included; an admin's revoke is never refused by the bound): an Acquire,
-// Presence.Join or Feed.Watch that would give the user one more fails with *SessionLimitError
-// (ErrTooManySessions) and changes nothing. A session the user already has state for is never
+// Presence.Join, Feed.Watch or gone Release (ReleaseRequest.Gone) that would give the user one
+// more fails with *SessionLimitError (ErrTooManySessions) and changes nothing. A session the user already has state for is never
 // refused by the bound.
 
 // ErrEpochExhausted: the next epoch would reach 2^53. It is a fault of the store's state or clock,

@@ -413,8 +413,7 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 		if s == nil {
 			var err error
 			if s, err = e.admit(req.Key); err != nil {
-				// No mark: the acquire it would refuse is refused as one session too many.
-				return lease.ReleaseResult{Lease: e.lease(req.Key, now)}, nil
+				return lease.ReleaseResult{}, err // no mark: see lease.ReleaseRequest.Gone
 			}
 		}
 		s.markGone(req.TabID, now)

@@ -473,6 +473,8 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 		return lease.ReleaseResult{Released: true, Lease: l}, nil
 	case statusKept:
 		return lease.ReleaseResult{Lease: l}, nil
+	case statusFull:
+		return lease.ReleaseResult{}, &lease.SessionLimitError{Limit: e.perUser}
 	}
 	return lease.ReleaseResult{}, unexpected("release", status)
 }

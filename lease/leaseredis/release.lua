@@ -8,15 +8,15 @@
 -- ARGV[5]  with "gone": how many gone tabs the session remembers at once (lease.MaxGone)
 -- Answers "RELEASED" and the free lease when the tab held it at that epoch, and also when the
 -- lease is still free since a release of that tab and epoch ended it (a retry); "KEPT" and the
--- lease as it is otherwise: a stale release never touches a newer lease.
+-- lease as it is otherwise: a stale release never touches a newer lease; "FULL" (below).
 --
 -- A gone tab's release ends the lease the tab holds at whatever epoch, and marks the tab gone
 -- (the field gone in state.lua, which keeps the latest lease.MaxGone) so that acquire.lua refuses
 -- its acquires until the end of the window: one it sent before it went, arriving after this call,
 -- grants nothing. It also ends the handoff the tab asked for, request or reservation
--- (clear_handoff), so that the holder's release reserves nothing for it. A session
--- with no state is given one for the mark, unless the user is at the limit of sessions (admit in
--- admin.lua): the acquire the mark would refuse is then refused as one session too many.
+-- (clear_handoff), so that the holder's release reserves nothing for it. A session with no state
+-- is given one for the mark, unless the user is at the limit of sessions (admit in admin.lua): it
+-- then answers "FULL" and the free lease, changing nothing.
 --
 -- When this call ends the lease while a handoff request is pending (lease.ModeHandoff), the free
 -- lease is reserved for the requester until now plus the request's reserve window
@@ -46,11 +46,12 @@ settle(s, now)
 
 -- Mark a gone tab, and release whatever epoch it holds.
 if gone then
-  if admit(s, now) then
-    local until_us = now + gone_ms * 1000
-    s.keep_us = math.max(s.keep_us, until_us)
-    state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', int(s.keep_us))
+  if not admit(s, now) then
+    return finish(s, now, reply('FULL', s, now))
   end
+  local until_us = now + gone_ms * 1000
+  s.keep_us = math.max(s.keep_us, until_us)
+  state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', int(s.keep_us))
   if s.ho_tab == tab then
     clear_handoff(s) -- a closed tab is handed nothing
   end

@@ -148,7 +148,7 @@ const (
 	statusLost      = "LOST"      // renew, check: the tab does not hold the lease at that epoch
 	statusReleased  = "RELEASED"  // release: this call, or the call it retries, ended the lease
 	statusKept      = "KEPT"      // release: nothing to release
-	statusFull      = "FULL"      // acquire, join: the user is at the limit of sessions
+	statusFull      = "FULL"      // acquire, join, a gone release: the user is at the limit of sessions
 	statusGone      = "GONE"      // acquire: the tab said it is gone (release)
 	statusDefer     = "DEFER"     // renew, check in the lease form: call again with every key
 	statusTabsFull  = "TABS_FULL" // join: the session lists lease.MaxPresence connections

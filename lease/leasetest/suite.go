@@ -994,6 +994,10 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	wantLimit("a join of one session more", err)
 	_, err = eng.Watch(ctx, key("alice", "doc-extra"), "")
 	wantLimit("a watch of one session more", err)
+	// A tab that says it is gone, of a session the user has no state for, cannot be marked: the
+	// release says so rather than answering as if it were.
+	_, err = eng.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-extra"), TabID: "tab-a", Gone: true})
+	wantLimit("a gone release of one session more", err)
 	if g, err := eng.Get(ctx, key("alice", "doc-extra")); err != nil || g.Epoch != 0 || g.Held {
 		t.Fatalf("Get of the refused session = %+v, %v; want it untouched (free at epoch 0)", g, err)
 	}
@@ -1005,7 +1009,7 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 		t.Fatalf("another user's acquire: %v", err)
 	}
 	// A session the user has is never refused: a retry, a takeover, a renew, a join, a watch, a
-	// release.
+	// release, a gone release.
 	if w, err := eng.Watch(ctx, key("alice", "doc-1"), ""); err != nil {
 		t.Fatalf("a watch of a session the user has: %v", err)
 	} else {
@@ -1019,6 +1023,9 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	}
 	if _, err := eng.Join(ctx, key("alice", "doc-2"), "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
 		t.Fatalf("a join of a session the user has: %v", err)
+	}
+	if r, err := eng.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-2"), TabID: "tab-c", Gone: true}); err != nil || r.Released {
+		t.Fatalf("a gone release of another tab of a session the user has = %+v, %v; want not released", r, err)
 	}
 	if r, err := eng.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-0"), TabID: "tab-a", Epoch: held[0].Epoch}); err != nil || !r.Released {
 		t.Fatalf("Release = %+v, %v", r, err)
