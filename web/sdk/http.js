@@ -212,14 +212,16 @@ export class SessionApi {
    *  it was sent with); rejects with a TabLeaseError.
    *  timeoutMs (at most the client's) bounds the request and its answer. With token, the first
    *  attempt sends it without asking getToken (a release that must not wait on it), and a 401
-   *  asks getToken for a fresh one as usual, of that token's user. */
-  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs, token: given = null } = {}) {
+   *  asks getToken for a fresh one as usual, of that token's user. beforeSend, when given, runs
+   *  just before each attempt is sent, once its token is there, and may throw to send nothing. */
+  async request(method, path, body = undefined, { query = undefined, headers: extra = {}, keepalive = false, timeoutMs = this.timeoutMs, token: given = null, beforeSend = null } = {}) {
     const as = given ? tokenSubject(given) : this.user; // the user the request is made as
     for (let attempt = 0; ; attempt++) {
       let token;
       if (given && attempt === 0) token = given;
       else if (keepalive && this.lastToken) token = this.lastToken; // no await while the page goes
       else token = await this.token(attempt > 0, as);
+      beforeSend?.();
       const headers = { Authorization: `Bearer ${token}`, Accept: "application/json", ...extra };
       if (body !== undefined) headers["Content-Type"] = "application/json";
       // A keepalive request outlives the page: nothing waits for it.

@@ -202,6 +202,7 @@ export class TabLease extends EventTarget {
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
     this._acquiring = 0; // acquire requests waiting for their answers (pagehide says the tab is gone)
     this._goneAt = -Infinity; // when pagehide last said this tab is gone
+    this._freezes = 0; // how many times the page was frozen
     this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
     this._view = null; // what this tab knows about the lease: {..lease object, at}
@@ -964,7 +965,7 @@ export class TabLease extends EventTarget {
       if (this._timers.join != null) this._joinStream(); // getToken works again: join the stream now
       return r;
     } catch (e) {
-      if (e?.code !== "NETWORK") this._reached(method, path);
+      if (e?.code !== "NETWORK" && e?.code !== "CANCELLED") this._reached(method, path); // (CANCELLED: not sent)
       throw e;
     }
   }
@@ -1066,9 +1067,18 @@ export class TabLease extends EventTarget {
     const body = this._body({ label: this._labelNow() });
     if (mode !== "try") body.mode = mode;
     if (newEpoch) body.newEpoch = true;
+    // A takeover is what the user asked for when they asked: one that the page froze before it
+    // was sent (getToken may wait on the network) is not sent on resume, when another tab may
+    // have taken control since, on a later action of the user.
+    const freezes = this._freezes;
+    const beforeSend = mode !== "takeover" ? null : () => {
+      if (this._freezes !== freezes) {
+        throw new TabLeaseError({ code: "CANCELLED", message: "tablease: the page was frozen before the takeover was sent, so it was not sent: ask again" });
+      }
+    };
     this._acquiring++;
     try {
-      const { body: lease, token } = await this._call("POST", "/lease", body).finally(() => this._acquiring--);
+      const { body: lease, token } = await this._call("POST", "/lease", body, { beforeSend }).finally(() => this._acquiring--);
       if (gen !== this._gen || !this._running()) {
         // released or stopped meanwhile (or the user changed): give back what we were just
         // granted, as the user it was granted to
@@ -1728,6 +1738,7 @@ export class TabLease extends EventTarget {
     // Nothing runs until resume, and what the tab knows may be stale by then: no answer confirms
     // the lease until resume says from when news may have been missed.
     if (!this._running()) return;
+    this._freezes++;
     this._requireConfirmAfter = Infinity;
     this._update("frozen");
   }

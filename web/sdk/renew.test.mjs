@@ -602,3 +602,40 @@ test("a grant whose answer arrives after the stream dropped and came back is con
   assert.equal(lease.state, "owner");
   await lease.stop();
 });
+
+test("a takeover the page froze before it was sent is not sent on resume: it rejects with CANCELLED", async () => {
+  for (const frozen of [true, false]) {
+    const clock = new FakeClock(1000);
+    const server = new FakeServer(clock);
+    let hold = false;
+    const waiting = [];
+    const release = () => waiting.splice(0).forEach((resolve) => resolve("token-1"));
+    const getToken = () => (hold ? new Promise((resolve) => waiting.push(resolve)) : Promise.resolve("token-1"));
+    const lease = new TabLease(fakeOptions(server, clock, { getToken }));
+    server.takeoverBy("t-holder");
+    await lease.start();
+    hold = true; // getToken waits on the network, as one that fetches the token does
+    const takeover = lease.takeover().then(() => "granted", (e) => e.code);
+    await flush();
+    if (frozen) {
+      lease._document.fire("freeze");
+      await clock.advance(100); // meanwhile the user takes control in another tab
+      server.takeoverBy("t-other");
+      lease._document.fire("resume");
+    }
+    hold = false;
+    release();
+    const outcome = await takeover;
+    await flush();
+    const sent = server.callsTo("POST", "/lease").filter((c) => c.body.mode === "takeover" && c.body.tabId === lease.tabId);
+    if (frozen) {
+      assert.equal(outcome, "CANCELLED");
+      assert.equal(sent.length, 0, "the takeover was not sent");
+      assert.equal(server.holder.tabId, "t-other", "the later takeover keeps control");
+    } else {
+      assert.equal(outcome, "granted");
+      assert.equal(server.holder.tabId, lease.tabId);
+    }
+    await lease.stop({ release: false });
+  }
+});

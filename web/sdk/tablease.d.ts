@@ -356,7 +356,8 @@ export declare class TabLease extends EventTarget {
    *  the request was in flight, and gives back what the answer granted). */
   acquire(): Promise<LeaseView>;
   /** Mode "takeover": only on an explicit user action ("Use here"). Rejects as acquire() does,
-   *  CANCELLED included. */
+   *  CANCELLED included, and with CANCELLED, having sent nothing, when the page was frozen before
+   *  the takeover was sent. */
   takeover(): Promise<LeaseView>;
   /** Mode "handoff": asks the holder to let go at its next safe point. Resolves "timeout" after
    *  timeoutMs (default 15 s), or earlier when the request lapses at the server. */
