@@ -737,6 +737,30 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("a tab frozen right after \"Use here\" does not take control on resume from a tab that took it meanwhile", func(t *testing.T) {
+		const session = "frozen-mid-takeover"
+		srv := startDemoServer(t, rds, nil)
+		srv.takeOverElsewhere(session, elsewhereTab)
+		tab := srv.open(browsertest.Start(t).NewTab("frozen"), session)
+		tab.WaitFor("the tab to be a viewer", viewerOfJS(elsewhereTab), 10*time.Second)
+		// A getToken that waits 300 ms, as an identity provider's may: the page freezes before it
+		// answers, so the takeover is not sent yet (a frozen page runs no timer).
+		browsertest.Eval[bool](tab, `(() => { const g = tablease._api._getToken; `+
+			`tablease._api._getToken = (o) => new Promise((r) => setTimeout(r, 300)).then(() => g(o)); `+
+			`window.takeoverOutcome = null; tablease.takeover().then(() => { window.takeoverOutcome = "granted"; }, `+
+			`(e) => { window.takeoverOutcome = e.code; }); return true; })()`) // "Use here"
+		tab.Freeze()
+		later := srv.takeOverElsewhere(session, "another-tab") // the user, in another browser, later
+		tab.Resume()
+		tab.WaitFor("the takeover to be settled", `window.takeoverOutcome !== null`, 10*time.Second)
+		if got := browsertest.Eval[string](tab, `window.takeoverOutcome`); got != "CANCELLED" {
+			t.Errorf("the takeover the page froze before sending settled as %q, want CANCELLED", got)
+		}
+		if code, g := srv.api.do("GET", "/v1/sessions/"+session+"/lease", nil); code != 200 || holderOf(g) != "another-tab" || epochOf(t, g) != later {
+			t.Errorf("after the resume the lease is %d %v, want another-tab's at epoch %d: the takeover the page froze before sending took it", code, g, later)
+		}
+	})
 }
 
 // takeoverProxy stands between the browser and a server: it holds the first takeover (a POST of
