@@ -48,11 +48,20 @@ type sseClient struct {
 	items  chan sseItem // closed at the end of the stream
 }
 
-// serve starts a real HTTP server on the harness's handler. Its client connections are closed
-// at cleanup (before the server's Close, which would wait for open streams).
+// serve starts a real HTTP server on the harness's handler, on a listener wrapped as cmd/tablease
+// serves it (Server.ProtocolErrors). Its client connections are closed at cleanup (before the
+// server's Close, which would wait for open streams).
 func (h *harness) serve() *httptest.Server {
 	h.t.Helper()
-	ts := httptest.NewServer(h.srv.Handler())
+	return h.serveOn(func(ln net.Listener) net.Listener { return ln })
+}
+
+// serveOn is serve on the listener that wrap makes of the test server's, under ProtocolErrors.
+func (h *harness) serveOn(wrap func(net.Listener) net.Listener) *httptest.Server {
+	h.t.Helper()
+	ts := httptest.NewUnstartedServer(h.srv.Handler())
+	ts.Listener = h.srv.ProtocolErrors(wrap(ts.Listener))
+	ts.Start()
 	h.t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() })
 	return ts
 }
@@ -967,13 +976,11 @@ func TestAStreamOutlivesTheServersReadTimeout(t *testing.T) {
 	c.expectLease("granted")
 }
 
+// A client that stops reading loses its stream once the capped send buffer of its connection is
+// full and a write waits out its deadline (write_failed).
 func TestAClientThatStopsReadingLosesItsStreamAfterTheWriteTimeout(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Streams.WriteTimeout = 200 * time.Millisecond })
-	ts := httptest.NewUnstartedServer(h.srv.Handler())
-	inner := ts.Listener
-	ts.Listener = smallBufferListener{inner}
-	ts.Start()
-	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() })
+	ts := h.serve()
 	alice := h.token("alice")
 
 	// A client that sends the request and never reads.
@@ -1002,18 +1009,10 @@ func TestAClientThatStopsReadingLosesItsStreamAfterTheWriteTimeout(t *testing.T)
 			t.Fatal(rec.Body)
 		}
 	}
-}
-
-// smallBufferListener gives accepted connections a small send buffer, so that a client that does
-// not read blocks the server's writes soon.
-type smallBufferListener struct{ net.Listener }
-
-func (l smallBufferListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(1024)
+	if logs := h.logs.String(); !strings.Contains(logs, `"reason":"write_failed"`) {
+		t.Fatalf("the stream did not end write_failed:\n%s", logs)
 	}
-	return c, err
+
 }
 
 // --- resync -------------------------------------------------------------------------------------

@@ -133,6 +133,10 @@ func (c *protocolConn) CloseWrite() error {
 	return nil
 }
 
+// NetConn answers the connection c wraps, as crypto/tls.Conn's does: package stream sets the send
+// buffer of a stream's socket through it.
+func (c *protocolConn) NetConn() net.Conn { return c.Conn }
+
 // jsonProtocolError answers the JSON rewrite of p when p is a whole error answer of net/http's
 // own: "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then the body; with the
 // error it tells and the request id it gives.

@@ -58,7 +58,7 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	// context, which net/http ends when the handler returns.
 	sc.unlink()
 	sc.unlink = nil
-	if tc, ok := conn.(*net.TCPConn); ok {
+	if tc := tcpConn(conn); tc != nil {
 		_ = tc.SetWriteBuffer(sendBuffer)
 	}
 	sc.sse.res, sc.sse.rc, sc.sse.conn = nil, nil, conn
@@ -67,6 +67,22 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	sc.h.mu.Unlock()
 	go watchClient(conn, &sc.st)
 	return true
+}
+
+// tcpConn answers the TCP connection under conn, a connection net/http hands over: conn itself, or
+// what the wrappers it comes in answer to NetConn (as crypto/tls.Conn does, and the listener
+// package api serves on: api.Server.ProtocolErrors); nil when there is none.
+func tcpConn(conn net.Conn) *net.TCPConn {
+	for {
+		switch c := conn.(type) {
+		case *net.TCPConn:
+			return c
+		case interface{ NetConn() net.Conn }:
+			conn = c.NetConn()
+		default:
+			return nil
+		}
+	}
 }
 
 // watchClient reads conn, the connection of the stream st that was taken over, until the client
