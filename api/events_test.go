@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -977,7 +979,9 @@ func TestAStreamOutlivesTheServersReadTimeout(t *testing.T) {
 }
 
 // A client that stops reading loses its stream once the capped send buffer of its connection is
-// full and a write waits out its deadline (write_failed).
+// full and a write waits out its deadline (write_failed); and its connection is reset, so that
+// the kernel drops at once what it still holds for it, rather than keeping the socket while it
+// tries to deliver that through the window the client keeps shut.
 func TestAClientThatStopsReadingLosesItsStreamAfterTheWriteTimeout(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Streams.WriteTimeout = 200 * time.Millisecond })
 	ts := h.serve()
@@ -1013,6 +1017,24 @@ func TestAClientThatStopsReadingLosesItsStreamAfterTheWriteTimeout(t *testing.T)
 		t.Fatalf("the stream did not end write_failed:\n%s", logs)
 	}
 
+	// The client reads again: what reached it, then the reset. An orderly close would deliver
+	// every byte the server's socket still held, then the end of the stream.
+	_ = conn.SetReadDeadline(time.Now().Add(waitFor))
+	buf := make([]byte, 64<<10)
+	n := 0
+	for {
+		k, err := conn.Read(buf)
+		n += k
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the connection of the stream still delivers what the server held for it (%d bytes so far), want a reset", n)
+		}
+		if err != nil {
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("after %d bytes the connection of the stream ended with %v, want a reset", n, err)
+			}
+			break
+		}
+	}
 }
 
 // --- resync -------------------------------------------------------------------------------------

@@ -134,7 +134,8 @@ func (c *protocolConn) CloseWrite() error {
 }
 
 // NetConn answers the connection c wraps, as crypto/tls.Conn's does: package stream sets the send
-// buffer of a stream's socket through it.
+// buffer of a stream's socket through it, and resets the socket of a stream whose client stopped
+// reading.
 func (c *protocolConn) NetConn() net.Conn { return c.Conn }
 
 // jsonProtocolError answers the JSON rewrite of p when p is a whole error answer of net/http's

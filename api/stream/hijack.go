@@ -114,11 +114,19 @@ func (w *sseWriter) writeChunk() error {
 }
 
 // endChunked ends the body of a stream taken over with its last chunk, unless a write failed,
-// and closes its connection.
+// and closes its connection. When a write missed its deadline (the client stopped reading), the
+// close is a reset (SO_LINGER 0): the kernel drops at once the bytes it holds for the client,
+// instead of keeping them, and the socket, for as long as it tries to deliver them through a
+// window the client keeps shut (minutes), outside the limits of the streams.
 func (w *sseWriter) endChunked() {
 	if !w.broken {
 		_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
-		_, _ = w.conn.Write(lastChunk)
+		if _, err := w.conn.Write(lastChunk); err != nil {
+			w.stalled = writeEnd(err) == endWriteFailed
+		}
+	}
+	if tc := tcpConn(w.conn); w.stalled && tc != nil {
+		_ = tc.SetLinger(0)
 	}
 	_ = w.conn.Close()
 }

@@ -20,6 +20,7 @@ type sseWriter struct {
 	rc      *http.ResponseController // nil once taken over
 	conn    net.Conn                 // the connection once taken over
 	broken  bool                     // a write failed: the response cannot be ended cleanly
+	stalled bool                     // a write missed its deadline: the client stopped reading
 	timeout time.Duration
 	sent    *sentCounters
 	buf     []byte // what the next flush writes; from sseBuffers, given back after the write
@@ -76,6 +77,7 @@ func (w *sseWriter) flush() error {
 	}
 	if err != nil {
 		w.broken = true
+		w.stalled = writeEnd(err) == endWriteFailed
 	}
 	if cap(w.buf) <= 64<<10 { // a rare large event's buffer is left to the GC
 		b := w.buf[:0]
