@@ -14,6 +14,7 @@ import (
 
 	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/jwk"
+	"github.com/tablease/tablease/internal/jwtparser"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease"
@@ -211,7 +212,7 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 			methods = append(methods, alg)
 		}
 	}
-	a.parser = jwt.NewParser(
+	a.parser = jwtparser.New(
 		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
 		jwt.WithAudience(cfg.Audience),

@@ -159,6 +159,43 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 	}
 }
 
+// respelled is token with the last character of its signature replaced by the one whose lowest bit
+// differs: a bit beyond the signature's last byte (HS256 has 2 such bits, RS256, ES256 and EdDSA
+// 4), so that a lenient base64url decoder reads the same signature.
+func respelled(t *testing.T, token string) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, token[len(token)-1])
+	if i < 0 {
+		t.Fatalf("token %q does not end in base64url", token)
+	}
+	other := token[:len(token)-1] + string(alphabet[i^1])
+	a, _ := base64.RawURLEncoding.DecodeString(token[strings.LastIndexByte(token, '.')+1:])
+	b, _ := base64.RawURLEncoding.DecodeString(other[strings.LastIndexByte(other, '.')+1:])
+	if len(a) == 0 || string(a) != string(b) {
+		t.Fatalf("the respelling of %q reads as another signature", token)
+	}
+	return other
+}
+
+func TestAnAccessTokenHasOneSpellingOfItsSignature(t *testing.T) {
+	edPub, edPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *Options) { o.Auth.PublicKeys = []PublicKey{{KID: "ed-1", Key: edPub}} })
+	for name, token := range map[string]string{
+		"HS256": sign(t, jwt.SigningMethodHS256, h.auth.HS256Secret, "", validClaims(h.auth, "alice")),
+		"EdDSA": sign(t, jwt.SigningMethodEdDSA, edPriv, "ed-1", validClaims(h.auth, "alice")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			readLease(t, h.get(leasePath("doc-1"), token))
+			e := wantError(t, h.get(leasePath("doc-1"), respelled(t, token)), http.StatusUnauthorized, CodeUnauthenticated)
+			t.Log(e.Error.Message)
+		})
+	}
+}
+
 func TestAuthWithPublicKeys(t *testing.T) {
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tablease/tablease/internal/jsontext"
+	"github.com/tablease/tablease/internal/jwtparser"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease"
@@ -310,14 +311,13 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 		keys:   keys,
 		leeway: opts.Leeway,
 		now:    opts.Now,
-		parser: jwt.NewParser(
+		parser: jwtparser.New(
 			jwt.WithValidMethods(opts.Algorithms),
 			jwt.WithIssuer(opts.Issuer),
 			jwt.WithExpirationRequired(),
 			jwt.WithIssuedAt(),
 			jwt.WithLeeway(opts.Leeway),
 			jwt.WithTimeFunc(opts.Now),
-			jwt.WithStrictDecoding(),
 		),
 	}, nil
 }
