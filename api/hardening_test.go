@@ -2,14 +2,15 @@ package api
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -238,12 +239,42 @@ func TestLoggedPathsAreTruncated(t *testing.T) {
 	if !strings.Contains(logs, "bytes)") {
 		t.Fatalf("the log does not say the path was cut: %s", logs)
 	}
-	t.Run("a path cut inside a character stays valid UTF-8", func(t *testing.T) {
-		s := truncated(strings.Repeat("é", maxLoggedLen))
-		if !utf8.ValidString(s) || len(s) > maxLoggedLen+32 {
-			t.Fatalf("truncated = %q", s)
+}
+
+// TestLogLinesHoldNoRawControlOrFormatCharacters: slog's JSON handler escapes only what JSON
+// needs, so a path logged as net/http decoded it, or a claim's name in the reason a token was
+// refused, would carry U+0085 (NEL), U+202E (right-to-left override) or DEL raw into a log line,
+// which a terminal or a log viewer shows as something else.
+func TestLogLinesHoldNoRawControlOrFormatCharacters(t *testing.T) {
+	h := newHarness(t)
+	for _, path := range []string{"/v1/a%C2%85b%E2%80%AEc%7Fd", "/v1/a\u0085b\u202ec"} {
+		wantError(t, h.get(path, ""), http.StatusNotFound, CodeNotFound)
+	}
+	// A token whose claims give a key twice is refused, and the reason names the key.
+	enc := base64.RawURLEncoding.EncodeToString
+	now := time.Now().Unix()
+	signing := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc([]byte(fmt.Sprintf(
+		`{"iss":%q,"aud":%q,"sub":"alice","iat":%d,"exp":%d,"x\u0085\u202e\u007f":1,"x\u0085\u202e\u007f":2}`,
+		h.auth.Issuer, h.auth.Audience, now-60, now+3600)))
+	sig, err := jwt.SigningMethodHS256.Sign(signing, h.auth.HS256Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := wantError(t, h.get(leasePath("doc-1"), signing+"."+enc(sig)), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := `"x\u0085\u202e\x7f" is given twice`; !strings.Contains(e.Error.Message, want) {
+		t.Errorf("message %q lacks %s", e.Error.Message, want)
+	}
+	logs := h.logs.String()
+	for _, raw := range []string{"\u0085", "\u202e", "\x7f"} {
+		if strings.Contains(logs, raw) {
+			t.Errorf("the log holds %q raw:\n%s", raw, logs)
 		}
-	})
+	}
+	for _, want := range []string{`"path":"/v1/a%C2%85b%E2%80%AEc%7Fd"`, `"path":"/v1/a%C2%85b%E2%80%AEc"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs)
+		}
+	}
 }
 
 func TestFailedAndUnauthenticatedRequestsAreLimitedPerAddress(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
@@ -25,20 +24,21 @@ const (
 	keyIPLimited = "tablease.ipLimited" // true when the per-address limit refused the request
 )
 
-// maxLoggedLen bounds a value taken from a request (the path) in a log line.
+// maxLoggedLen bounds the path of a request in a log line.
 const maxLoggedLen = 256
 
-// truncated is s cut to at most maxLoggedLen bytes (on a rune boundary) with "…" and the length
-// it had, so that a client cannot make one log line as large as its request.
-func truncated(s string) string {
-	if len(s) <= maxLoggedLen {
-		return s
+// loggedPath is the path of req as it goes into a log line: percent-encoded (the client's own
+// spelling when that is valid percent-encoding, else every byte that a path may not hold as it is,
+// non-ASCII and control bytes included, %-escaped), so that it holds only printable ASCII whichever
+// handler writes it (JSON escapes only what JSON needs: U+0085, U+202E or DEL would go out raw),
+// and cut at maxLoggedLen bytes with "…" and the length it had, so that a client cannot make one
+// log line as large as its request.
+func loggedPath(req *http.Request) string {
+	p := req.URL.EscapedPath()
+	if len(p) <= maxLoggedLen {
+		return p
 	}
-	cut := maxLoggedLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+	return p[:maxLoggedLen] + "…(" + strconv.Itoa(len(p)) + " bytes)"
 }
 
 const maxRequestIDLen = 128
@@ -163,7 +163,7 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 		slog.String("request_id", id),
 		slog.String("method", method),
 		slog.String("route", route),
-		slog.String("path", truncated(req.URL.Path)),
+		slog.String("path", loggedPath(req)),
 		slog.String("peer", peerHost(req.RemoteAddr)),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),

@@ -101,7 +101,7 @@ func newApp(opts Options) (*App, error) {
 		BaseURL:    opts.TableaseURL,
 		HTTPClient: opts.HTTPClient,
 		OnReject: func(r *http.Request, e *guard.Error) {
-			opts.Log.Info("write refused", "path", r.URL.Path, "code", e.Code, "details", e.Details, "err", e.Err)
+			opts.Log.Info("write refused", "path", r.URL.EscapedPath(), "code", e.Code, "details", e.Details, "err", e.Err)
 		},
 	})
 	if err != nil {

@@ -28,12 +28,18 @@ type KeyError struct {
 }
 
 // Error is "unknown field \"key\"" for an unknown key (the text encoding/json's own refusal has),
-// and the key and its reason otherwise.
+// and the key and its reason otherwise, the key quoted when it holds a character that Go quotes
+// (a control or format character, a quote, a backslash): a token's claims may give any key twice,
+// and the text goes into answers and log lines.
 func (e *KeyError) Error() string {
+	q := strconv.Quote(e.Key)
 	if e.Reason == UnknownKey {
-		return "unknown field " + strconv.Quote(e.Key)
+		return "unknown field " + q
 	}
-	return e.Key + " " + string(e.Reason)
+	if q[1:len(q)-1] == e.Key {
+		q = e.Key
+	}
+	return q + " " + string(e.Reason)
 }
 
 // Keys refuses, in the top-level object of data, what encoding/json lets through: a key that

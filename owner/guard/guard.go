@@ -250,7 +250,7 @@ func (g *Guard) logSetupFault(r *http.Request, e *Error) {
 		return
 	}
 	attrs := []any{slog.String("code", e.Code), slog.String("reason", kind), slog.String("method", r.Method),
-		slog.String("path", r.URL.Path), slog.String("check", hint)}
+		slog.String("path", r.URL.EscapedPath()), slog.String("check", hint)}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}

@@ -634,6 +634,20 @@ func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 	}
 }
 
+// TestTheLoggedPathIsPercentEncoded: slog's JSON handler escapes only what JSON needs, so the
+// path as net/http decoded it would carry U+0085, U+202E or DEL raw into the log line.
+func TestTheLoggedPathIsPercentEncoded(t *testing.T) {
+	tl := newFakeTablease(t)
+	var logs syncbuf.Buffer
+	a := newApp(t, tl, func(o *guard.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	rec, rej := a.do(t, http.MethodPost, "", "a%C2%85b%E2%80%AEc%7Fd", tl.token("alice", "doc-A", 7))
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonNoTarget)
+	line := logs.String()
+	if strings.ContainsAny(line, "\u0085\u202e\x7f") || !strings.Contains(line, `"path":"/sessions/a%C2%85b%E2%80%AEc%7Fd/items"`) {
+		t.Fatalf("the log line: %q", line)
+	}
+}
+
 func TestGuardWithOnRejectLogsNothing(t *testing.T) {
 	tl := newFakeTablease(t)
 	var logs syncbuf.Buffer
