@@ -40,9 +40,11 @@ const (
 	CodePreconditionRequired = "PRECONDITION_REQUIRED"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeHeadersTooLarge      = "HEADERS_TOO_LARGE" // 431: headers over MaxHeaderBytes (ProtocolErrors)
-	CodeRateLimited          = "RATE_LIMITED"
-	CodeStoreUnavailable     = "STORE_UNAVAILABLE"
-	CodeInternal             = "INTERNAL"
+	// CodeExpectationFailed (417): an Expect header other than 100-continue (ProtocolErrors).
+	CodeExpectationFailed = "EXPECTATION_FAILED"
+	CodeRateLimited       = "RATE_LIMITED"
+	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
+	CodeInternal          = "INTERNAL"
 )
 
 // Codes maps every error code to its HTTP status. Read it; never modify it.
@@ -63,6 +65,7 @@ var Codes = map[string]int{
 	CodePreconditionRequired: http.StatusPreconditionRequired,
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
 	CodeHeadersTooLarge:      http.StatusRequestHeaderFieldsTooLarge,
+	CodeExpectationFailed:    http.StatusExpectationFailed,
 	CodeRateLimited:          http.StatusTooManyRequests,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
 	CodeInternal:             http.StatusInternalServerError,

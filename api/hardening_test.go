@@ -366,6 +366,9 @@ func TestOnlyNetHTTPsOwnErrorAnswersAreRewritten(t *testing.T) {
 		{"net/http's 501", "HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported transfer encoding", "400"},
 		{"net/http's 505", "HTTP/1.1 505 HTTP Version Not Supported: unsupported protocol version" + netHTTPErrorHeaders +
 			"505 HTTP Version Not Supported: unsupported protocol version", "400"},
+		{"net/http's 417", "HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\nContent-Length: 0\r\n\r\n", "417"},
+		{"net/http's 417 to HTTP/1.0", "HTTP/1.0 417 Expectation Failed\r\nConnection: close\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\n\r\n", "417"},
+		{"a 417 with a body", "HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\nContent-Length: 2\r\n\r\n{}", ""},
 		{"an answer of a status net/http never writes by itself", "HTTP/1.1 500 Internal Server Error" + netHTTPErrorHeaders + "x", ""},
 		{"a handler's answer", "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT\r\n\r\n{}", ""},
 		{"a handler's text answer", "HTTP/1.1 400 Bad Request\r\nDate: Thu, 03 Dec 2026 02:00:00 GMT" + netHTTPErrorHeaders, ""},

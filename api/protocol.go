@@ -18,11 +18,13 @@ import (
 // http.Server.MaxHeaderBytes (431), requests that are not valid HTTP/1.1 (400: a malformed request
 // line, header or Host, a bad Content-Length…), a transfer coding it does not know (501) and a
 // protocol version it does not serve (505). It writes them straight to the connection as
-// text/plain, in one write with no Date header, then closes the connection. ProtocolErrors wraps
-// the listener so that those answers, and only those, become the JSON error shape every error of
-// the api has, with a new X-Request-ID and nosniff: 431 HEADERS_TOO_LARGE, and 400
-// INVALID_ARGUMENT for the others, its message naming what was wrong as net/http says it (which
-// holds nothing of the request).
+// text/plain, in one write with no Date header, then closes the connection. It also answers a
+// request whose Expect is not 100-continue by itself (sendExpectationFailed): a 417 with no body,
+// whose only headers are Connection: close, a Date and, but to HTTP/1.0, Content-Length: 0.
+// ProtocolErrors wraps the listener so that those answers, and only those, become the JSON error
+// shape every error of the api has, with a new X-Request-ID and nosniff: 431 HEADERS_TOO_LARGE,
+// 417 EXPECTATION_FAILED, and 400 INVALID_ARGUMENT for the others, its message naming what was
+// wrong as net/http says it (which holds nothing of the request).
 
 // maxHeadSize bounds a request line and its headers together (16 KiB; see MaxHeaderBytes).
 const maxHeadSize = 16 << 10
@@ -139,30 +141,11 @@ func (c *protocolConn) CloseWrite() error {
 func (c *protocolConn) NetConn() net.Conn { return c.Conn }
 
 // jsonProtocolError answers the JSON rewrite of p when p is a whole error answer of net/http's
-// own: "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then the body; with the
-// error it tells and the request id it gives.
+// own (netHTTPError), with the error it tells and the request id it gives.
 func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	const prefix = "HTTP/1.1 "
-	if len(p) > 1024 || !bytes.HasPrefix(p, []byte(prefix)) {
-		return nil, nil, "", false
-	}
-	statusLine, _, found := bytes.Cut(p[len(prefix):], []byte(netHTTPErrorHeaders))
-	if !found || bytes.ContainsAny(statusLine, "\r\n") || len(statusLine) < 4 {
-		return nil, nil, "", false
-	}
-	var e *Error
-	msg := "malformed HTTP request"
-	if _, reason, ok := bytes.Cut(statusLine, []byte(": ")); ok {
-		msg += ": " + string(reason)
-	}
-	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
-	case http.StatusRequestHeaderFieldsTooLarge:
-		e = headersTooLarge()
-	case http.StatusBadRequest, http.StatusHTTPVersionNotSupported:
-		e = errInvalid(msg)
-	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know
-		e = errInvalid(msg + ": unsupported transfer encoding (only chunked is)")
-	default:
+	e := netHTTPError(p)
+	if e == nil {
 		return nil, nil, "", false
 	}
 	body, err := json.Marshal(errorBody{Error: errorJSON{Code: e.Code, Message: e.Message, Details: map[string]any{}}})
@@ -177,4 +160,57 @@ func jsonProtocolError(p []byte) ([]byte, *Error, string, bool) {
 	out.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n")
 	out.Write(body)
 	return out.Bytes(), e, id, true
+}
+
+// netHTTPError is the error that p tells when it is a whole error answer of net/http's own: its
+// 417 (expectationFailed), or "HTTP/1.1 <status> <text>[: <reason>]" and netHTTPErrorHeaders, then
+// the body; nil for every other write.
+func netHTTPError(p []byte) *Error {
+	const prefix = "HTTP/1.1 "
+	if len(p) > 1024 {
+		return nil
+	}
+	if expectationFailed(p) {
+		return &Error{Code: CodeExpectationFailed, Message: "the Expect header asks for what this server does not do: only 100-continue is served"}
+	}
+	if !bytes.HasPrefix(p, []byte(prefix)) {
+		return nil
+	}
+	statusLine, _, found := bytes.Cut(p[len(prefix):], []byte(netHTTPErrorHeaders))
+	if !found || bytes.ContainsAny(statusLine, "\r\n") || len(statusLine) < 4 {
+		return nil
+	}
+	msg := "malformed HTTP request"
+	if _, reason, ok := bytes.Cut(statusLine, []byte(": ")); ok {
+		msg += ": " + string(reason)
+	}
+	switch status, _ := strconv.Atoi(string(statusLine[:3])); status {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return headersTooLarge()
+	case http.StatusBadRequest, http.StatusHTTPVersionNotSupported:
+		return errInvalid(msg)
+	case http.StatusNotImplemented: // the only one net/http writes: a Transfer-Encoding it does not know
+		return errInvalid(msg + ": unsupported transfer encoding (only chunked is)")
+	}
+	return nil
+}
+
+// expectationFailed reports whether p is net/http's answer to a request whose Expect is not
+// 100-continue: "HTTP/1.x 417 Expectation Failed", Connection: close, a Date, and Content-Length: 0
+// to HTTP/1.1 (none to HTTP/1.0), with no body. No handler of the api answers 417, and its answers
+// have a Content-Type.
+func expectationFailed(p []byte) bool {
+	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1."))
+	if !ok || len(rest) == 0 || (rest[0] != '0' && rest[0] != '1') {
+		return false
+	}
+	rest, ok = bytes.CutPrefix(rest[1:], []byte(" 417 Expectation Failed\r\nConnection: close\r\nDate: "))
+	if !ok {
+		return false
+	}
+	date, rest, ok := bytes.Cut(rest, []byte("\r\n"))
+	if !ok || len(date) != len(http.TimeFormat) {
+		return false
+	}
+	return string(rest) == "\r\n" || string(rest) == "Content-Length: 0\r\n\r\n"
 }

@@ -118,6 +118,35 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 			}
 		})
 	}
+	// net/http answers an Expect other than 100-continue by itself, before any handler.
+	t.Run("an Expect other than 100-continue gets a JSON 417, logged and counted", func(t *testing.T) {
+		resp, body := raw(t, base, "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: "+host+"\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}")
+		if resp.StatusCode != http.StatusExpectationFailed || body.Error.Code != "EXPECTATION_FAILED" || !resp.Close {
+			t.Fatalf("status %d, body %+v, connection closed %v", resp.StatusCode, body, resp.Close)
+		}
+		id := `"request_id":"` + resp.Header.Get("X-Request-ID") + `"`
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			line := lineWith(logs.String(), id)
+			if line != "" {
+				if !strings.Contains(line, `"route":"protocol_error"`) || !strings.Contains(line, `"status":417`) || !strings.Contains(line, `"code":"EXPECTATION_FAILED"`) {
+					t.Fatalf("the log line: %s", line)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line with %s:\n%s", id, logs.String())
+			}
+		}
+		metrics, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer metrics.Body.Close()
+		text, _ := io.ReadAll(metrics.Body)
+		if !strings.Contains(string(text), `tablease_http_requests_total{method="OTHER",route="protocol_error",status="417"} 1`) {
+			t.Fatalf("the 417 is not counted:\n%s", text)
+		}
+	})
 	// A proxy in front that framed a request by its Content-Length would read the rest of the
 	// chunked body as a request of its own: net/http serves the request by its Transfer-Encoding,
 	// and the connection must close after it, whatever follows on it.
