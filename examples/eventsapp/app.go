@@ -85,7 +85,7 @@ func newApp(opts Options) (*App, error) {
 		mux:    http.NewServeMux(),
 		events: newEventTable(),
 		parser: jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(opts.AccessIssuer),
-			jwt.WithAudience(opts.AccessAudience), jwt.WithExpirationRequired()),
+			jwt.WithAudience(opts.AccessAudience), jwt.WithExpirationRequired(), jwt.WithStrictDecoding()),
 		secret: opts.AccessSecret,
 		log:    opts.Log,
 	}
