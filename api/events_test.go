@@ -1262,7 +1262,11 @@ func (noPresence) Leave(context.Context, lease.Key, string, string) error { retu
 func (noPresence) Tabs(context.Context, lease.Key) ([]lease.Tab, error)   { return nil, nil }
 
 func TestAStreamKeepsItsTabListedByRefreshingItEveryThirdOfTheTTL(t *testing.T) {
-	eng, err := leasemem.New(leasemem.Options{PresenceTTL: 300 * time.Millisecond})
+	// A TTL long enough that a loaded machine (the race detector, the other packages' tests)
+	// delaying a refresh by up to a second does not drop the entry, and a watch longer than the
+	// TTL, so that an entry never refreshed drops out.
+	const ttl = 1500 * time.Millisecond
+	eng, err := leasemem.New(leasemem.Options{PresenceTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1272,7 +1276,7 @@ func TestAStreamKeepsItsTabListedByRefreshingItEveryThirdOfTheTTL(t *testing.T) 
 	alice := h.token("alice")
 	c := mustStream(t, ts, eventsPath("doc-1", "tabId=tab-a"), alice, nil)
 	c.expect("snapshot", nil)
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(ttl + 500*time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 1 {
 			t.Fatalf("the tab of an open stream dropped out of the list: %+v", tabs)
 		}
