@@ -1220,14 +1220,14 @@ type forgetfulPresence struct {
 	tabs    map[string]string    // conn → tab id
 }
 
-func (p *forgetfulPresence) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
+func (p *forgetfulPresence) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab, seq int64) (time.Duration, error) {
 	p.mu.Lock()
 	if p.entries == nil {
 		p.entries, p.tabs = make(map[string]lease.Key), make(map[string]string)
 	}
 	p.entries[conn], p.tabs[conn] = key, tab.TabID
 	p.mu.Unlock()
-	return p.Presence.Join(ctx, key, conn, tab)
+	return p.Presence.Join(ctx, key, conn, tab, seq)
 }
 
 func (p *forgetfulPresence) forget(t *testing.T) {
@@ -1235,7 +1235,7 @@ func (p *forgetfulPresence) forget(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for conn, key := range p.entries {
-		if err := p.Presence.Leave(t.Context(), key, conn, p.tabs[conn]); err != nil {
+		if err := p.Presence.Leave(t.Context(), key, conn, p.tabs[conn], 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1255,11 +1255,11 @@ func withAdmin(s lease.Store, a lease.Admin) lease.Store { return storeParts{s, 
 // noPresence is a Presence that lists nobody, for tests that want a stream without tabs.
 type noPresence struct{}
 
-func (noPresence) Join(context.Context, lease.Key, string, lease.Tab) (time.Duration, error) {
+func (noPresence) Join(context.Context, lease.Key, string, lease.Tab, int64) (time.Duration, error) {
 	return time.Minute, nil
 }
-func (noPresence) Leave(context.Context, lease.Key, string, string) error { return nil }
-func (noPresence) Tabs(context.Context, lease.Key) ([]lease.Tab, error)   { return nil, nil }
+func (noPresence) Leave(context.Context, lease.Key, string, string, int64) error { return nil }
+func (noPresence) Tabs(context.Context, lease.Key) ([]lease.Tab, error)          { return nil, nil }
 
 func TestAStreamKeepsItsTabListedByRefreshingItEveryThirdOfTheTTL(t *testing.T) {
 	// A TTL long enough that a loaded machine (the race detector, the other packages' tests)

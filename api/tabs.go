@@ -3,7 +3,9 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -20,10 +22,14 @@ import (
 //   - an event stream opened without presence=false: the stream joins when it starts (with the
 //     label and hidden flag of its query), refreshes its entry every third of the time to live the
 //     engine answers, and leaves when it ends;
-//   - PUT /v1/sessions/{sid}/tabs/{tabId} (body {"label"?, "hidden"?}, empty allowed): joins with
-//     the connection id tabConnID(tabId), so that a repeat refreshes the same entry and records the
-//     latest label and hidden flag; it answers {tabId, ttlMs, refreshAfterMs}, and the client
-//     repeats it every refreshAfterMs. DELETE of the same path leaves (204, idempotent).
+//   - PUT /v1/sessions/{sid}/tabs/{tabId} (body {"label"?, "hidden"?, "seq"?}, empty allowed):
+//     joins with the connection id tabConnID(tabId), so that a repeat refreshes the same entry and
+//     records the latest label and hidden flag; it answers {tabId, ttlMs, refreshAfterMs}, and the
+//     client repeats it every refreshAfterMs. DELETE of the same path (?seq= optional) leaves (204,
+//     idempotent). seq orders a tab's PUTs and DELETE, which may arrive in any order (the DELETE
+//     goes with keepalive as the page goes, on a connection of its own): the engine applies none
+//     whose number is not above the latest it applied (lease.Presence.Join), and the PUT answers
+//     as if applied.
 //
 // Browsers share one stream among their tabs: their client opens it with presence=false and
 // announces every tab with PUT. An entry nobody refreshes expires (lease.DefaultPresenceTTL) and
@@ -77,10 +83,37 @@ func tabConnID(tabID string) string {
 	return "tab." + hex.EncodeToString(sum[:16])
 }
 
-// tabPresenceBody is the body of PUT …/tabs/{tabId}; absent fields are "" and false.
+// tabPresenceBody is the body of PUT …/tabs/{tabId}; absent fields are "", false and none.
 type tabPresenceBody struct {
-	Label  string `json:"label"`
-	Hidden bool   `json:"hidden"`
+	Label  string          `json:"label"`
+	Hidden bool            `json:"hidden"`
+	Seq    json.RawMessage `json:"seq,omitempty"`
+}
+
+// errSeq refuses a seq: the number that orders a tab's PUTs and DELETE is 0 when left out, else an
+// integer in [1, 2^53).
+func errSeq() error { return fieldError("seq", "must be an integer in [1, 2^53)") }
+
+// seqBody reads the seq of a PUT's body.
+func seqBody(raw json.RawMessage) (int64, error) {
+	v, present, err := intField("seq", raw)
+	if err != nil || (present && (v < 1 || lease.ValidateSeq(v) != nil)) {
+		return 0, errSeq()
+	}
+	return v, nil
+}
+
+// seqQuery reads the seq of a DELETE's query, decimal digits with no sign or leading zero; empty
+// is the same as left out.
+func seqQuery(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || lease.ValidateSeq(n) != nil || strconv.FormatInt(n, 10) != v {
+		return 0, errSeq()
+	}
+	return n, nil
 }
 
 // tabPresenceJSON answers PUT …/tabs/{tabId}: the entry lives ttlMs unless repeated; repeat it
@@ -119,7 +152,11 @@ func (s *Server) putTab(c echo.Context) (err error) {
 	if err := lease.ValidateLabel(b.Label); err != nil {
 		return err
 	}
-	ttl, err := s.engine.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden})
+	seq, err := seqBody(b.Seq)
+	if err != nil {
+		return err
+	}
+	ttl, err := s.engine.Join(c.Request().Context(), key, tabConnID(tabID), lease.Tab{TabID: tabID, Label: b.Label, Hidden: b.Hidden}, seq)
 	s.metrics.observeOp("join", err)
 	if err != nil {
 		return err
@@ -127,14 +164,19 @@ func (s *Server) putTab(c echo.Context) (err error) {
 	return c.JSON(http.StatusOK, tabPresenceJSON{TabID: tabID, TTLMs: ttl.Milliseconds(), RefreshAfterMs: stream.RefreshAfter(ttl).Milliseconds()})
 }
 
-// deleteTab serves DELETE /v1/sessions/{sid}/tabs/{tabId}: the entry PUT keeps is removed (the tab
-// stays listed while a stream of its own lists it). Deleting a tab that is not listed is 204 too.
+// deleteTab serves DELETE /v1/sessions/{sid}/tabs/{tabId}[?seq=]: the entry PUT keeps is removed
+// (the tab stays listed while a stream of its own lists it), unless a PUT with a higher seq came
+// first. Deleting a tab that is not listed is 204 too.
 func (s *Server) deleteTab(c echo.Context) error {
 	key, tabID, err := s.tabKey(c)
 	if err != nil {
 		return err
 	}
-	if err := s.engine.Leave(c.Request().Context(), key, tabConnID(tabID), tabID); err != nil {
+	seq, err := seqQuery(c.QueryParam("seq"))
+	if err != nil {
+		return err
+	}
+	if err := s.engine.Leave(c.Request().Context(), key, tabConnID(tabID), tabID, seq); err != nil {
 		s.storeError("leave", err)
 		return err
 	}

@@ -143,6 +143,56 @@ func TestEveryTabOfABrowserIsListedWithItsOwnLabelThroughPutAndLeavesThroughDele
 	})
 }
 
+func TestAPutThatArrivesAfterItsTabsLaterDeleteListsNothing(t *testing.T) {
+	onEachEngine(t, 0, nil, func(t *testing.T, h *harness) {
+		ts := h.serve()
+		alice := h.token("alice")
+		carrier := mustStream(t, ts, eventsPath("doc-1", "tabId=tab-a&presence=false"), alice, nil)
+		carrier.expect("snapshot", &snapshotAnswer{})
+		h.putTab(alice, "doc-1", "tab-a", `{"label":"A","seq":1764680400000}`)
+		carrier.expectTabs("joined", "tab-a")
+		h.putTab(alice, "doc-1", "tab-b", `{"label":"B","seq":5}`)
+		carrier.expectTabs("joined", "tab-b")
+
+		// tab-b's page goes: its DELETE (7) reaches the server before the PUT it sent just before
+		// (6), which answers as if applied and lists nothing.
+		if rec := h.do(request{method: http.MethodDelete, path: tabPath("doc-1", "tab-b") + "?seq=7", token: alice}); rec.Code != http.StatusNoContent {
+			t.Fatalf("DELETE ?seq=7: %d %s", rec.Code, rec.Body)
+		}
+		carrier.expectTabs("left", "tab-b")
+		if got := h.putTab(alice, "doc-1", "tab-b", `{"label":"B","seq":6}`); got != (tabPresenceAnswer{TabID: "tab-b", TTLMs: 45000, RefreshAfterMs: 15000}) {
+			t.Fatalf("the late PUT answered %+v", got)
+		}
+		if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 1 || tabs[0].TabID != "tab-a" {
+			t.Fatalf("tabs after the late PUT %+v, want tab-a alone", tabs)
+		}
+		// Restored from the back/forward cache, the page lists itself again with a higher number.
+		h.putTab(alice, "doc-1", "tab-b", `{"label":"B","seq":8}`)
+		if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 2 || tabs[1].TabID != "tab-b" {
+			t.Fatalf("tabs after a PUT numbered above the DELETE %+v, want tab-a and tab-b", tabs)
+		}
+		carrier.expectTabs("joined", "tab-b")
+
+		// Without numbers, as ever: the later request wins.
+		h.deleteTab(alice, "doc-1", "tab-a")
+		carrier.expectTabs("left", "tab-a")
+		h.putTab(alice, "doc-1", "tab-a", `{"label":"A"}`)
+		carrier.expectTabs("joined", "tab-a")
+
+		for _, q := range []string{"0", "-1", "+7", "07", "7.0", "1e3", "x", "9007199254740992"} {
+			wantError(t, h.do(request{method: http.MethodDelete, path: tabPath("doc-1", "tab-a") + "?seq=" + q, token: alice}), 400, CodeInvalidArgument)
+			wantError(t, h.do(request{method: http.MethodPut, path: tabPath("doc-1", "tab-a"), token: alice, body: `{"seq":` + q + `}`}), 400, CodeInvalidArgument)
+		}
+		wantError(t, h.do(request{method: http.MethodPut, path: tabPath("doc-1", "tab-a"), token: alice, body: `{"seq":"7"}`}), 400, CodeInvalidArgument)
+		if rec := h.do(request{method: http.MethodDelete, path: tabPath("doc-1", "tab-never") + "?seq=", token: alice}); rec.Code != http.StatusNoContent {
+			t.Fatalf("DELETE ?seq= (empty: left out): %d %s", rec.Code, rec.Body)
+		}
+		if tabs := h.listTabs(alice, "doc-1"); len(tabs) != 2 {
+			t.Fatalf("a refused request changed the tabs: %+v", tabs)
+		}
+	})
+}
+
 func TestAStreamWithPresenceFalseNeitherJoinsNorLeaves(t *testing.T) {
 	onEachEngine(t, 0, nil, func(t *testing.T, h *harness) {
 		ts := h.serve()

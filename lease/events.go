@@ -279,14 +279,30 @@ type Presence interface {
 	// expired (the instance lost the store for longer than the TTL) announces the tab again; a
 	// refresh of a listed tab appends nothing.
 	//
-	// Errors: *InvalidError for an invalid key, conn, tab id or label; *UnavailableError.
-	Join(ctx context.Context, key Key, conn string, tab Tab) (ttl time.Duration, err error)
+	// seq orders the writes of conn's entry whose requests may arrive out of order (a client's
+	// PUT …/tabs/{tabId} and the DELETE sent as its page goes): 0 for none, else a number in [1,
+	// MaxEpoch) that the caller increases with each write (see ValidateSeq). The store records,
+	// per connection, the highest number of the writes it applied, with the entry while it lives
+	// and for the presence TTL after a Leave (a mark: at most MaxPresence per session, the one
+	// that lapses first going beyond). A Join whose number is not above the one recorded changes
+	// nothing and answers as if applied, the TTL: a later write is applied already. A Join without
+	// a number is applied as ever and keeps the number recorded.
+	//
+	// Errors: *InvalidError for an invalid key, conn, tab id, label or seq; *UnavailableError.
+	Join(ctx context.Context, key Key, conn string, tab Tab, seq int64) (ttl time.Duration, err error)
 	// Leave removes the entry of conn, and appends EventTabLeft when it was the tab's last. Leaving
 	// a conn that is not listed (left or expired already, or another tab's) changes nothing and is
 	// not an error.
 	//
-	// Errors: *InvalidError for an invalid key, conn or tab id; *UnavailableError.
-	Leave(ctx context.Context, key Key, conn, tabID string) error
+	// With seq (see Join), a Leave whose number is not above the one recorded for conn changes
+	// nothing; otherwise it removes the entry and marks conn with its number for the presence TTL,
+	// when the session's presence list holds an entry (conn's own or another's): a Join with a
+	// lower number that arrives later then lists nothing. A session that lists no tab keeps no
+	// mark. A Leave without a number removes the entry as ever, and marks conn with the number its
+	// entry had, if any.
+	//
+	// Errors: *InvalidError for an invalid key, conn, tab id or seq; *UnavailableError.
+	Leave(ctx context.Context, key Key, conn, tabID string, seq int64) error
 	// Tabs lists the tabs connected to key, one per tab id: connected since the earliest of its
 	// entries, with the label and hidden flag of its latest join. They come in the order they
 	// connected, then by tab id; none is nil. Expired entries are never listed.
@@ -296,20 +312,32 @@ type Presence interface {
 }
 
 // ValidateJoin checks the arguments of Presence.Join.
-func ValidateJoin(key Key, conn string, tab Tab) error {
-	if err := ValidateLeave(key, conn, tab.TabID); err != nil {
+func ValidateJoin(key Key, conn string, tab Tab, seq int64) error {
+	if err := ValidateLeave(key, conn, tab.TabID, seq); err != nil {
 		return err
 	}
 	return ValidateLabel(tab.Label)
 }
 
 // ValidateLeave checks the arguments of Presence.Leave.
-func ValidateLeave(key Key, conn, tabID string) error {
+func ValidateLeave(key Key, conn, tabID string, seq int64) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
 	if err := ValidateID("conn", conn); err != nil {
 		return err
 	}
-	return ValidateID("tabId", tabID)
+	if err := ValidateID("tabId", tabID); err != nil {
+		return err
+	}
+	return ValidateSeq(seq)
+}
+
+// ValidateSeq checks the number that orders a connection's presence writes (Presence.Join): 0
+// (none) or an integer in [1, MaxEpoch), which JSON and the Redis engine's Lua hold exactly.
+func ValidateSeq(seq int64) error {
+	if seq < 0 || seq >= MaxEpoch {
+		return &InvalidError{Field: "seq", Reason: "must be 0 (none) or an integer in [1, 2^53)"}
+	}
+	return nil
 }

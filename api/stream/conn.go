@@ -175,7 +175,7 @@ func (sc *streamConn) join(ctx context.Context) error {
 	sc.conn = newConnID()
 	ctx, cancel := context.WithTimeout(ctx, presenceCallTimeout)
 	defer cancel()
-	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
+	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab, 0)
 	if err != nil {
 		sc.h.storeError("join", err)
 		if errors.Is(err, lease.ErrTooManyTabs) {
@@ -203,7 +203,7 @@ func (h *Handler) leaveLater(key lease.Key, conn, tabID string) {
 		deadline := time.Now().Add(leaveLaterFor)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
-			err := h.presence.Leave(ctx, key, conn, tabID)
+			err := h.presence.Leave(ctx, key, conn, tabID, 0)
 			cancel()
 			if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
 				if err != nil {
@@ -223,7 +223,7 @@ func (h *Handler) leaveLater(key lease.Key, conn, tabID string) {
 func (sc *streamConn) refresh() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
 	defer cancel()
-	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab)
+	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab, 0)
 	if err != nil {
 		sc.h.storeError("join", err)
 		sc.refreshAt = time.Now().Add(min(presenceRetry, RefreshAfter(sc.ttl)))
@@ -245,7 +245,7 @@ func (sc *streamConn) close() {
 	sc.sse.end()
 	if sc.conn != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
-		if err := sc.h.presence.Leave(ctx, sc.key, sc.conn, sc.tab.TabID); err != nil {
+		if err := sc.h.presence.Leave(ctx, sc.key, sc.conn, sc.tab.TabID, 0); err != nil {
 			sc.h.log.Debug("leaving the presence list", slog.String("request_id", sc.reqID), slog.String("error", err.Error()))
 		}
 		cancel()

@@ -40,10 +40,10 @@ func TestAStreamRefusedDuringARedisPauseIsNotListedAfterwards(t *testing.T) {
 	ctx := context.Background()
 	// Warm up: the scripts are loaded and a connection is open, so that the Join below reaches
 	// Redis's socket while it is paused.
-	if _, err := eng.Join(ctx, key, "WARMUP", lease.Tab{TabID: "warm"}); err != nil {
+	if _, err := eng.Join(ctx, key, "WARMUP", lease.Tab{TabID: "warm"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Leave(ctx, key, "WARMUP", "warm"); err != nil {
+	if err := eng.Leave(ctx, key, "WARMUP", "warm", 0); err != nil {
 		t.Fatal(err)
 	}
 

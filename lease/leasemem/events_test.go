@@ -182,7 +182,7 @@ func TestPruningSparesWatchedAndPresentSessions(t *testing.T) {
 		mustRelease(t, e, key, "tab-a", l.Epoch)
 	}
 	w := mustWatch(t, e, watched, "")
-	if _, err := e.Join(ctx, present, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+	if _, err := e.Join(ctx, present, "conn-1", lease.Tab{TabID: "tab-a"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	other := lease.Key{User: "bob", Session: "doc-1"}
@@ -194,7 +194,7 @@ func TestPruningSparesWatchedAndPresentSessions(t *testing.T) {
 		t.Fatalf("%d entries, want 3: the idle session pruned, the watched and present ones and bob's kept", n)
 	}
 	w.Close()
-	if err := e.Leave(ctx, present, "conn-1", "tab-a"); err != nil {
+	if err := e.Leave(ctx, present, "conn-1", "tab-a", 0); err != nil {
 		t.Fatal(err)
 	}
 	// The watched session's last event is old: it goes. The present one's is the recent leave:
@@ -214,7 +214,7 @@ func TestPruningSparesWatchedAndPresentSessions(t *testing.T) {
 func TestPresenceEntriesExpireByTheEngineClock(t *testing.T) {
 	e, clock := newWatchedEngine(t, 30*time.Second)
 	w := mustWatch(t, e, alice, "")
-	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	joinedAt := clock.Now()
@@ -222,7 +222,7 @@ func TestPresenceEntriesExpireByTheEngineClock(t *testing.T) {
 		t.Fatalf("event = %+v, want joined", ev)
 	}
 	clock.Advance(20 * time.Second)
-	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a", Label: "again"}); err != nil {
+	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a", Label: "again"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(20 * time.Second)
@@ -253,8 +253,8 @@ func TestCloseStopsTheTimerAndEndsWatches(t *testing.T) {
 		t.Errorf("the watch after Close: open %v, Err %v; want ended with ErrClosed", open, w.Err())
 	}
 	for name, err := range map[string]error{
-		"Join":  func() error { _, err := e.Join(ctx, alice, "c", lease.Tab{TabID: "t"}); return err }(),
-		"Leave": e.Leave(ctx, alice, "c", "t"),
+		"Join":  func() error { _, err := e.Join(ctx, alice, "c", lease.Tab{TabID: "t"}, 0); return err }(),
+		"Leave": e.Leave(ctx, alice, "c", "t", 0),
 		"Tabs":  func() error { _, err := e.Tabs(ctx, alice); return err }(),
 		"Watch": func() error { _, err := e.Watch(ctx, alice, ""); return err }(),
 	} {

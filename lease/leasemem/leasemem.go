@@ -150,6 +150,9 @@ type entry struct {
 	watchers map[*lease.WatchSender]struct{}
 	// present holds the session's presence entries by tab and connection.
 	present map[presenceKey]*presenceEntry
+	// marks holds, per connection, the number of the latest ordered write of an entry a Leave
+	// removed, until the entry would have lapsed (lease.Presence.Leave).
+	marks map[presenceKey]presenceMark
 
 	// blockedUntil is when grants open again after an admin's block (zero: never blocked).
 	blockedUntil time.Time

@@ -19,11 +19,55 @@ type presenceEntry struct {
 	connectedAt time.Time // when this connection first joined
 	refreshedAt time.Time // when it last joined
 	expiresAt   time.Time // the entry is gone at expiresAt and after
+	seq         int64     // the highest number of the ordered writes applied (lease.Presence.Join)
+}
+
+// presenceMark is what a Leave keeps of a connection's entry: the number of its latest ordered
+// write, until the entry would have lapsed (lease.Presence.Leave).
+type presenceMark struct {
+	seq   int64
+	until time.Time // the mark is gone at until and after
+}
+
+// recorded is the number of the latest ordered write of pk applied by now: its entry's, else its
+// mark's, else 0.
+func (s *entry) recorded(pk presenceKey, now time.Time) int64 {
+	if p := s.present[pk]; p != nil {
+		return p.seq
+	}
+	if m, ok := s.marks[pk]; ok && m.until.After(now) {
+		return m.seq
+	}
+	return 0
+}
+
+// mark keeps seq for pk until now+ttl, forgetting the marks that lapsed, and the one that lapses
+// first beyond lease.MaxPresence.
+func (s *entry) mark(pk presenceKey, seq int64, now time.Time, ttl time.Duration) {
+	if s.marks == nil {
+		s.marks = make(map[presenceKey]presenceMark)
+	}
+	for k, m := range s.marks {
+		if !m.until.After(now) {
+			delete(s.marks, k)
+		}
+	}
+	s.marks[pk] = presenceMark{seq: seq, until: now.Add(ttl)}
+	for len(s.marks) > lease.MaxPresence {
+		first := pk
+		for k, m := range s.marks {
+			f := s.marks[first]
+			if m.until.Before(f.until) || (m.until.Equal(f.until) && (k.tabID < first.tabID || (k.tabID == first.tabID && k.conn < first.conn))) {
+				first = k
+			}
+		}
+		delete(s.marks, first)
+	}
 }
 
 // Join implements lease.Presence.
-func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
-	if err := lease.ValidateJoin(key, conn, tab); err != nil {
+func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab, seq int64) (time.Duration, error) {
+	if err := lease.ValidateJoin(key, conn, tab, seq); err != nil {
 		return 0, err
 	}
 	now, unlock, err := e.begin(ctx, "join")
@@ -40,6 +84,10 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 	e.settle(key, s, now)
 
 	pk := presenceKey{tab.TabID, conn}
+	recorded := s.recorded(pk, now)
+	if seq > 0 && seq <= recorded {
+		return e.presenceTTL, nil // a later write is applied already
+	}
 	p := s.present[pk]
 	if p == nil && len(s.present) >= lease.MaxPresence { // settle dropped the expired entries
 		return 0, &lease.TabLimitError{Limit: lease.MaxPresence}
@@ -55,7 +103,9 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 			s.present = make(map[presenceKey]*presenceEntry)
 		}
 		s.present[pk] = p
+		delete(s.marks, pk)
 	}
+	p.seq = max(seq, recorded)
 	p.label, p.hidden = tab.Label, tab.Hidden
 	p.refreshedAt, p.expiresAt = now, now.Add(e.presenceTTL)
 	if t := s.tab(tab.TabID); !listed {
@@ -69,8 +119,8 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 }
 
 // Leave implements lease.Presence.
-func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) error {
-	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
+func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string, seq int64) error {
+	if err := lease.ValidateLeave(key, conn, tabID, seq); err != nil {
 		return err
 	}
 	now, unlock, err := e.begin(ctx, "leave")
@@ -84,7 +134,15 @@ func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) e
 	}
 	e.settle(key, s, now)
 	pk := presenceKey{tabID, conn}
-	if s.present[pk] == nil {
+	recorded := s.recorded(pk, now)
+	if seq > 0 && seq <= recorded {
+		return nil // a later write is applied already
+	}
+	p := s.present[pk]
+	if (seq > 0 && len(s.present) > 0) || (p != nil && p.seq > 0) {
+		s.mark(pk, max(seq, recorded), now, e.presenceTTL)
+	}
+	if p == nil {
 		return nil
 	}
 	t := s.tab(tabID)

@@ -449,8 +449,8 @@ func (p *program) step() {
 		label := pick(fuzzLabels, a>>3&0x01)
 		p.logf("join %s %s %q", conn, tab, label)
 		in := lease.Tab{TabID: tab, Label: label, Hidden: a&0x04 != 0}
-		m, mErr := p.mem.store.Join(p.ctx, p.key, conn, in)
-		r, rErr := p.redis.store.Join(p.ctx, p.key, conn, in)
+		m, mErr := p.mem.store.Join(p.ctx, p.key, conn, in, 0)
+		r, rErr := p.redis.store.Join(p.ctx, p.key, conn, in, 0)
 		p.agree("join", m, mErr, r, rErr)
 		if mErr == nil {
 			p.joined[conn] = p.clock.Now().Add(m)
@@ -460,8 +460,8 @@ func (p *program) step() {
 		conn := "conn-" + strconv.Itoa(int(a&0x03))
 		tab := pick(fuzzTabs, a>>4)
 		p.logf("leave %s %s", conn, tab)
-		mErr := p.mem.store.Leave(p.ctx, p.key, conn, tab)
-		rErr := p.redis.store.Leave(p.ctx, p.key, conn, tab)
+		mErr := p.mem.store.Leave(p.ctx, p.key, conn, tab, 0)
+		rErr := p.redis.store.Leave(p.ctx, p.key, conn, tab, 0)
 		p.agree("leave", nil, mErr, nil, rErr)
 	case opTabs:
 		p.logf("tabs")

@@ -199,7 +199,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 	mustWatch(t, e, alice, "") // a session has an event log while it is watched
 
 	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
-	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+	if _, err := e.Join(ctx, alice, "conn-1", lease.Tab{TabID: "tab-a"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 500 {
@@ -259,7 +259,7 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 		}
 	}
 	// The last tab leaving empties the presence keys, which Redis then deletes.
-	if err := e.Leave(ctx, alice, "conn-1", "tab-a"); err != nil {
+	if err := e.Leave(ctx, alice, "conn-1", "tab-a", 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.Exists(ctx, "p:{alice}:tabs:doc-1", "p:{alice}:tabinfo:doc-1").Val(); n != 0 {
@@ -491,19 +491,19 @@ func TestEachEventNamesTheSessionsNextDeadline(t *testing.T) {
 	}
 	ttl := e.presenceTTL.Microseconds()
 
-	if _, err := e.Join(t.Context(), key, "c1", lease.Tab{TabID: "t1"}); err != nil {
+	if _, err := e.Join(t.Context(), key, "c1", lease.Tab{TabID: "t1"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if now, next := published("the first join"); next != now+ttl {
 		t.Errorf("after the first join, next is %d, want the entry's expiry %d", next, now+ttl)
 	}
-	if err := e.Leave(t.Context(), key, "c1", "t1"); err != nil {
+	if err := e.Leave(t.Context(), key, "c1", "t1", 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, next := published("the leave"); next != 0 {
 		t.Errorf("after the leave of the only entry, next is %d, want 0", next)
 	}
-	if _, err := e.Join(t.Context(), key, "c2", lease.Tab{TabID: "t2"}); err != nil {
+	if _, err := e.Join(t.Context(), key, "c2", lease.Tab{TabID: "t2"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if now, next := published("the second join"); next != now+ttl {

@@ -8,11 +8,13 @@
 -- ARGV[5]  "1" when the tab is hidden, "0" when visible
 -- ARGV[6]  the presence TTL in milliseconds
 -- ARGV[7]  the most connections the session's presence list may hold (lease.MaxPresence)
+-- ARGV[8]  the number ordering this write among the connection's (lease.Presence.Join), 0 for none
 -- Answers {"OK", now}: the entry lives until now + TTL; the connection keeps the time it first
 -- joined. Answers {"FULL", now} and changes nothing when the session has no state and the user is
 -- at the limit of sessions (admit in admin.lua); {"TABS_FULL", now} and changes nothing when the
 -- connection is not listed and the list holds ARGV[7] live connections (settle dropped the
--- others) already.
+-- others) already. Answers {"OK", now} and changes nothing when ARGV[8] is not above the number
+-- recorded for the connection (its entry's, or its mark's: presence.lua).
 --
 -- Events: what settle announces; then "joined" when the tab was not listed, "changed" when it was,
 -- with another label or hidden flag than this join's (a tab is listed with those of its latest
@@ -23,6 +25,7 @@ local conn, tab, label = ARGV[2], ARGV[3], ARGV[4]
 local hidden = ARGV[5] == '1' and '1' or '0'
 local ttl_ms = arg_int(6, 1, MAX_EPOCH)
 local max_conns = arg_int(7, 1, MAX_EPOCH)
+local seq = arg_int(8, 0, MAX_EPOCH)
 if conn == '' or tab == '' or string.find(conn, '/', 1, true) or string.find(tab, '/', 1, true) then
   error('tablease: ARGV[2] and ARGV[3] must be identifiers')
 end
@@ -45,15 +48,21 @@ end
 local member = tab .. '/' .. conn
 -- The connection's own entry, live since settle removed the expired ones (KEYS[4] holds a member
 -- exactly while KEYS[3] does: every script writes both): a refresh lists its tab without reading
--- the other entries.
+-- the other entries, and finds the number recorded for it in the entry. A new entry takes over
+-- the connection's mark, if any.
 local connected = now
 local old = redis.call('HGET', KEY_TABINFO, member)
+local o = old and cjson.decode(old)
+local mark = not o and redis.call('HGET', KEY_TABINFO, member .. '/')
+local recorded = o and (o.s or 0) + 0 or mark_seq(mark, now)
+if seq > 0 and seq <= recorded then
+  return finish(s, now, {'OK', now}) -- a later write is applied already
+end
 local before -- the tab as listed before this join, read only when it may have changed
-if not old and redis.call('ZCARD', KEY_TABS) >= max_conns then
+if not o and redis.call('ZCARD', KEY_TABS) >= max_conns then
   return finish(s, now, {'TABS_FULL', now})
 end
-if old then
-  local o = cjson.decode(old)
+if o then
   connected = tonumber(o.c) or now
   if o.l ~= label or o.h ~= hidden then
     before = tab_of(entries(), tab)
@@ -64,8 +73,12 @@ end
 local listed = old ~= false or before ~= nil
 
 -- Write state.
+seq = math.max(seq, recorded)
 redis.call('HSET', KEY_TABINFO, member, cjson.encode({l = label, h = hidden, c = int(connected),
-  r = int(now)}))
+  r = int(now), s = seq > 0 and int(seq) or nil}))
+if mark then
+  redis.call('HDEL', KEY_TABINFO, member .. '/')
+end
 redis.call('ZADD', KEY_TABS, int(now + ttl_ms * 1000), member)
 tabs_first = nil
 redis.call('PEXPIRE', KEY_TABS, int(ttl_ms + LOG_TTL_MS))

@@ -602,10 +602,10 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 			name:   "a join does not list a tab that left since",
 			script: joinFn,
 			args: func(e *Engine) []any {
-				return []any{"conn-1", "tab-a", "", "0", ms(e.presenceTTL), lease.MaxPresence}
+				return []any{"conn-1", "tab-a", "", "0", ms(e.presenceTTL), lease.MaxPresence, int64(0)}
 			},
 			between: func(t *testing.T, e *Engine) {
-				if err := e.Leave(t.Context(), alice, "conn-1", "tab-a"); err != nil {
+				if err := e.Leave(t.Context(), alice, "conn-1", "tab-a", 0); err != nil {
 					t.Fatal(err)
 				}
 			},

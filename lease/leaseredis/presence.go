@@ -13,13 +13,13 @@ import (
 // every third of the TTL while the connection lives (the SSE layer does); an instance that dies
 // leaves its entries to expire, and whoever settles the session first (a settle timer of an
 // instance watching it, or any call on it) announces their tabs as left with lease.ReasonTimeout.
-func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab) (time.Duration, error) {
+func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease.Tab, seq int64) (time.Duration, error) {
 	const op = "join"
-	if err := lease.ValidateJoin(key, conn, tab); err != nil {
+	if err := lease.ValidateJoin(key, conn, tab, seq); err != nil {
 		return 0, err
 	}
 	v, err := e.change(ctx, op, joinFn, key, conn, tab.TabID, tab.Label, flag(tab.Hidden), e.presenceTTL.Milliseconds(),
-		lease.MaxPresence)
+		lease.MaxPresence, seq)
 	if err != nil {
 		return 0, err
 	}
@@ -39,12 +39,12 @@ func (e *Engine) Join(ctx context.Context, key lease.Key, conn string, tab lease
 }
 
 // Leave implements lease.Presence with leave.lua.
-func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string) error {
+func (e *Engine) Leave(ctx context.Context, key lease.Key, conn, tabID string, seq int64) error {
 	const op = "leave"
-	if err := lease.ValidateLeave(key, conn, tabID); err != nil {
+	if err := lease.ValidateLeave(key, conn, tabID, seq); err != nil {
 		return err
 	}
-	v, err := e.change(ctx, op, leaveFn, key, conn, tabID)
+	v, err := e.change(ctx, op, leaveFn, key, conn, tabID, seq, e.presenceTTL.Milliseconds(), lease.MaxPresence)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,11 @@
 -- Presence is one entry per connection of a tab to the session's event stream, member
 -- "<tabId>/<conn>" (identifiers hold no '/'):
 --   KEYS[3]  a sorted set: member → the store time (µs) at which the entry expires
---   KEYS[4]  a hash: member → JSON {"l": label, "h": "1"|"0", "c": connected µs, "r": refreshed µs}
+--   KEYS[4]  a hash: member → JSON {"l": label, "h": "1"|"0", "c": connected µs, "r": refreshed µs,
+--            "s": the number of the latest ordered write applied (lease.Presence.Join), absent for 0}
+--            and, after a Leave, the mark of a connection: member .. "/" (no member ends so) →
+--            "<seq> <until µs>", the number of its latest ordered write until the entry would have
+--            lapsed (see recorded and put_mark below)
 -- An entry is gone at its expiry and after; settle_presence removes it then and announces its tab
 -- as left (reason "timeout") when it was the tab's last. join.lua gives both keys a TTL of the
 -- presence TTL plus the event log's (LOG_TTL_MS), refreshed on every join: so they may vanish
@@ -97,6 +101,47 @@ end
 -- tab_json is a tab as events carry it.
 local function tab_json(t)
   return {id = t.id, label = t.label, hidden = t.hidden, connected = int(t.connected)}
+end
+
+-- mark_seq is the number a mark (a field "<member>/" of KEYS[4], or false) holds at now: 0 once it
+-- lapsed.
+local function mark_seq(v, now)
+  if not v then
+    return 0
+  end
+  local seq, until_us = string.match(v, '^(%d+) (%d+)$')
+  if until_us + 0 <= now then
+    return 0
+  end
+  return seq + 0
+end
+
+-- put_mark marks member with seq until now + ttl_ms, deleting the marks that lapsed, and the one
+-- that lapses first beyond max_marks. Marks live in KEYS[4], which then lives at least as long.
+-- Only a leave writes one (a rare call), so reading the whole hash to find the others is cheap.
+local function put_mark(member, seq, now, ttl_ms, max_marks)
+  local field = member .. '/'
+  local raw = redis.call('HGETALL', KEY_TABINFO)
+  local live, first, first_until = 0, nil, nil
+  for i = 1, #raw, 2 do
+    local f = raw[i]
+    if string.byte(f, -1) == 47 and f ~= field then -- '/': a mark
+      local until_us = string.match(raw[i + 1], ' (%d+)$') + 0
+      if until_us <= now then
+        redis.call('HDEL', KEY_TABINFO, f)
+      else
+        live = live + 1
+        if first == nil or until_us < first_until or (until_us == first_until and f < first) then
+          first, first_until = f, until_us
+        end
+      end
+    end
+  end
+  if live >= max_marks then
+    redis.call('HDEL', KEY_TABINFO, first)
+  end
+  redis.call('HSET', KEY_TABINFO, field, int(seq) .. ' ' .. int(now + ttl_ms * 1000))
+  redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
 end
 
 -- settle_presence removes the entries that expired by now, and announces each tab whose last

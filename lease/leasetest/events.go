@@ -33,6 +33,7 @@ var eventTests = []struct {
 	{"presence lists the connected tabs and announces joins and leaves", testPresence},
 	{"presence entries that are not refreshed expire and their tabs leave", testPresenceExpiry},
 	{"a session lists at most lease.MaxPresence connections; refreshes go on", testPresenceLimit},
+	{"numbered joins and leaves of a connection apply in their numbers' order", testPresenceOrder},
 	{"events and presence reach another instance", testPeerEvents},
 	{"an expiry is announced once when two instances watch the session", testPeerExpiry},
 }
@@ -372,7 +373,7 @@ func testWatchSeparate(t *testing.T, newTarget Factory) {
 		o := f.acquire(other, "tab-a", long, lease.ModeTry)
 		f.renew(other, "tab-a", o.Epoch, long, true)
 		f.acquire(other, "tab-b", long, lease.ModeTakeover)
-		if _, err := f.presence().Join(f.ctx(), other, "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+		if _, err := f.presence().Join(f.ctx(), other, "conn-1", lease.Tab{TabID: "tab-a"}, 0); err != nil {
 			t.Fatalf("Join(%+v): %v", other, err)
 		}
 	}
@@ -673,10 +674,10 @@ func testEventsInvalid(t *testing.T, newTarget Factory) {
 		{"an empty tab id", good, "conn-1", lease.Tab{}},
 		{"a label with a newline", good, "conn-1", lease.Tab{TabID: "tab-a", Label: "a\nb"}},
 	} {
-		_, err := p.Join(f.ctx(), tc.key, tc.conn, tc.tab)
+		_, err := p.Join(f.ctx(), tc.key, tc.conn, tc.tab, 0)
 		wantInvalid(t, "Join with "+tc.name, err)
 		if tc.tab.Label == tab.Label {
-			wantInvalid(t, "Leave with "+tc.name, p.Leave(f.ctx(), tc.key, tc.conn, tc.tab.TabID))
+			wantInvalid(t, "Leave with "+tc.name, p.Leave(f.ctx(), tc.key, tc.conn, tc.tab.TabID, 0))
 		}
 	}
 	_, err := p.Tabs(f.ctx(), lease.Key{User: "alice", Session: ".."})
@@ -693,7 +694,7 @@ func testPresence(t *testing.T, newTarget Factory) {
 	w := f.watch(feed, key, "")
 	join := func(conn string, tab lease.Tab) {
 		t.Helper()
-		ttl, err := p.Join(f.ctx(), key, conn, tab)
+		ttl, err := p.Join(f.ctx(), key, conn, tab, 0)
 		if err != nil {
 			t.Fatalf("Join(%s, %+v): %v", conn, tab, err)
 		}
@@ -703,7 +704,7 @@ func testPresence(t *testing.T, newTarget Factory) {
 	}
 	leave := func(conn, tab string) {
 		t.Helper()
-		if err := p.Leave(f.ctx(), key, conn, tab); err != nil {
+		if err := p.Leave(f.ctx(), key, conn, tab, 0); err != nil {
 			t.Fatalf("Leave(%s, %s): %v", conn, tab, err)
 		}
 	}
@@ -776,6 +777,98 @@ func testPresence(t *testing.T, newTarget Factory) {
 	wantEvents(t, "the events of a tab that comes back", w.nextN(3), tabJoined("tab-c"), tabLeft("tab-c", ""), tabJoined("tab-c"))
 }
 
+// testPresenceOrder: a client numbers the writes of its tab's entry (PUT …/tabs/{tabId} and the
+// DELETE of its page's end, whose requests may arrive in either order); the store applies none
+// whose number is not above the latest it applied, and writes without numbers as ever.
+func testPresenceOrder(t *testing.T, newTarget Factory) {
+	f := start(t, newTarget, limits)
+	feed, p := f.feed(), f.presence()
+	key := lease.Key{User: "alice", Session: "doc-1"}
+	w := f.watch(feed, key, "")
+	join := func(conn string, tab lease.Tab, seq int64) {
+		t.Helper()
+		if ttl, err := p.Join(f.ctx(), key, conn, tab, seq); err != nil || ttl <= 0 {
+			t.Fatalf("Join(%s, %+v, %d) = %v, %v; want a TTL", conn, tab, seq, ttl, err)
+		}
+	}
+	leave := func(conn, tab string, seq int64) {
+		t.Helper()
+		if err := p.Leave(f.ctx(), key, conn, tab, seq); err != nil {
+			t.Fatalf("Leave(%s, %s, %d): %v", conn, tab, seq, err)
+		}
+	}
+	listed := func(what string, want ...lease.Tab) {
+		t.Helper()
+		got, err := p.Tabs(f.ctx(), key)
+		if err != nil {
+			t.Fatalf("Tabs: %v", err)
+		}
+		ok := len(got) == len(want)
+		for i := range got {
+			ok = ok && got[i].TabID == want[i].TabID && got[i].Label == want[i].Label
+		}
+		if !ok {
+			t.Errorf("Tabs %s = %+v, want %+v", what, got, want)
+		}
+	}
+	other := lease.Tab{TabID: "tab-o", Label: "O"}
+	join("conn-o", other, 0)
+
+	// The page's DELETE (7) overtakes the PUT it sent just before (6): the PUT lists nothing.
+	a := lease.Tab{TabID: "tab-a", Label: "A"}
+	join("conn-a", a, 5)
+	leave("conn-a", "tab-a", 7)
+	join("conn-a", a, 6)
+	join("conn-a", a, 7)
+	listed("after a PUT numbered below the DELETE that came first", other)
+	// A page restored from the back/forward cache lists itself again, with a higher number.
+	join("conn-a", a, 8)
+	listed("after a PUT numbered above the DELETE", other, a)
+	// Between PUTs, and a DELETE below the PUT applied: the later write stands.
+	join("conn-a", lease.Tab{TabID: "tab-a", Label: "A10"}, 10)
+	join("conn-a", lease.Tab{TabID: "tab-a", Label: "A9"}, 9)
+	leave("conn-a", "tab-a", 9)
+	listed("after a PUT and a DELETE numbered below the PUT applied", other, lease.Tab{TabID: "tab-a", Label: "A10"})
+
+	// A DELETE that reaches the store before the tab's first PUT: the PUT lists nothing.
+	b := lease.Tab{TabID: "tab-b", Label: "B"}
+	leave("conn-b", "tab-b", 3)
+	join("conn-b", b, 2)
+	listed("after a PUT numbered below the DELETE that came before it", other, lease.Tab{TabID: "tab-a", Label: "A10"})
+	join("conn-b", b, 4)
+	listed("after a PUT numbered above it", other, lease.Tab{TabID: "tab-a", Label: "A10"}, b)
+
+	// Writes without numbers are applied as ever, and keep the number recorded.
+	leave("conn-b", "tab-b", 0)
+	join("conn-b", b, 3)
+	join("conn-b", b, 4)
+	listed("after PUTs numbered up to the one applied before a DELETE without a number", other, lease.Tab{TabID: "tab-a", Label: "A10"})
+	join("conn-b", b, 0)
+	join("conn-b", lease.Tab{TabID: "tab-b", Label: "B4"}, 4)
+	listed("after a PUT without a number", other, lease.Tab{TabID: "tab-a", Label: "A10"}, b)
+	c := lease.Tab{TabID: "tab-c", Label: "C"}
+	join("conn-c", c, 0)
+	leave("conn-c", "tab-c", 0)
+	join("conn-c", c, 0)
+	listed("after a PUT, a DELETE and a PUT without numbers", other, lease.Tab{TabID: "tab-a", Label: "A10"}, b, c)
+
+	wantEvents(t, "the events", w.nextN(8), tabJoined("tab-o"), tabJoined("tab-a"), tabLeft("tab-a", ""),
+		tabJoined("tab-a"), tabChanged("tab-a"), tabJoined("tab-b"), tabLeft("tab-b", ""), tabJoined("tab-b"))
+	wantEvents(t, "the events", w.nextN(3), tabJoined("tab-c"), tabLeft("tab-c", ""), tabJoined("tab-c"))
+
+	// A session keeps at most lease.MaxPresence marks: one more forgets the one that lapses first.
+	tab := func(i int) lease.Tab { return lease.Tab{TabID: fmt.Sprintf("tab-%03d", i)} }
+	for i := range lease.MaxPresence + 1 {
+		leave("conn-m", tab(i).TabID, 5)
+	}
+	join("conn-m", tab(0), 4)
+	join("conn-m", tab(1), 4)
+	if got, err := p.Tabs(f.ctx(), key); err != nil || len(got) != 5 || got[4].TabID != tab(0).TabID {
+		t.Errorf("Tabs after PUTs below the marks of the first two of %d DELETEs = %+v, %v; want %s listed, not %s",
+			lease.MaxPresence+1, got, err, tab(0).TabID, tab(1).TabID)
+	}
+}
+
 func testPresenceExpiry(t *testing.T, newTarget Factory) {
 	f := start(t, newTarget, limits)
 	feed, p := f.feed(), f.presence()
@@ -789,7 +882,7 @@ func testPresenceExpiry(t *testing.T, newTarget Factory) {
 	w := f.watch(feed, key, "")
 	join := func(key lease.Key, conn, tab string) time.Time {
 		t.Helper()
-		got, err := p.Join(f.ctx(), key, conn, lease.Tab{TabID: tab})
+		got, err := p.Join(f.ctx(), key, conn, lease.Tab{TabID: tab}, 0)
 		if err != nil {
 			t.Fatalf("Join(%+v, %s): %v", key, conn, err)
 		}
@@ -831,7 +924,7 @@ func testPresenceExpiry(t *testing.T, newTarget Factory) {
 	if got, err := p.Tabs(f.ctx(), key); err != nil || len(got) != 1 || got[0].TabID != "tab-b" {
 		t.Errorf("Tabs = %+v, %v; want tab-b alone", got, err)
 	}
-	if err := p.Leave(f.ctx(), key, "conn-b", "tab-b"); err != nil {
+	if err := p.Leave(f.ctx(), key, "conn-b", "tab-b", 0); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}
 	wantEvents(t, "the event of the clean leave", []lease.Event{w.next()}, tabLeft("tab-b", ""))
@@ -857,7 +950,7 @@ func testPeerEvents(t *testing.T, newTarget Factory) {
 		t.Fatalf("Acquire on the peer: %v", err)
 	}
 	wanted := []want{granted(a.Epoch, holder("tab-a")), takenOver(b.Epoch, holder("tab-b"), "tab-a", a.Epoch)}
-	if _, err := peer.Join(f.ctx(), key, "conn-1", lease.Tab{TabID: "tab-c"}); err != nil {
+	if _, err := peer.Join(f.ctx(), key, "conn-1", lease.Tab{TabID: "tab-c"}, 0); err != nil {
 		t.Fatalf("Join on the peer: %v", err)
 	}
 	wanted = append(wanted, tabJoined("tab-c"))
@@ -921,31 +1014,31 @@ func testPresenceLimit(t *testing.T, newTarget Factory) {
 	conn := func(i int) string { return fmt.Sprintf("conn-%d", i) }
 	tab := func(i int) lease.Tab { return lease.Tab{TabID: fmt.Sprintf("tab-%d", i%7)} }
 	for i := range lease.MaxPresence {
-		if _, err := p.Join(f.ctx(), key, conn(i), tab(i)); err != nil {
+		if _, err := p.Join(f.ctx(), key, conn(i), tab(i), 0); err != nil {
 			t.Fatalf("Join of connection %d: %v", i, err)
 		}
 	}
-	_, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0))
+	_, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0), 0)
 	var le *lease.TabLimitError
 	if !errors.Is(err, lease.ErrTooManyTabs) || !errors.As(err, &le) || le.Limit != lease.MaxPresence {
 		t.Fatalf("Join of one connection more = %v, want a *lease.TabLimitError of %d", err, lease.MaxPresence)
 	}
 	// A listed connection is refreshed; the refused one was not listed.
-	if _, err := p.Join(f.ctx(), key, conn(3), tab(3)); err != nil {
+	if _, err := p.Join(f.ctx(), key, conn(3), tab(3), 0); err != nil {
 		t.Errorf("a refresh of a listed connection at the limit: %v", err)
 	}
 	if tabs, err := p.Tabs(f.ctx(), key); err != nil || len(tabs) != 7 {
 		t.Errorf("Tabs = %d tabs, %v; want the 7 tabs of the listed connections", len(tabs), err)
 	}
 	// Once one leaves, a new one is listed.
-	if err := p.Leave(f.ctx(), key, conn(5), tab(5).TabID); err != nil {
+	if err := p.Leave(f.ctx(), key, conn(5), tab(5).TabID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0)); err != nil {
+	if _, err := p.Join(f.ctx(), key, conn(lease.MaxPresence), tab(0), 0); err != nil {
 		t.Errorf("a Join after a Leave at the limit: %v", err)
 	}
 	// Another session of the user is not bounded by this one's list.
-	if _, err := p.Join(f.ctx(), lease.Key{User: "alice", Session: "doc-2"}, conn(0), tab(0)); err != nil {
+	if _, err := p.Join(f.ctx(), lease.Key{User: "alice", Session: "doc-2"}, conn(0), tab(0), 0); err != nil {
 		t.Errorf("a Join on another session: %v", err)
 	}
 }

@@ -990,7 +990,7 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	}
 	_, err := acquire(key("alice", "doc-extra"))
 	wantLimit("an acquire of one session more", err)
-	_, err = eng.Join(ctx, key("alice", "doc-extra"), "conn-1", lease.Tab{TabID: "tab-a"})
+	_, err = eng.Join(ctx, key("alice", "doc-extra"), "conn-1", lease.Tab{TabID: "tab-a"}, 0)
 	wantLimit("a join of one session more", err)
 	_, err = eng.Watch(ctx, key("alice", "doc-extra"), "")
 	wantLimit("a watch of one session more", err)
@@ -1021,7 +1021,7 @@ func testSessionLimit(t *testing.T, newTarget Factory) {
 	if _, err := eng.Acquire(ctx, lease.AcquireRequest{Key: key("alice", "doc-1"), Holder: lease.Holder{TabID: "tab-b"}, Mode: lease.ModeTakeover}); err != nil {
 		t.Fatalf("a takeover of a session the user has: %v", err)
 	}
-	if _, err := eng.Join(ctx, key("alice", "doc-2"), "conn-1", lease.Tab{TabID: "tab-a"}); err != nil {
+	if _, err := eng.Join(ctx, key("alice", "doc-2"), "conn-1", lease.Tab{TabID: "tab-a"}, 0); err != nil {
 		t.Fatalf("a join of a session the user has: %v", err)
 	}
 	if r, err := eng.Release(ctx, lease.ReleaseRequest{Key: key("alice", "doc-2"), TabID: "tab-c", Gone: true}); err != nil || r.Released {
