@@ -151,6 +151,8 @@ export class FakeServer {
     this.catalogVersion = "sha256:v1";
     this.streams = new Set();
     this.tabs = new Map(); // tabId → {tabId, label, hidden}: the tabs listed by PUT …/tabs/{tabId}
+    this.tabSeqs = new Map(); // tabId → the seq of its latest PUT or DELETE applied (DESIGN §3 Presence)
+    this.holds = []; // [{match, gate}]: requests that reach the server only once let go (hold)
     this.eventSeq = 0;
     this.tokenSeq = 0;
     this.knowsNewEpoch = true; // false: an older server, which refuses the acquire's newEpoch
@@ -165,6 +167,15 @@ export class FakeServer {
    *  network error (network), or never be answered until the client aborts them (hang). */
   fail(match, { status = 503, code = "STORE_UNAVAILABLE", retryAfter = null, times = 1, network = false, hang = false } = {}) {
     this.failures.push({ match, status, code, retryAfter, times, network, hang });
+  }
+
+  /** Holds the next request matching "METHOD /path" on its way, as a slow connection would: the
+   *  server gets it only once the returned function is called. */
+  hold(match) {
+    let release;
+    const gate = new Promise((resolve) => (release = resolve));
+    this.holds.push({ match, gate });
+    return release;
   }
 
   lease(tabId) {
@@ -273,6 +284,8 @@ export class FakeServer {
     const path = u.pathname.replace(`/v1/sessions/${encodeURIComponent(this.sessionId)}`, "");
     const body = init.body ? JSON.parse(init.body) : undefined;
     const headers = { ...(init.headers ?? {}) };
+    const held = this.holds.findIndex((x) => x.match === `${method} ${path}`);
+    if (held >= 0) await this.holds.splice(held, 1)[0].gate;
     const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), cache: init.cache, at: this.clock.now() };
     this.calls.push(call);
     if (this.down) throw new TypeError("fetch failed");
@@ -296,6 +309,15 @@ export class FakeServer {
     if (this.latencyMs > 0) await this.clock.sleep(this.latencyMs);
     const h = new Headers({ "Content-Type": "application/json", ...(ans.headers ?? {}) });
     return new Response(ans.status === 304 || ans.status === 204 ? null : JSON.stringify(ans.body), { status: ans.status, headers: h });
+  }
+
+  /** Whether a PUT or DELETE of tabId numbered seq comes after one numbered as high or higher was
+   *  applied, and so changes nothing; records seq otherwise. */
+  staleTabWrite(tabId, seq) {
+    if (seq === undefined) return false;
+    if (seq <= (this.tabSeqs.get(tabId) ?? 0)) return true;
+    this.tabSeqs.set(tabId, seq);
+    return false;
   }
 
   _handle(method, path, { body, query, headers }) {
@@ -389,6 +411,7 @@ export class FakeServer {
     const tab = /^\/tabs\/([^/]+)$/.exec(path);
     if (tab && method === "PUT") {
       const tabId = decodeURIComponent(tab[1]);
+      if (this.staleTabWrite(tabId, body?.seq)) return json(200, { tabId, ttlMs: 45000, refreshAfterMs: 15000 });
       const known = this.tabs.has(tabId);
       this.tabs.set(tabId, { tabId, label: body?.label ?? "", hidden: Boolean(body?.hidden) });
       if (!known) this.emit("tabs", { type: "joined", tab: this.tabs.get(tabId) });
@@ -396,6 +419,7 @@ export class FakeServer {
     }
     if (tab && method === "DELETE") {
       const tabId = decodeURIComponent(tab[1]);
+      if (this.staleTabWrite(tabId, query.seq ? Number(query.seq) : undefined)) return { status: 204, body: null };
       if (this.tabs.delete(tabId)) this.emit("tabs", { type: "left", tab: { tabId } });
       return { status: 204, body: null };
     }

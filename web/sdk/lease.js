@@ -218,6 +218,7 @@ export class TabLease extends EventTarget {
     this._streamWasLive = false; // live once: a stream live again is back from an outage
     this._streamDownAt = -Infinity; // when the stream last went down
     this._presencePut = null; // the last PUT of this tab's listing: {sentAt, label, hidden, inFlight, again, failed}
+    this._presenceSeq = 0; // the number of this tab's last PUT or DELETE of its listing (_presenceSeqNext)
     this._unreachable = false; // the last request got no answer (reported once per outage)
     this._catalogCache = new Map();
     this._catalogReads = new Map(); // route → {news, p}: the read in flight
@@ -385,7 +386,7 @@ export class TabLease extends EventTarget {
     this._to("stopped", "stopped");
     this._leaveStream();
     const token = this._api.lastToken;
-    if (!away && this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { token }).catch(() => {});
+    if (!away && this._presenceOn) this._unlist({ token });
     if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }, { token }).catch(() => {});
   }
 
@@ -1448,7 +1449,7 @@ export class TabLease extends EventTarget {
       this._announce();
       return true;
     };
-    this._call("PUT", this._tabPath(), { label, hidden }).then(
+    this._call("PUT", this._tabPath(), { label, hidden, seq: this._presenceSeqNext() }).then(
       ({ body }) => {
         if (gen !== this._gen || !this._running()) return void done();
         this._attempts.presence = 0;
@@ -1465,6 +1466,23 @@ export class TabLease extends EventTarget {
         this._schedulePresence(backoffDelay(this._attempts.presence++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
       },
     );
+  }
+
+  /** Takes this tab off the list (DELETE …/tabs/{tabId}), with the request options given. */
+  _unlist(options) {
+    this._api.request("DELETE", this._tabPath(), undefined, { ...options, query: { seq: this._presenceSeqNext() } }).catch(() => {});
+  }
+
+  /**
+   * The number of this tab's next PUT or DELETE of its listing, above every one before: the
+   * server applies none whose number is not above the latest it applied, so that a PUT that
+   * arrives after the DELETE the page sent as it went (on another connection, which may be faster)
+   * lists nothing, and a page restored from the back/forward cache, which PUTs again, is listed.
+   * It follows the wall clock (ms), so that a later page that reuses the tab id starts above.
+   */
+  _presenceSeqNext() {
+    this._presenceSeq = Math.max(this._presenceSeq + 1, Date.now());
+    return this._presenceSeq;
   }
 
   _schedulePresence(ms) {
@@ -1501,7 +1519,7 @@ export class TabLease extends EventTarget {
     if (running) this._update("user_changed");
     if (previousToken) {
       if (held) this._api.post("/lease/release", { tabId: this.tabId, epoch: held }, { token: previousToken }).catch(() => {});
-      if (running && this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { token: previousToken }).catch(() => {});
+      if (running && this._presenceOn) this._unlist({ token: previousToken });
     }
     this._leaveStream();
     this._emitError(error);
@@ -1784,7 +1802,7 @@ export class TabLease extends EventTarget {
     } else if (this._holdsEpoch()) {
       this._release("away", { keepalive: true });
     }
-    if (this._presenceOn) this._api.request("DELETE", this._tabPath(), undefined, { keepalive: true }).catch(() => {});
+    if (this._presenceOn) this._unlist({ keepalive: true });
     if (this._policy === "yield") this._policy = "auto";
     this._clearTimers();
     this._leaveStream();

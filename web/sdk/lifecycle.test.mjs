@@ -355,6 +355,42 @@ test("every tab lists itself, refreshes, says when it hides, and leaves on pageh
   await settle(clock);
 });
 
+test("a tab's listing that reaches the server after the DELETE of its pagehide lists nothing, and a restored page lists itself again", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
+  await a.start();
+  await b.start();
+  await settle(clock);
+  assert.equal(server.tabs.has(b.tabId), true);
+
+  // b lists itself again (it hid), and its page goes before that PUT reached the server: the
+  // DELETE of pagehide, on a connection of its own, gets there first.
+  const letGo = server.hold(`PUT /tabs/${b.tabId}`);
+  b._document.setHidden(true);
+  await flush();
+  b._window.fire("pagehide", { persisted: true });
+  await flush();
+  const [del] = server.callsTo("DELETE", `/tabs/${b.tabId}`);
+  assert.equal(del.keepalive, true);
+  assert.equal(server.tabs.has(b.tabId), false, "the DELETE reached the server");
+  letGo();
+  await settle(clock);
+  const puts = server.callsTo("PUT", `/tabs/${b.tabId}`);
+  assert.equal(puts.at(-1).body.hidden, true, "the held PUT reached the server after the DELETE");
+  assert.equal(server.tabs.has(b.tabId), false, "the PUT that came late did not list the closed tab");
+  assert.ok(puts.at(-1).body.seq < Number(del.query.seq), `the PUT's seq ${puts.at(-1).body.seq} is below the DELETE's ${del.query.seq}`);
+  assert.ok(puts.every((p, i) => i === 0 || p.body.seq > puts[i - 1].body.seq), "every PUT has a higher seq than the one before");
+
+  // Restored from the back/forward cache, it lists itself again.
+  b._window.fire("pageshow", { persisted: true });
+  await settle(clock);
+  assert.ok(server.callsTo("PUT", `/tabs/${b.tabId}`).at(-1).body.seq > Number(del.query.seq));
+  assert.equal(server.tabs.has(b.tabId), true, "the restored page is listed");
+  for (const t of [a, b]) await t.stop({ release: false });
+  await settle(clock);
+});
+
 test("a server that forgot its tabs (a restart) lists them again as soon as their stream is back", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
