@@ -190,13 +190,20 @@ test("a handler that throws still counts down the mutations in flight", async ()
   await lease.stop({ release: false });
 });
 
-test("the holder asked for a handoff releases at its next safe point, not during a mutation", async () => {
+/** Tabs A and B of one user with the fake server's events wired to them, started: A holds the
+ *  lease. */
+async function startedPair() {
   const { clock, server } = setup();
   const a = new TabLease(fakeOptions(server, clock, { label: "A" }));
   const b = new TabLease(fakeOptions(server, clock, { label: "B" }));
   wire(server, a, b);
   await a.start();
   await b.start();
+  return { clock, server, a, b };
+}
+
+test("the holder asked for a handoff releases at its next safe point, not during a mutation", async () => {
+  const { clock, server, a, b } = await startedPair();
   assert.equal(a.role, "owner");
   assert.equal(b.role, "viewer");
   const phases = [];
@@ -235,12 +242,7 @@ test("the holder asked for a handoff releases at its next safe point, not during
 });
 
 test("a page closed while its handoff request waits says the tab is gone: the holder keeps its lease, and no reservation waits for the closed tab", async () => {
-  const { clock, server } = setup();
-  const a = new TabLease(fakeOptions(server, clock, { label: "A" }));
-  const b = new TabLease(fakeOptions(server, clock, { label: "B" }));
-  wire(server, a, b);
-  await a.start();
-  await b.start();
+  const { clock, server, a, b } = await startedPair();
   let finish;
   const saving = a.guard(() => new Promise((r) => (finish = r)))({});
   await flush();

@@ -321,12 +321,18 @@ test("a handoff request that lapsed is cleared and the holder mutates again", as
   await lease.stop({ release: false });
 });
 
-test("every tab lists itself, refreshes, says when it hides, and leaves on pagehide", async () => {
+/** Two tabs of one browser that list themselves (presence), started. */
+async function listedPair() {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
   const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
   await a.start();
   await b.start();
+  return { clock, server, a, b };
+}
+
+test("every tab lists itself, refreshes, says when it hides, and leaves on pagehide", async () => {
+  const { clock, server, a, b } = await listedPair();
   await settle(clock);
   assert.deepEqual([...server.tabs.keys()].sort(), [a.tabId, b.tabId].sort());
   assert.deepEqual(server.tabs.get(b.tabId), { tabId: b.tabId, label: "tab 1", hidden: false });
@@ -356,11 +362,7 @@ test("every tab lists itself, refreshes, says when it hides, and leaves on pageh
 });
 
 test("a tab's listing that reaches the server after the DELETE of its pagehide lists nothing, and a restored page lists itself again", async () => {
-  const clock = new FakeClock(1000);
-  const server = new FakeServer(clock);
-  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
-  await a.start();
-  await b.start();
+  const { clock, server, a, b } = await listedPair();
   await settle(clock);
   assert.equal(server.tabs.has(b.tabId), true);
 
@@ -392,11 +394,7 @@ test("a tab's listing that reaches the server after the DELETE of its pagehide l
 });
 
 test("a server that forgot its tabs (a restart) lists them again as soon as their stream is back", async () => {
-  const clock = new FakeClock(1000);
-  const server = new FakeServer(clock);
-  const [a, b] = browserTabs(TabLease, 2, server, clock, { presence: true });
-  await a.start();
-  await b.start();
+  const { clock, server, a, b } = await listedPair();
   await settle(clock, 100);
   assert.equal(server.tabs.size, 2);
   server.down = true;
