@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -218,23 +217,10 @@ func preconditionFailed(c echo.Context, current string) *Error {
 
 // readCatalogBody reads a JSON body of at most MaxCatalogBytes.
 func readCatalogBody(c echo.Context) ([]byte, error) {
-	req := c.Request()
 	if err := jsonContentType(c); err != nil { // the type, charset and encoding of every body
 		return nil, err
 	}
-	tooBig := &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"}
-	if req.ContentLength > MaxCatalogBytes {
-		return nil, tooBig
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxCatalogBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooBig
-		}
-		return nil, errInvalid("request body could not be read")
-	}
-	return data, nil
+	return readAtMost(c, MaxCatalogBytes, &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"})
 }
 
 // catalogInvalid is the 400 for a catalog that catalog.Parse refused, saying where.

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -94,18 +95,28 @@ func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
 
 // readBody reads the body of c, at most MaxBodyBytes (413 PAYLOAD_TOO_LARGE beyond).
 func readBody(c echo.Context) ([]byte, error) {
+	return readAtMost(c, MaxBodyBytes, tooLarge())
+}
+
+// readAtMost reads the body of c, at most limit bytes: tooBig beyond, 408 REQUEST_TIMEOUT when
+// the server's read timeout passed before it all arrived, 400 when it could not be read otherwise.
+func readAtMost(c echo.Context, limit int64, tooBig *Error) ([]byte, error) {
 	req := c.Request()
-	if req.ContentLength > MaxBodyBytes {
-		return nil, tooLarge()
+	if req.ContentLength > limit {
+		return nil, tooBig
 	}
 	if req.Body == nil {
 		return nil, nil
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxBodyBytes))
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooLarge()
+		switch {
+		case errors.As(err, &mbe):
+			return nil, tooBig
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, &Error{Code: CodeRequestTimeout, Retryable: true,
+				Message: "the request body did not arrive within the server's read timeout"}
 		}
 		return nil, errInvalid("request body could not be read")
 	}

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStrictDecoding(t *testing.T) {
@@ -131,4 +134,40 @@ func TestBodyLimitWithoutContentLength(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.srv.Handler().ServeHTTP(rec, req)
 	wantError(t, rec, http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
+}
+
+// TestABodyThatDoesNotArriveWithinTheReadTimeoutIs408: a client that sends its headers and then
+// too little of its body, too slowly, is told the server stopped waiting, not that its body is
+// invalid; the lease and the catalog bodies alike.
+func TestABodyThatDoesNotArriveWithinTheReadTimeoutIs408(t *testing.T) {
+	h := newHarness(t)
+	ts := httptest.NewUnstartedServer(h.srv.Handler())
+	ts.Config.ReadTimeout = 300 * time.Millisecond
+	ts.Listener = h.srv.ProtocolErrors(ts.Listener)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	for _, req := range []struct{ method, path, token string }{
+		{"POST", leasePath("doc-1"), h.token("alice")},
+		{"PUT", "/v1/admin/catalog", h.adminToken("root")},
+	} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: tablease\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nIf-Match: *\r\nContent-Length: 40\r\n\r\n{\"tab", req.method, req.path, req.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s %s: no answer: %v", req.method, req.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"REQUEST_TIMEOUT"`) {
+			t.Errorf("%s %s with a body that stopped coming: %d %s, want 408 REQUEST_TIMEOUT", req.method, req.path, resp.StatusCode, body)
+		}
+		_ = conn.Close()
+	}
 }

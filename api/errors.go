@@ -40,6 +40,8 @@ const (
 	CodePreconditionRequired = "PRECONDITION_REQUIRED"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeHeadersTooLarge      = "HEADERS_TOO_LARGE" // 431: headers over MaxHeaderBytes (ProtocolErrors)
+	// CodeRequestTimeout (408): the request body did not arrive within the server's read timeout.
+	CodeRequestTimeout = "REQUEST_TIMEOUT"
 	// CodeExpectationFailed (417): an Expect header other than 100-continue (ProtocolErrors).
 	CodeExpectationFailed = "EXPECTATION_FAILED"
 	CodeRateLimited       = "RATE_LIMITED"
@@ -65,6 +67,7 @@ var Codes = map[string]int{
 	CodePreconditionRequired: http.StatusPreconditionRequired,
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
 	CodeHeadersTooLarge:      http.StatusRequestHeaderFieldsTooLarge,
+	CodeRequestTimeout:       http.StatusRequestTimeout,
 	CodeExpectationFailed:    http.StatusExpectationFailed,
 	CodeRateLimited:          http.StatusTooManyRequests,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
