@@ -124,7 +124,7 @@ var domainErrors = []struct {
 	{lease.ErrHandoffPending, CodeHandoffPending, true, "a handoff is in progress: the holder was asked to let go, or the lease is reserved for the tab that asked"},
 	{lease.ErrBlocked, CodeSessionBlocked, true, "grants for this session are blocked"},
 	{lease.ErrTooManySessions, CodeTooManySessions, false, "this user has as many sessions as allowed; a session is forgotten ten minutes after its last use"},
-	{lease.ErrTabGone, CodeTabGone, false, "this tab said it is gone (a release with gone: true), and gets no lease for a minute after; a new page load has a new tab id"},
+	{lease.ErrTabGone, CodeTabGone, true, "this tab said it is gone (a release with gone: true), and gets no lease until its window ends (details.retryAfterMs); a new page load has a new tab id"},
 	{lease.ErrTooManyTabs, CodeTooManyTabs, false, "this session lists as many tab connections as allowed; an entry lapses when its tab stops refreshing it"},
 	{lease.ErrNotReplicated, CodeStoreUnavailable, true, "the revoke took effect on the Redis primary, but fewer of its replicas than TABLEASE_REVOKE_REPLICAS confirmed it in time, and a failover could undo it: retry; with the same X-Request-ID the retry answers as this revoke did once they confirm it (without one it answers that nothing is left to revoke)"},
 	{lease.ErrUnavailable, CodeStoreUnavailable, true, "the lease store is unavailable; retry shortly"},

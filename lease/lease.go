@@ -243,8 +243,9 @@ type Engine interface {
 	// asks for a new one (a grant: NextEpoch, the label, flag and TTL as asked). It fails with
 	// *RetryError matching ErrBlocked while an admin's block lasts (see Admin.Revoke), with
 	// *RetryError matching ErrHandoffPending when a handoff is requested or the lease is reserved
-	// for another tab (see ModeHandoff), and with ErrTabGone for a tab that said it is gone
-	// (ReleaseRequest.Gone), in every mode.
+	// for another tab (see ModeHandoff), and with *RetryError matching ErrTabGone, RetryAfter the
+	// time left in the tab's window, for a tab that said it is gone (ReleaseRequest.Gone), in
+	// every mode.
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Renew extends the lease from now by the clamped TTL and records the hidden flag. It fails
 	// with *LostError (ErrLost) unless req.TabID holds the lease at req.Epoch and it has not
@@ -254,9 +255,9 @@ type Engine interface {
 	// release that succeeded answers true again; releasing a lease that is free, expired or held
 	// by someone else changes nothing and reports false. A release with req.Gone ends the lease
 	// req.TabID holds at any epoch, and makes Acquire fail with ErrTabGone for that tab for
-	// GoneWindow, for the latest MaxGone such tabs of the session (a session that has no state,
-	// its user at the bound of sessions, keeps no such mark: the acquire it would refuse is
-	// refused as one session too many).
+	// GoneWindow, for the latest MaxGone such tabs of the session (for a session that has no
+	// state, its user at the bound of sessions, it fails with *SessionLimitError and marks
+	// nothing: see ReleaseRequest.Gone).
 	Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error)
 	// Get reads the lease of key. A session that never had a lease is a free lease with epoch 0.
 	Get(ctx context.Context, key Key) (Lease, error)

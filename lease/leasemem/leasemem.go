@@ -285,8 +285,8 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 
 	s := e.settled(req.Key, now)
 	if s != nil {
-		if s.gone[req.Holder.TabID].After(now) {
-			return lease.Lease{}, lease.ErrTabGone
+		if until := s.gone[req.Holder.TabID]; until.After(now) {
+			return lease.Lease{}, &lease.RetryError{Err: lease.ErrTabGone, RetryAfter: until.Sub(now)}
 		}
 		if err := s.blocked(now); err != nil {
 			return lease.Lease{}, err
@@ -423,10 +423,14 @@ func (e *Engine) Release(ctx context.Context, req lease.ReleaseRequest) (lease.R
 		if s.handoff != nil && s.handoff.requester.TabID == req.TabID {
 			s.handoff = nil // a closed tab is handed nothing
 		}
-		if !s.held(now) || s.holder.TabID != req.TabID {
+		switch {
+		case s.held(now) && s.holder.TabID == req.TabID:
+			req.Epoch = s.epoch
+		case s.releasedTab == req.TabID:
+			req.Epoch = s.releasedEpoch // a retry: answered as the release that ended the tab's lease
+		default:
 			return lease.ReleaseResult{Lease: s.lease(req.Key, now)}, nil
 		}
-		req.Epoch = s.epoch
 	}
 	switch {
 	case s == nil:

@@ -17,8 +17,8 @@
 -- lease, with the end of the block as until_us, while an admin's block lasts (block_until_us, see
 -- revoke.lua), in every mode and for every tab; "EXHAUSTED" when the next epoch would reach 2^53;
 -- "FULL" and the free lease, changing nothing, when the session has no state and the user is at
--- the limit of sessions (admit in admin.lua); "GONE" and the lease, changing nothing, while the
--- tab is marked gone (release.lua).
+-- the limit of sessions (admit in admin.lua); "GONE" and the lease, with the end of the tab's
+-- window as until_us, changing nothing, while the tab is marked gone (release.lua).
 --
 -- Epochs: see lease.Engine.Acquire and lease.NextEpoch (the holder's own acquire keeps its epoch
 -- unless ARGV[9] asks for a new one; a call go-redis resends after losing its answer is answered
@@ -65,8 +65,12 @@ settle(s, now)
 -- Refuse a tab that said it is gone (release.lua), in every mode. The mark is read only while a
 -- window is open (keep_us, see state.lua).
 local mark = s.keep_us > now and tab_mark(tab)
-if mark and gone_marks(function(until_us, m) return m == mark and until_us > now end) then
-  return finish(s, now, reply('GONE', s, now))
+local gone_until = 0
+if mark and gone_marks(function(until_us, m)
+  gone_until = until_us
+  return m == mark and until_us > now
+end) then
+  return finish(s, now, reply('GONE', s, now, gone_until))
 end
 
 -- Refuse a session the user has no state for when the user is at the limit of sessions.

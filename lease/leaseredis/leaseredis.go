@@ -423,7 +423,9 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	case statusFull:
 		return lease.Lease{}, &lease.SessionLimitError{Limit: e.perUser}
 	case statusGone:
-		return lease.Lease{}, lease.ErrTabGone
+		if until.After(l.Now) {
+			return lease.Lease{}, &lease.RetryError{Err: lease.ErrTabGone, RetryAfter: until.Sub(l.Now)}
+		}
 	}
 	return lease.Lease{}, unexpected(op, status)
 }

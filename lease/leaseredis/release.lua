@@ -57,6 +57,8 @@ if gone then
   end
   if s.tab == tab then
     epoch = s.epoch
+  elseif released_by(s, tab, s.rel_epoch) then
+    epoch = s.rel_epoch -- a retry: answered as the release that ended the tab's lease
   end
 end
 

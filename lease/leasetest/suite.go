@@ -378,8 +378,9 @@ func testGoneTab(t *testing.T, newTarget Factory) {
 		t.Helper()
 		for _, mode := range []lease.Mode{lease.ModeTry, lease.ModeTakeover, lease.ModeHandoff} {
 			l, err := f.eng.Acquire(f.ctx(), lease.AcquireRequest{Key: key, Holder: holder(tab), TTL: long, Mode: mode})
-			if !errors.Is(err, lease.ErrTabGone) {
-				t.Errorf("Acquire of the gone %s, mode %s = %+v, %v; want lease.ErrTabGone", tab, mode, l, err)
+			var retry *lease.RetryError
+			if !errors.Is(err, lease.ErrTabGone) || !errors.As(err, &retry) || retry.RetryAfter <= 0 || retry.RetryAfter > lease.GoneWindow {
+				t.Errorf("Acquire of the gone %s, mode %s = %+v, %v; want a *lease.RetryError matching lease.ErrTabGone, RetryAfter in (0, %v]", tab, mode, l, err, lease.GoneWindow)
 			}
 		}
 	}
@@ -388,6 +389,9 @@ func testGoneTab(t *testing.T, newTarget Factory) {
 	a := f.acquire(key, "tab-a", long, lease.ModeTry)
 	if r := gone(key, "tab-a"); !r.Released || r.Lease.Held || r.Lease.Epoch != a.Epoch {
 		t.Errorf("Release of the holder, gone = %+v, want released, free at epoch %d", r, a.Epoch)
+	}
+	if r := gone(key, "tab-a"); !r.Released || r.Lease.Held {
+		t.Errorf("the same release retried = %+v, want released as the first, the lease still free", r)
 	}
 	refused(key, "tab-a")
 	// Other tabs are granted as ever, and the gone tab takes nothing from them.

@@ -329,7 +329,8 @@ export class FakeServer {
       const ttl = this.clampTtl(body);
       const mode = body.mode ?? "try";
       const mine = this.valid() && this.holder.tabId === body.tabId;
-      if ((this.gone.get(body.tabId) ?? -Infinity) > now) return json(409, errorBody("TAB_GONE", "this tab said it is gone"));
+      const goneUntil = this.gone.get(body.tabId) ?? -Infinity;
+      if (goneUntil > now) return json(409, errorBody("TAB_GONE", "this tab said it is gone", { retryAfterMs: Math.ceil(goneUntil - now) }, true));
       if (body.newEpoch !== undefined && !this.knowsNewEpoch) {
         return json(400, errorBody("INVALID_ARGUMENT", 'request body: unknown field "newEpoch"', { field: "newEpoch" }));
       }

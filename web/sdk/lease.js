@@ -41,9 +41,6 @@ import { isReadOnlyTool } from "./tools.js";
 
 export { tokenSubject };
 
-// How long the server refuses the acquires of a tab that said it is gone (lease.GoneWindow).
-const GONE_WINDOW_MS = 60000;
-
 /** The code of the error a guard returns when this tab may not mutate. */
 export const NOT_LEASE_OWNER = "NOT_LEASE_OWNER";
 
@@ -201,7 +198,6 @@ export class TabLease extends EventTarget {
     this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
     this._acquiring = 0; // acquire requests waiting for their answers (pagehide says the tab is gone)
-    this._goneAt = -Infinity; // when pagehide last said this tab is gone
     this._freezes = 0; // how many times the page was frozen
     this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
@@ -1138,13 +1134,11 @@ export class TabLease extends EventTarget {
    *  is an error event (not for the page's own calls, whose promise says it). */
   _afterRefusedAcquire(e, { report }) {
     if (!this._running() || e.code === USER_CHANGED) return; // the tab started over meanwhile
-    if (e.code === "TAB_GONE") {
-      // Restored from the back/forward cache after this tab said it is gone (pagehide): acquire
-      // once the server's window (lease.GoneWindow) is over.
-      this._scheduleAcquire(Math.max(0, this._goneAt + GONE_WINDOW_MS - this._clock.now()) + Math.floor(this._random() * 250));
-    } else if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
+    if (e.code === "LEASE_HELD" || e.code === "CANCELLED") {
       this._attempts.acquire = 0;
-    } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED") {
+    } else if (e.code === "HANDOFF_PENDING" || e.code === "SESSION_BLOCKED" || e.code === "TAB_GONE") {
+      // A wait the server names: a handoff, an admin's block, or the window in which it refuses a
+      // tab that said it is gone (a page restored from the back/forward cache after pagehide).
       const ms = e.details?.retryAfterMs ?? e.retryAfterMs ?? 1000;
       this._scheduleAcquire(ms + Math.floor(this._random() * 250));
     } else {
@@ -1797,7 +1791,6 @@ export class TabLease extends EventTarget {
     // no one sees (restored, its acquires are refused until the server's window ends), and a page
     // waiting for a handoff it asked for, so that the holder's release reserves nothing for it.
     if (this._acquiring > 0 || this._handoffWait || (!e?.persisted && this._holdsEpoch())) {
-      this._goneAt = this._clock.now();
       this._release("away", { keepalive: true, gone: true });
     } else if (this._holdsEpoch()) {
       this._release("away", { keepalive: true });
