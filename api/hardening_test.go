@@ -414,3 +414,31 @@ func TestTheTableOfAddressesIsBounded(t *testing.T) {
 		t.Fatalf("%d addresses kept, cap %d", n, ipLimiterCap)
 	}
 }
+
+// TestALongPathIsLoggedCutOutsideAnEscapeInASCII: a path over 256 bytes is logged cut, with its
+// length, in ASCII, and never ends inside a %-escape, wherever the 256th byte falls.
+func TestALongPathIsLoggedCutOutsideAnEscapeInASCII(t *testing.T) {
+	for shift := range 3 {
+		h := newHarness(t)
+		path := "/v1/" + strings.Repeat("a", shift) + strings.Repeat("%C3%A9", 100)
+		wantError(t, h.get(path, ""), http.StatusNotFound, CodeNotFound)
+		logs := h.logs.String()
+		i := strings.Index(logs, `"path":"`)
+		if i < 0 {
+			t.Fatalf("no path in the log:\n%s", logs)
+		}
+		logged, _, _ := strings.Cut(logs[i+len(`"path":"`):], `"`)
+		head, rest, ok := strings.Cut(logged, "...(")
+		if !ok || rest != strconv.Itoa(len(path))+" bytes)" || len(head) > 256 || !strings.HasPrefix(path, head) {
+			t.Errorf("shift %d: the path is logged as %q, want a prefix of at most 256 bytes, ...(%d bytes)", shift, logged, len(path))
+		}
+		if j := strings.LastIndexByte(head, '%'); j >= 0 && j > len(head)-3 {
+			t.Errorf("shift %d: the logged path %q ends inside an escape", shift, logged)
+		}
+		for _, r := range logged {
+			if r < 0x20 || r > 0x7e {
+				t.Errorf("shift %d: the logged path %q holds %U", shift, logged, r)
+			}
+		}
+	}
+}

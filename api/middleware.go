@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -31,14 +32,18 @@ const maxLoggedLen = 256
 // spelling when that is valid percent-encoding, else every byte that a path may not hold as it is,
 // non-ASCII and control bytes included, %-escaped), so that it holds only printable ASCII whichever
 // handler writes it (JSON escapes only what JSON needs: U+0085, U+202E or DEL would go out raw),
-// and cut at maxLoggedLen bytes with "…" and the length it had, so that a client cannot make one
-// log line as large as its request.
+// and cut at maxLoggedLen bytes, before an escape it would split, with "..." and the length it
+// had, so that a client cannot make one log line as large as its request.
 func loggedPath(req *http.Request) string {
 	p := req.URL.EscapedPath()
 	if len(p) <= maxLoggedLen {
 		return p
 	}
-	return p[:maxLoggedLen] + "…(" + strconv.Itoa(len(p)) + " bytes)"
+	cut := maxLoggedLen
+	if i := strings.LastIndexByte(p[:cut], '%'); i >= cut-2 {
+		cut = i // "%X" or "%": the escape would be split
+	}
+	return p[:cut] + "...(" + strconv.Itoa(len(p)) + " bytes)"
 }
 
 const maxRequestIDLen = 128
