@@ -254,6 +254,16 @@ func TestAGoneTabLosesItsLeaseAndGetsNoneFromAnAcquireSentBefore(t *testing.T) {
 				mode, *e.Error.Retryable, e.Error.Details, rec.Header().Get("Retry-After"))
 		}
 	}
+	// A refusal the contract names: neither a store failure nor an outage.
+	metricsBody := h.get("/metrics", "").Body.String()
+	for _, want := range []string{`tablease_lease_operations_total{op="acquire",result="tab_gone"} 3`, `tablease_store_errors_total{op="acquire"} 0`} {
+		if !strings.Contains(metricsBody, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "store calls fail") {
+		t.Errorf("TAB_GONE was logged as a store outage:\n%s", logs)
+	}
 	b := readLease(t, h.post(p, alice, `{"tabId":"tab-b"}`))
 	// A tab that goes while its takeover is on its way: the takeover takes nothing.
 	rec := h.post(p+"/release", alice, `{"tabId":"tab-c","gone":true}`)

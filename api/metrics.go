@@ -76,6 +76,8 @@ func (m *metrics) observeOp(op string, err error) {
 		result = "too_many_sessions"
 	case errors.Is(err, lease.ErrTooManyTabs):
 		result = "too_many_tabs"
+	case errors.Is(err, lease.ErrTabGone):
+		result = "tab_gone"
 	case errors.Is(err, lease.ErrUnavailable):
 		result, served = "unavailable", false
 	default:
