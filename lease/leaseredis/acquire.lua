@@ -64,12 +64,8 @@ settle(s, now)
 
 -- Refuse a tab that said it is gone (release.lua), in every mode. The mark is read only while a
 -- window is open (keep_us, see state.lua).
-local mark = s.keep_us > now and tab_mark(tab)
-local gone_until = 0
-if mark and gone_marks(function(until_us, m)
-  gone_until = until_us
-  return m == mark and until_us > now
-end) then
+local gone_until = s.keep_us > now and gone_window(tab_mark(tab), now)
+if gone_until then
   return finish(s, now, reply('GONE', s, now, gone_until))
 end
 

@@ -95,7 +95,7 @@
 --                        time (µs) until which each one's acquires are refused, and its mark
 --                        (tab_mark); keep_us is then no earlier than the latest, which
 --                        keeps the state unparked that long, and tells acquire.lua when to read
---                        this field (gone_marks, below): load does not, as a field the hash lacks
+--                        this field (gone_window, below): load does not, as a field the hash lacks
 --                        costs HMGET a look at every field of a small hash
 --   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
 --                        and not parked: the end of the retry window of the last revoke with a
@@ -343,6 +343,20 @@ local function gone_marks(f)
     end
   end
   return false
+end
+
+-- gone_window is the end of the window of the gone tab of mark, when it is open at now; nil
+-- otherwise.
+local function gone_window(mark, now)
+  local found = nil
+  gone_marks(function(until_us, m)
+    if m == mark and until_us > now then
+      found = until_us
+      return true
+    end
+    return false
+  end)
+  return found
 end
 
 -- gone_with is the field gone (above) with the window of the tab of mark until until_us: that tab
