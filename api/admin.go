@@ -122,15 +122,11 @@ func validateCursor(cursor string) error {
 // pageLimit reads limit: a decimal integer from 1 to lease.MaxPageLimit, without sign or
 // leading zero.
 func pageLimit(v string) (int, error) {
-	bad := fieldError("limit", "must be an integer from 1 to "+strconv.Itoa(lease.MaxPageLimit))
-	if v == "" || len(v) > 3 || v[0] == '0' || strings.TrimLeft(v, "0123456789") != "" {
-		return 0, bad
+	n, ok := queryInt(v, 1, lease.MaxPageLimit)
+	if !ok {
+		return 0, fieldError("limit", "must be an integer from 1 to "+strconv.Itoa(lease.MaxPageLimit))
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > lease.MaxPageLimit {
-		return 0, bad
-	}
-	return n, nil
+	return int(n), nil
 }
 
 func nextCursor(next string) *string { return optString(next) }

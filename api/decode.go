@@ -220,6 +220,16 @@ func intField(field string, raw json.RawMessage) (v int64, present bool, err err
 	return v, true, nil
 }
 
+// queryInt reads v, a query parameter, as an integer in [lo, hi] written in decimal digits alone,
+// without sign or leading zero.
+func queryInt(v string, lo, hi int64) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi || strconv.FormatInt(n, 10) != v {
+		return 0, false
+	}
+	return n, true
+}
+
 func fieldError(field, reason string) *Error {
 	e := errInvalid(field + " " + reason)
 	e.Details = map[string]any{"field": field}

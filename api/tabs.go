@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -109,8 +108,8 @@ func seqQuery(v string) (int64, error) {
 	if v == "" {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 || lease.ValidateSeq(n) != nil || strconv.FormatInt(n, 10) != v {
+	n, ok := queryInt(v, 1, lease.MaxEpoch-1)
+	if !ok {
 		return 0, errSeq()
 	}
 	return n, nil

@@ -174,20 +174,29 @@ func (s *entry) markGone(tab string, now time.Time) {
 	if s.gone == nil {
 		s.gone = map[string]time.Time{}
 	}
-	for t, until := range s.gone {
-		if !until.After(now) {
-			delete(s.gone, t)
+	putBounded(s.gone, tab, now.Add(lease.GoneWindow), now, lease.MaxGone,
+		func(until time.Time) time.Time { return until }, func(a, b string) bool { return a < b })
+}
+
+// putBounded sets m[k] = v, having forgotten the values that lapsed by now; then, while m holds
+// more than limit, it forgets the one that lapses first (by until; on a tie, the lesser key by
+// less): the marks of a session stay bounded however many calls make them.
+func putBounded[K comparable, V any](m map[K]V, k K, v V, now time.Time, limit int, until func(V) time.Time, less func(a, b K) bool) {
+	for key, old := range m {
+		if !until(old).After(now) {
+			delete(m, key)
 		}
 	}
-	s.gone[tab] = now.Add(lease.GoneWindow)
-	for len(s.gone) > lease.MaxGone {
-		first := tab
-		for t, until := range s.gone {
-			if until.Before(s.gone[first]) {
-				first = t
+	m[k] = v
+	for len(m) > limit {
+		first := k
+		for key, old := range m {
+			u, f := until(old), until(m[first])
+			if u.Before(f) || (u.Equal(f) && less(key, first)) {
+				first = key
 			}
 		}
-		delete(s.gone, first)
+		delete(m, first)
 	}
 }
 

@@ -47,22 +47,9 @@ func (s *entry) mark(pk presenceKey, seq int64, now time.Time, ttl time.Duration
 	if s.marks == nil {
 		s.marks = make(map[presenceKey]presenceMark)
 	}
-	for k, m := range s.marks {
-		if !m.until.After(now) {
-			delete(s.marks, k)
-		}
-	}
-	s.marks[pk] = presenceMark{seq: seq, until: now.Add(ttl)}
-	for len(s.marks) > lease.MaxPresence {
-		first := pk
-		for k, m := range s.marks {
-			f := s.marks[first]
-			if m.until.Before(f.until) || (m.until.Equal(f.until) && (k.tabID < first.tabID || (k.tabID == first.tabID && k.conn < first.conn))) {
-				first = k
-			}
-		}
-		delete(s.marks, first)
-	}
+	putBounded(s.marks, pk, presenceMark{seq: seq, until: now.Add(ttl)}, now, lease.MaxPresence,
+		func(m presenceMark) time.Time { return m.until },
+		func(a, b presenceKey) bool { return a.tabID < b.tabID || (a.tabID == b.tabID && a.conn < b.conn) })
 }
 
 // Join implements lease.Presence.
