@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -39,6 +40,25 @@ func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
 		if headSize(c.Request()) > maxHeadSize {
 			c.Response().Header().Set(echo.HeaderConnection, "close")
 			return headersTooLarge()
+		}
+		return next(c)
+	}
+}
+
+// onlyContinue refuses, as net/http refuses an Expect other than 100-continue, a request whose
+// Expect headers name anything besides 100-continue: net/http reads the first header line only,
+// and serves "100-continue, foo", or a second Expect line, as if it were 100-continue alone. The
+// answer is 417 EXPECTATION_FAILED, sent before the body is asked for, and the connection is
+// closed after it, as after net/http's own.
+func onlyContinue(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for _, line := range c.Request().Header.Values("Expect") {
+			for _, v := range strings.Split(line, ",") {
+				if !strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+					c.Response().Header().Set(echo.HeaderConnection, "close")
+					return expectationFailed417()
+				}
+			}
 		}
 		return next(c)
 	}
@@ -171,7 +191,7 @@ func netHTTPError(p []byte) *Error {
 		return nil
 	}
 	if expectationFailed(p) {
-		return &Error{Code: CodeExpectationFailed, Message: "the Expect header asks for what this server does not do: only 100-continue is served"}
+		return expectationFailed417()
 	}
 	if !bytes.HasPrefix(p, []byte(prefix)) {
 		return nil
@@ -193,6 +213,11 @@ func netHTTPError(p []byte) *Error {
 		return errInvalid(msg + ": unsupported transfer encoding (only chunked is)")
 	}
 	return nil
+}
+
+// expectationFailed417 is the error of a request whose Expect is not 100-continue alone.
+func expectationFailed417() *Error {
+	return &Error{Code: CodeExpectationFailed, Message: "the Expect header asks for what this server does not do: only 100-continue is served"}
 }
 
 // expectationFailed reports whether p is net/http's answer to a request whose Expect is not

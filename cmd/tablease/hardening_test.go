@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -145,6 +146,22 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 		text, _ := io.ReadAll(metrics.Body)
 		if !strings.Contains(string(text), `tablease_http_requests_total{method="OTHER",route="protocol_error",status="417"} 1`) {
 			t.Fatalf("the 417 is not counted:\n%s", text)
+		}
+	})
+	// net/http reads only the first Expect line, and finds 100-continue among its values: the api
+	// refuses what it would otherwise serve as 100-continue alone.
+	for _, expect := range []string{"Expect: 100-continue, foo\r\n", "Expect: 100-continue\r\nExpect: foo\r\n"} {
+		t.Run(fmt.Sprintf("an Expect of %q gets a JSON 417", expect), func(t *testing.T) {
+			resp, body := raw(t, base, "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: "+host+"\r\n"+expect+"Content-Length: 2\r\n\r\n{}")
+			if resp.StatusCode != http.StatusExpectationFailed || body.Error.Code != "EXPECTATION_FAILED" || !resp.Close || resp.Header.Get("X-Request-ID") == "" {
+				t.Fatalf("status %d, body %+v, connection closed %v, request id %q", resp.StatusCode, body, resp.Close, resp.Header.Get("X-Request-ID"))
+			}
+		})
+	}
+	t.Run("an Expect of 100-continue is served", func(t *testing.T) {
+		resp, body := raw(t, base, "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: "+host+"\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n{}")
+		if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "UNAUTHENTICATED" {
+			t.Fatalf("status %d, body %+v; want the 401 of a request without a token", resp.StatusCode, body)
 		}
 	})
 	// A proxy in front that framed a request by its Content-Length would read the rest of the
