@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,20 +73,56 @@ func jsonContentType(c echo.Context) error {
 	return nil
 }
 
+// queryParams are the query parameters each /v1 route takes, by method (HEAD as GET) and route;
+// a /v1 route not listed takes none. The other routes (health, metrics, the static files) read no
+// parameter that matters, and are not checked.
+var queryParams = map[string][]string{
+	"GET /v1/sessions/:sid/lease":          {"tabId"},
+	"GET /v1/sessions/:sid/catalog":        {"tabId", "route"},
+	"GET /v1/sessions/:sid/events":         {"tabId", "label", "hidden", "presence", "lastEventId", "ticket"},
+	"DELETE /v1/sessions/:sid/tabs/:tabId": {"seq"},
+	"GET /v1/admin/leases":                 {"sub", "cursor", "limit"},
+	"GET /v1/admin/audit":                  {"sub", "sid", "cursor", "limit"},
+}
+
+// urlCredentials are the query parameters that carry credentials, which authentication answers.
+var urlCredentials = []string{"access_token", "token", "ticket"}
+
 // strictQuery answers 400 for a query string that does not parse (a malformed %-escape, a
 // semicolon): net/url would drop the parameter silently, and the handler would act as if the
-// client had not sent it.
+// client had not sent it. For the same reason it refuses, on a /v1 route, a parameter the route
+// does not take (queryParams), as unknown body fields are refused: a misspelled one (?Seq= for
+// ?seq=) would be ignored. Credentials (access_token, token, ticket) pass, for authentication to
+// answer them with its own 401 (no access token is read from a URL, a ticket only by the stream).
 func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if q := c.Request().URL.RawQuery; q != "" {
-			values, err := url.ParseQuery(q)
-			if err != nil {
-				return errInvalid("the query string is malformed: " + err.Error())
+		q := c.Request().URL.RawQuery
+		if q == "" {
+			return next(c)
+		}
+		values, err := url.ParseQuery(q)
+		if err != nil {
+			return errInvalid("the query string is malformed: " + err.Error())
+		}
+		// Every parameter is one value: which of two would the handler read?
+		for name, v := range values {
+			if len(v) > 1 {
+				return fieldError(name, "is given more than once")
 			}
-			// Every parameter is one value: which of two would the handler read?
-			for name, v := range values {
-				if len(v) > 1 {
-					return fieldError(name, "is given more than once")
+		}
+		if route := c.Path(); strings.HasPrefix(route, "/v1/") {
+			method := c.Request().Method
+			if method == http.MethodHead {
+				method = http.MethodGet
+			}
+			known := queryParams[method+" "+route]
+			for name := range values {
+				if !slices.Contains(known, name) && !slices.Contains(urlCredentials, name) {
+					takes := "none"
+					if len(known) > 0 {
+						takes = strings.Join(known, ", ")
+					}
+					return fieldError(name, "is not a parameter of this route, which takes "+takes)
 				}
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,96 @@ func TestABodyThatDoesNotArriveWithinTheReadTimeoutIs408(t *testing.T) {
 			t.Errorf("%s %s with a body that stopped coming: %d %s, want 408 REQUEST_TIMEOUT", req.method, req.path, resp.StatusCode, body)
 		}
 		_ = conn.Close()
+	}
+}
+
+// TestUnknownQueryParametersAreRefused: a /v1 route refuses a parameter it does not take, as
+// unknown body fields are refused, rather than serving the request as if it had none.
+func TestUnknownQueryParametersAreRefused(t *testing.T) {
+	h := newHarness(t)
+	tok := h.token("alice")
+	if rec := h.post("/v1/sessions/doc-1/lease", tok, `{"tabId":"tab-1"}`); rec.Code != http.StatusOK {
+		t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
+	}
+	h.putTab(tok, "doc-1", "tab-2", `{"seq":5}`)
+	for _, r := range h.srv.echo.Routes() {
+		if !strings.HasPrefix(r.Path, "/v1/") || !slices.Contains([]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete}, r.Method) {
+			continue
+		}
+		path := echoParam.ReplaceAllStringFunc(r.Path, func(p string) string {
+			return map[string]string{":sid": "doc-1", ":sub": "alice", ":tabId": "tab-2"}[p]
+		})
+		rec := h.do(request{method: r.Method, path: path + "?tabid=tab-1", token: tok})
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"field":"tabid"`) {
+			t.Errorf("%s %s?tabid=tab-1: %d %s; want 400 naming tabid", r.Method, path, rec.Code, rec.Body)
+		}
+	}
+	// A misspelled seq does not delete the entry as an unnumbered DELETE would.
+	rec := h.do(request{method: http.MethodDelete, path: "/v1/sessions/doc-1/tabs/tab-2?Seq=9", token: tok})
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "which takes seq") {
+		t.Fatalf("DELETE ?Seq=9: %d %s", rec.Code, rec.Body)
+	}
+	if tabs := h.listTabs(tok, "doc-1"); len(tabs) != 1 {
+		t.Fatalf("tabs after the refused DELETE: %+v", tabs)
+	}
+	// The parameters a route takes are served, and credentials are left to authentication.
+	if rec := h.get("/v1/sessions/doc-1/lease?tabId=tab-1", tok); rec.Code != http.StatusOK {
+		t.Fatalf("GET …/lease?tabId=: %d %s", rec.Code, rec.Body)
+	}
+	if rec := h.get("/v1/sessions/doc-1/lease?access_token=x", tok); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("GET …/lease?access_token=: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestOpenAPIQueryParametersAreThoseTheRoutesTake: the query parameters openapi.yaml gives each
+// /v1 operation are those strictQuery lets through (queryParams).
+func TestOpenAPIQueryParametersAreThoseTheRoutesTake(t *testing.T) {
+	spec := loadSpec(t)
+	paths, _ := spec.doc["paths"].(map[string]any)
+	documented := map[string][]string{}
+	for p, ops := range paths {
+		if !strings.HasPrefix(p, "/v1/") {
+			continue
+		}
+		item := ops.(map[string]any)
+		shared, _ := item["parameters"].([]any) // the path's own, for each of its operations
+		for method, op := range item {
+			o, ok := op.(map[string]any)
+			if !ok {
+				continue
+			}
+			own, _ := o["parameters"].([]any)
+			params := append(slices.Clip(shared), own...)
+			var names []string
+			for _, param := range params {
+				pm := param.(map[string]any)
+				if ref, ok := pm["$ref"].(string); ok {
+					v, ok := spec.lookup(strings.Split(strings.TrimPrefix(ref, "#/"), "/")...)
+					if !ok {
+						t.Fatalf("%s %s: no %s", method, p, ref)
+					}
+					pm = v.(map[string]any)
+				}
+				if pm["in"] == "query" {
+					names = append(names, pm["name"].(string))
+				}
+			}
+			if len(names) > 0 {
+				route := regexp.MustCompile(`\{([A-Za-z0-9_]+)\}`).ReplaceAllString(p, ":$1")
+				slices.Sort(names)
+				documented[strings.ToUpper(method)+" "+route] = names
+			}
+		}
+	}
+	for route, names := range queryParams {
+		want := slices.Sorted(slices.Values(names))
+		if !slices.Equal(documented[route], want) {
+			t.Errorf("%s takes %v; openapi.yaml documents %v", route, want, documented[route])
+		}
+	}
+	for route, names := range documented {
+		if _, ok := queryParams[route]; !ok {
+			t.Errorf("openapi.yaml documents %v for %s, which takes none", names, route)
+		}
 	}
 }
