@@ -275,6 +275,7 @@ type VerifierOptions struct {
 type Verifier struct {
 	keys     KeySource
 	parser   *jwt.Parser
+	issuer   string
 	leeway   time.Duration
 	now      func() time.Time
 	verified verifiedtokens.Cache[verifiedToken]
@@ -309,6 +310,7 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 	}
 	return &Verifier{
 		keys:   keys,
+		issuer: opts.Issuer,
 		leeway: opts.Leeway,
 		now:    opts.Now,
 		parser: jwtparser.New(
@@ -389,6 +391,15 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		}
 		return Claims{}, &Error{Kind: ErrKeysUnavailable, Err: keyErr}
 	case errors.Is(err, jwt.ErrTokenExpired):
+		// Expiry is told only of a token whose other claims hold: jwt reports every claim that
+		// fails, so an expired token of another issuer would read as expired, and a guard whose
+		// Issuer is wrong would learn it only from tokens still valid. The claims are checked again
+		// at the token's expiry, when it was not expired.
+		at := w.ExpiresAt.Time
+		if err := jwt.NewValidator(jwt.WithIssuer(v.issuer), jwt.WithExpirationRequired(), jwt.WithIssuedAt(),
+			jwt.WithLeeway(v.leeway), jwt.WithTimeFunc(func() time.Time { return at })).Validate(w); err != nil {
+			return Claims{}, &Error{Kind: ErrTokenInvalid, Err: err}
+		}
 		return w.claims(), &Error{Kind: ErrTokenExpired, Err: err}
 	}
 	return Claims{}, &Error{Kind: ErrTokenInvalid, Err: err}

@@ -304,7 +304,10 @@ func TestVerifyRefuses(t *testing.T) {
 		{"a fractional epoch", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", 5.5)), leasetoken.ErrTokenInvalid},
 		{"a negative epoch", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", -1)), leasetoken.ErrTokenInvalid},
 		{"an epoch of 2^53", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "epoch", int64(1)<<53)), leasetoken.ErrTokenInvalid},
-		{"an expired token", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "exp", t0.Add(-2*time.Second).Unix())), leasetoken.ErrTokenExpired},
+		{"an expired token", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, expired(okClaims())), leasetoken.ErrTokenExpired},
+		{"an expired token of a wrong issuer", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(expired(okClaims()), "iss", "https://evil.test")), leasetoken.ErrTokenInvalid},
+		{"an expired token without a sid", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(expired(okClaims()), "sid", nil)), leasetoken.ErrTokenInvalid},
+		{"an expired token issued after its expiry", signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, with(okClaims(), "exp", t0.Add(-2*time.Second).Unix())), leasetoken.ErrTokenInvalid},
 		{"an epoch given twice", signedRaw(rawClaims + `,"epoch":6}`), leasetoken.ErrTokenInvalid},
 		{"a sid beside SID", signedRaw(rawClaims + `,"SID":"doc-43"}`), leasetoken.ErrTokenInvalid},
 		{"a null nbf", signedRaw(rawClaims + `,"nbf":null}`), leasetoken.ErrTokenInvalid},
@@ -335,6 +338,11 @@ func TestVerifyRefuses(t *testing.T) {
 	if _, err := f.verifier.Verify(context.Background(), signedWith(jwt.SigningMethodEdDSA, priv, kidHdr, okClaims())); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// expired is c issued a minute before t0 and expired two seconds before it.
+func expired(c jwt.MapClaims) jwt.MapClaims {
+	return with(with(c, "iat", t0.Add(-time.Minute).Unix()), "exp", t0.Add(-2*time.Second).Unix())
 }
 
 func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
