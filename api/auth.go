@@ -277,6 +277,12 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 	}
 	var claims accessClaims
 	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+		if errors.Is(err, jwt.ErrTokenInvalidClaims) && !slices.Contains(a.issuers, claims.Issuer) {
+			// The signature held (jwt checks claims after it) but a claim did not, and the issuer,
+			// checked here as there are several, is not accepted either: an expired token of
+			// another issuer says so, rather than that it is to be refreshed.
+			err = jwt.ErrTokenInvalidIssuer
+		}
 		return nil, unauthenticated(tokenProblem(err))
 	}
 	if !slices.Contains(a.issuers, claims.Issuer) {
@@ -326,8 +332,6 @@ func tokenProblem(err error) string {
 		return "the token cannot be verified: unknown key or algorithm not allowed"
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 		return "the token lacks a required claim (exp, iss or aud)"
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return "the token has expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return "the token is not valid yet"
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
@@ -336,6 +340,10 @@ func tokenProblem(err error) string {
 		return "the token's issuer is not accepted"
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return "the token's audience is not accepted"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		// Last: jwt reports every claim that fails, and a token of another issuer or audience
+		// would otherwise read as one to refresh.
+		return "the token has expired"
 	}
 	return "the token is not valid"
 }

@@ -89,6 +89,12 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		{name: "a token not valid before a future time is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["nbf"] = time.Now().Add(time.Hour).Unix() })), status: 401},
 		{name: "a token issued in the future is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["iat"] = time.Now().Add(time.Hour).Unix() })), status: 401},
 		{name: "a token from another issuer is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" })), status: 401},
+		{name: "an expired token from another issuer is refused for its issuer", header: "Bearer " + hs(with(func(c jwt.MapClaims) {
+			c["iss"], c["exp"] = "https://evil.example", time.Now().Add(-time.Minute).Unix()
+		})), status: 401, msg: "issuer"},
+		{name: "an expired token for another audience is refused for its audience", header: "Bearer " + hs(with(func(c jwt.MapClaims) {
+			c["aud"], c["exp"] = "someone-else", time.Now().Add(-time.Minute).Unix()
+		})), status: 401, msg: "audience"},
 		{name: "a token without an issuer is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { delete(c, "iss") })), status: 401},
 		{name: "a token for another audience is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { c["aud"] = "someone-else" })), status: 401},
 		{name: "a token without sub is refused", header: "Bearer " + hs(with(func(c jwt.MapClaims) { delete(c, "sub") })), status: 401, msg: "sub"},
