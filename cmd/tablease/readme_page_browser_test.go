@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -28,7 +29,8 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 		t.Fatalf("the README's page no longer names %s and /auth/tablease-token; update this test:\n%s", readmeBase, page)
 	}
 
-	_, origin := startOtherOrigin(t, redistest.Start(t), true, "/auth/tablease-token", func(base string) string {
+	rds := redistest.Start(t)
+	_, origin := startOtherOrigin(t, rds, true, "/auth/tablease-token", func(base string) string {
 		return strings.ReplaceAll(page, readmeBase, base)
 	})
 
@@ -53,6 +55,23 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 	}
 	if err := first.Until(viewer, 10*time.Second); err != nil {
 		t.Fatalf("the first tab does not show the banner after the second took control: %v", err)
+	}
+
+	// tablease cannot be reached as the page loads: the client's module does not load, and the
+	// page says so rather than stay a viewer that says nothing.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	_, deadOrigin := startOtherOrigin(t, rds, true, "/auth/tablease-token", func(string) string {
+		return strings.ReplaceAll(page, readmeBase, dead)
+	})
+	third := b.NewTab("third")
+	third.Do("open the README's page with tablease unreachable", chromedp.Navigate(deadOrigin+"/"))
+	if err := third.Until(`!document.getElementById('problem').hidden && document.getElementById('problem').textContent.includes('did not load')`, 15*time.Second); err != nil {
+		t.Fatalf("the page does not say that the client did not load: %v", err)
 	}
 }
 
