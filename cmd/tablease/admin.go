@@ -525,7 +525,7 @@ func (p Program) adminRevoke(ctx context.Context, args []string) (int, error) {
 	sub := fs.String("sub", "", "the user (required)")
 	sid := fs.String("sid", "", "the session (required)")
 	reason := fs.String("reason", "", "why, at most 200 printable characters (required)")
-	block := fs.Duration("block", 0, "also refuse every grant of the session for this long, e.g. 5m (at most the server's TABLEASE_ADMIN_MAX_BLOCK)")
+	block := fs.Duration("block", 0, "also refuse every grant of the session for this long, e.g. 5m (at most the server's TABLEASE_ADMIN_MAX_BLOCK); without it the session is left free, and its open tabs take it again at once")
 	requestID := fs.String("request-id", "", "the X-Request-ID that names this revoke (default: a new one); a failed revoke prints the command that retries it with its own")
 	if err := parse(fs, args); err != nil {
 		return 0, err
