@@ -24,8 +24,11 @@ func Example() {
 			return currentUser(r), r.PathValue("sid"), nil // your authentication; the route's session
 		},
 		Skip:    guard.SafeMethods, // reads need no lease
-		Strict:  true,              // also POST …/lease/check {token} for every write
+		Strict:  true,              // also POST …/lease/check {token} for every write,
 		BaseURL: "https://tablease.example.com",
+		// with the user's access token for tablease (default: the request's own Authorization
+		// header, which a browser call that sends only Tablease-Lease lacks)
+		AccessToken: accessTokenFor,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -43,3 +46,7 @@ func renameEvent(w http.ResponseWriter, r *http.Request) {
 
 // currentUser stands for the app's authentication.
 func currentUser(r *http.Request) string { return r.Header.Get("X-User") }
+
+// accessTokenFor stands for the app's own session, which keeps the user's access token for
+// tablease (the one the page's getToken is given).
+func accessTokenFor(r *http.Request) (string, error) { return r.Header.Get("X-Access-Token"), nil }
