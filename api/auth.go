@@ -151,6 +151,7 @@ type authenticator struct {
 	secret  []byte
 	keys    map[string]verifyKey // by kid
 	issuers []string             // the iss values accepted
+	methods []string             // the alg values accepted
 	leeway  time.Duration
 	now     func() time.Time // the parser's clock too
 	parser  *jwt.Parser
@@ -212,6 +213,7 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 			methods = append(methods, alg)
 		}
 	}
+	a.methods = methods
 	a.parser = jwtparser.New(
 		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
@@ -229,6 +231,19 @@ var (
 	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
 	errNoKid      = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
 )
+
+// unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS: the answer names
+// it, so that whoever set up the identity provider can compare it with the kids the server logged
+// at its start ("access tokens").
+type unknownKidError struct{ kid string }
+
+func (e *unknownKidError) Error() string {
+	kid := e.kid
+	if len(kid) > 64 {
+		kid = kid[:64] + "..."
+	}
+	return fmt.Sprintf("the token's kid %q names no key of TABLEASE_JWT_PUBLIC_KEYS", kid)
+}
 
 // headerError is a header jsontext.Header refused: a parameter given twice or named in another
 // case, or text that is not UTF-8.
@@ -260,7 +275,7 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
 	if !ok {
-		return nil, errNoKey
+		return nil, &unknownKidError{kid: kid}
 	}
 	if k.alg != alg {
 		return nil, errWrongKeyFn
@@ -276,7 +291,12 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 		return p, nil
 	}
 	var claims accessClaims
-	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+	if tok, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !slices.Contains(a.methods, tok.Method.Alg()) {
+			// jwt refuses an algorithm it was not given before looking for a key.
+			return nil, unauthenticated(fmt.Sprintf("the token is signed with %.16q, which this server does not accept (it accepts %s)",
+				tok.Method.Alg(), strings.Join(a.methods, ", ")))
+		}
 		if errors.Is(err, jwt.ErrTokenInvalidClaims) && !slices.Contains(a.issuers, claims.Issuer) {
 			// The signature held (jwt checks claims after it) but a claim did not, and the issuer,
 			// checked here as there are several, is not accepted either: an expired token of
@@ -311,7 +331,10 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 func tokenProblem(err error) string {
 	var ke *jsontext.KeyError
 	var he *headerError
+	var kid *unknownKidError
 	switch {
+	case errors.As(err, &kid):
+		return kid.Error()
 	case errors.Is(err, errCrit):
 		return errCrit.Error()
 	case errors.Is(err, errNoKid):

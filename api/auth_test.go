@@ -255,17 +255,19 @@ func TestAuthWithPublicKeys(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a token without kid is told that it needs one, and one with an unknown kid that the key is unknown", func(t *testing.T) {
-		for kid, says := range map[string]string{
-			"":      "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header",
-			"rsa-2": "the token cannot be verified: unknown key or algorithm not allowed",
+	t.Run("a token without kid is told that it needs one, one with an unknown kid which kid is unknown, and one of another algorithm which are accepted", func(t *testing.T) {
+		for token, says := range map[string]string{
+			sign(t, jwt.SigningMethodRS256, rsaKey, "", claims()):                        "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header",
+			sign(t, jwt.SigningMethodRS256, rsaKey, "rsa-2", claims()):                   `the token's kid "rsa-2" names no key of TABLEASE_JWT_PUBLIC_KEYS`,
+			sign(t, jwt.SigningMethodRS256, rsaKey, strings.Repeat("k", 100), claims()): `the token's kid "` + strings.Repeat("k", 64) + `..." names no key of TABLEASE_JWT_PUBLIC_KEYS`,
+			sign(t, jwt.SigningMethodHS256, []byte(testSecret), "", claims()):            `the token is signed with "HS256", which this server does not accept (it accepts RS256, EdDSA, ES256)`,
 		} {
-			e := wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsaKey, kid, claims())), http.StatusUnauthorized, CodeUnauthenticated)
+			e := wantError(t, h.get(leasePath("doc-1"), token), http.StatusUnauthorized, CodeUnauthenticated)
 			if e.Error.Message != says {
-				t.Errorf("kid %q: message %q, want %q", kid, e.Error.Message, says)
+				t.Errorf("message %q, want %q", e.Error.Message, says)
 			}
 			if logged, _ := json.Marshal(says); !strings.Contains(h.logs.String(), `"error":`+string(logged)) {
-				t.Errorf("kid %q: the log does not say %q:\n%s", kid, says, h.logs.String())
+				t.Errorf("the log does not say %q:\n%s", says, h.logs.String())
 			}
 		}
 	})

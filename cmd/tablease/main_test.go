@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +24,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/internal/redistest"
 	"github.com/tablease/tablease/internal/syncbuf"
@@ -422,6 +429,53 @@ func TestServeWarnsOfAVariableNothingReads(t *testing.T) {
 	for _, want := range []string{`"level":"WARN"`, `"variable":"TABLEASE_TTL_MAXX"`, `"did_you_mean":"TABLEASE_TTL_MAX"`} {
 		if line := lineWith(logs.String(), `"variable":"TABLEASE_TTL_MAXX"`); !strings.Contains(line, want) {
 			t.Fatalf("no warning with %s: %q", want, logs.String())
+		}
+	}
+}
+
+// TestServeLogsTheAccessTokenKeys: the start says which access tokens it accepts, with the kid
+// and algorithm of each key of TABLEASE_JWT_PUBLIC_KEYS (a PEM block's kid header, else its
+// RFC 7638 thumbprint), for whoever sets up the identity provider.
+func TestServeLogsTheAccessTokenKeys(t *testing.T) {
+	named, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unnamed, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file bytes.Buffer
+	for i, k := range []ed25519.PublicKey{named, unnamed} {
+		der, err := x509.MarshalPKIXPublicKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := &pem.Block{Type: "PUBLIC KEY", Bytes: der}
+		if i == 0 {
+			block.Headers = map[string]string{"kid": "idp-1"}
+		}
+		pem.Encode(&file, block)
+	}
+	path := filepath.Join(t.TempDir(), "keys.pem")
+	if err := os.WriteFile(path, file.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	thumb, err := jwk.Thumbprint(unnamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, logs := startServer(t, map[string]string{
+		"TABLEASE_JWT_PUBLIC_KEYS":   path,
+		"TABLEASE_JWT_HS256_SECRET":  testSecret,
+		"TABLEASE_JWT_ISSUER":        "keys-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+	})
+	line := lineWith(logs.String(), `"msg":"access tokens"`)
+	for _, want := range []string{`"issuer":"keys-idp"`, `"audience":"tablease"`, `"hs256":true`, `"keys":["idp-1 EdDSA","` + thumb + ` EdDSA"]`} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the start's access tokens line lacks %s: %q\n%s", want, line, logs.String())
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/config"
+	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/lease/leasemem"
 	"github.com/tablease/tablease/lease/leaseredis"
@@ -94,9 +95,14 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 	// The key files first: a bad one is a configuration error, reported before anything starts.
 	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
+	accessKeys := make([]string, 0, len(cfg.PublicKeys)) // "<kid> <alg>", for whoever sets up the identity provider
 	for _, k := range cfg.PublicKeys {
 		auth.PublicKeys = append(auth.PublicKeys, api.PublicKey(k))
+		if alg, _, err := jwk.Alg(k.Key); err == nil {
+			accessKeys = append(accessKeys, k.KID+" "+alg)
+		}
 	}
+	log.Info("access tokens", "issuer", cfg.Issuer, "audience", cfg.Audience, "hs256", len(cfg.HS256Secret) > 0, "keys", accessKeys)
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {
 		return err
