@@ -57,7 +57,7 @@ func (e *TicketError) Error() string { return "stream: " + e.Reason }
 // The reasons of TicketError.
 var (
 	// ErrTicketInvalid refuses a ticket that is malformed, forged or signed with another key.
-	ErrTicketInvalid = &TicketError{Reason: "the event ticket is not valid"}
+	ErrTicketInvalid = &TicketError{Reason: "the event ticket is not valid: malformed, or signed with another key (instances that share a store must share TABLEASE_TICKET_SECRET)"}
 	errTicketExpired = &TicketError{Reason: "the event ticket has expired; ask for a new one"}
 	errTicketUsed    = &TicketError{Reason: "the event ticket has been used already, or was issued before the store lost its data; ask for a new one"}
 	errTicketSession = &TicketError{Reason: "the event ticket was issued for another session"}
