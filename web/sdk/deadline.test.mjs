@@ -109,8 +109,16 @@ test("an expired or released event for the held epoch ends ownership", async () 
     await lease.start();
     await lease.acquire();
     const epoch = lease.epoch;
-    lease._onStreamEvent({ type: "lease", id: "1-0", data: { type, epoch: type === "revoked" ? epoch + 1 : epoch, holder: null, previous: { tabId: lease.tabId, epoch } } });
+    const changes = [];
+    lease.on("rolechange", (d) => changes.push(d));
+    lease._onStreamEvent({ type: "lease", id: "1-0", data: { type, epoch: type === "revoked" ? epoch + 1 : epoch, holder: null, previous: { tabId: lease.tabId, epoch }, reason: type === "revoked" ? "stuck tab" : "" } });
     assert.equal(lease.role, "viewer", type);
+    // The rolechange carries the event, so that a page tells an admin's revoke (and its reason)
+    // from any other end.
+    assert.equal(changes.length, 1, type);
+    assert.equal(changes[0].reason, "event", type);
+    assert.equal(changes[0].event?.type, type);
+    if (type === "revoked") assert.equal(changes[0].event.reason, "stuck tab");
     await lease.stop({ release: false });
   }
 });

@@ -688,7 +688,7 @@ export class TabLease extends EventTarget {
     this._emit("state", { state: next, previous: prev, reason });
     if (isOwner !== wasOwner) {
       const role = isOwner ? "owner" : "viewer";
-      this._emit("rolechange", { role, previous: wasOwner ? "owner" : "viewer", reason, lease: this.lease });
+      this._emit("rolechange", { role, previous: wasOwner ? "owner" : "viewer", reason, lease: this.lease, event });
       this._catalogEvent("role");
       this._emit("lease", { lease: this.lease, reason, event });
     }

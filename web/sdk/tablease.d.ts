@@ -227,6 +227,9 @@ export interface RoleChangeDetail {
    *  user's token: docs/browser-client.md, "One event stream per browser") */
   reason: string;
   lease: LeaseView;
+  /** The stream event behind the change (reason "event": a LeaseEvent, whose type tells a takeover
+   *  from an admin's revoke and whose reason is the admin's, or a snapshot), null otherwise. */
+  event: LeaseEvent | SnapshotEvent | null;
 }
 
 /** The state of a TabLease (docs/browser-client.md, "States"). Only "owner" may mutate. */
