@@ -286,6 +286,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 	s.catalogs.Close()
 }
 
+// Stopped says, as the last thing the server logs, that an outage of the store was still in
+// progress ("store calls still failed as the server stopped"), closing its "store calls fail"
+// line. Call it once the http.Server has stopped serving.
+func (s *Server) Stopped() { s.metrics.store.stopped() }
+
 // Close is Shutdown with no deadline but the streams' own.
 func (s *Server) Close() { s.Shutdown(context.Background()) }
 

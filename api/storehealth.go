@@ -61,6 +61,23 @@ func (h *storeHealth) answered() {
 		return
 	}
 	h.down.Store(false)
+	h.log.Info("store calls are served again", h.summary()...)
+}
+
+// stopped closes an outage still in progress as the server stops, with the same figures as
+// "store calls are served again", so that every "store calls fail" has its closing line.
+func (h *storeHealth) stopped() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down.Load() {
+		return
+	}
+	h.down.Store(false)
+	h.log.Warn("store calls still failed as the server stopped", h.summary()...)
+}
+
+// summary is what the closing line of an outage says of it. h.mu is held.
+func (h *storeHealth) summary() []any {
 	attrs := []any{
 		slog.Float64("outage_s", h.last.Sub(h.since).Seconds()),
 		slog.Int("failed_calls", h.failures),
@@ -70,5 +87,5 @@ func (h *storeHealth) answered() {
 	for op, n := range h.ops {
 		attrs = append(attrs, slog.Int("failed_"+op, n))
 	}
-	h.log.Info("store calls are served again", attrs...)
+	return attrs
 }

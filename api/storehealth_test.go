@@ -60,3 +60,30 @@ func TestAStoreOutageIsLoggedOnceWhenItBeginsAndOnceWhenItEnds(t *testing.T) {
 		t.Fatalf("a second outage: %q", l)
 	}
 }
+
+// TestAStoreOutageInProgressAtTheStopIsClosed: a server that stops during an outage says so as it
+// stops, with the outage's figures, so that every "store calls fail" has a closing line; one that
+// stops with the store answering says nothing.
+func TestAStoreOutageInProgressAtTheStopIsClosed(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	h := newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	h.stopped()
+	if buf.Len() != 0 {
+		t.Fatalf("a stop with no outage logged: %s", buf.String())
+	}
+	h.failed("renew", errors.New("i/o timeout"))
+	now = now.Add(1500 * time.Millisecond)
+	h.failed("renew", errors.New("i/o timeout"))
+	h.stopped()
+	h.stopped() // once
+	l := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(l) != 2 {
+		t.Fatalf("lines %q, want the outage's start and its close", l)
+	}
+	for _, want := range []string{"level=WARN", "store calls still failed as the server stopped", "outage_s=1.5", "failed_calls=2", "failed_renew=2"} {
+		if !strings.Contains(l[1], want) {
+			t.Errorf("the closing line %q lacks %q", l[1], want)
+		}
+	}
+}

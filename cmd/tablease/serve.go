@@ -231,6 +231,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	// than awaited. (Closing it again does nothing.)
 	store.close(shutdownCtx)
 	onStore.Wait() // ended by ctx, and by the close if it waits for Redis
+	srv.Stopped()
 	log.Info("tablease stopped")
 	return nil
 }

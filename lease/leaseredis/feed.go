@@ -251,7 +251,11 @@ func (e *Engine) beat() {
 		case waiting.IsZero():
 			waiting = sent
 		case time.Since(waiting) > lost:
-			e.replaceSubscription(ps, lost)
+			quiet := waiting // since when it heard nothing: its last heartbeat heard, if any
+			if heard := e.heard.Load(); heard != 0 {
+				quiet = time.Unix(0, heard)
+			}
+			e.replaceSubscription(ps, time.Since(quiet).Round(10*time.Millisecond))
 			waiting = time.Time{}
 		}
 	}
@@ -259,6 +263,7 @@ func (e *Engine) beat() {
 
 // replaceSubscription closes ps, when it is still the engine's subscription, starts a new one,
 // and ends every local watch with lease.ErrResync: what was published meanwhile was not heard.
+// silence is how long the subscription heard nothing: since it last heard a heartbeat.
 func (e *Engine) replaceSubscription(ps *redis.PubSub, silence time.Duration) {
 	e.mu.Lock()
 	if e.shut || e.pubsub != ps {

@@ -34,8 +34,9 @@ func TestConformanceOnSentinel(t *testing.T) {
 func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	var resubscribed atomic.Int32
+	var silence atomic.Int64
 	eng := topologyEngine(t, sentinelURL(s), leaseredis.Options{Prefix: "heartbeat", OpTimeout: topologyOpTimeout,
-		OnResubscribe: func(time.Duration) { resubscribed.Add(1) }})
+		OnResubscribe: func(d time.Duration) { resubscribed.Add(1); silence.Store(int64(d)) }})
 	key := lease.Key{User: "u1", Session: "doc"}
 	w, err := eng.Watch(t.Context(), key, "")
 	if err != nil {
@@ -72,6 +73,11 @@ func TestAWatchStartsOverWhenItsSubscriptionNoLongerHearsTheWrites(t *testing.T)
 			}
 			if n := resubscribed.Load(); n != 1 {
 				t.Errorf("OnResubscribe was called %d times, want once", n)
+			}
+			// The silence told is the one measured, past the threshold it is judged by (twice the
+			// operation timeout), not the threshold.
+			if d := time.Duration(silence.Load()); d <= 2*topologyOpTimeout {
+				t.Errorf("OnResubscribe was told a silence of %s, want more than %s", d, 2*topologyOpTimeout)
 			}
 			return
 		case <-tick.C:
