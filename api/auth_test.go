@@ -257,10 +257,10 @@ func TestAuthWithPublicKeys(t *testing.T) {
 	}
 	t.Run("a token without kid is told that it needs one, one with an unknown kid which kid is unknown, and one of another algorithm which are accepted", func(t *testing.T) {
 		for token, says := range map[string]string{
-			sign(t, jwt.SigningMethodRS256, rsaKey, "", claims()):                        "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header",
-			sign(t, jwt.SigningMethodRS256, rsaKey, "rsa-2", claims()):                   `the token's kid "rsa-2" names no key of TABLEASE_JWT_PUBLIC_KEYS`,
+			sign(t, jwt.SigningMethodRS256, rsaKey, "", claims()):                       "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header",
+			sign(t, jwt.SigningMethodRS256, rsaKey, "rsa-2", claims()):                  `the token's kid "rsa-2" names no key of TABLEASE_JWT_PUBLIC_KEYS`,
 			sign(t, jwt.SigningMethodRS256, rsaKey, strings.Repeat("k", 100), claims()): `the token's kid "` + strings.Repeat("k", 64) + `..." names no key of TABLEASE_JWT_PUBLIC_KEYS`,
-			sign(t, jwt.SigningMethodHS256, []byte(testSecret), "", claims()):            `the token is signed with "HS256", which this server does not accept (it accepts RS256, EdDSA, ES256)`,
+			sign(t, jwt.SigningMethodHS256, []byte(testSecret), "", claims()):           `the token is signed with "HS256", which this server does not accept (it accepts RS256, EdDSA, ES256)`,
 		} {
 			e := wantError(t, h.get(leasePath("doc-1"), token), http.StatusUnauthorized, CodeUnauthenticated)
 			if e.Error.Message != says {
