@@ -761,6 +761,52 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			t.Errorf("after the resume the lease is %d %v, want another-tab's at epoch %d: the takeover the page froze before sending took it", code, g, later)
 		}
 	})
+
+	// README, guarantee 6: a call answered 503 may still take effect later (Redis runs a call it
+	// read before the instance gave up waiting for it). A "Use here" taken so left its tab a viewer
+	// showing "Use here" while the server listed it as the holder, and no tab in control until the
+	// lease expired. A proxy plays it: the takeover reaches the server, the browser gets a 503.
+	t.Run("a \"Use here\" answered 503 that the store applied after all makes its tab owner", func(t *testing.T) {
+		const session = "late-takeover"
+		srv := startDemoServer(t, rds, nil)
+		srv.takeOverElsewhere(session, elsewhereTab)
+		target, err := url.Parse(srv.base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, FlushInterval: -1}
+		var once atomic.Bool
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/lease") || !bytes.Contains(body, []byte(`"takeover"`)) || !once.CompareAndSwap(false, true) {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			rp.ServeHTTP(httptest.NewRecorder(), r) // granted, its answer lost
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"code":"STORE_UNAVAILABLE","message":"the lease store is unavailable; retry shortly","retryable":true,"details":{}}}`)
+		}))
+		t.Cleanup(proxy.Close)
+		via := srv
+		via.base = proxy.URL
+		tab := via.open(browsertest.Start(t).NewTab("late"), session)
+		tab.WaitFor("the tab to be a viewer", viewerOfJS(elsewhereTab), 10*time.Second)
+		browsertest.Eval[bool](tab, `(() => { window.takeoverOutcome = null; tablease.takeover().then(() => { window.takeoverOutcome = "granted"; }, `+
+			`(e) => { window.takeoverOutcome = e.code; }); return true; })()`) // "Use here"
+		tab.WaitFor("the takeover to be answered", `window.takeoverOutcome !== null`, 10*time.Second)
+		if got := browsertest.Eval[string](tab, `window.takeoverOutcome`); got != "STORE_UNAVAILABLE" {
+			t.Fatalf("the takeover settled as %q, want the proxy's STORE_UNAVAILABLE", got)
+		}
+		epoch := srv.mustHold(session, tab.id)
+		tab.WaitFor("the tab the server lists as holder to be its owner", `tablease.role === "owner"`, 10*time.Second)
+		if got := browsertest.Eval[float64](tab, `tablease.epoch`); got != float64(epoch) {
+			t.Errorf("the tab is owner at epoch %v, the server granted it %d", got, epoch)
+		}
+		srv.mustHold(session, tab.id)
+	})
 }
 
 // takeoverProxy stands between the browser and a server: it holds the first takeover (a POST of

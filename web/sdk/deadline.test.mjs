@@ -255,3 +255,36 @@ test("a viewer learns the new holder's time left soon after an event names it, a
   server.down = false;
   await lease.stop({ release: false });
 });
+
+test("a takeover answered 503 that took effect after all makes the tab owner at that epoch", async () => {
+  const { clock, server, lease } = setup();
+  server.takeoverBy("t-a", "A");
+  await lease.start();
+  assert.equal(lease.role, "viewer");
+  server.fail("POST /lease");
+  await assert.rejects(lease.takeover(), { code: "STORE_UNAVAILABLE" });
+  // The store applied it after the answer was lost: the server lists this tab at a new epoch.
+  server.takeoverBy(lease.tabId, "B");
+  const epoch = server.epoch;
+  await flush();
+  await clock.advance(10_000);
+  assert.equal(lease.role, "owner", "the tab the server lists as holder is its owner, not a viewer showing Use here");
+  assert.equal(lease.epoch, epoch, "the epoch the server granted, given back by the holder's acquire");
+  assert.equal(server.epoch, epoch);
+  await lease.stop({ release: false });
+});
+
+test("a takeover that took effect after the page released is given back", async () => {
+  const { clock, server, lease } = setup();
+  server.takeoverBy("t-a", "A");
+  await lease.start();
+  server.fail("POST /lease");
+  await assert.rejects(lease.takeover(), { code: "STORE_UNAVAILABLE" });
+  await lease.release(); // the page gave up: this tab takes no lease by itself now
+  server.takeoverBy(lease.tabId, "B");
+  await flush();
+  await clock.advance(10_000);
+  assert.equal(lease.role, "viewer");
+  assert.equal(server.valid(), false, "the lease listed for a tab that does not want it is released, not left to expire");
+  await lease.stop({ release: false });
+});

@@ -198,6 +198,7 @@ export class TabLease extends EventTarget {
     this._manualAsk = null; // {at, epoch}: so was it, in handoff "manual" (release() answers it)
     this._gen = 0; // bumped by start, stop and release: answers to older requests are ignored
     this._acquiring = 0; // acquire requests waiting for their answers (pagehide says the tab is gone)
+    this._givenBack = 0; // the epoch of the last lease listed for this tab that it released unasked (_claimListed)
     this._freezes = 0; // how many times the page was frozen
     this._releasedOnStop = false; // the last stop() released the lease this tab held
     this._period = null; // the current period of ownership: {ac, inFlight}
@@ -465,6 +466,7 @@ export class TabLease extends EventTarget {
       this._learn(body.held ? body.epoch : (body.epoch ?? 0) + 1);
       this._setView(body, sentAt);
       this._update("refresh");
+      if (this._listedNotHeld()) this._claimListed();
     }
     return this.lease;
   }
@@ -1709,8 +1711,37 @@ export class TabLease extends EventTarget {
 
   _afterLeaseNews(held, event) {
     this._update("event", event);
-    if (!held) this._maybeAutoAcquire();
+    if (this._listedNotHeld()) this._claimListed();
+    else if (!held) this._maybeAutoAcquire();
     this._scheduleViewerRefresh();
+  }
+
+  /** Whether the server lists this tab as the holder of a lease it does not hold, by what this
+   *  tab knows: an acquire or takeover answered with an error (a 503, a timeout) that the store
+   *  applied after all. Not while an acquire or a handoff request of its own is in flight, whose
+   *  answer tells, nor outside the viewer state (a release on its way, a tab that left). */
+  _listedNotHeld() {
+    const v = this._view;
+    return this._state === "viewer" && Boolean(v?.held) && v.holder?.tabId === this.tabId && !this._holdsEpoch() &&
+      this._acquiring === 0 && !this._handoffWait;
+  }
+
+  /** Settles a lease the server lists for this tab, which it does not hold (_listedNotHeld): the
+   *  tab acquires it when it wants control (policy auto: the page asked for it, or the tab takes
+   *  free leases by itself), which gives it that epoch back, and releases it otherwise (the page
+   *  released, or handed over, since it asked), so that it does not wait out its TTL with no tab
+   *  in control. Called on news that lists the tab (an event, a read), once per news: a failed
+   *  acquire is tried again at the next news (the viewer's reads), not on a timer, since news
+   *  that does not come (every read refused) may mean the lease expired unseen. */
+  _claimListed() {
+    if (this._policy === "auto") {
+      this._acquireQuietly("try");
+      return;
+    }
+    const epoch = this._view.epoch;
+    if (this._givenBack === epoch) return;
+    this._givenBack = epoch;
+    this._call("POST", "/lease/release", { tabId: this.tabId, epoch }).catch(() => {});
   }
 
   // --- internals: page lifecycle ---------------------------------------------------------------
