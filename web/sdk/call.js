@@ -81,12 +81,19 @@ export function bindRouteParams(args, params, schema) {
 
 /** A route segment as the input property prop takes it: the number its decimal digits write
  *  ("42", "007" is 7, "-1.5"; not "1e3" or "0x10") when prop is typed number or integer and not
- *  string, else itself. */
+ *  string, and that number is exactly what they write, else itself. A number is not exact past
+ *  what a double holds: an integer beyond 2^53 - 1, or a decimal of more than 15 significant
+ *  digits, would bind the number of another entity ("9007199254740993" reads as ...992): such a
+ *  segment stays a string, which a number-typed input refuses (INVALID_ARGUMENT) rather than act
+ *  on a neighbour. */
 function paramValue(segment, prop) {
   const t = prop && typeof prop === "object" ? prop.type : undefined;
   const types = Array.isArray(t) ? t : [t];
   if (types.includes("string") || !(types.includes("number") || types.includes("integer"))) return segment;
-  return /^-?\d+(\.\d+)?$/.test(segment) && Number.isFinite(Number(segment)) ? Number(segment) : segment;
+  if (!/^-?\d+(\.\d+)?$/.test(segment)) return segment;
+  const n = Number(segment);
+  const exact = segment.includes(".") ? segment.replace(/^-/, "").replace(".", "").replace(/^0+/, "").length <= 15 : Number.isSafeInteger(n);
+  return exact ? n : segment;
 }
 
 // --- input validation ----------------------------------------------------------------------------
@@ -329,12 +336,16 @@ export async function runToolCall(handler, call, args, callerCtx) {
     // silence, another tab may have taken over); a tab asked to hand over lets the handlers it
     // waits for act while it holds the lease confirmed (_mayAct).
     const owner = () => !call.mutation || lease._mayAct();
-    const current = () => !signal.aborted && !late() && !scope.changeSince(generation, kind) && owner();
+    // The changes since generation are held while the call may still ask about them (below); the
+    // first of them, when there is one as they are let go, is kept for a later ctx.stale().
+    let kept = null;
+    const changed = () => kept ?? scope.changeSince(generation, kind);
+    const current = () => !signal.aborted && !late() && !changed() && owner();
     const stale = () => {
       if (signal.aborted) return abortAnswer(signal);
       if (!owner()) return lease._notOwner();
       if (late()) return timeout();
-      return scope.staleAnswer(generation, kind);
+      return scope.staleAnswer(generation, kind, false, changed());
     };
     // isCurrent(), after confirming as the guard does (a mutation's tab that holds the lease
     // unconfirmed asks the server): a user's answer that came after a freeze is applied once
@@ -370,8 +381,14 @@ export async function runToolCall(handler, call, args, callerCtx) {
     // route change, asks its question on the page shown then.
     const ctxFor = { signal, get pageSignal() { return scope.pageSignal; }, lease, tool: call.tool, mutation: call.mutation, deadline, timeLeftMs: ctx.timeLeftMs };
     // The changes since generation are kept until the handler settles, even after the call was
-    // answered: it may still ask isCurrent() before it acts.
-    const release = scope.hold(generation);
+    // answered: it may still ask isCurrent() before it acts. A call answered by its end (its
+    // signal, its deadline) is never current again, and its stale() answers from that end: its
+    // changes go then, or a handler that never settles would keep every later change.
+    const hold = scope.hold(generation);
+    const release = () => {
+      kept ??= scope.changeSince(generation, kind);
+      hold();
+    };
     let handled = null;
     try {
       if (signal.aborted) return abortAnswer(signal);
@@ -388,8 +405,8 @@ export async function runToolCall(handler, call, args, callerCtx) {
       if (call.mutation && scope.changeSince(generation, kind) && !isError(out.value)) return scope.staleAnswer(generation, kind, true);
       return checkResult(out.value, opts.maxResultBytes);
     } finally {
-      if (handled) handled.then(release, release);
-      else release();
+      if (!handled || signal.aborted || late()) release();
+      else handled.then(release, release);
       ownerEnd.off();
     }
   };

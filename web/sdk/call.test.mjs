@@ -258,8 +258,41 @@ test("a mutation that finishes after its generation ended answers DOCUMENT_CHANG
   assert.equal(after.details.mayHaveActed, true);
   assert.match(after.message, /may have acted/);
   await doc;
+  // Asked after its handler settled, and after later changes let the earlier ones go, stale()
+  // still names the change that ended the call.
+  for (const path of ["/events/evt-4", "/events/evt-5"]) window.history.pushState(null, "", path);
+  await reg.documentChanged();
+  assert.equal(ctxs[1].isCurrent(), false);
+  assert.equal(ctxs[1].stale().error.code, "DOCUMENT_CHANGED");
   reg.close();
   await lease.stop({ release: false });
+});
+
+test("a handler that never settles keeps no change once its call is answered: a page's life of navigations costs no memory", async () => {
+  const { clock, window, lease, reg, tool } = await setup({ handlers: { peek: () => new Promise(() => {}) } });
+  const p = tool("peek").execute({}, {});
+  await clock.advance(60_000);
+  assert.equal((await p).error.code, "TIMEOUT");
+  for (let i = 0; i < 200; i++) {
+    window.history.pushState(null, "", `/events/evt-${i}`);
+    reg.documentChanged();
+  }
+  await flush();
+  assert.ok(reg._scope._changes.length <= 1, `${reg._scope._changes.length} changes kept for a call answered long ago`);
+  reg.close();
+  await lease.stop({ release: false });
+});
+
+test("a route segment bound as a number is the number it writes, or stays a string: no other entity's id passes", () => {
+  const props = { properties: { id: { type: "integer" } } };
+  assert.deepEqual(bindRouteParams({}, { id: "9007199254740991" }, props), { args: { id: 9007199254740991 } });
+  for (const segment of ["9007199254740993", "12345678901234567890"]) {
+    assert.deepEqual(bindRouteParams({}, { id: segment }, props), { args: { id: segment } }, `${segment} stays a string, which the integer input refuses`);
+    const neighbour = Number(segment); // what the digits read as: another entity
+    assert.equal(bindRouteParams({ id: neighbour }, { id: segment }, props).answer.error.code, "ENTITY_MISMATCH", segment);
+  }
+  assert.deepEqual(bindRouteParams({}, { id: "-1.5" }, { properties: { id: { type: "number" } } }), { args: { id: -1.5 } });
+  assert.deepEqual(bindRouteParams({}, { id: "0.1234567890123456" }, { properties: { id: { type: "number" } } }), { args: { id: "0.1234567890123456" } });
 });
 
 test("a read-only call does not see ownership changes: it stays current and gives its result", async () => {

@@ -151,10 +151,11 @@ class ToolScope {
     return null;
   }
 
-  /** The answer of a call of that kind that started in generation gen and sees a change since
-   *  (changeSince; a route change when it sees none); finished: its handler returned after it. */
-  staleAnswer(gen, kind, finished = false) {
-    const c = this.changeSince(gen, kind) ?? { reason: "route" };
+  /** The answer of a call of that kind that started in generation gen and sees the change c since
+   *  (changeSince by default; a route change when it sees none); finished: its handler returned
+   *  after it. */
+  staleAnswer(gen, kind, finished = false, c = this.changeSince(gen, kind)) {
+    c ??= { reason: "route" };
     if (c.reason === "owner") return c.answer;
     const [code, message] = (finished ? STALE_AFTER : STALE)[c.reason] ?? STALE.route;
     const details = { generation: gen, currentGeneration: this.generation, route: this.route() };
@@ -216,6 +217,9 @@ class ToolScope {
     if (this.instances.get(inst.key) === inst) this.instances.delete(inst.key);
     if (why === "route") {
       inst.refusal = this.routeChanged(inst);
+    } else if (why === "closed") {
+      // The catalog may well offer it still: the page closed its tools (the adapter's close()).
+      inst.refusal = toolError("UI_CONTEXT_CLOSED", "The page's tools were closed: this page offers no tools now.", { reason: "closed", route: inst.route });
     } else {
       inst.refusal = toolError("TOOL_RETIRED", `${inst.tool.name} is no longer offered on this page: read the page's tools again.`, { tool: inst.tool.name, route: inst.route });
       // A mutation tool unregistered because the tab is not owner now (read-only while its
@@ -253,6 +257,7 @@ class ToolScope {
    *  catalog, than when it was retired: see retire). */
   refusalNow(inst) {
     if (inst.refusal.error.code === "ROUTE_CHANGED") return this.routeChanged(inst);
+    if (inst.refusal.error.code === "UI_CONTEXT_CLOSED") return inst.refusal;
     if (!isReadOnlyTool(inst.tool) && this.lease.role !== "owner") return this.lease._notOwner();
     return inst.refusal;
   }

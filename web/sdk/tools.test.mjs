@@ -164,8 +164,14 @@ test("WebMCP: a viewer registers read-only tools; the owner adds mutation tools,
   const res = await save.execute({ event_id: "evt-1" }, {});
   assert.equal(res.error.code, NOT_LEASE_OWNER);
   await flush();
+  const search = mc.tools.get("search_events");
   bridge.close();
   assert.deepEqual(mc.names(), []);
+  // A caller that kept a tool of the closed adapter is told the page closed its tools, not to
+  // read tools the catalog no longer offers: it offers them still.
+  const closed = await search.execute({ q: "x" }, {});
+  assert.equal(closed.error.code, "UI_CONTEXT_CLOSED");
+  assert.equal(closed.error.details.reason, "closed");
   await lease.stop({ release: false });
 });
 
