@@ -35,33 +35,37 @@ const maxHeadSize = 16 << 10
 // buffered up to 4 KiB of the next request before it starts counting, so that request could
 // carry up to 20 KiB. It counts the request as net/http parsed it (whitespace around header values
 // aside), and closes the connection after the answer, as net/http does.
+//
+// It also refuses what net/http would serve of an Expect it does not serve (onlyContinue): one
+// middleware for both, as Echo builds each middleware's closure anew for every request.
 func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if headSize(c.Request()) > maxHeadSize {
 			c.Response().Header().Set(echo.HeaderConnection, "close")
 			return headersTooLarge()
 		}
+		if !onlyContinue(c.Request()) {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return expectationFailed417()
+		}
 		return next(c)
 	}
 }
 
-// onlyContinue refuses, as net/http refuses an Expect other than 100-continue, a request whose
-// Expect headers name anything besides 100-continue: net/http reads the first header line only,
-// and serves "100-continue, foo", or a second Expect line, as if it were 100-continue alone. The
-// answer is 417 EXPECTATION_FAILED, sent before the body is asked for, and the connection is
-// closed after it, as after net/http's own.
-func onlyContinue(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		for _, line := range c.Request().Header.Values("Expect") {
-			for _, v := range strings.Split(line, ",") {
-				if !strings.EqualFold(strings.TrimSpace(v), "100-continue") {
-					c.Response().Header().Set(echo.HeaderConnection, "close")
-					return expectationFailed417()
-				}
+// onlyContinue reports whether the Expect headers of req name nothing besides 100-continue.
+// net/http reads the first header line only, and serves "100-continue, foo", or a second Expect
+// line, as if it were 100-continue alone: boundedHead refuses those, as net/http refuses an
+// Expect other than 100-continue (417 EXPECTATION_FAILED, sent before the body is asked for, the
+// connection closed after it).
+func onlyContinue(req *http.Request) bool {
+	for _, line := range req.Header.Values("Expect") {
+		for v := range strings.SplitSeq(line, ",") {
+			if !strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+				return false
 			}
 		}
-		return next(c)
 	}
+	return true
 }
 
 // closeAfterChunked closes the connection after the answer to a request whose body came chunked.

@@ -329,7 +329,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HidePort = true
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, boundedHead, onlyContinue, closeAfterChunked)
+	e.Use(s.observe, boundedHead, closeAfterChunked)
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}
