@@ -38,7 +38,7 @@ type revokeBody struct {
 func (s *Server) registerAdmin(v1 *echo.Group, mw []echo.MiddlewareFunc) {
 	getAndHead(v1, "/admin/leases", s.adminListLeases, mw...)
 	getAndHead(v1, "/admin/users/:sub/sessions/:sid/lease", s.adminGetLease, mw...)
-	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", s.adminRevoke, mw...)
+	v1.POST("/admin/users/:sub/sessions/:sid/lease/revoke", chain(s.adminRevoke, mw...))
 	getAndHead(v1, "/admin/audit", s.adminAudit, mw...)
 	getAndHead(v1, "/admin/limits", s.adminLimits, mw...)
 }

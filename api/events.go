@@ -61,10 +61,10 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 // DELETE …/tabs/{tabId}).
 func (s *Server) registerStreams(v1 *echo.Group, authed []echo.MiddlewareFunc) {
 	v1.GET("/sessions/:sid/events", s.events, s.authenticateStream, s.rateLimit, requireSession) // no HEAD: it would open a stream
-	v1.POST("/sessions/:sid/events/ticket", s.issueTicket, authed...)
+	v1.POST("/sessions/:sid/events/ticket", chain(s.issueTicket, authed...))
 	getAndHead(v1, "/sessions/:sid/tabs", s.tabs, authed...)
-	v1.PUT("/sessions/:sid/tabs/:tabId", s.putTab, authed...)
-	v1.DELETE("/sessions/:sid/tabs/:tabId", s.deleteTab, authed...)
+	v1.PUT("/sessions/:sid/tabs/:tabId", chain(s.putTab, authed...))
+	v1.DELETE("/sessions/:sid/tabs/:tabId", chain(s.deleteTab, authed...))
 }
 
 // events serves GET /v1/sessions/{sid}/events.

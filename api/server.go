@@ -300,11 +300,23 @@ type router interface {
 	HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
 }
 
-// getAndHead registers h for GET and HEAD on path: a HEAD is answered as the GET would be, without
-// the body, which net/http drops (RFC 9110 §9.3.2). Every GET route but the event stream has both.
+// getAndHead registers h behind m for GET and HEAD on path: a HEAD is answered as the GET would
+// be, without the body, which net/http drops (RFC 9110 §9.3.2). Every GET route but the event
+// stream has both.
 func getAndHead(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
-	r.GET(path, h, m...)
-	r.HEAD(path, h, m...)
+	h = chain(h, m...)
+	r.GET(path, h)
+	r.HEAD(path, h)
+}
+
+// chain is h behind the middleware m, the first outermost, as Echo orders a route's middleware;
+// but built once, where Echo builds a route's middleware anew for every request (an allocation
+// each). Routes are registered with chain(h, m...) rather than with m.
+func chain(h echo.HandlerFunc, m ...echo.MiddlewareFunc) echo.HandlerFunc {
+	for i := len(m) - 1; i >= 0; i-- {
+		h = m[i](h)
+	}
+	return h
 }
 
 // wholeSegments answers 404 for a path with more segments than the route it reached: Echo gives
@@ -346,17 +358,17 @@ func (s *Server) newEcho() *echo.Echo {
 
 	v1 := e.Group("/v1") // no group middleware: it would turn unknown /v1 routes into 401s
 	authed := []echo.MiddlewareFunc{s.authenticate, s.rateLimit, requireSession}
-	v1.POST("/sessions/:sid/lease", s.acquire, authed...)
+	v1.POST("/sessions/:sid/lease", chain(s.acquire, authed...))
 	getAndHead(v1, "/sessions/:sid/lease", s.get, authed...)
-	v1.POST("/sessions/:sid/lease/renew", s.renew, authed...)
-	v1.POST("/sessions/:sid/lease/release", s.release, authed...)
-	v1.POST("/sessions/:sid/lease/check", s.check, authed...)
+	v1.POST("/sessions/:sid/lease/renew", chain(s.renew, authed...))
+	v1.POST("/sessions/:sid/lease/release", chain(s.release, authed...))
+	v1.POST("/sessions/:sid/lease/check", chain(s.check, authed...))
 	getAndHead(v1, "/sessions/:sid/catalog", s.sessionCatalog, authed...)
 	s.registerStreams(v1, authed)
 
 	admin := append(authed[:len(authed):len(authed)], requireAdmin)
 	getAndHead(v1, "/admin/catalog", s.adminCatalog, admin...)
-	v1.PUT("/admin/catalog", s.putCatalog, admin...)
+	v1.PUT("/admin/catalog", chain(s.putCatalog, admin...))
 	s.registerAdmin(v1, admin)
 	s.registerStatic(e)
 
