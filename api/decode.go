@@ -94,40 +94,38 @@ var urlCredentials = []string{"access_token", "token", "ticket"}
 // does not take (queryParams), as unknown body fields are refused: a misspelled one (?Seq= for
 // ?seq=) would be ignored. Credentials (access_token, token, ticket) pass, for authentication to
 // answer them with its own 401 (no access token is read from a URL, a ticket only by the stream).
-func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		q := c.Request().URL.RawQuery
-		if q == "" {
-			return next(c)
-		}
-		values, err := url.ParseQuery(q)
-		if err != nil {
-			return errInvalid("the query string is malformed: " + err.Error())
-		}
-		// Every parameter is one value: which of two would the handler read?
-		for name, v := range values {
-			if len(v) > 1 {
-				return fieldError(name, "is given more than once")
-			}
-		}
-		if route := c.Path(); strings.HasPrefix(route, "/v1/") {
-			method := c.Request().Method
-			if method == http.MethodHead {
-				method = http.MethodGet
-			}
-			known := queryParams[method+" "+route]
-			for name := range values {
-				if !slices.Contains(known, name) && !slices.Contains(urlCredentials, name) {
-					takes := "none"
-					if len(known) > 0 {
-						takes = strings.Join(known, ", ")
-					}
-					return fieldError(name, "is not a parameter of this route, which takes "+takes)
-				}
-			}
-		}
-		return next(c)
+func strictQuery(c echo.Context) error {
+	q := c.Request().URL.RawQuery
+	if q == "" {
+		return nil
 	}
+	values, err := url.ParseQuery(q)
+	if err != nil {
+		return errInvalid("the query string is malformed: " + err.Error())
+	}
+	// Every parameter is one value: which of two would the handler read?
+	for name, v := range values {
+		if len(v) > 1 {
+			return fieldError(name, "is given more than once")
+		}
+	}
+	if route := c.Path(); strings.HasPrefix(route, "/v1/") {
+		method := c.Request().Method
+		if method == http.MethodHead {
+			method = http.MethodGet
+		}
+		known := queryParams[method+" "+route]
+		for name := range values {
+			if !slices.Contains(known, name) && !slices.Contains(urlCredentials, name) {
+				takes := "none"
+				if len(known) > 0 {
+					takes = strings.Join(known, ", ")
+				}
+				return fieldError(name, "is not a parameter of this route, which takes "+takes)
+			}
+		}
+	}
+	return nil
 }
 
 // readBody reads the body of c, at most MaxBodyBytes (413 PAYLOAD_TOO_LARGE beyond).

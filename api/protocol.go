@@ -30,31 +30,40 @@ import (
 // maxHeadSize bounds a request line and its headers together (16 KiB; see MaxHeaderBytes).
 const maxHeadSize = 16 << 10
 
-// boundedHead refuses a request whose line and headers are over maxHeadSize, as net/http does for
-// the first request of a connection (MaxHeaderBytes): on a kept-alive connection net/http has
-// buffered up to 4 KiB of the next request before it starts counting, so that request could
-// carry up to 20 KiB. It counts the request as net/http parsed it (whitespace around header values
-// aside), and closes the connection after the answer, as net/http does.
-//
-// It also refuses what net/http would serve of an Expect it does not serve (onlyContinue): one
-// middleware for both, as Echo builds each middleware's closure anew for every request.
-func boundedHead(next echo.HandlerFunc) echo.HandlerFunc {
+// framing is the middleware of what net/http lets through of a request's framing: a head over
+// maxHeadSize on a kept-alive connection (boundedHead), an Expect it would serve as 100-continue
+// alone (onlyContinue), a chunked body (closeAfterChunked). One middleware for the three, as Echo
+// builds the closure of each middleware anew for every request.
+func framing(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if headSize(c.Request()) > maxHeadSize {
-			c.Response().Header().Set(echo.HeaderConnection, "close")
-			return headersTooLarge()
+		if err := boundedHead(c); err != nil {
+			return err
 		}
 		if !onlyContinue(c.Request()) {
 			c.Response().Header().Set(echo.HeaderConnection, "close")
 			return expectationFailed417()
 		}
+		closeAfterChunked(c)
 		return next(c)
 	}
 }
 
+// boundedHead refuses a request whose line and headers are over maxHeadSize, as net/http does for
+// the first request of a connection (MaxHeaderBytes): on a kept-alive connection net/http has
+// buffered up to 4 KiB of the next request before it starts counting, so that request could
+// carry up to 20 KiB. It counts the request as net/http parsed it (whitespace around header values
+// aside), and closes the connection after the answer, as net/http does.
+func boundedHead(c echo.Context) error {
+	if headSize(c.Request()) > maxHeadSize {
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+		return headersTooLarge()
+	}
+	return nil
+}
+
 // onlyContinue reports whether the Expect headers of req name nothing besides 100-continue.
 // net/http reads the first header line only, and serves "100-continue, foo", or a second Expect
-// line, as if it were 100-continue alone: boundedHead refuses those, as net/http refuses an
+// line, as if it were 100-continue alone: framing refuses those, as net/http refuses an
 // Expect other than 100-continue (417 EXPECTATION_FAILED, sent before the body is asked for, the
 // connection closed after it).
 func onlyContinue(req *http.Request) bool {
@@ -75,12 +84,9 @@ func onlyContinue(req *http.Request) bool {
 // Content-Length would take what follows for another request (request smuggling). Browsers never
 // send chunked bodies over HTTP/1.1, so closing after every one costs the rare client that does a
 // new connection.
-func closeAfterChunked(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if len(c.Request().TransferEncoding) > 0 {
-			c.Response().Header().Set(echo.HeaderConnection, "close")
-		}
-		return next(c)
+func closeAfterChunked(c echo.Context) {
+	if len(c.Request().TransferEncoding) > 0 {
+		c.Response().Header().Set(echo.HeaderConnection, "close")
 	}
 }
 

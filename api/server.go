@@ -323,13 +323,27 @@ func chain(h echo.HandlerFunc, m ...echo.MiddlewareFunc) echo.HandlerFunc {
 // a route's last parameter the rest of the path, so /v1/sessions/s/tabs/t/x would reach the
 // handlers of /v1/sessions/{sid}/tabs/{tabId} with tabId "t/x" (a 400 for PUT, a 405 for GET).
 // Routes ending in * take the rest of the path on purpose.
-func wholeSegments(next echo.HandlerFunc) echo.HandlerFunc {
+func wholeSegments(c echo.Context) error {
+	route := c.Path()
+	if route != "" && !strings.HasSuffix(route, "*") &&
+		strings.Count(c.Request().URL.EscapedPath(), "/") != strings.Count(route, "/") {
+		c.SetPath("") // logged and counted as no route, as Echo's own 404s are
+		return echo.ErrNotFound
+	}
+	return nil
+}
+
+// routed is the middleware of what the route asks of the request's path and query, after CORS
+// (their 400 and 404 carry its headers, so that a page can read them): the query
+// (strictQuery), then the path's segments (wholeSegments). One middleware for both, as Echo
+// builds the closure of each middleware anew for every request.
+func routed(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		route := c.Path()
-		if route != "" && !strings.HasSuffix(route, "*") &&
-			strings.Count(c.Request().URL.EscapedPath(), "/") != strings.Count(route, "/") {
-			c.SetPath("") // logged and counted as no route, as Echo's own 404s are
-			return echo.ErrNotFound
+		if err := strictQuery(c); err != nil {
+			return err
+		}
+		if err := wholeSegments(c); err != nil {
+			return err
 		}
 		return next(c)
 	}
@@ -341,11 +355,11 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HidePort = true
 	e.Logger.SetOutput(io.Discard)
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, boundedHead, closeAfterChunked)
+	e.Use(s.observe, framing)
 	if s.cors != nil {
 		e.Use(s.cors.cors)
 	}
-	e.Use(strictQuery, wholeSegments)
+	e.Use(routed)
 
 	getAndHead(e, "/healthz", s.healthz)
 	getAndHead(e, "/readyz", s.readyz)
