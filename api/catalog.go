@@ -220,7 +220,9 @@ func readCatalogBody(c echo.Context) ([]byte, error) {
 	if err := jsonContentType(c); err != nil { // the type, charset and encoding of every body
 		return nil, err
 	}
-	return readAtMost(c, MaxCatalogBytes, &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"})
+	return readAtMost(c, MaxCatalogBytes, func() *Error {
+		return &Error{Code: CodePayloadTooLarge, Message: "a catalog is at most 1 MiB"}
+	})
 }
 
 // catalogInvalid is the 400 for a catalog that catalog.Parse refused, saying where.

@@ -130,15 +130,16 @@ func strictQuery(c echo.Context) error {
 
 // readBody reads the body of c, at most MaxBodyBytes (413 PAYLOAD_TOO_LARGE beyond).
 func readBody(c echo.Context) ([]byte, error) {
-	return readAtMost(c, MaxBodyBytes, tooLarge())
+	return readAtMost(c, MaxBodyBytes, tooLarge)
 }
 
-// readAtMost reads the body of c, at most limit bytes: tooBig beyond, 408 REQUEST_TIMEOUT when
-// the server's read timeout passed before it all arrived, 400 when it could not be read otherwise.
-func readAtMost(c echo.Context, limit int64, tooBig *Error) ([]byte, error) {
+// readAtMost reads the body of c, at most limit bytes: tooBig's error beyond (made only then, not
+// for every body), 408 REQUEST_TIMEOUT when the server's read timeout passed before it all arrived,
+// 400 when it could not be read otherwise.
+func readAtMost(c echo.Context, limit int64, tooBig func() *Error) ([]byte, error) {
 	req := c.Request()
 	if req.ContentLength > limit {
-		return nil, tooBig
+		return nil, tooBig()
 	}
 	if req.Body == nil {
 		return nil, nil
@@ -148,7 +149,7 @@ func readAtMost(c echo.Context, limit int64, tooBig *Error) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return nil, tooBig
+			return nil, tooBig()
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, &Error{Code: CodeRequestTimeout, Retryable: true,
 				Message: "the request body did not arrive within the server's read timeout"}
