@@ -53,12 +53,16 @@ class ToolScope {
       this._ownTracker = true;
     } else if (typeof r === "function") this._fixed = r;
     else this._fixed = typeof r === "string" ? r : "";
-    // The changes of generation a running call may still ask about (changeSince): {reason, answer
-    // (for "owner": the call's NOT_LEASE_OWNER)}, the first of them generation _base. The older ones,
-    // before the generation the oldest running call started in, are dropped (_compact), so that a
-    // page's life of navigations keeps none of them.
+    // The changes of generation a running call may still ask about (changeSince), as runs of
+    // changes alike: {reason, answer (for "owner": the call's NOT_LEASE_OWNER), n (how many)}, the
+    // first of them generation _base, _count in all. The older ones, before the generation the
+    // oldest running call started in, are dropped (_compact), so that a page's life of
+    // navigations keeps none of them; and changes alike in a row are one run, so that a call still
+    // running through many navigations (a tool without routes, which does not end with the page)
+    // keeps one run of route changes, not one entry each.
     this._changes = [];
     this._base = 0;
+    this._count = 0;
     this._held = new Map(); // generation → how many running calls started in it (hold)
     this.instances = new Map(); // key → instance
     this._life = new AbortController();
@@ -93,7 +97,7 @@ class ToolScope {
   }
 
   get generation() {
-    return this._base + this._changes.length;
+    return this._base + this._count;
   }
 
   /** The signal every call of this scope includes: it aborts on pagehide, stop() and close(). */
@@ -108,7 +112,10 @@ class ToolScope {
   }
 
   bump(reason, answer = null) {
-    this._changes.push({ reason, answer });
+    const last = this._changes.at(-1);
+    if (last && last.reason === reason && reason !== "owner") last.n++; // an owner change has its answer
+    else this._changes.push({ reason, answer, n: 1 });
+    this._count++;
     this._compact();
   }
 
@@ -130,9 +137,13 @@ class ToolScope {
   _compact() {
     let oldest = this.generation;
     for (const gen of this._held.keys()) if (gen < oldest) oldest = gen;
-    if (oldest > this._base) {
-      this._changes.splice(0, oldest - this._base);
-      this._base = oldest;
+    while (this._changes.length > 0 && this._base < oldest) {
+      const first = this._changes[0];
+      const drop = Math.min(first.n, oldest - this._base);
+      first.n -= drop;
+      this._base += drop;
+      this._count -= drop;
+      if (first.n === 0) this._changes.shift();
     }
   }
 
@@ -143,9 +154,11 @@ class ToolScope {
    *  whatever they were, that call's page is gone. */
   changeSince(gen, { mutation, routed }) {
     if (gen < this._base) return { reason: "route" };
-    for (let i = gen - this._base; i < this._changes.length; i++) {
-      const c = this._changes[i];
-      if ((c.reason === "owner" && !mutation) || (c.reason === "route" && !routed)) continue;
+    let g = this._base; // the generation the run below starts from
+    for (const c of this._changes) {
+      const after = g + c.n > gen; // the run has changes made at or after generation gen
+      g += c.n;
+      if (!after || (c.reason === "owner" && !mutation) || (c.reason === "route" && !routed)) continue;
       return c;
     }
     return null;
