@@ -227,20 +227,23 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 
 var (
 	errNoKey      = errors.New("no key for this token")
-	errWrongKeyFn = errors.New("the token's algorithm does not match its key")
 	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
 	errNoKid      = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
 )
 
-// unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS: the answer names
-// it, so that whoever set up the identity provider can compare it with the kids the server logged
-// at its start ("access tokens").
-type unknownKidError struct{ kid string }
+// unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS, or one of
+// another algorithm (keyAlg, where the token is signed with alg): the answer names the kid, so
+// that whoever set up the identity provider can compare it with the kids the server logged at its
+// start ("access tokens").
+type unknownKidError struct{ kid, keyAlg, alg string }
 
 func (e *unknownKidError) Error() string {
 	kid := e.kid
 	if len(kid) > 64 {
 		kid = kid[:64] + "..."
+	}
+	if e.keyAlg != "" {
+		return fmt.Sprintf("the token's kid %q names a key of %s, and the token is signed with %s", kid, e.keyAlg, e.alg)
 	}
 	return fmt.Sprintf("the token's kid %q names no key of TABLEASE_JWT_PUBLIC_KEYS", kid)
 }
@@ -278,7 +281,7 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 		return nil, &unknownKidError{kid: kid}
 	}
 	if k.alg != alg {
-		return nil, errWrongKeyFn
+		return nil, &unknownKidError{kid: kid, keyAlg: k.alg, alg: alg}
 	}
 	return k.key, nil
 }
@@ -435,8 +438,12 @@ func requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) principal(req *http.Request) (*Principal, error) {
 	// (The query of nearly every request is empty, and parsing one costs a map.)
 	if req.URL.RawQuery != "" {
-		if q := req.URL.Query(); q.Has("access_token") || q.Has("token") {
+		q := req.URL.Query()
+		if q.Has("access_token") || q.Has("token") {
 			return nil, unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
+		}
+		if q.Has("ticket") { // the event stream reads its ticket before it asks for a principal
+			return nil, unauthenticated("an event ticket opens GET …/events only; send the access token in an Authorization: Bearer header")
 		}
 	}
 	if len(req.Header.Values(echo.HeaderAuthorization)) > 1 {

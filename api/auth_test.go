@@ -134,6 +134,7 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		{name: "a token only in access_token of the query is refused", path: leasePath("doc-1") + "?access_token=" + valid, status: 401, msg: "URLs are refused"},
 		{name: "a token only in token of the query is refused", path: leasePath("doc-1") + "?token=" + valid, status: 401, msg: "URLs are refused"},
 		{name: "a token in the query is refused beside a valid header", header: "Bearer " + valid, path: leasePath("doc-1") + "?access_token=" + valid, status: 401, msg: "URLs are refused"},
+		{name: "an event ticket in the query of another route is refused beside a valid header", header: "Bearer " + valid, path: leasePath("doc-1") + "?ticket=x", status: 401, msg: "event ticket opens GET …/events only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,6 +262,7 @@ func TestAuthWithPublicKeys(t *testing.T) {
 			sign(t, jwt.SigningMethodRS256, rsaKey, "rsa-2", claims()):                  `the token's kid "rsa-2" names no key of TABLEASE_JWT_PUBLIC_KEYS`,
 			sign(t, jwt.SigningMethodRS256, rsaKey, strings.Repeat("k", 100), claims()): `the token's kid "` + strings.Repeat("k", 64) + `..." names no key of TABLEASE_JWT_PUBLIC_KEYS`,
 			sign(t, jwt.SigningMethodHS256, []byte(testSecret), "", claims()):           `the token is signed with "HS256", which this server does not accept (it accepts RS256, EdDSA, ES256)`,
+			sign(t, jwt.SigningMethodES256, ecKey, "ed-1", claims()):                    `the token's kid "ed-1" names a key of EdDSA, and the token is signed with ES256`,
 		} {
 			e := wantError(t, h.get(leasePath("doc-1"), token), http.StatusUnauthorized, CodeUnauthenticated)
 			if e.Error.Message != says {

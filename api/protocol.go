@@ -69,7 +69,8 @@ func boundedHead(c echo.Context) error {
 func onlyContinue(req *http.Request) bool {
 	for _, line := range req.Header.Values("Expect") {
 		for v := range strings.SplitSeq(line, ",") {
-			if !strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			// An empty value expects nothing, as net/http reads it.
+			if v = strings.TrimSpace(v); v != "" && !strings.EqualFold(v, "100-continue") {
 				return false
 			}
 		}

@@ -158,12 +158,14 @@ func TestMalformedRequestsAreAnsweredInJSON(t *testing.T) {
 			}
 		})
 	}
-	t.Run("an Expect of 100-continue is served", func(t *testing.T) {
-		resp, body := raw(t, base, "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: "+host+"\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n{}")
-		if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "UNAUTHENTICATED" {
-			t.Fatalf("status %d, body %+v; want the 401 of a request without a token", resp.StatusCode, body)
-		}
-	})
+	for _, expect := range []string{"Expect: 100-Continue\r\n", "Expect:\r\n", "Expect: 100-continue\r\nExpect: 100-continue\r\n"} {
+		t.Run(fmt.Sprintf("an Expect of %q is served", expect), func(t *testing.T) {
+			resp, body := raw(t, base, "POST /v1/sessions/doc-1/lease HTTP/1.1\r\nHost: "+host+"\r\n"+expect+"Content-Length: 2\r\n\r\n{}")
+			if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "UNAUTHENTICATED" {
+				t.Fatalf("status %d, body %+v; want the 401 of a request without a token", resp.StatusCode, body)
+			}
+		})
+	}
 	// A proxy in front that framed a request by its Content-Length would read the rest of the
 	// chunked body as a request of its own: net/http serves the request by its Transfer-Encoding,
 	// and the connection must close after it, whatever follows on it.
