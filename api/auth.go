@@ -226,9 +226,9 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 }
 
 var (
-	errNoKey      = errors.New("no key for this token")
-	errCrit       = errors.New("the token's crit header names extensions this server does not understand")
-	errNoKid      = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
+	errNoKey = errors.New("no key for this token")
+	errCrit  = errors.New("the token's crit header names extensions this server does not understand")
+	errNoKid = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
 )
 
 // unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS, or one of
