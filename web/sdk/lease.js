@@ -466,7 +466,7 @@ export class TabLease extends EventTarget {
       this._learn(body.held ? body.epoch : (body.epoch ?? 0) + 1);
       this._setView(body, sentAt);
       this._update("refresh");
-      if (this._listedNotHeld()) this._claimListed();
+      this._claimListed();
     }
     return this.lease;
   }
@@ -1711,8 +1711,7 @@ export class TabLease extends EventTarget {
 
   _afterLeaseNews(held, event) {
     this._update("event", event);
-    if (this._listedNotHeld()) this._claimListed();
-    else if (!held) this._maybeAutoAcquire();
+    if (!this._claimListed() && !held) this._maybeAutoAcquire();
     this._scheduleViewerRefresh();
   }
 
@@ -1726,22 +1725,22 @@ export class TabLease extends EventTarget {
       this._acquiring === 0 && !this._handoffWait;
   }
 
-  /** Settles a lease the server lists for this tab, which it does not hold (_listedNotHeld): the
-   *  tab acquires it when it wants control (policy auto: the page asked for it, or the tab takes
+  /** Settles a lease the server lists for this tab, which it does not hold (_listedNotHeld), and
+   *  answers whether there was one: the tab acquires it when it wants control (policy auto: the page asked for it, or the tab takes
    *  free leases by itself), which gives it that epoch back, and releases it otherwise (the page
    *  released, or handed over, since it asked), so that it does not wait out its TTL with no tab
    *  in control. Called on news that lists the tab (an event, a read), once per news: a failed
    *  acquire is tried again at the next news (the viewer's reads), not on a timer, since news
    *  that does not come (every read refused) may mean the lease expired unseen. */
   _claimListed() {
+    if (!this._listedNotHeld()) return false;
     if (this._policy === "auto") {
       this._acquireQuietly("try");
-      return;
+    } else if (this._givenBack !== this._view.epoch) {
+      this._givenBack = this._view.epoch;
+      this._call("POST", "/lease/release", { tabId: this.tabId, epoch: this._givenBack }).catch(() => {});
     }
-    const epoch = this._view.epoch;
-    if (this._givenBack === epoch) return;
-    this._givenBack = epoch;
-    this._call("POST", "/lease/release", { tabId: this.tabId, epoch }).catch(() => {});
+    return true;
   }
 
   // --- internals: page lifecycle ---------------------------------------------------------------
