@@ -1,12 +1,16 @@
 package api
 
 import (
+	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/tablease/tablease/internal/jsontext"
 	"github.com/tablease/tablease/internal/jwk"
+	"github.com/tablease/tablease/internal/jwks"
 	"github.com/tablease/tablease/internal/jwtparser"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/internal/verifiedtokens"
@@ -35,13 +40,21 @@ const (
 	defaultTokenTTL = time.Hour
 )
 
-// AuthConfig says how access tokens are verified. At least one of HS256Secret and PublicKeys is
-// required; Issuer and Audience are required, and tokens must carry both.
+// AuthConfig says how access tokens are verified. At least one of HS256Secret, PublicKeys and
+// JWKSURL is required; Issuer and Audience are required, and tokens must carry both.
 type AuthConfig struct {
 	// HS256Secret verifies HS256 tokens; at least 32 bytes when set. Empty: HS256 is refused.
 	HS256Secret []byte
 	// PublicKeys verify RS256, ES256 and EdDSA tokens, chosen by the token's kid.
 	PublicKeys []PublicKey
+	// JWKSURL is the identity provider's JWK Set, whose RS256, ES256 and EdDSA keys verify the
+	// tokens whose kid PublicKeys lacks: an https URL, or http to a loopback address
+	// (jwks.CheckSecureURL). The set is fetched when a token names a kid it lacks (at most once
+	// every JWKSMinRefresh) and behind the requests once it is JWKSMaxAge old; a token whose key
+	// cannot be had yet is answered 503 AUTH_UNAVAILABLE. Call Server.FetchAccessKeys at start.
+	JWKSURL string
+	// JWKSClient makes the fetches; default a client with a 5s timeout.
+	JWKSClient *http.Client
 	// Issuer is the required iss claim.
 	Issuer string
 	// Audience must be one of the token's aud values.
@@ -159,19 +172,39 @@ func (s *sidClaim) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// authenticator verifies access tokens. It is immutable after newAuthenticator.
+// The rhythm of fetches of AuthConfig.JWKSURL (package jwks).
+const (
+	JWKSMinRefresh = 10 * time.Second // the least time between two fetches
+	JWKSMaxAge     = 5 * time.Minute  // a set this old is fetched again behind the requests
+)
+
+// authenticator verifies access tokens. It is immutable after newAuthenticator (jwks keeps its
+// set up to date by itself).
 type authenticator struct {
 	secret  []byte
-	keys    map[string]verifyKey // by kid
-	issuers []string             // the iss values accepted
-	methods []string             // the alg values accepted
+	keys    map[string]verifyKey     // by kid
+	jwks    *jwks.Client[jwk.SetKey] // nil without AuthConfig.JWKSURL
+	issuers []string                 // the iss values accepted
+	methods []string                 // the alg values accepted
 	leeway  time.Duration
 	now     func() time.Time // the parser's clock too
 	parser  *jwt.Parser
 	// verified remembers the principal of each token verified recently (package verifiedtokens):
-	// nothing in a principal can change before the token expires, since the keys and accepted
-	// issuers are fixed at start.
-	verified verifiedtokens.Cache[*Principal]
+	// nothing in a principal can change before the token expires, since the accepted issuers are
+	// fixed at start, and so are the keys but those of jwks, whose tokens are answered from it
+	// only while their key is still the one the set names by their kid.
+	verified verifiedtokens.Cache[verifiedAccess]
+
+	log      *slog.Logger
+	logMu    sync.Mutex // guards lastKids
+	lastKids []string   // of the set last fetched, as logged
+}
+
+// verifiedAccess is what authenticator.verified remembers of a token: its principal, and the key
+// of the set fetched from AuthConfig.JWKSURL that verified it (none for the other keys).
+type verifiedAccess struct {
+	p      *Principal
+	jwkKey *jwk.SetKey
 }
 
 type verifyKey struct {
@@ -182,9 +215,9 @@ type verifyKey struct {
 // newAuthenticator checks cfg and makes its authenticator. In dev mode tokens of DevIssuer (from
 // /dev/token) are accepted besides those of cfg.Issuer; outside it, cfg.Issuer must not be
 // DevIssuer.
-func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
-	if len(cfg.HS256Secret) == 0 && len(cfg.PublicKeys) == 0 {
-		return nil, errors.New("api: Auth.HS256Secret or Auth.PublicKeys is required")
+func newAuthenticator(cfg AuthConfig, dev bool, log *slog.Logger) (*authenticator, error) {
+	if len(cfg.HS256Secret) == 0 && len(cfg.PublicKeys) == 0 && cfg.JWKSURL == "" {
+		return nil, errors.New("api: Auth.HS256Secret, Auth.PublicKeys or Auth.JWKSURL is required")
 	}
 	if n := len(cfg.HS256Secret); n > 0 && n < MinHS256SecretLen {
 		return nil, fmt.Errorf("api: Auth.HS256Secret must be at least %d bytes (it has %d)", MinHS256SecretLen, n)
@@ -201,7 +234,10 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 	if cfg.Leeway < 0 || cfg.Leeway > MaxLeeway {
 		return nil, fmt.Errorf("api: Auth.Leeway must be between 0 and %s", MaxLeeway)
 	}
-	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}, leeway: cfg.Leeway, now: time.Now}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}, leeway: cfg.Leeway, now: time.Now, log: log}
 	if dev && cfg.Issuer != DevIssuer {
 		a.issuers = append(a.issuers, DevIssuer)
 	}
@@ -226,6 +262,30 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 			methods = append(methods, alg)
 		}
 	}
+	if cfg.JWKSURL != "" {
+		if err := jwks.CheckSecureURL(cfg.JWKSURL); err != nil {
+			return nil, fmt.Errorf("api: Auth.JWKSURL: %w", err)
+		}
+		var err error
+		if a.jwks, err = jwks.New(jwks.Options[jwk.SetKey]{
+			URL:                cfg.JWKSURL,
+			Parse:              parseAccessJWKS,
+			KID:                func(k jwk.SetKey) string { return k.KID },
+			Name:               "fetch the access-token JWKS",
+			HTTPClient:         cfg.JWKSClient,
+			MinRefreshInterval: JWKSMinRefresh,
+			MaxAge:             JWKSMaxAge,
+			OnFetch:            func(keys []jwk.SetKey, err error) { a.fetched(keys, err) },
+			Now:                func() time.Time { return a.now() },
+		}); err != nil {
+			return nil, fmt.Errorf("api: Auth.JWKSURL: %w", err)
+		}
+		for _, alg := range []string{jwk.RS256, jwk.ES256, jwk.EdDSA} {
+			if !slices.Contains(methods, alg) {
+				methods = append(methods, alg)
+			}
+		}
+	}
 	a.methods = methods
 	a.parser = jwtparser.New(
 		jwt.WithValidMethods(methods),
@@ -238,17 +298,49 @@ func newAuthenticator(cfg AuthConfig, dev bool) (*authenticator, error) {
 	return a, nil
 }
 
+// parseAccessJWKS reads the identity provider's set: its RS256, ES256 and EdDSA keys.
+func parseAccessJWKS(data []byte) ([]jwk.SetKey, error) {
+	return jwk.ParseSet(data, func(string) bool { return true })
+}
+
+// fetched logs a fetch of the access-token JWKS: a failure at warn (fetches are at most one every
+// JWKSMinRefresh), a set at info when its kids differ from the last set's.
+func (a *authenticator) fetched(keys []jwk.SetKey, err error) {
+	if err != nil {
+		a.log.Warn("access-token keys not fetched: tokens signed with a key not fetched yet are answered 503 AUTH_UNAVAILABLE", "url", a.jwks.URL(), "err", err)
+		return
+	}
+	kids := make([]string, len(keys))
+	for i, k := range keys {
+		kids[i] = k.KID + " " + k.Alg
+	}
+	a.logMu.Lock()
+	changed := !slices.Equal(kids, a.lastKids)
+	a.lastKids = kids
+	a.logMu.Unlock()
+	if changed {
+		a.log.Info("access-token keys fetched", "url", a.jwks.URL(), "keys", kids)
+	}
+}
+
 var (
 	errNoKey = errors.New("no key for this token")
 	errCrit  = errors.New("the token's crit header names extensions this server does not understand")
-	errNoKid = errors.New("the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS must name that key in its kid header")
 )
 
-// unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS, or one of
-// another algorithm (keyAlg, where the token is signed with alg): the answer names the kid, so
-// that whoever set up the identity provider can compare it with the kids the server logged at its
-// start ("access tokens").
-type unknownKidError struct{ kid, keyAlg, alg string }
+// noKidError is a token signed with a public key that names none by its kid: told apart from an
+// unknown kid, since a key is chosen by kid alone, never by trying each.
+type noKidError struct{ sources string }
+
+func (e *noKidError) Error() string {
+	return "the token has no kid: a token signed with a key of " + e.sources + " must name that key in its kid header"
+}
+
+// unknownKidError is a token whose kid names no key of TABLEASE_JWT_PUBLIC_KEYS or of the JWKS of
+// TABLEASE_JWT_JWKS_URL, or one of another algorithm (keyAlg, where the token is signed with alg):
+// the answer names the kid, so that whoever set up the identity provider can compare it with the
+// kids the server logged ("access tokens", "access-token keys fetched").
+type unknownKidError struct{ kid, keyAlg, alg, sources string }
 
 func (e *unknownKidError) Error() string {
 	kid := e.kid
@@ -258,8 +350,15 @@ func (e *unknownKidError) Error() string {
 	if e.keyAlg != "" {
 		return fmt.Sprintf("the token's kid %q names a key of %s, and the token is signed with %s", kid, e.keyAlg, e.alg)
 	}
-	return fmt.Sprintf("the token's kid %q names no key of TABLEASE_JWT_PUBLIC_KEYS", kid)
+	return fmt.Sprintf("the token's kid %q names no key of %s", kid, e.sources)
 }
+
+// keysUnavailableError is a token whose kid the JWKS of TABLEASE_JWT_JWKS_URL cannot answer for
+// now (jwks.UnavailableError): the answer is 503 AUTH_UNAVAILABLE, never a 401, which would send
+// the client to its identity provider for a new token in a loop.
+type keysUnavailableError struct{ err *jwks.UnavailableError }
+
+func (e *keysUnavailableError) Error() string { return e.err.Error() }
 
 // headerError is a header jsontext.Header refused: a parameter given twice or named in another
 // case, or text that is not UTF-8.
@@ -269,8 +368,9 @@ func (e *headerError) Error() string { return "the token's header is ambiguous: 
 func (e *headerError) Unwrap() error { return e.err }
 
 // keyFor chooses the verification key: the secret for HS256 and only for HS256; for the others
-// the public key named by kid, and only when that key is meant for the token's algorithm.
-func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
+// the public key named by kid (of AuthConfig.PublicKeys, else of the JWKS), and only when that key
+// is meant for the token's algorithm. A key of the JWKS is put in *fromSet.
+func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.SetKey) (any, error) {
 	if err := jsontext.Header(t.Raw); err != nil {
 		return nil, &headerError{err}
 	}
@@ -285,13 +385,23 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 		return a.secret, nil
 	}
 	kidValue, named := t.Header["kid"]
-	if !named && len(a.keys) > 0 {
-		return nil, errNoKid // told apart from an unknown kid: a key is chosen by kid alone, never by trying each
+	if !named && (len(a.keys) > 0 || a.jwks != nil) {
+		return nil, &noKidError{a.keySources()}
 	}
 	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
+	if !ok && a.jwks != nil {
+		sk, err := a.jwks.Lookup(ctx, kid)
+		var unavailable *jwks.UnavailableError
+		if errors.As(err, &unavailable) {
+			return nil, &keysUnavailableError{unavailable}
+		}
+		if err == nil {
+			k, ok, *fromSet = verifyKey{alg: sk.Alg, key: sk.Key}, true, &sk
+		}
+	}
 	if !ok {
-		return nil, &unknownKidError{kid: kid}
+		return nil, &unknownKidError{kid: kid, sources: a.keySources()}
 	}
 	if k.alg != alg {
 		return nil, &unknownKidError{kid: kid, keyAlg: k.alg, alg: alg}
@@ -299,15 +409,40 @@ func (a *authenticator) keyFor(t *jwt.Token) (any, error) {
 	return k.key, nil
 }
 
+// keySources names where the public keys of access tokens come from, for unknownKidError.
+func (a *authenticator) keySources() string {
+	switch {
+	case a.jwks == nil:
+		return "TABLEASE_JWT_PUBLIC_KEYS"
+	case len(a.keys) == 0:
+		return "the JWKS of TABLEASE_JWT_JWKS_URL"
+	}
+	return "TABLEASE_JWT_PUBLIC_KEYS or the JWKS of TABLEASE_JWT_JWKS_URL"
+}
+
 // verify checks a token and returns its principal, or an UNAUTHENTICATED error that says why
-// without echoing the token. A token verified before and not expired is answered from
-// a.verified. The principal is shared: callers must not change it.
-func (a *authenticator) verify(token string) (*Principal, error) {
-	if p, ok := a.verified.Get(token, a.now()); ok {
-		return p, nil
+// without echoing the token (AUTH_UNAVAILABLE when its key cannot be had now). A token verified
+// before and not expired is answered from a.verified, one verified with a key of the JWKS while the
+// set still names that key by its kid. The principal is shared: callers must not change it.
+func (a *authenticator) verify(ctx context.Context, token string) (*Principal, error) {
+	if v, ok := a.verified.Get(token, a.now()); ok {
+		if v.jwkKey == nil {
+			return v.p, nil
+		}
+		if k, err := a.jwks.Lookup(ctx, v.jwkKey.KID); err == nil && sameKey(k, *v.jwkKey) {
+			return v.p, nil
+		}
+		a.verified.Forget(token) // the set no longer names the key: verified again, and refused
 	}
 	claims := accessClaims{issuers: a.issuers}
-	if tok, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+	var fromSet *jwk.SetKey
+	keyFor := func(t *jwt.Token) (any, error) { return a.keyFor(ctx, t, &fromSet) }
+	if tok, err := a.parser.ParseWithClaims(token, &claims, keyFor); err != nil {
+		var unavailable *keysUnavailableError
+		if errors.As(err, &unavailable) {
+			return nil, &Error{Code: CodeAuthUnavailable, Retryable: true, RetryAfter: unavailable.err.RetryAfter(), Err: err,
+				Message: "the access token's key cannot be had now from TABLEASE_JWT_JWKS_URL; retry later (" + unavailable.Error() + ")"}
+		}
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !slices.Contains(a.methods, tok.Method.Alg()) {
 			// jwt refuses an algorithm it was not given before looking for a key.
 			return nil, unauthenticated(fmt.Sprintf("the token is signed with %.16q, which this server does not accept (it accepts %s)",
@@ -331,21 +466,28 @@ func (a *authenticator) verify(token string) (*Principal, error) {
 		p.Scopes[s] = true
 	}
 	from, until := verifiedtokens.Window(claims.RegisteredClaims, a.leeway) // exp is required: the parser checked it
-	a.verified.Put(token, p, from, until)
+	a.verified.Put(token, verifiedAccess{p: p, jwkKey: fromSet}, from, until)
 	return p, nil
+}
+
+// sameKey reports whether a and b are the same key under the same kid and algorithm.
+func sameKey(a, b jwk.SetKey) bool {
+	k, ok := a.Key.(interface{ Equal(crypto.PublicKey) bool })
+	return a.KID == b.KID && a.Alg == b.Alg && ok && k.Equal(b.Key)
 }
 
 func tokenProblem(err error) string {
 	var ke *jsontext.KeyError
 	var he *headerError
 	var kid *unknownKidError
+	var noKid *noKidError
 	switch {
 	case errors.As(err, &kid):
 		return kid.Error()
 	case errors.Is(err, errCrit):
 		return errCrit.Error()
-	case errors.Is(err, errNoKid):
-		return errNoKid.Error()
+	case errors.As(err, &noKid):
+		return noKid.Error()
 	case errors.As(err, &he):
 		return he.Error()
 	case errors.As(err, &ke):
@@ -464,7 +606,18 @@ func (s *Server) principal(req *http.Request) (*Principal, error) {
 	if !ok {
 		return nil, unauthenticated(`the Authorization header must be "Bearer <access token>"`)
 	}
-	return s.auth.verify(token)
+	return s.auth.verify(req.Context(), token)
+}
+
+// FetchAccessKeys fetches the JWKS of AuthConfig.JWKSURL now (nothing without one), within the
+// fetch's timeout: at start, so that the first tokens do not wait for it and the log says at once
+// whether the keys can be had. A failure is logged; the keys are fetched again when a token needs
+// them.
+func (s *Server) FetchAccessKeys(ctx context.Context) error {
+	if s.auth.jwks == nil {
+		return nil
+	}
+	return s.auth.jwks.Refresh(ctx)
 }
 
 // RequireScope refuses, with 403 FORBIDDEN, a request whose token lacks scope. It runs after

@@ -46,7 +46,10 @@ const (
 	CodeExpectationFailed = "EXPECTATION_FAILED"
 	CodeRateLimited       = "RATE_LIMITED"
 	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
-	CodeInternal          = "INTERNAL"
+	// CodeAuthUnavailable (503): the key of the access token cannot be had now from
+	// TABLEASE_JWT_JWKS_URL (not fetched yet, or the set may not be fetched again yet).
+	CodeAuthUnavailable = "AUTH_UNAVAILABLE"
+	CodeInternal        = "INTERNAL"
 )
 
 // Codes maps every error code to its HTTP status. Read it; never modify it.
@@ -71,6 +74,7 @@ var Codes = map[string]int{
 	CodeExpectationFailed:    http.StatusExpectationFailed,
 	CodeRateLimited:          http.StatusTooManyRequests,
 	CodeStoreUnavailable:     http.StatusServiceUnavailable,
+	CodeAuthUnavailable:      http.StatusServiceUnavailable,
 	CodeInternal:             http.StatusInternalServerError,
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -126,16 +127,16 @@ func BenchmarkVerifyAccessToken(b *testing.B) {
 	for _, again := range []bool{false, true} {
 		name := map[bool]string{false: "first", true: "again"}[again]
 		b.Run(name, func(b *testing.B) {
-			a, err := newAuthenticator(cfg, false)
+			a, err := newAuthenticator(cfg, false, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
 				if !again {
-					a.verified = verifiedtokens.Cache[*Principal]{}
+					a.verified = verifiedtokens.Cache[verifiedAccess]{}
 				}
-				if _, err := a.verify(token); err != nil {
+				if _, err := a.verify(context.Background(), token); err != nil {
 					b.Fatal(err)
 				}
 			}

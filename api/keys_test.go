@@ -33,7 +33,7 @@ func TestParsePublicKeysPEM(t *testing.T) {
 	if edThumb, _ := jwk.Thumbprint(edPub); len(keys) != 3 || keys[1].KID != edThumb {
 		t.Fatalf("keys = %+v", keys)
 	}
-	if _, err := newAuthenticator(AuthConfig{PublicKeys: keys, Issuer: "i", Audience: "a"}, false); err != nil {
+	if _, err := newAuthenticator(AuthConfig{PublicKeys: keys, Issuer: "i", Audience: "a"}, false, nil); err != nil {
 		t.Fatalf("the keys are refused by the authenticator: %v", err)
 	}
 

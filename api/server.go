@@ -153,10 +153,6 @@ func New(opts Options) (*Server, error) {
 	if _, err := opts.Limits.OrDefault(); err != nil {
 		return nil, fmt.Errorf("api: Options.Limits: %w", err)
 	}
-	auth, err := newAuthenticator(opts.Auth, opts.Dev)
-	if err != nil {
-		return nil, err
-	}
 	if math.IsNaN(opts.RateLimit) || math.IsInf(opts.RateLimit, 0) || opts.RateLimit < 0 {
 		return nil, errors.New("api: Options.RateLimit must be a finite number >= 0")
 	}
@@ -169,6 +165,10 @@ func New(opts Options) (*Server, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	auth, err := newAuthenticator(opts.Auth, opts.Dev, logger)
+	if err != nil {
+		return nil, err
 	}
 	reg := opts.Registry
 	if reg == nil {

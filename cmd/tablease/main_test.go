@@ -6,12 +6,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -477,5 +479,50 @@ func TestServeLogsTheAccessTokenKeys(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Fatalf("the start's access tokens line lacks %s: %q\n%s", want, line, logs.String())
 		}
+	}
+}
+
+// TestServeTakesAccessTokensOfAJWKSURL: with TABLEASE_JWT_JWKS_URL alone (no secret, no PEM
+// file), the start fetches the identity provider's set and logs its keys, and a token it signed
+// works end to end.
+func TestServeTakesAccessTokensOfAJWKSURL(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"keys":[{"kty":"OKP","crv":"Ed25519","x":%q,"kid":"idp-ed","use":"sig","alg":"EdDSA"}]}`,
+			base64.RawURLEncoding.EncodeToString(pub))
+	}))
+	t.Cleanup(idp.Close)
+	base, logs := startServer(t, map[string]string{
+		"TABLEASE_JWT_JWKS_URL":      idp.URL + "/.well-known/jwks.json",
+		"TABLEASE_JWT_ISSUER":        "jwks-idp",
+		"TABLEASE_JWT_AUDIENCE":      "tablease",
+		"TABLEASE_LEASE_SIGNING_KEY": keyFile(t),
+	})
+	if line := lineWith(logs.String(), `"msg":"access-token keys fetched"`); !strings.Contains(line, `"keys":["idp-ed EdDSA"]`) {
+		t.Fatalf("the start does not log the fetched keys: %q\n%s", line, logs.String())
+	}
+	if line := lineWith(logs.String(), `"msg":"access tokens"`); !strings.Contains(line, `"jwks":"`+idp.URL) || !strings.Contains(line, `"hs256":false`) {
+		t.Fatalf("the start's access tokens line: %q", line)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"iss": "jwks-idp", "aud": "tablease", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	tok.Header["kid"] = "idp-ed"
+	signed, err := tok.SignedString(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/sessions/doc-1/lease", strings.NewReader(`{"tabId":"tab-1"}`))
+	req.Header.Set("Authorization", "Bearer "+signed)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"epoch":1`) {
+		t.Fatalf("acquire with the identity provider's token: %d %s", resp.StatusCode, body)
 	}
 }

@@ -94,7 +94,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	}
 
 	// The key files first: a bad one is a configuration error, reported before anything starts.
-	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
+	auth := api.AuthConfig{HS256Secret: cfg.HS256Secret, JWKSURL: cfg.JWKSURL, Issuer: cfg.Issuer, Audience: cfg.Audience, Leeway: cfg.Leeway}
 	accessKeys := make([]string, 0, len(cfg.PublicKeys)) // "<kid> <alg>", for whoever sets up the identity provider
 	for _, k := range cfg.PublicKeys {
 		auth.PublicKeys = append(auth.PublicKeys, api.PublicKey(k))
@@ -102,7 +102,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 			accessKeys = append(accessKeys, k.KID+" "+alg)
 		}
 	}
-	log.Info("access tokens", "issuer", cfg.Issuer, "audience", cfg.Audience, "hs256", len(cfg.HS256Secret) > 0, "keys", accessKeys)
+	log.Info("access tokens", "issuer", cfg.Issuer, "audience", cfg.Audience, "hs256", len(cfg.HS256Secret) > 0, "keys", accessKeys, "jwks", cfg.JWKSURL)
 	leaseKeys, err := leaseKeySet(cfg, log)
 	if err != nil {
 		return err
@@ -168,6 +168,10 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 		onStore.Go(func() { seedCatalogLater(seedCtx, srv, cfg, log) })
 	}
 	cancelStart()
+	// The identity provider's keys, before the first request needs them: the fetch logs what it
+	// found ("access-token keys fetched") or why it failed, and a failure does not stop the start
+	// (the keys are fetched again when a token needs them).
+	_ = srv.FetchAccessKeys(ctx)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -1,8 +1,9 @@
 // Package jwk is the one place tablease handles public-key formats: it reads public and private
 // keys from PEM, names a public key by its RFC 7638 JWK thumbprint, and writes JSON Web Keys
-// (RFC 7517, RFC 8037) and JWK Sets. Public keys are Ed25519, ECDSA on P-256 or RSA of at least
-// MinRSABits; private keys and JWKs are Ed25519 or ECDSA on P-256. The callers decide which of
-// these they accept and add their own prefix to the errors.
+// (RFC 7517, RFC 8037) and JWK Sets, and reads them (ParseSet). Public keys are Ed25519, ECDSA on
+// P-256 or RSA of MinRSABits to MaxRSABits; private keys are Ed25519 or ECDSA on P-256, and so are
+// the JWKs it writes. The callers decide which of these they accept and add their own prefix to
+// the errors.
 package jwk
 
 import (
@@ -27,8 +28,12 @@ const (
 	EdDSA = "EdDSA" // Ed25519
 )
 
-// MinRSABits is the smallest RSA modulus accepted for RS256.
-const MinRSABits = 2048
+// MinRSABits and MaxRSABits bound the RSA moduli accepted for RS256 (a larger one only makes
+// every verification slower).
+const (
+	MinRSABits = 2048
+	MaxRSABits = 8192
+)
 
 // ErrUnsupported is returned by JWK.Decode for a key of a type, curve or algorithm it does not
 // read; RFC 7517 §5 asks that such keys be skipped.
@@ -44,8 +49,8 @@ func Alg(key crypto.PublicKey) (string, crypto.PublicKey, error) {
 		if k == nil || k.N == nil {
 			return "", nil, errors.New("empty RSA key")
 		}
-		if k.N.BitLen() < MinRSABits {
-			return "", nil, fmt.Errorf("RSA key of %d bits; at least %d are required", k.N.BitLen(), MinRSABits)
+		if k.N.BitLen() < MinRSABits || k.N.BitLen() > MaxRSABits {
+			return "", nil, fmt.Errorf("RSA key of %d bits; %d to %d are accepted", k.N.BitLen(), MinRSABits, MaxRSABits)
 		}
 		return RS256, k, nil
 	case *ecdsa.PublicKey:
@@ -104,13 +109,15 @@ func ecXY(k *ecdsa.PublicKey) (x, y string, err error) {
 	return b64(raw[1:33]), b64(raw[33:65]), nil
 }
 
-// JWK is the JSON Web Key of an Ed25519 (OKP) or P-256 (EC) public key, in the member order
-// tablease writes. It has no member for a private part.
+// JWK is the JSON Web Key of an Ed25519 (OKP), P-256 (EC) or RSA public key, in the member order
+// tablease writes (it writes only the first two). It has no member for a private part.
 type JWK struct {
 	Kty string `json:"kty"`
-	Crv string `json:"crv"`
-	X   string `json:"x"`
+	Crv string `json:"crv,omitempty"`
+	X   string `json:"x,omitempty"`
 	Y   string `json:"y,omitempty"`
+	N   string `json:"n,omitempty"` // RSA modulus
+	E   string `json:"e,omitempty"` // RSA public exponent
 	Kid string `json:"kid"`
 	Alg string `json:"alg"`
 	Use string `json:"use"`
@@ -135,10 +142,11 @@ func New(key crypto.PublicKey, kid, alg string) (JWK, error) {
 	return j, nil
 }
 
-// Decode returns the public key of an OKP Ed25519 JWK (algorithm EdDSA) or an EC P-256 JWK
-// (ES256), with its algorithm. A JWK of another type or curve, or whose "alg" (when present) does
-// not fit its key, fails with ErrUnsupported; one with malformed coordinates with an error that
-// names the member. It reads neither "kid" nor "use".
+// Decode returns the public key of an OKP Ed25519 JWK (algorithm EdDSA), an EC P-256 JWK (ES256)
+// or an RSA JWK (RS256) of MinRSABits to MaxRSABits, with its algorithm. A JWK of another type or
+// curve, or whose "alg" (when present) does not fit its key, fails with ErrUnsupported, and so does
+// an RSA key of another size; one with malformed members with an error that names the member. It
+// reads neither "kid" nor "use".
 func (j JWK) Decode() (crypto.PublicKey, string, error) {
 	switch {
 	case j.Kty == "OKP" && j.Crv == "Ed25519" && (j.Alg == "" || j.Alg == EdDSA):
@@ -161,8 +169,76 @@ func (j JWK) Decode() (crypto.PublicKey, string, error) {
 			return nil, "", err
 		}
 		return p, ES256, nil
+	case j.Kty == "RSA" && (j.Alg == "" || j.Alg == RS256):
+		return decodeRSA(j.N, j.E)
 	}
 	return nil, "", ErrUnsupported
+}
+
+// decodeRSA reads an RSA key's modulus and exponent (RFC 7518 §6.3.1: unsigned big-endian
+// integers in base64url). The exponent must be odd, above 1 and below 2^31, as crypto/rsa wants.
+func decodeRSA(n, e string) (crypto.PublicKey, string, error) {
+	nb, err := base64.RawURLEncoding.Strict().DecodeString(n)
+	if err != nil || len(nb) == 0 {
+		return nil, "", errors.New("n: not base64url without padding")
+	}
+	eb, err := base64.RawURLEncoding.Strict().DecodeString(e)
+	if err != nil || len(eb) == 0 {
+		return nil, "", errors.New("e: not base64url without padding")
+	}
+	ev := new(big.Int).SetBytes(eb)
+	if !ev.IsInt64() || ev.Int64() < 3 || ev.Int64() >= 1<<31 || ev.Bit(0) == 0 {
+		return nil, "", errors.New("e: must be odd, above 1 and below 2^31")
+	}
+	key := &rsa.PublicKey{N: new(big.Int).SetBytes(nb), E: int(ev.Int64())}
+	if bits := key.N.BitLen(); bits < MinRSABits || bits > MaxRSABits {
+		return nil, "", fmt.Errorf("%w: RSA key of %d bits", ErrUnsupported, bits)
+	}
+	return key, RS256, nil
+}
+
+// SetKey is a key of a JWK Set, with its kid and algorithm.
+type SetKey struct {
+	KID string
+	Alg string
+	Key crypto.PublicKey
+}
+
+// ParseSet reads a JWK Set and keeps the keys a verifier can use: those Decode reads, with a kid,
+// whose "use" (if present) is "sig", and whose algorithm accept takes. It skips the others, as
+// RFC 7517 §5 asks; private members are ignored; a kid the set names twice keeps its first key. It
+// fails when data is not a JWK Set or a key it would keep is malformed.
+func ParseSet(data []byte, accept func(alg string) bool) ([]SetKey, error) {
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("JWKS is not valid JSON: %w", err)
+	}
+	if set.Keys == nil {
+		return nil, errors.New(`JWKS has no "keys" array`)
+	}
+	var out []SetKey
+	seen := map[string]bool{}
+	for i, raw := range set.Keys {
+		var j JWK
+		if err := json.Unmarshal(raw, &j); err != nil {
+			continue // a member of another type: not a key we use
+		}
+		if j.Kid == "" || (j.Use != "" && j.Use != "sig") || seen[j.Kid] {
+			continue
+		}
+		key, alg, err := j.Decode()
+		if errors.Is(err, ErrUnsupported) || (err == nil && !accept(alg)) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("JWKS keys[%d] %q: %w", i, j.Kid, err)
+		}
+		seen[j.Kid] = true
+		out = append(out, SetKey{KID: j.Kid, Alg: alg, Key: key})
+	}
+	return out, nil
 }
 
 func decodeB64(s string, size int) ([]byte, error) {

@@ -142,7 +142,14 @@ func TestDecodeRefuses(t *testing.T) {
 		jwk  JWK
 		want string // empty for ErrUnsupported
 	}{
-		{"an RSA key is unsupported", JWK{Kty: "RSA"}, ""},
+		{"an RSA key for PS256 is unsupported", JWK{Kty: "RSA", N: rsaN(2048), E: "AQAB", Alg: "PS256"}, ""},
+		{"an RSA key of 1024 bits is unsupported", JWK{Kty: "RSA", N: rsaN(1024), E: "AQAB"}, ""},
+		{"an RSA key of 8200 bits is unsupported", JWK{Kty: "RSA", N: rsaN(8200), E: "AQAB"}, ""},
+		{"an RSA key without n", JWK{Kty: "RSA", E: "AQAB"}, "n: not base64url without padding"},
+		{"an RSA key with a padded e", JWK{Kty: "RSA", N: rsaN(2048), E: "AQAB="}, "e: not base64url without padding"},
+		{"an RSA key with an even e", JWK{Kty: "RSA", N: rsaN(2048), E: "AQAA"}, "e: must be odd"},
+		{"an RSA key with e = 1", JWK{Kty: "RSA", N: rsaN(2048), E: "AQ"}, "e: must be odd"},
+		{"an RSA key with e of 2^31+1", JWK{Kty: "RSA", N: rsaN(2048), E: "gAAAAQ"}, "e: must be odd"},
 		{"an Ed25519 key for ES256 is unsupported", JWK{Kty: "OKP", Crv: "Ed25519", X: zeros, Alg: ES256}, ""},
 		{"a P-384 key is unsupported", JWK{Kty: "EC", Crv: "P-384", X: zeros, Y: zeros}, ""},
 		{"a short x", JWK{Kty: "OKP", Crv: "Ed25519", X: "AAAA"}, "x: must be 32 bytes, not 3"},
@@ -156,6 +163,68 @@ func TestDecodeRefuses(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// rsaN is the base64url modulus of bits bits (its top bit set), for keys that are decoded only.
+func rsaN(bits int) string {
+	n := new(big.Int).Lsh(big.NewInt(1), uint(bits-1))
+	return base64.RawURLEncoding.EncodeToString(n.Bytes())
+}
+
+func TestDecodeRSA(t *testing.T) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := JWK{Kty: "RSA", N: b64(k.N.Bytes()), E: "AQAB", Alg: RS256}
+	key, alg, err := j.Decode()
+	if err != nil || alg != RS256 || !k.PublicKey.Equal(key) {
+		t.Fatalf("Decode = %v, %q, %v", key, alg, err)
+	}
+	j.Alg = ""
+	if _, alg, err := j.Decode(); err != nil || alg != RS256 {
+		t.Fatalf("Decode without alg = %q, %v", alg, err)
+	}
+}
+
+func TestParseSet(t *testing.T) {
+	ed, _, _ := ed25519.GenerateKey(rand.Reader)
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edJWK := `{"kty":"OKP","crv":"Ed25519","x":"` + b64(ed) + `"`
+	rsaJWK := `{"kty":"RSA","n":"` + b64(rk.N.Bytes()) + `","e":"AQAB"`
+	doc := `{"keys":[` +
+		edJWK + `,"kid":"ed","use":"sig"},` +
+		rsaJWK + `,"kid":"rsa","alg":"RS256","x5c":["MII..."]},` +
+		rsaJWK + `,"kid":"enc","use":"enc"},` + // an encryption key: skipped
+		`{"kty":"oct","k":"c2VjcmV0","kid":"hmac"},` + // a secret: skipped
+		rsaJWK + `,"kid":"ps","alg":"PS256"},` + // another algorithm: skipped
+		`{"kty":"RSA","n":"` + rsaN(1024) + `","e":"AQAB","kid":"weak"},` + // too small: skipped
+		edJWK + `},` + // no kid: skipped
+		rsaJWK + `,"kid":"ed"},` + // a kid seen: the first key stays
+		`"not a key"]}`
+	keys, err := ParseSet([]byte(doc), func(string) bool { return true })
+	if err != nil || len(keys) != 2 || keys[0].KID != "ed" || keys[0].Alg != EdDSA || keys[1].KID != "rsa" || keys[1].Alg != RS256 ||
+		!rk.PublicKey.Equal(keys[1].Key) {
+		t.Fatalf("ParseSet = %+v, %v", keys, err)
+	}
+	keys, err = ParseSet([]byte(doc), func(alg string) bool { return alg != RS256 })
+	if err != nil || len(keys) != 1 || keys[0].KID != "ed" {
+		t.Fatalf("ParseSet without RS256 = %+v, %v", keys, err)
+	}
+	for doc, want := range map[string]string{
+		`{"keys":[` + rsaJWK + `,"kid":"bad","e":"AQAA"}]}`: `JWKS keys[0] "bad": e: must be odd`,
+		`{"keys":{}}`:   "JWKS is not valid JSON",
+		`{"key":[]}`:    `JWKS has no "keys" array`,
+		`{"keys":[]`:    "JWKS is not valid JSON",
+		`{"keys":null}`: `JWKS has no "keys" array`,
+	} {
+		if _, err := ParseSet([]byte(doc), func(string) bool { return true }); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSet(%.60s) = %v, want %q", doc, err, want)
+		}
 	}
 }
 

@@ -224,7 +224,7 @@ func setupHint(e *Error) (kind, hint string, ok bool) {
 		case e.Details["status"] != nil && e.Details["code"] == nil:
 			hint = "what answered the strict check (details.status) gave no error of tablease's: Options.BaseURL, or a proxy in front of tablease"
 		case e.Details["status"] != nil:
-			hint = "tablease could not decide the strict check (details.status and details.code are its answer: 503 STORE_UNAVAILABLE is its Redis)"
+			hint = "tablease could not decide the strict check (details.status and details.code are its answer: 503 STORE_UNAVAILABLE is its Redis, 503 AUTH_UNAVAILABLE the keys of the access token sent)"
 		default:
 			hint = setupHints[CodeUnavailable]
 		}

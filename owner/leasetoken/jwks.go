@@ -38,38 +38,17 @@ func EncodeJWKS(keys []PublicKey) []byte {
 
 // ParseJWKS reads a JWK Set. It keeps the keys it can verify lease tokens with — OKP Ed25519 and
 // EC P-256 keys with a kid, whose "use" (if present) is "sig" and whose "alg" (if present) fits
-// the key — and skips the others, as RFC 7517 §5 asks. Private members are ignored. A key the set
-// names twice keeps its first entry. It fails when data is not a JWK Set or a usable-looking key
-// is malformed.
+// the key — and skips the others, as RFC 7517 §5 asks (jwk.ParseSet). Private members are
+// ignored. A key the set names twice keeps its first entry. It fails when data is not a JWK Set or
+// a usable-looking key is malformed.
 func ParseJWKS(data []byte) ([]PublicKey, error) {
-	var set struct {
-		Keys []json.RawMessage `json:"keys"`
+	keys, err := jwk.ParseSet(data, func(alg string) bool { return alg == AlgEdDSA || alg == AlgES256 })
+	if err != nil {
+		return nil, fmt.Errorf("leasetoken: %w", err)
 	}
-	if err := json.Unmarshal(data, &set); err != nil {
-		return nil, fmt.Errorf("leasetoken: JWKS is not valid JSON: %w", err)
-	}
-	if set.Keys == nil {
-		return nil, errors.New(`leasetoken: JWKS has no "keys" array`)
-	}
-	var out []PublicKey
-	seen := map[string]bool{}
-	for i, raw := range set.Keys {
-		var j jwk.JWK
-		if err := json.Unmarshal(raw, &j); err != nil {
-			continue // a member of another type: not a key we use
-		}
-		if j.Kid == "" || (j.Use != "" && j.Use != "sig") || seen[j.Kid] {
-			continue
-		}
-		key, alg, err := j.Decode()
-		if errors.Is(err, jwk.ErrUnsupported) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("leasetoken: JWKS keys[%d] %q: %w", i, j.Kid, err)
-		}
-		seen[j.Kid] = true
-		out = append(out, PublicKey{key: key, alg: alg, kid: j.Kid})
+	out := make([]PublicKey, len(keys))
+	for i, k := range keys {
+		out[i] = PublicKey{key: k.Key, alg: k.Alg, kid: k.KID}
 	}
 	return out, nil
 }

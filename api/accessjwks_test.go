@@ -1,0 +1,213 @@
+package api
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// idp serves a JWK Set that a test changes, or answers 503 while down.
+type idp struct {
+	mu   sync.Mutex
+	keys map[string]string // kid → the JWK's members but kid
+	down bool
+}
+
+func (p *idp) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	var keys []string
+	for kid, members := range p.keys {
+		keys = append(keys, fmt.Sprintf(`{%s,"kid":%q,"use":"sig"}`, members, kid))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"keys":[%s]}`, strings.Join(keys, ","))
+}
+
+func (p *idp) set(f func(p *idp)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p)
+}
+
+func rsaMembers(k *rsa.PrivateKey) string {
+	b := base64.RawURLEncoding.EncodeToString
+	return fmt.Sprintf(`"kty":"RSA","alg":"RS256","n":%q,"e":%q`, b(k.N.Bytes()), b(big.NewInt(int64(k.E)).Bytes()))
+}
+
+func ecMembers(k *ecdsa.PrivateKey) string {
+	raw, _ := k.PublicKey.Bytes()
+	b := base64.RawURLEncoding.EncodeToString
+	return fmt.Sprintf(`"kty":"EC","crv":"P-256","x":%q,"y":%q`, b(raw[1:33]), b(raw[33:]))
+}
+
+// TestAccessTokensFromAJWKSURL: the keys of an identity provider's JWK Set verify access tokens; a
+// key it publishes later is fetched when a token names it, one it withdraws refuses its tokens
+// once the set is fetched without it, and a key that cannot be had yet is 503 AUTH_UNAVAILABLE
+// (retry), never a 401 (which would send the client for a new token in a loop).
+func TestAccessTokensFromAJWKSURL(t *testing.T) {
+	rsa1, _ := rsa.GenerateKey(rand.Reader, 2048)
+	rsa2, _ := rsa.GenerateKey(rand.Reader, 2048)
+	ec1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	provider := &idp{keys: map[string]string{"rsa-1": rsaMembers(rsa1), "ec-1": ecMembers(ec1)}, down: true}
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+
+	h := newHarness(t, func(o *Options) {
+		o.Auth.HS256Secret = nil
+		o.Auth.JWKSURL = keysServer.URL + "/jwks.json"
+	})
+	clock := &fakeClock{t: time.Now()}
+	h.srv.auth.now = clock.Now
+	claims := func() jwt.MapClaims { return validClaims(h.auth, "alice") }
+	tokenRSA1 := sign(t, jwt.SigningMethodRS256, rsa1, "rsa-1", claims())
+	tokenRSA2 := sign(t, jwt.SigningMethodRS256, rsa2, "rsa-2", claims())
+	unavailable := func(wantRetryAfter string) string {
+		t.Helper()
+		rec := h.get(leasePath("doc-1"), tokenRSA1)
+		e := wantError(t, rec, http.StatusServiceUnavailable, CodeAuthUnavailable)
+		if e.Error.Retryable == nil || !*e.Error.Retryable || rec.Header().Get("Retry-After") != wantRetryAfter {
+			t.Fatalf("retryable %v, Retry-After %q, want true, %q", e.Error.Retryable, rec.Header().Get("Retry-After"), wantRetryAfter)
+		}
+		return e.Error.Message
+	}
+
+	// The identity provider is down at the start: the fetch fails, and is logged.
+	if err := h.srv.FetchAccessKeys(context.Background()); err == nil {
+		t.Fatal("FetchAccessKeys answered nil with the identity provider down")
+	}
+	if !strings.Contains(h.logs.String(), `"msg":"access-token keys not fetched`) || !strings.Contains(h.logs.String(), "503 Service Unavailable") {
+		t.Fatalf("the failed fetch is not logged:\n%s", h.logs.String())
+	}
+	if msg := unavailable("1"); !strings.Contains(msg, "no JWKS fetched yet") {
+		t.Fatalf("message %q", msg)
+	}
+
+	// Up again: a second later the token's lookup fetches the set.
+	provider.set(func(p *idp) { p.down = false })
+	clock.Advance(time.Second)
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA1))
+	readLease(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodES256, ec1, "ec-1", claims())))
+	if logs := h.logs.String(); !strings.Contains(logs, `"msg":"access-token keys fetched"`) || !strings.Contains(logs, `rsa-1 RS256`) || !strings.Contains(logs, `ec-1 ES256`) {
+		t.Fatalf("the set's keys are not logged:\n%s", logs)
+	}
+	fetches := h.srv.auth.jwks.Fetches()
+
+	// A kid the set lacks, within JWKSMinRefresh of the fetch: the set may lack a key published
+	// since, so "retry", at the time a fetch may be made; after it, a 401 that names the kid.
+	clock.Advance(4 * time.Second)
+	rec := h.get(leasePath("doc-1"), tokenRSA2)
+	wantError(t, rec, http.StatusServiceUnavailable, CodeAuthUnavailable)
+	if got := rec.Header().Get("Retry-After"); got != "6" {
+		t.Fatalf("Retry-After %q, want 6", got)
+	}
+	clock.Advance(6 * time.Second)
+	e := wantError(t, h.get(leasePath("doc-1"), tokenRSA2), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := `the token's kid "rsa-2" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
+		t.Fatalf("message %q, want %q", e.Error.Message, want)
+	}
+	// Made-up kids are held to JWKSMinRefresh: no fetch for them.
+	for i := range 20 {
+		wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa2, fmt.Sprint("made-up-", i), claims())), http.StatusServiceUnavailable, CodeAuthUnavailable)
+	}
+	if got := h.srv.auth.jwks.Fetches(); got != fetches+1 {
+		t.Fatalf("%d fetches, want %d", got, fetches+1)
+	}
+
+	// A rotation: the provider publishes rsa-2, whose tokens work once the set may be fetched.
+	provider.set(func(p *idp) { p.keys["rsa-2"] = rsaMembers(rsa2) })
+	clock.Advance(JWKSMinRefresh)
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA2))
+	if !strings.Contains(h.logs.String(), `rsa-2 RS256`) {
+		t.Fatalf("the new set is not logged:\n%s", h.logs.String())
+	}
+
+	// A key of another algorithm than the token's is refused, with both named.
+	e = wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa1, "ec-1", claims())), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := `the token's kid "ec-1" names a key of ES256, and the token is signed with RS256`; e.Error.Message != want {
+		t.Fatalf("message %q, want %q", e.Error.Message, want)
+	}
+
+	// The provider withdraws rsa-1. Its token, remembered, is still served while the set has the
+	// key; once the set is JWKSMaxAge old it is fetched behind a request, and then the token is
+	// refused: 503 until a fetch may be made again, then 401.
+	provider.set(func(p *idp) { delete(p.keys, "rsa-1") })
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA1))
+	clock.Advance(JWKSMaxAge)
+	fetches = h.srv.auth.jwks.Fetches()
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA1)) // answered from the old set, which is fetched behind
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, found, _ := h.srv.auth.jwks.Cached("rsa-1"); !found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the set was not fetched behind the request (%d fetches, %d before)", h.srv.auth.jwks.Fetches(), fetches)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	unavailable("10")
+	clock.Advance(JWKSMinRefresh)
+	e = wantError(t, h.get(leasePath("doc-1"), tokenRSA1), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := `the token's kid "rsa-1" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
+		t.Fatalf("message %q, want %q", e.Error.Message, want)
+	}
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA2))
+}
+
+// TestAJWKSURLBesideTheOtherKeys: a kid of TABLEASE_JWT_PUBLIC_KEYS is verified with that key,
+// without a fetch; HS256 tokens keep their secret; a token without kid is told it needs one.
+func TestAJWKSURLBesideTheOtherKeys(t *testing.T) {
+	static, _ := rsa.GenerateKey(rand.Reader, 2048)
+	provider := &idp{keys: map[string]string{}}
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+	h := newHarness(t, func(o *Options) {
+		o.Auth.PublicKeys = []PublicKey{{KID: "static", Key: &static.PublicKey}}
+		o.Auth.JWKSURL = keysServer.URL
+	})
+	readLease(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, static, "static", validClaims(h.auth, "alice"))))
+	readLease(t, h.get(leasePath("doc-1"), h.token("alice")))
+	if n := h.srv.auth.jwks.Fetches(); n != 0 {
+		t.Fatalf("%d fetches for keys the server has", n)
+	}
+	e := wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, static, "", validClaims(h.auth, "alice"))), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := "the token has no kid: a token signed with a key of TABLEASE_JWT_PUBLIC_KEYS or the JWKS of TABLEASE_JWT_JWKS_URL must name that key in its kid header"; e.Error.Message != want {
+		t.Fatalf("message %q, want %q", e.Error.Message, want)
+	}
+}
+
+func TestAJWKSURLMustNotBeReplaceableOnTheWay(t *testing.T) {
+	for u, ok := range map[string]bool{
+		"https://idp.example.com/.well-known/jwks.json": true,
+		"http://127.0.0.1:8081/jwks":                    true,
+		"http://[::1]/jwks":                             true,
+		"http://localhost/jwks":                         true,
+		"http://idp.example.com/jwks":                   false,
+		"http://10.0.0.1/jwks":                          false,
+		"/jwks":                                         false,
+		"ftp://idp.example.com/jwks":                    false,
+	} {
+		_, err := newAuthenticator(AuthConfig{JWKSURL: u, Issuer: "i", Audience: "a"}, false, nil)
+		if (err == nil) != ok {
+			t.Errorf("%s: err = %v, want ok %v", u, err, ok)
+		}
+	}
+}
