@@ -204,6 +204,9 @@ func (s *Server) adminRevoke(c echo.Context) (err error) {
 	// is refused rather than replaced: replaced, its retry would be another revoke, answered as
 	// one, and the client could not tell.
 	if ids := c.Request().Header.Values(echo.HeaderXRequestID); len(ids) > 0 {
+		if len(ids) > 1 { // which one names the revoke would be a guess
+			return fieldError("X-Request-ID", "must be sent once on a revoke: it names the revoke, so that a retry with it answers as the revoke did")
+		}
 		if !RevokeRequestID(ids[0]) {
 			return fieldError("X-Request-ID", revokeRequestIDRule)
 		}

@@ -391,11 +391,17 @@ func TestAdminRevokeRefusesARequestIDItDoesNotKeep(t *testing.T) {
 			}
 		})
 	}
+	// Two, each good alone: which one names the revoke would be a guess.
+	rec := h.do(request{method: http.MethodPost, path: revokePath, token: tok, body: `{"reason":"r"}`,
+		also: http.Header{"X-Request-Id": {"retry-a", "retry-b"}}})
+	if e := wantError(t, rec, http.StatusBadRequest, CodeInvalidArgument); e.Error.Details["field"] != "X-Request-ID" || !strings.Contains(e.Error.Message, "sent once") {
+		t.Fatalf("two X-Request-ID headers: %s", rec.Body)
+	}
 	if n := fa.calls(); n != 0 {
 		t.Fatalf("refused revokes reached the engine %d times", n)
 	}
 	// Elsewhere an unusable id is replaced by one the server makes up.
-	rec := h.do(request{method: http.MethodGet, path: "/v1/admin/users/alice/sessions/doc-1/lease", token: tok,
+	rec = h.do(request{method: http.MethodGet, path: "/v1/admin/users/alice/sessions/doc-1/lease", token: tok,
 		headers: map[string]string{"X-Request-ID": "root@idp"}})
 	if got := rec.Header().Get("X-Request-ID"); rec.Code != http.StatusOK || got == "root@idp" || len(got) != 32 {
 		t.Fatalf("%d, X-Request-ID %q: %s", rec.Code, got, rec.Body)

@@ -245,3 +245,38 @@ func TestEventDataMatchesItsSchemasInOpenAPI(t *testing.T) {
 		t.Fatalf("the snapshot after Last-Event-ID %s is not a resume: %s", ev.ID, snap.Data)
 	}
 }
+
+// TestRequestSchemasAgreeWithTheServer: a body the server refuses as INVALID_ARGUMENT is one its
+// schema in openapi.yaml refuses, and the other way round, for the bodies whose rules combine
+// fields (a client that validates against the document sends nothing the server refuses).
+func TestRequestSchemasAgreeWithTheServer(t *testing.T) {
+	s := loadSpec(t)
+	h := newHarness(t)
+	alice := h.token("alice")
+	acquired := readLease(t, h.do(request{method: "POST", path: "/v1/sessions/doc-1/lease", token: alice, body: `{"tabId":"t1"}`}))
+	token := strconv.Quote(*acquired.Token)
+	for _, tt := range []struct{ schema, path, body string }{
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"tabId":"t1","epoch":1}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"token":` + token + `}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"tabId":"t1","token":` + token + `}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"epoch":1,"token":` + token + `}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"tabId":"t1","epoch":1,"token":` + token + `}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{"tabId":"t1"}`},
+		{"CheckRequest", "/v1/sessions/doc-1/lease/check", `{}`},
+		{"ReleaseRequest", "/v1/sessions/doc-2/lease/release", `{"tabId":"t1","epoch":1}`},
+		{"ReleaseRequest", "/v1/sessions/doc-2/lease/release", `{"tabId":"t1","gone":true}`},
+		{"ReleaseRequest", "/v1/sessions/doc-2/lease/release", `{"tabId":"t1","epoch":1,"gone":true}`},
+		{"ReleaseRequest", "/v1/sessions/doc-2/lease/release", `{"tabId":"t1"}`},
+	} {
+		rec := h.do(request{method: "POST", path: tt.path, token: alice, body: tt.body})
+		refused := rec.Code == 400
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		invalid := s.schema(t, "/components/schemas/"+tt.schema).Validate(inst) != nil
+		if refused != invalid {
+			t.Errorf("%s %s: the server answers %d %s, the schema %s finds it valid: %v", tt.path, tt.body, rec.Code, rec.Body, tt.schema, !invalid)
+		}
+	}
+}
