@@ -211,3 +211,17 @@ func TestAJWKSURLMustNotBeReplaceableOnTheWay(t *testing.T) {
 		}
 	}
 }
+
+// TestAJWKSURLIsNotRedirectedToPlainHTTP: a redirect is followed only where the URL itself could
+// point, never to plain http elsewhere than a loopback address.
+func TestAJWKSURLIsNotRedirectedToPlainHTTP(t *testing.T) {
+	redirect := httptest.NewServer(http.RedirectHandler("http://192.0.2.1/jwks.json", http.StatusFound))
+	t.Cleanup(redirect.Close)
+	a, err := newAuthenticator(AuthConfig{JWKSURL: redirect.URL, Issuer: "i", Audience: "a"}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.jwks.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), `"http://192.0.2.1/jwks.json" must be https`) {
+		t.Fatalf("Refresh = %v, want the redirect refused", err)
+	}
+}

@@ -53,8 +53,6 @@ type AuthConfig struct {
 	// every JWKSMinRefresh) and behind the requests once it is JWKSMaxAge old; a token whose key
 	// cannot be had yet is answered 503 AUTH_UNAVAILABLE. Call Server.FetchAccessKeys at start.
 	JWKSURL string
-	// JWKSClient makes the fetches; default a client with a 5s timeout.
-	JWKSClient *http.Client
 	// Issuer is the required iss claim.
 	Issuer string
 	// Audience must be one of the token's aud values.
@@ -272,7 +270,7 @@ func newAuthenticator(cfg AuthConfig, dev bool, log *slog.Logger) (*authenticato
 			Parse:              parseAccessJWKS,
 			KID:                func(k jwk.SetKey) string { return k.KID },
 			Name:               "fetch the access-token JWKS",
-			HTTPClient:         cfg.JWKSClient,
+			HTTPClient:         jwksHTTPClient,
 			MinRefreshInterval: JWKSMinRefresh,
 			MaxAge:             JWKSMaxAge,
 			OnFetch:            func(keys []jwk.SetKey, err error) { a.fetched(keys, err) },
@@ -296,6 +294,18 @@ func newAuthenticator(cfg AuthConfig, dev bool, log *slog.Logger) (*authenticato
 		jwt.WithTimeFunc(func() time.Time { return a.now() }),
 	)
 	return a, nil
+}
+
+// jwksHTTPClient fetches the access-token JWKS: within 5 s, and following a redirect only to
+// where the URL itself could point (jwks.CheckSecureURL), never from https to plain http.
+var jwksHTTPClient = &http.Client{
+	Timeout: 5 * time.Second,
+	CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return jwks.CheckSecureURL(req.URL.String())
+	},
 }
 
 // parseAccessJWKS reads the identity provider's set: its RS256, ES256 and EdDSA keys.
