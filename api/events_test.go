@@ -1149,7 +1149,7 @@ func TestAStreamThatCannotWatchAgainEndsWithAFinalEvent(t *testing.T) {
 		refuse       error
 	}{
 		{"the store refuses", "could not watch", &lease.SessionLimitError{Limit: 1}},
-		{"the store does not answer", "store does not answer", &lease.UnavailableError{Op: "watch", Err: errors.New("i/o timeout")}},
+		{"the store does not answer", "store does not serve this stream", &lease.UnavailableError{Op: "watch", Err: errors.New("i/o timeout")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var feed *resyncFeed

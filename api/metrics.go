@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +79,9 @@ func (m *metrics) observeOp(op string, err error) {
 		result = "too_many_tabs"
 	case errors.Is(err, lease.ErrTabGone):
 		result = "tab_gone"
+	case errors.Is(err, context.Canceled): // the client went away (or the server stops): not the store's doing
+		m.leaseOps.WithLabelValues(op, "canceled").Inc()
+		return
 	case errors.Is(err, lease.ErrUnavailable):
 		result, served = "unavailable", false
 	default:
@@ -91,8 +95,13 @@ func (m *metrics) observeOp(op string, err error) {
 	m.leaseOps.WithLabelValues(op, result).Inc()
 }
 
-// storeFailed counts a call of op that the store did not serve.
+// storeFailed counts a call of op that the store did not serve, but for one whose caller gave up
+// (a client that went away, a server that stops), which says nothing of the store: counted, it
+// would make every tab closed during a call a store outage in the log.
 func (m *metrics) storeFailed(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	m.storeErrors.WithLabelValues(op).Inc()
 	m.store.failed(op, err)
 }

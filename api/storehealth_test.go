@@ -2,11 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tablease/tablease/lease"
 )
 
 // TestAStoreOutageIsLoggedOnceWhenItBeginsAndOnceWhenItEnds: the first failure warns, the later
@@ -85,5 +90,40 @@ func TestAStoreOutageInProgressAtTheStopIsClosed(t *testing.T) {
 		if !strings.Contains(l[1], want) {
 			t.Errorf("the closing line %q lacks %q", l[1], want)
 		}
+	}
+}
+
+// blockingAcquires is an engine whose acquires wait for their caller to give up, as a store call
+// does that the client hangs up on.
+type blockingAcquires struct{ lease.Store }
+
+func (blockingAcquires) Acquire(ctx context.Context, _ lease.AcquireRequest) (lease.Lease, error) {
+	<-ctx.Done()
+	return lease.Lease{}, &lease.UnavailableError{Op: "acquire", Err: ctx.Err()}
+}
+
+// TestAClientThatHangsUpIsNoStoreOutage: a call given up because its client went away says
+// nothing of the store: no "store calls fail", no store error counted, and a result of its own.
+func TestAClientThatHangsUpIsNoStoreOutage(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Engine = blockingAcquires{o.Engine} })
+	ctx, hangUp := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodPost, leasePath("doc-1"), strings.NewReader(`{"tabId":"tab-1"}`)).WithContext(ctx)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.token("alice"))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	hangUp()
+	<-done
+	metricsBody := h.get("/metrics", "").Body.String()
+	for _, want := range []string{`tablease_lease_operations_total{op="acquire",result="canceled"} 1`, `tablease_store_errors_total{op="acquire"} 0`} {
+		if !strings.Contains(metricsBody, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "store calls fail") {
+		t.Errorf("a client that hung up was logged as a store outage:\n%s", logs)
 	}
 }
