@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -96,8 +97,8 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	if !strings.Contains(h.logs.String(), `"msg":"access-token keys not fetched`) || !strings.Contains(h.logs.String(), "503 Service Unavailable") {
 		t.Fatalf("the failed fetch is not logged:\n%s", h.logs.String())
 	}
-	if msg := unavailable("1"); !strings.Contains(msg, "no JWKS fetched yet") {
-		t.Fatalf("message %q", msg)
+	if msg := unavailable("1"); !strings.Contains(msg, "no JWKS fetched yet") || strings.Contains(msg, keysServer.URL) || strings.Contains(msg, "503") {
+		t.Fatalf("message %q: want the reason, without the fetch's own error", msg)
 	}
 
 	// Up again: a second later the token's lookup fetches the set.
@@ -147,7 +148,7 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 
 	// The provider withdraws rsa-1. Its token, remembered, is still served while the set has the
 	// key; once the set is JWKSMaxAge old it is fetched behind a request, and then the token is
-	// refused: 503 until a fetch may be made again, then 401.
+	// refused, 401 at once: the set named the key and no longer does.
 	provider.set(func(p *idp) { delete(p.keys, "rsa-1") })
 	readLease(t, h.get(leasePath("doc-1"), tokenRSA1))
 	clock.Advance(JWKSMaxAge)
@@ -163,13 +164,30 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	unavailable("10")
-	clock.Advance(JWKSMinRefresh)
 	e = wantError(t, h.get(leasePath("doc-1"), tokenRSA1), http.StatusUnauthorized, CodeUnauthenticated)
 	if want := `the token's kid "rsa-1" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
 		t.Fatalf("message %q, want %q", e.Error.Message, want)
 	}
 	readLease(t, h.get(leasePath("doc-1"), tokenRSA2))
+
+	// A set with no key tablease can use is a set: its tokens are refused (401), not "retry" for
+	// ever, and the log says what the set held.
+	provider.set(func(p *idp) {
+		p.keys = map[string]string{"ps": strings.Replace(rsaMembers(rsa2), `"RS256"`, `"PS256"`, 1)}
+	})
+	clock.Advance(JWKSMaxAge)
+	readLease(t, h.get(leasePath("doc-1"), tokenRSA2)) // fetches behind
+	deadline = time.Now().Add(5 * time.Second)
+	for !strings.Contains(h.logs.String(), "the set has no key tablease can use") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning of a set without keys:\n%s", h.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(h.logs.String(), `keys[0] \"ps\": unsupported JWK: kty \"RSA\" with alg \"PS256\"`) {
+		t.Fatalf("the warning does not say what was skipped:\n%s", h.logs.String())
+	}
+	wantError(t, h.get(leasePath("doc-1"), tokenRSA2), http.StatusUnauthorized, CodeUnauthenticated)
 }
 
 // TestAJWKSURLBesideTheOtherKeys: a kid of TABLEASE_JWT_PUBLIC_KEYS is verified with that key,
@@ -223,5 +241,40 @@ func TestAJWKSURLIsNotRedirectedToPlainHTTP(t *testing.T) {
 	}
 	if err := a.jwks.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), `"http://192.0.2.1/jwks.json" must be https`) {
 		t.Fatalf("Refresh = %v, want the redirect refused", err)
+	}
+}
+
+// TestMadeUpKidsAreChargedToTheAddress: a flood of tokens naming kids the set lacks (503
+// AUTH_UNAVAILABLE until a fetch may be made) is charged to the address as failed
+// authentications are, and its request lines are not warnings.
+func TestMadeUpKidsAreChargedToTheAddress(t *testing.T) {
+	k, _ := rsa.GenerateKey(rand.Reader, 2048)
+	provider := &idp{keys: map[string]string{"k": rsaMembers(k)}}
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+	h := newHarness(t, func(o *Options) {
+		o.Auth.JWKSURL = keysServer.URL
+		o.IPRateLimit = 1 // a burst of 2
+	})
+	if err := h.srv.FetchAccessKeys(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for i := range 4 {
+		rec := h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, k, strings.Repeat("x", 100)+fmt.Sprint(i), validClaims(h.auth, "alice")))
+		var e errorAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, e.Error.Code)
+		if len(e.Error.Message) > 300 {
+			t.Errorf("a message of %d bytes: the kid is not cut", len(e.Error.Message))
+		}
+	}
+	if want := []string{CodeAuthUnavailable, CodeAuthUnavailable, CodeRateLimited, CodeRateLimited}; strings.Join(codes, " ") != strings.Join(want, " ") {
+		t.Fatalf("answers %v, want %v", codes, want)
+	}
+	if strings.Contains(h.logs.String(), `"level":"WARN","msg":"request"`) {
+		t.Fatalf("the request lines of made-up kids are warnings:\n%s", h.logs.String())
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tablease/tablease/internal/jwk"
 	"github.com/tablease/tablease/internal/jwks"
 	"github.com/tablease/tablease/internal/jwtparser"
+	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/internal/verifiedtokens"
 	"github.com/tablease/tablease/lease"
@@ -193,9 +194,12 @@ type authenticator struct {
 	// only while their key is still the one the set names by their kid.
 	verified verifiedtokens.Cache[verifiedAccess]
 
-	log      *slog.Logger
-	logMu    sync.Mutex // guards lastKids
-	lastKids []string   // of the set last fetched, as logged
+	log           *slog.Logger
+	fetchWarnings *loglimit.Limit // the failed fetches of jwks, one warning per JWKSMinRefresh
+	logMu         sync.Mutex      // guards the fields below
+	skipped       []string        // what the set last parsed skipped, and why
+	lastKids      []string        // of the set last fetched, as logged
+	lastSkipped   []string
 }
 
 // verifiedAccess is what authenticator.verified remembers of a token: its principal, and the key
@@ -236,6 +240,7 @@ func newAuthenticator(cfg AuthConfig, dev bool, log *slog.Logger) (*authenticato
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &authenticator{keys: make(map[string]verifyKey), issuers: []string{cfg.Issuer}, leeway: cfg.Leeway, now: time.Now, log: log}
+	a.fetchWarnings = loglimit.New(JWKSMinRefresh, func() time.Time { return a.now() })
 	if dev && cfg.Issuer != DevIssuer {
 		a.issuers = append(a.issuers, DevIssuer)
 	}
@@ -267,7 +272,7 @@ func newAuthenticator(cfg AuthConfig, dev bool, log *slog.Logger) (*authenticato
 		var err error
 		if a.jwks, err = jwks.New(jwks.Options[jwk.SetKey]{
 			URL:                cfg.JWKSURL,
-			Parse:              parseAccessJWKS,
+			Parse:              a.parseAccessJWKS,
 			KID:                func(k jwk.SetKey) string { return k.KID },
 			Name:               "fetch the access-token JWKS",
 			HTTPClient:         jwksHTTPClient,
@@ -308,16 +313,32 @@ var jwksHTTPClient = &http.Client{
 	},
 }
 
-// parseAccessJWKS reads the identity provider's set: its RS256, ES256 and EdDSA keys.
-func parseAccessJWKS(data []byte) ([]jwk.SetKey, error) {
-	return jwk.ParseSet(data, func(string) bool { return true })
+// parseAccessJWKS reads the identity provider's set: its RS256, ES256 and EdDSA keys. What it
+// skips is kept for the log of the fetch (fetched).
+func (a *authenticator) parseAccessJWKS(data []byte) ([]jwk.SetKey, error) {
+	keys, skipped, err := jwk.ParseSet(data, func(string) bool { return true })
+	if err != nil && strings.Contains(string(data), `"jwks_uri"`) {
+		err = fmt.Errorf(`%w: this is the identity provider's discovery document; TABLEASE_JWT_JWKS_URL is its "jwks_uri"`, err)
+	}
+	said := make([]string, len(skipped))
+	for i, s := range skipped {
+		said[i] = s.String()
+	}
+	a.logMu.Lock()
+	a.skipped = said
+	a.logMu.Unlock()
+	return keys, err
 }
 
-// fetched logs a fetch of the access-token JWKS: a failure at warn (fetches are at most one every
-// JWKSMinRefresh), a set at info when its kids differ from the last set's.
+// fetched logs a fetch of the access-token JWKS: a failure at warn (at most one every
+// JWKSMinRefresh: until a first set is had, fetches are made every second), a set at info when its
+// keys or what it skipped differ from the last set's, at warn when it has no key.
 func (a *authenticator) fetched(keys []jwk.SetKey, err error) {
 	if err != nil {
-		a.log.Warn("access-token keys not fetched: tokens signed with a key not fetched yet are answered 503 AUTH_UNAVAILABLE", "url", a.jwks.URL(), "err", err)
+		if ok, left, _ := a.fetchWarnings.Allow("fetch"); ok {
+			a.log.Warn("access-token keys not fetched: tokens signed with a key not fetched yet are answered 503 AUTH_UNAVAILABLE",
+				"url", a.jwks.URL(), "err", err, "failures_not_logged", left)
+		}
 		return
 	}
 	kids := make([]string, len(keys))
@@ -325,11 +346,15 @@ func (a *authenticator) fetched(keys []jwk.SetKey, err error) {
 		kids[i] = k.KID + " " + k.Alg
 	}
 	a.logMu.Lock()
-	changed := !slices.Equal(kids, a.lastKids)
-	a.lastKids = kids
+	skipped := a.skipped
+	changed := a.lastKids == nil || !slices.Equal(kids, a.lastKids) || !slices.Equal(skipped, a.lastSkipped)
+	a.lastKids, a.lastSkipped = kids, skipped
 	a.logMu.Unlock()
-	if changed {
-		a.log.Info("access-token keys fetched", "url", a.jwks.URL(), "keys", kids)
+	switch {
+	case len(keys) == 0:
+		a.log.Warn("access-token keys fetched: the set has no key tablease can use, so every token of a public key is refused (401)", "url", a.jwks.URL(), "skipped", skipped)
+	case changed:
+		a.log.Info("access-token keys fetched", "url", a.jwks.URL(), "keys", kids, "skipped", skipped)
 	}
 }
 
@@ -449,9 +474,9 @@ func (a *authenticator) verify(ctx context.Context, token string) (*Principal, e
 	keyFor := func(t *jwt.Token) (any, error) { return a.keyFor(ctx, t, &fromSet) }
 	if tok, err := a.parser.ParseWithClaims(token, &claims, keyFor); err != nil {
 		var unavailable *keysUnavailableError
-		if errors.As(err, &unavailable) {
+		if errors.As(err, &unavailable) { // the message leaves the fetch's own error (addresses, the URL) to the log
 			return nil, &Error{Code: CodeAuthUnavailable, Retryable: true, RetryAfter: unavailable.err.RetryAfter(), Err: err,
-				Message: "the access token's key cannot be had now from TABLEASE_JWT_JWKS_URL; retry later (" + unavailable.Error() + ")"}
+				Message: "the access token's key cannot be had now from the identity provider's JWKS; retry later (" + unavailable.err.Reason + ")"}
 		}
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !slices.Contains(a.methods, tok.Method.Alg()) {
 			// jwt refuses an algorithm it was not given before looking for a key.

@@ -154,7 +154,7 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 
 	level := slog.LevelInfo
 	switch {
-	case status >= 500:
+	case status >= 500 && c.Get(keyErrCode) != CodeAuthUnavailable: // that one is the token's: a kid made up, or keys the fetch logs about
 		level = slog.LevelWarn
 	case c.Get(keyIPLimited) != nil:
 		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
@@ -247,7 +247,7 @@ func (s *Server) chargeUser(sub string) error {
 // token, if any, is verified here.)
 func (s *Server) limitFailure(c echo.Context, err error) error {
 	switch errorFor(err).Code {
-	case CodeUnauthenticated:
+	case CodeUnauthenticated, CodeAuthUnavailable: // made-up kids answer the latter
 	case CodeNotFound, CodeMethodNotAllowed:
 		if principalOf(c) != nil {
 			return err // authenticated by its route, and charged by rateLimit

@@ -171,8 +171,12 @@ func (j JWK) Decode() (crypto.PublicKey, string, error) {
 		return p, ES256, nil
 	case j.Kty == "RSA" && (j.Alg == "" || j.Alg == RS256):
 		return decodeRSA(j.N, j.E)
+	case j.Alg != "":
+		return nil, "", fmt.Errorf("%w: kty %q with alg %q", ErrUnsupported, j.Kty, j.Alg)
+	case j.Crv != "":
+		return nil, "", fmt.Errorf("%w: kty %q on curve %q", ErrUnsupported, j.Kty, j.Crv)
 	}
-	return nil, "", ErrUnsupported
+	return nil, "", fmt.Errorf("%w: kty %q", ErrUnsupported, j.Kty)
 }
 
 // decodeRSA reads an RSA key's modulus and exponent (RFC 7518 §6.3.1: unsigned big-endian
@@ -204,41 +208,71 @@ type SetKey struct {
 	Key crypto.PublicKey
 }
 
+// Skipped is a member of a JWK Set that ParseSet did not keep, and why; Malformed when it would
+// have been kept but for a malformed member.
+type Skipped struct {
+	Index     int
+	KID       string
+	Reason    string
+	Malformed bool
+}
+
+func (s Skipped) String() string {
+	kid := s.KID
+	if len(kid) > 64 {
+		kid = kid[:64] + "..."
+	}
+	return fmt.Sprintf("keys[%d] %q: %s", s.Index, kid, s.Reason)
+}
+
 // ParseSet reads a JWK Set and keeps the keys a verifier can use: those Decode reads, with a kid,
 // whose "use" (if present) is "sig", and whose algorithm accept takes. It skips the others, as
-// RFC 7517 §5 asks; private members are ignored; a kid the set names twice keeps its first key. It
-// fails when data is not a JWK Set or a key it would keep is malformed.
-func ParseSet(data []byte, accept func(alg string) bool) ([]SetKey, error) {
+// RFC 7517 §5 asks, and says why in skipped, a malformed key among them; private members are
+// ignored; a kid the set names twice keeps its first key. It fails only when data is not a JWK Set.
+func ParseSet(data []byte, accept func(alg string) bool) (keys []SetKey, skipped []Skipped, err error) {
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.Unmarshal(data, &set); err != nil {
-		return nil, fmt.Errorf("JWKS is not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("JWKS is not valid JSON: %w", err)
 	}
 	if set.Keys == nil {
-		return nil, errors.New(`JWKS has no "keys" array`)
+		return nil, nil, errors.New(`JWKS has no "keys" array`)
 	}
-	var out []SetKey
+	keys = []SetKey{}
 	seen := map[string]bool{}
 	for i, raw := range set.Keys {
 		var j JWK
+		skip := func(reason string) { skipped = append(skipped, Skipped{Index: i, KID: j.Kid, Reason: reason}) }
 		if err := json.Unmarshal(raw, &j); err != nil {
-			continue // a member of another type: not a key we use
+			skip("not a JWK") // a member of another type: not a key we use
+			continue
 		}
-		if j.Kid == "" || (j.Use != "" && j.Use != "sig") || seen[j.Kid] {
+		switch {
+		case j.Kid == "":
+			skip("no kid")
+			continue
+		case j.Use != "" && j.Use != "sig":
+			skip(fmt.Sprintf("use %q", j.Use))
+			continue
+		case seen[j.Kid]:
+			skip("its kid is given before")
 			continue
 		}
 		key, alg, err := j.Decode()
-		if errors.Is(err, ErrUnsupported) || (err == nil && !accept(alg)) {
-			continue
+		switch {
+		case errors.Is(err, ErrUnsupported):
+			skip(err.Error())
+		case err != nil:
+			skipped = append(skipped, Skipped{Index: i, KID: j.Kid, Reason: err.Error(), Malformed: true})
+		case !accept(alg):
+			skip(alg + " keys are not used here")
+		default:
+			seen[j.Kid] = true
+			keys = append(keys, SetKey{KID: j.Kid, Alg: alg, Key: key})
 		}
-		if err != nil {
-			return nil, fmt.Errorf("JWKS keys[%d] %q: %w", i, j.Kid, err)
-		}
-		seen[j.Kid] = true
-		out = append(out, SetKey{KID: j.Kid, Alg: alg, Key: key})
 	}
-	return out, nil
+	return keys, skipped, nil
 }
 
 func decodeB64(s string, size int) ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -205,24 +206,44 @@ func TestParseSet(t *testing.T) {
 		`{"kty":"RSA","n":"` + rsaN(1024) + `","e":"AQAB","kid":"weak"},` + // too small: skipped
 		edJWK + `},` + // no kid: skipped
 		rsaJWK + `,"kid":"ed"},` + // a kid seen: the first key stays
+		rsaJWK + `,"kid":"bad","e":"AQAA"},` + // malformed: skipped, and said so
 		`"not a key"]}`
-	keys, err := ParseSet([]byte(doc), func(string) bool { return true })
+	keys, skipped, err := ParseSet([]byte(doc), func(string) bool { return true })
 	if err != nil || len(keys) != 2 || keys[0].KID != "ed" || keys[0].Alg != EdDSA || keys[1].KID != "rsa" || keys[1].Alg != RS256 ||
 		!rk.PublicKey.Equal(keys[1].Key) {
 		t.Fatalf("ParseSet = %+v, %v", keys, err)
 	}
-	keys, err = ParseSet([]byte(doc), func(alg string) bool { return alg != RS256 })
+	var said []string
+	for _, s := range skipped {
+		said = append(said, fmt.Sprintf("%s%s", s, map[bool]string{true: " (malformed)"}[s.Malformed]))
+	}
+	want := []string{
+		`keys[2] "enc": use "enc"`,
+		`keys[3] "hmac": unsupported JWK: kty "oct"`,
+		`keys[4] "ps": unsupported JWK: kty "RSA" with alg "PS256"`,
+		`keys[5] "weak": unsupported JWK: RSA key of 1024 bits`,
+		`keys[6] "": no kid`,
+		`keys[7] "ed": its kid is given before`,
+		`keys[8] "bad": e: must be odd, above 1 and below 2^31 (malformed)`,
+		`keys[9] "": not a JWK`,
+	}
+	if strings.Join(said, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("skipped:\n%s\nwant:\n%s", strings.Join(said, "\n"), strings.Join(want, "\n"))
+	}
+	keys, _, err = ParseSet([]byte(doc), func(alg string) bool { return alg != RS256 })
 	if err != nil || len(keys) != 1 || keys[0].KID != "ed" {
 		t.Fatalf("ParseSet without RS256 = %+v, %v", keys, err)
 	}
+	if keys, _, err := ParseSet([]byte(`{"keys":[]}`), func(string) bool { return true }); err != nil || keys == nil || len(keys) != 0 {
+		t.Fatalf("an empty set = %v, %v; want no keys and no error", keys, err)
+	}
 	for doc, want := range map[string]string{
-		`{"keys":[` + rsaJWK + `,"kid":"bad","e":"AQAA"}]}`: `JWKS keys[0] "bad": e: must be odd`,
 		`{"keys":{}}`:   "JWKS is not valid JSON",
 		`{"key":[]}`:    `JWKS has no "keys" array`,
 		`{"keys":[]`:    "JWKS is not valid JSON",
 		`{"keys":null}`: `JWKS has no "keys" array`,
 	} {
-		if _, err := ParseSet([]byte(doc), func(string) bool { return true }); err == nil || !strings.Contains(err.Error(), want) {
+		if _, _, err := ParseSet([]byte(doc), func(string) bool { return true }); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseSet(%.60s) = %v, want %q", doc, err, want)
 		}
 	}

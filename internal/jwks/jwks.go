@@ -21,6 +21,11 @@ import (
 // MaxSize bounds the document a Client reads.
 const MaxSize = 1 << 20
 
+// maxWithdrawn bounds the kids of withdrawn keys a Client remembers, so that a server that renames
+// its keys at every fetch costs no more; past it they are forgotten, and their tokens are refused
+// as the tokens of kids never seen are (retry, then unknown once a fetch may be made).
+const maxWithdrawn = 256
+
 // unfetchedRefresh bounds MinRefreshInterval while no set has been fetched: a verifier that
 // started while the keys' server was down verifies tokens about a second after it is back, as the
 // Retry-After of 1 told its clients, rather than up to MinRefreshInterval later.
@@ -60,14 +65,16 @@ type Client[K any] struct {
 
 	mu          sync.Mutex // guards the fields below
 	keys        []K
-	fetchedAt   time.Time // of the last successful fetch; zero before the first
-	fetched     int       // successful fetches so far
-	attemptedAt time.Time // of the last fetch, successful or not
-	lastErr     error     // of the last fetch
+	withdrawn   map[string]bool // kids of earlier sets that the last lacks (at most maxWithdrawn)
+	fetchedAt   time.Time       // of the last successful fetch; zero before the first
+	fetched     int             // successful fetches so far
+	attemptedAt time.Time       // of the last fetch, successful or not
+	lastErr     error           // of the last fetch
 	fetches     int
 }
 
-// ErrUnknownKey is the error of a lookup whose kid is not in a set fetched since the lookup began.
+// ErrUnknownKey is the error of a lookup whose kid is not in a set fetched since the lookup began,
+// or that a set named and the set fetched after it no longer does (a key withdrawn).
 var ErrUnknownKey = errors.New("unknown key")
 
 // UnavailableError is the error of a lookup that the keys cannot answer now: no set could ever be
@@ -165,7 +172,8 @@ func (c *Client[K]) Fetches() int {
 // set first, unless the last fetch was less than MinRefreshInterval ago; when the set has kid but
 // is older than MaxAge, it answers at once and fetches the set behind. It fails with ErrUnknownKey
 // when kid is not in a set fetched successfully since the call began (its own fetch, or one it
-// waited for), and with an *UnavailableError otherwise.
+// waited for), or was withdrawn (in the set fetched before the last, not in the last), and with an
+// *UnavailableError otherwise.
 func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 	var zero K
 	k, found, fresh := c.Cached(kid)
@@ -187,22 +195,28 @@ func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	shown := kid
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
 	switch {
+	case c.withdrawn[kid]:
+		return zero, fmt.Errorf("kid %q was withdrawn from the JWKS: %w", shown, ErrUnknownKey)
 	case c.fetchedAt.IsZero():
 		return zero, &UnavailableError{Reason: "no JWKS fetched yet", Err: c.lastErr, wait: c.untilFetch()}
 	case err != nil:
 		// The set could not be read now (this fetch, or the last one within MinRefreshInterval,
 		// failed): the kid may be a new key of a rotation, so the answer is "try again", not
 		// "forged".
-		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", kid),
+		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", shown),
 			Err: err, wait: c.untilFetch()}
 	case c.fetched == before:
 		// No fetch since the call began: the set may lack a key published since.
 		wait := c.untilFetch()
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS fetched %s ago; it may be fetched again in %s (MinRefreshInterval)",
-			kid, c.opts.Now().Sub(c.fetchedAt).Round(time.Millisecond), (&UnavailableError{wait: wait}).RetryAfter()), wait: wait}
+			shown, c.opts.Now().Sub(c.fetchedAt).Round(time.Millisecond), (&UnavailableError{wait: wait}).RetryAfter()), wait: wait}
 	}
-	return zero, fmt.Errorf("kid %q is not in the JWKS: %w", kid, ErrUnknownKey)
+	return zero, fmt.Errorf("kid %q is not in the JWKS: %w", shown, ErrUnknownKey)
 }
 
 // untilFetch is how long until a limited fetch may be made again; c.mu is held.
@@ -277,6 +291,15 @@ func (c *Client[K]) fetchHeld(ctx context.Context, limited bool) error {
 	c.mu.Lock()
 	c.lastErr = err
 	if err == nil {
+		if c.withdrawn == nil || len(c.withdrawn) > maxWithdrawn {
+			c.withdrawn = make(map[string]bool)
+		}
+		for _, k := range c.keys {
+			c.withdrawn[c.opts.KID(k)] = true
+		}
+		for _, k := range keys {
+			delete(c.withdrawn, c.opts.KID(k))
+		}
 		c.keys, c.fetchedAt = keys, c.opts.Now()
 		c.fetched++
 	}
@@ -313,8 +336,5 @@ func (c *Client[K]) get(ctx context.Context) ([]K, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.opts.Name, err)
 	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("%s: no usable key in the set", c.opts.Name)
-	}
-	return keys, nil
+	return keys, nil // none is a set too: its server withdrew every key
 }

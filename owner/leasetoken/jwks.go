@@ -40,11 +40,16 @@ func EncodeJWKS(keys []PublicKey) []byte {
 // EC P-256 keys with a kid, whose "use" (if present) is "sig" and whose "alg" (if present) fits
 // the key — and skips the others, as RFC 7517 §5 asks (jwk.ParseSet). Private members are
 // ignored. A key the set names twice keeps its first entry. It fails when data is not a JWK Set or
-// a usable-looking key is malformed.
+// a usable-looking key is malformed (tablease writes none: the set is not its).
 func ParseJWKS(data []byte) ([]PublicKey, error) {
-	keys, err := jwk.ParseSet(data, func(alg string) bool { return alg == AlgEdDSA || alg == AlgES256 })
+	keys, skipped, err := jwk.ParseSet(data, func(alg string) bool { return alg == AlgEdDSA || alg == AlgES256 })
 	if err != nil {
 		return nil, fmt.Errorf("leasetoken: %w", err)
+	}
+	for _, s := range skipped {
+		if s.Malformed {
+			return nil, fmt.Errorf("leasetoken: JWKS %s", s)
+		}
 	}
 	out := make([]PublicKey, len(keys))
 	for i, k := range keys {
