@@ -200,9 +200,11 @@ func (s *Server) release(c echo.Context) (err error) {
 	} else if epoch, err = epochFrom(b.Epoch); err != nil {
 		return err
 	}
-	res, err := s.engine.Release(c.Request().Context(), lease.ReleaseRequest{Key: key, TabID: b.TabID, Epoch: epoch, Gone: b.Gone})
+	req := lease.ReleaseRequest{Key: key, TabID: b.TabID, Epoch: epoch, Gone: b.Gone}
+	res, err := s.engine.Release(c.Request().Context(), req)
 	s.metrics.observeOp("release", err)
 	if err != nil {
+		s.gone.retry(req, err) // a page going away sends it once (goneretry.go)
 		return err
 	}
 	return c.JSON(http.StatusOK, releaseAnswer{Released: res.Released})

@@ -16,6 +16,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec // route, method
 	leaseOps    *prometheus.CounterVec   // op, result
 	storeErrors *prometheus.CounterVec   // op
+	goneRetries *prometheus.CounterVec   // result
 	store       *storeHealth             // logs the outages that storeErrors counts
 }
 
@@ -37,14 +38,18 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 		}, []string{"route", "method"}),
 		leaseOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_lease_operations_total",
-			Help: "Lease operations, by operation (acquire, renew, release, get, check, join, admin_list, admin_get, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, too_many_sessions, too_many_tabs, unavailable, error).",
+			Help: "Lease operations, by operation (acquire, renew, release, get, check, join, admin_list, admin_get, admin_audit, admin_revoke) and result (ok, held, lost, invalid, handoff_pending, blocked, too_many_sessions, too_many_tabs, tab_gone, unavailable, canceled, error).",
 		}, []string{"op", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tablease_store_errors_total",
 			Help: "Lease store operations that failed because the store was unavailable or answered an unexpected error, by operation.",
 		}, []string{"op"}),
+		goneRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tablease_gone_release_retries_total",
+			Help: "Gone releases the store did not answer, retried by the server, by how the retries ended: served, refused, given_up (after the longest TTL), stopped (by the server's stop), dropped (too many being retried).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.duration, m.leaseOps, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.duration, m.leaseOps, m.storeErrors, m.goneRetries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +58,9 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 	for _, op := range []string{"acquire", "renew", "release", "get", "check", "admin_list", "admin_get", "admin_audit",
 		"admin_revoke", "catalog", "tabs", "join", "leave", "watch", "new_nonce", "use_nonce", "ping"} {
 		m.storeErrors.WithLabelValues(op)
+	}
+	for _, result := range []string{"served", "refused", "given_up", "stopped", "dropped"} {
+		m.goneRetries.WithLabelValues(result)
 	}
 	return m, nil
 }

@@ -141,6 +141,7 @@ type Server struct {
 	maxBlock time.Duration // bound on the blockMs of a revoke
 
 	streams *stream.Handler
+	gone    *goneRetries // the gone releases the store did not answer, sent again
 
 	cors *corsPolicy // nil: same origin only
 }
@@ -150,7 +151,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("api: Options.Engine is required")
 	}
-	if _, err := opts.Limits.OrDefault(); err != nil {
+	limits, err := opts.Limits.OrDefault()
+	if err != nil {
 		return nil, fmt.Errorf("api: Options.Limits: %w", err)
 	}
 	if math.IsNaN(opts.RateLimit) || math.IsInf(opts.RateLimit, 0) || opts.RateLimit < 0 {
@@ -244,6 +246,7 @@ func New(opts Options) (*Server, error) {
 		spec:       specWithVersion(opts.Version),
 		registry:   reg,
 		routeSet:   make(map[string]bool),
+		gone:       newGoneRetries(opts.Engine, limits, logger, m),
 
 		catalogs:   catalogs,
 		leaseKeys:  keys,
@@ -284,6 +287,7 @@ func (s *Server) Handler() http.Handler { return s.echo }
 func (s *Server) Shutdown(ctx context.Context) {
 	s.streams.Close(ctx) // every stream gets its final event and ends
 	s.catalogs.Close()
+	s.gone.close()
 }
 
 // Stopped says, as the last thing the server logs, that an outage of the store was still in
