@@ -42,7 +42,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 		Feed:        opts.Engine,
 		Presence:    opts.Engine,
 		Nonces:      opts.Nonces,
-		Views:       streamViews{catalogs: catalogs},
+		Views:       streamViews{catalogs: catalogs, keepalive: opts.Streams.KeepaliveInterval()},
 		Catalog:     catalogs.Watch,
 		HS256Secret: opts.Auth.HS256Secret,
 		Now:         now,
@@ -151,22 +151,26 @@ func streamError(err error) error {
 // streamViews render the data of the stream's events with the views of the API; catalogs names
 // the catalog version in snapshots.
 type streamViews struct {
-	catalogs *catalog.Source
+	catalogs  *catalog.Source
+	keepalive time.Duration // the interval of the stream's keepalive comments
 }
 
 // snapshotJSON is the data of `event: snapshot`: the lease object as GET …/lease answers it for the
 // tab, the tabs connected, and whether the events that follow are a replay of what the client
 // missed (already included in the snapshot), and the version of the tool catalog served, so that
-// a client whose stream was down when the catalog changed learns of it on reconnecting.
+// a client whose stream was down when the catalog changed learns of it on reconnecting; and the
+// interval of the keepalive comments, so that a client that hears nothing for longer takes its
+// stream for stalled (a proxy that holds it open without passing anything on).
 type snapshotJSON struct {
 	*leaseJSON
 	Tabs           []tabJSON `json:"tabs"`
 	Resumed        bool      `json:"resumed"`
 	CatalogVersion string    `json:"catalogVersion,omitempty"`
+	KeepaliveMs    int64     `json:"keepaliveMs"`
 }
 
 func (v streamViews) Snapshot(w *lease.Watch, tabID string) ([]byte, error) {
-	snap := snapshotJSON{leaseJSON: leaseView(w.Snapshot, tabID), Tabs: tabsView(w.Tabs), Resumed: w.Resumed}
+	snap := snapshotJSON{leaseJSON: leaseView(w.Snapshot, tabID), Tabs: tabsView(w.Tabs), Resumed: w.Resumed, KeepaliveMs: v.keepalive.Milliseconds()}
 	if version, ok := v.catalogs.Served(); ok {
 		snap.CatalogVersion = version
 	}

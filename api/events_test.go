@@ -293,6 +293,7 @@ type snapshotAnswer struct {
 	Tabs           []tabAnswer `json:"tabs"`
 	Resumed        bool        `json:"resumed"`
 	CatalogVersion *string     `json:"catalogVersion"`
+	KeepaliveMs    int64       `json:"keepaliveMs"`
 }
 
 func eventsPath(sid, query string) string {
@@ -353,7 +354,10 @@ func TestTheStreamOpensWithRetryThenASnapshotOfTheLeaseAsGetAnswersIt(t *testing
 	var snap snapshotAnswer
 	it := c.expect("snapshot", &snap)
 	hasKeys(t, it.Data, "sessionId", "held", "holder", "epoch", "grantedAt", "expiresAt", "ttlMs",
-		"remainingMs", "renewAfterMs", "transitions", "blockedUntil", "role", "tabs", "resumed")
+		"remainingMs", "renewAfterMs", "transitions", "blockedUntil", "role", "tabs", "resumed", "keepaliveMs")
+	if snap.KeepaliveMs != stream.DefaultKeepalive.Milliseconds() {
+		t.Fatalf("keepaliveMs %d, want the default keepalive's", snap.KeepaliveMs)
+	}
 
 	got := readLease(t, h.get(leasePath("doc-1")+"?tabId=tab-b", alice))
 	want := snap.leaseAnswer

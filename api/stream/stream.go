@@ -99,6 +99,15 @@ type Options struct {
 	TicketSecret []byte
 }
 
+// KeepaliveInterval is Keepalive, or DefaultKeepalive when it is zero: what the snapshot tells
+// clients, so that one that hears nothing for longer takes its stream for stalled.
+func (o Options) KeepaliveInterval() time.Duration {
+	if o.Keepalive == 0 {
+		return DefaultKeepalive
+	}
+	return o.Keepalive
+}
+
 func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.PerUser < 0:
@@ -119,7 +128,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.PerInstance = DefaultPerInstance
 	}
 	if o.Keepalive == 0 {
-		o.Keepalive = DefaultKeepalive
+		o.Keepalive = o.KeepaliveInterval()
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout

@@ -476,6 +476,7 @@ export class FakeServer {
 
   snapshotFrame(tabId) {
     const data = { ...this.lease(tabId), tabs: [...this.tabs.values()], catalogVersion: this.catalogVersion };
+    if (this.keepaliveMs != null) data.keepaliveMs = this.keepaliveMs; // the server's; the fake sends no keepalive
     return `id: ${Math.floor(this.clock.now())}-${this.eventSeq++}\nevent: snapshot\ndata: ${JSON.stringify(data)}\n\n`;
   }
 

@@ -12,7 +12,7 @@ export const DEFAULTS = Object.freeze({
   handoffGraceMs: 10000, // how long a holder asked to hand over waits for running mutations
   hiddenAcquireDelayMs: 3000, // a hidden tab waits this long before taking a free lease
   viewerPollMs: 10000, // a viewer re-reads the lease this often while the event stream is down
-  streamIdleMs: 45000, // no byte for this long (the server sends a comment every 15 s): reconnect
+  streamIdleMs: 45000, // no byte for this long: reconnect (until the snapshot gives the server's keepaliveMs: idleAfterKeepalive)
   streamNotFoundMs: 60000, // wait before reconnecting when the server has no event stream (404)
   carrierTimeoutMs: 1000, // a stream carrier silent this long is taken over by another tab
 });

@@ -168,7 +168,7 @@ export class TabLease extends EventTarget {
     this._openStream =
       streamMode === "ticket"
         ? ticketStreamOpener({ api: this._api, EventSource: options.EventSource ?? globalThis.EventSource, query, tabId: this.tabId })
-        : fetchStreamOpener({ api: this._api, fetch: fetchFn, query, clock: this._clock, idleMs: options.streamIdleMs ?? DEFAULTS.streamIdleMs });
+        : fetchStreamOpener({ api: this._api, fetch: fetchFn, query, clock: this._clock, idleMs: options.streamIdleMs ?? null });
 
     /** @type {"stopped"|"viewer"|"owner"|"unconfirmed"|"releasing"|"away"} */
     this._state = "stopped";

@@ -527,7 +527,7 @@ export function joinHub(hubs, key, env, sub) {
  * An open() for StreamRunner that reads GET …/events with fetch(), so that it can send the
  * Authorization header and Last-Event-ID. query() gives the stream's query at each connect.
  */
-export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idleMs = DEFAULTS.streamIdleMs }) {
+export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idleMs = null }) {
   return async ({ lastEventId, signal, onItem, onOpen }) => {
     let refresh = false;
     for (let attempt = 0; attempt < 2; attempt++) {
@@ -564,16 +564,26 @@ export function fetchStreamOpener({ api, fetch, query, clock = browserClock, idl
   };
 }
 
-/** Reads body as text/event-stream until it ends, breaks, is silent for idleMs, or signal aborts;
- *  a body left before its end is cancelled, which closes its connection. */
+/** The silence after which a stream whose server sends a keepalive every keepaliveMs is taken
+ *  for stalled: one keepalive, and 5 s or a third of it more, whichever is longer. */
+export function idleAfterKeepalive(keepaliveMs) {
+  return keepaliveMs + Math.max(5000, Math.round(keepaliveMs / 3));
+}
+
+/** Reads body as text/event-stream until it ends, breaks, is silent for too long, or signal
+ *  aborts; a body left before its end is cancelled, which closes its connection. Too long is
+ *  idleMs when given, else idleAfterKeepalive of the snapshot's keepaliveMs once it came (a stream
+ *  held open by a proxy that passes nothing on leaves a tab acting on old news no longer than
+ *  that), else DEFAULTS.streamIdleMs. */
 async function pump(body, signal, onItem, clock, idleMs) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   const parser = new SSEParser();
+  let ms = idleMs ?? DEFAULTS.streamIdleMs;
   let idle = null;
   const arm = () => {
     if (idle != null) clock.clearTimeout(idle);
-    idle = clock.setTimeout(() => reader.cancel().catch(() => {}), idleMs);
+    idle = clock.setTimeout(() => reader.cancel().catch(() => {}), ms);
   };
   const onAbort = () => reader.cancel().catch(() => {});
   signal.addEventListener("abort", onAbort, { once: true });
@@ -588,7 +598,16 @@ async function pump(body, signal, onItem, clock, idleMs) {
       }
       if (signal.aborted) break;
       arm();
-      for (const item of parser.feed(decoder.decode(value, { stream: true }))) onItem(item);
+      for (const item of parser.feed(decoder.decode(value, { stream: true }))) {
+        if (idleMs == null && item.kind === "event" && item.type === "snapshot") {
+          const k = keepaliveOf(item.data);
+          if (k !== null) {
+            ms = idleAfterKeepalive(k);
+            arm();
+          }
+        }
+        onItem(item);
+      }
     }
   } catch (e) {
     if (!signal.aborted) throw new TabLeaseError({ code: "NETWORK", message: "tablease: event stream broke", retryable: true, cause: e });
@@ -625,4 +644,14 @@ export function ticketStreamOpener({ api, EventSource: ES, query, tabId }) {
       }
     });
   };
+}
+
+/** The keepaliveMs of a snapshot's data, or null when it has none that makes sense. */
+function keepaliveOf(data) {
+  try {
+    const k = JSON.parse(data)?.keepaliveMs;
+    return Number.isSafeInteger(k) && k >= 1000 ? k : null;
+  } catch {
+    return null;
+  }
 }

@@ -107,6 +107,27 @@ test("a silent stream is dropped after the idle timeout and reconnected", async 
   await lease.stop({ release: false });
 });
 
+test("a silent stream is dropped a keepalive and some slack after its last byte, as the snapshot's keepaliveMs says", async () => {
+  for (const { keepaliveMs, streamIdleMs, after } of [
+    { keepaliveMs: 15000, streamIdleMs: undefined, after: 20000 },
+    { keepaliveMs: 60000, streamIdleMs: undefined, after: 80000 },
+    { keepaliveMs: 15000, streamIdleMs: 45000, after: 45000 }, // the option wins
+  ]) {
+    const clock = new FakeClock(1000);
+    const server = new FakeServer(clock);
+    server.keepaliveMs = keepaliveMs;
+    const lease = new TabLease(fakeOptions(server, clock, { stream: "fetch", streamIdleMs }));
+    await lease.start();
+    await flush();
+    assert.equal(lease.streamLive, true);
+    await clock.advance(after - 1);
+    assert.equal(server.callsTo("GET", "/events").length, 1, `keepaliveMs ${keepaliveMs}, streamIdleMs ${streamIdleMs}: dropped before ${after} ms`);
+    await clock.advance(1 + 500);
+    assert.equal(server.callsTo("GET", "/events").length, 2, `keepaliveMs ${keepaliveMs}, streamIdleMs ${streamIdleMs}: not dropped at ${after} ms`);
+    await lease.stop({ release: false });
+  }
+});
+
 test("the runner reports live on open and down on a failure, then backs off", async () => {
   const clock = new FakeClock(0);
   const status = [];

@@ -190,7 +190,9 @@ export interface TabLeaseOptions {
   stream?: "fetch" | "ticket" | false;
   /** Share one stream per browser (Web Locks + BroadcastChannel). Default true. */
   shareStream?: boolean;
-  /** Reconnect when the stream sends nothing for this long. Default 45000. */
+  /** Reconnect when the stream sends nothing for this long. Default: the server's keepalive
+   *  interval (the snapshot's keepaliveMs) and 5 s or a third of it more, whichever is longer
+   *  (20000 at the server's default); 45000 until the snapshot came. */
   streamIdleMs?: number;
   /** Wait before reconnecting when the server has no stream (404). Default 60000. */
   streamNotFoundMs?: number;
