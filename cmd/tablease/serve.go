@@ -283,7 +283,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		Name: "tablease_event_resubscriptions_total",
 		Help: "Times this instance replaced its event subscription because it did not hear its own heartbeat back (docs/engines.md): a subscription left on a node that no longer gets the writes, as after a Sentinel failover.",
 	})
-	if err := errors.Join(reg.Register(sweeps), reg.Register(swept), reg.Register(resubscribed)); err != nil {
+	clock := newClockWatch(log)
+	if err := errors.Join(reg.Register(sweeps), reg.Register(swept), reg.Register(resubscribed), reg.Register(clock.gauge)); err != nil {
 		client.Close()
 		return store{}, err
 	}
@@ -297,6 +298,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 			log.Warn("the event subscription did not hear this instance's heartbeat back: subscribed again; the event streams start over with a snapshot",
 				"silence", silence.String())
 		},
+		OnClockOffset: clock.observe,
 		OnLostEvents: func(key lease.Key) {
 			log.Warn("the event log of a watched session lacks events its streams were sent, so the store lost data (a FLUSHALL, a failover that lost writes): those streams start over with a snapshot",
 				"sub", key.User, "sid", key.Session)
@@ -321,6 +323,9 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		_ = e.Close()
 		client.Close()
 		return store{}, &configError{fmt.Errorf("TABLEASE_REDIS_URL: %w", err)}
+	}
+	if offset, rtt, err := e.ClockOffset(ctx); err == nil {
+		clock.observe(offset, rtt) // and once a sweep period from now on
 	}
 	switch policy, err := e.EvictionPolicy(ctx); {
 	case err != nil:

@@ -100,6 +100,12 @@ type Options struct {
 	// taking the turn failed. It runs on the sweep's goroutine, never after Close returns.
 	OnSweep func(announced int, err error)
 
+	// OnClockOffset, when set, is called once per sweep period (sweep.go) on every engine, with
+	// how far Redis's clock (TIME) is ahead of this process's (negative: behind) and the round trip
+	// that bounds the error of that figure; a TIME that fails is passed over. Leases run on Redis's
+	// clock, and the lease tokens it dates are checked on others (ClockOffset).
+	OnClockOffset func(offset, rtt time.Duration)
+
 	// OnResubscribe, when set, is called each time the engine replaced its subscription because
 	// it did not hear its own heartbeat back within silence (see beat in feed.go), before the
 	// local watches end with lease.ErrResync. It must not block.
@@ -151,6 +157,7 @@ type Engine struct {
 	perUser        int                 // Options.SessionsPerUser
 	sweepEvery     time.Duration       // how often the engine offers to sweep (sweep.go)
 	onSweep        func(int, error)    // Options.OnSweep
+	onClockOffset  func(offset, rtt time.Duration)
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
 	onLostEvents   func(lease.Key)     // Options.OnLostEvents
 	revokeReplicas int                 // Options.RevokeReplicas
@@ -279,6 +286,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		idle:           cmp.Or(opts.IdleRetention.Truncate(time.Millisecond), lease.DefaultIdleRetention),
 		perUser:        opts.SessionsPerUser,
 		onSweep:        opts.OnSweep,
+		onClockOffset:  opts.OnClockOffset,
 		onResubscribe:  opts.OnResubscribe,
 		onLostEvents:   opts.OnLostEvents,
 		revokeReplicas: opts.RevokeReplicas,

@@ -1509,3 +1509,13 @@ func TestPingFailsWhereTheCallsWould(t *testing.T) {
 		t.Errorf("Ping of a replica = %v, want unavailable with READONLY", err)
 	}
 }
+
+// TestClockOffsetReadsRedisAgainstThisProcess: on one machine Redis's clock is this process's, so
+// the offset is within the round trip, in the right unit.
+func TestClockOffsetReadsRedisAgainstThisProcess(t *testing.T) {
+	e, _, _ := newEngine(t)
+	offset, rtt, err := e.ClockOffset(context.Background())
+	if err != nil || rtt <= 0 || offset.Abs() > rtt/2+10*time.Millisecond {
+		t.Fatalf("ClockOffset = %v, rtt %v, %v; want within the round trip", offset, rtt, err)
+	}
+}

@@ -56,12 +56,35 @@ func (e *Engine) sweepLoop() {
 		case <-e.ctx.Done():
 			return
 		case <-t.C:
+			if e.onClockOffset != nil {
+				if offset, rtt, err := e.ClockOffset(e.ctx); err == nil && e.ctx.Err() == nil {
+					e.onClockOffset(offset, rtt)
+				}
+			}
 			// A sweep that failed is the next period's to do.
 			if n, turn, err := e.sweepTurn(e.ctx); (turn || err != nil) && e.onSweep != nil && e.ctx.Err() == nil {
 				e.onSweep(n, err)
 			}
 		}
 	}
+}
+
+// ClockOffset answers how far Redis's clock is ahead of this process's (negative: behind), read
+// with one TIME, and the round trip of that TIME, which bounds the error of the offset (it is
+// taken from the middle of the round trip). The lease tokens of a grant are dated by Redis's clock
+// and checked by tablease (POST …/lease/check with a token) and by guards on their own: clocks
+// that disagree by more than the checks' leeway refuse every fresh token (an iat in the future)
+// or accept expired ones.
+func (e *Engine) ClockOffset(ctx context.Context) (offset, rtt time.Duration, err error) {
+	err = e.store(ctx, "time", func(ctx context.Context) error {
+		before := time.Now()
+		t, err := e.client.Time(ctx).Result()
+		after := time.Now()
+		rtt = after.Sub(before)
+		offset = t.Sub(before.Add(rtt / 2))
+		return err
+	})
+	return offset, rtt, err
 }
 
 // sweepTurn sweeps when no engine sharing the prefix took the turn in the last period, and
