@@ -153,10 +153,10 @@ type Engine struct {
 	// handoffTimeout and handoffReserve time handoffs (Options.HandoffTimeout, HandoffReserve).
 	handoffTimeout time.Duration
 	handoffReserve time.Duration
-	idle           time.Duration       // Options.IdleRetention
-	perUser        int                 // Options.SessionsPerUser
-	sweepEvery     time.Duration       // how often the engine offers to sweep (sweep.go)
-	onSweep        func(int, error)    // Options.OnSweep
+	idle           time.Duration    // Options.IdleRetention
+	perUser        int              // Options.SessionsPerUser
+	sweepEvery     time.Duration    // how often the engine offers to sweep (sweep.go)
+	onSweep        func(int, error) // Options.OnSweep
 	onClockOffset  func(offset, rtt time.Duration)
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
 	onLostEvents   func(lease.Key)     // Options.OnLostEvents
