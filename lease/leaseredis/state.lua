@@ -198,6 +198,41 @@ end
 -- written otherwise. In the lease form (two keys, see above) the other keys are nil, and
 -- LEASE_ONLY is true; only the functions registered with lease_form may be called so.
 local LEASE_ONLY
+-- SESSION_KEYS maps the state key of each session called lately to what begin reads from it and
+-- the keys it checks against it (session_keys): a call finds them with one table look-up where
+-- parsing the key and building the names to compare took about 2 % of the instructions of the usual
+-- renew, and of an acquire or a release (scripts/redis-instructions). They depend on the key alone.
+-- At most SESSION_KEYS_MAX sessions are kept (about 1 KB of the Lua heap each): the table starts
+-- anew when it is full.
+local SESSION_KEYS, SESSION_KEYS_N, SESSION_KEYS_MAX = {}, 0, 1000
+
+-- session_keys is what SESSION_KEYS keeps of the state key k: {tag, prefix, user, session, and the
+-- keys of the session and of its user, the start of its reply keys, the start of its revoke
+-- keys}; nil when k is not a state key.
+local function session_keys(k)
+  local p = SESSION_KEYS[k]
+  if p ~= nil then
+    return p
+  end
+  -- The prefix, user and session, read back from the state key (identifiers and the prefix hold
+  -- no braces, so it parses one way only, and without backtracking); the other keys must be the
+  -- same session's.
+  local tag, prefix, user, session = string.match(k, '^(([^{]+):{([^}]+)}:)lease:(.+)$')
+  if tag == nil then
+    return nil
+  end
+  p = {tag = tag, prefix = prefix, user = user, session = session, known = tag .. 'known',
+    log = tag .. 'log:' .. session, tabs = tag .. 'tabs:' .. session,
+    tabinfo = tag .. 'tabinfo:' .. session, sessions = tag .. 'sessions', audit = tag .. 'audit',
+    free = tag .. 'free', reply = tag .. 'reply:', audit_admin = tag .. 'audit:admin',
+    revoke = tag .. 'revoke:' .. session .. '/'}
+  if SESSION_KEYS_N >= SESSION_KEYS_MAX then
+    SESSION_KEYS, SESSION_KEYS_N = {}, 0
+  end
+  SESSION_KEYS[k], SESSION_KEYS_N = p, SESSION_KEYS_N + 1
+  return p
+end
+
 local function begin(keys, argv, lease_form)
   KEYS, ARGV = keys, argv
   state_written, parking = false, false
@@ -206,39 +241,36 @@ local function begin(keys, argv, lease_form)
     error('tablease: this function takes the keys of the session and of its user')
   end
   KEY_STATE = KEYS[1]
-  -- The prefix, user and session, read back from the state key (identifiers and the prefix hold
-  -- no braces, so it parses one way only, and without backtracking); the other keys must be the
-  -- same session's.
-  TAG, PREFIX, USER, SESSION = string.match(KEY_STATE or '', '^(([^{]+):{([^}]+)}:)lease:(.+)$')
-  if TAG == nil then
+  local p = type(KEY_STATE) == 'string' and session_keys(KEY_STATE) or nil
+  if p == nil then
     error('tablease: KEYS[1] is not a state key')
   end
+  TAG, PREFIX, USER, SESSION = p.tag, p.prefix, p.user, p.session
   if LEASE_ONLY then
     KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_REPLY = nil, nil, nil, nil, nil, nil
     KEY_AUDIT_ADMIN, KEY_REVOKE, KEY_KNOWN, KEY_FREE = nil, nil, KEYS[2], nil
-    if KEY_KNOWN ~= TAG .. 'known' then
+    if KEY_KNOWN ~= p.known then
       error('tablease: KEYS[2] is not the sessions kept of the user of KEYS[1]')
     end
   else
     KEY_EVENTS, KEY_TABS, KEY_TABINFO = KEYS[2], KEYS[3], KEYS[4]
     KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
     KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE = KEYS[9], KEYS[10], KEYS[11]
-    if KEY_EVENTS ~= TAG .. 'log:' .. SESSION or KEY_TABS ~= TAG .. 'tabs:' .. SESSION
-        or KEY_TABINFO ~= TAG .. 'tabinfo:' .. SESSION then
+    if KEY_EVENTS ~= p.log or KEY_TABS ~= p.tabs or KEY_TABINFO ~= p.tabinfo then
       error('tablease: KEYS[2..4] are not the keys of the session of KEYS[1]')
     end
-    if KEY_SESSIONS ~= TAG .. 'sessions' or KEY_AUDIT ~= TAG .. 'audit' or KEY_KNOWN ~= TAG .. 'known'
-        or KEY_FREE ~= TAG .. 'free' then
+    if KEY_SESSIONS ~= p.sessions or KEY_AUDIT ~= p.audit or KEY_KNOWN ~= p.known
+        or KEY_FREE ~= p.free then
       error('tablease: KEYS[5..8] are not the keys of the user of KEYS[1]')
     end
-    if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #TAG + 6) ~= TAG .. 'reply:' or #KEY_REPLY == #TAG + 6) then
+    if KEY_REPLY ~= nil and (string.sub(KEY_REPLY, 1, #p.reply) ~= p.reply or #KEY_REPLY == #p.reply) then
       error('tablease: KEYS[9] is not a reply key of the user of KEYS[1]')
     end
-    if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= TAG .. 'audit:admin' then
+    if KEY_AUDIT_ADMIN ~= nil and KEY_AUDIT_ADMIN ~= p.audit_admin then
       error('tablease: KEYS[10] is not the admins\' audit log of the user of KEYS[1]')
     end
     if KEY_REVOKE ~= nil then
-      local head = TAG .. 'revoke:' .. SESSION .. '/'
+      local head = p.revoke
       if string.sub(KEY_REVOKE, 1, #head) ~= head or #KEY_REVOKE == #head then
         error('tablease: KEYS[11] is not a revoke of the session of KEYS[1]')
       end
