@@ -1174,6 +1174,14 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		l.Handoff != nil || !l.BlockedUntil.IsZero() {
 		t.Fatalf("parseReply(good) = %+v, %v, %v", l, until, err)
 	}
+	// The short answer, the same without its tail of zeros.
+	if _, l, until, err := parseReply(alice, good[:11]); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() ||
+		l.Handoff != nil || !l.BlockedUntil.IsZero() {
+		t.Fatalf("parseReply(good[:11]) = %+v, %v, %v", l, until, err)
+	}
+	if _, l, _, _ := parseReply(alice, good); func() bool { _, s, _, _ := parseReply(alice, good[:11]); return s != l }() {
+		t.Fatal("the short answer reads otherwise than the whole one")
+	}
 	blocked := append(append(append([]any{"BLOCKED", int64(0), "", "", int64(0)}, good[5:11]...), int64(7)), noHandoff[:5]...)
 	blocked = append(blocked, int64(7))
 	if status, l, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 ||
@@ -1199,6 +1207,8 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		"nil":                              nil,
 		"a string":                         "OK",
 		"too short":                        good[:12],
+		"shorter still":                    good[:10],
+		"short with a string time":         append(append([]any{}, good[:10]...), "6"),
 		"the old length":                   good[:17],
 		"a block that ended":               withBlock(int64(6)),
 		"a negative block":                 withBlock(int64(-7)),

@@ -154,10 +154,16 @@ const (
 	statusTabsFull  = "TABS_FULL" // join: the session lists lease.MaxPresence connections
 )
 
-// replyLen is the length of every lease answer: {status, held, tab, label, hidden, epoch,
+// replyLen is the length of a lease answer: {status, held, tab, label, hidden, epoch,
 // granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label,
-// ho_hidden, ho_until_us, block_until_us} (see reply in state.lua).
-const replyLen = 18
+// ho_hidden, ho_until_us, block_until_us} (see reply in state.lua). An answer with no refusal's
+// end, no handoff and no block stops after now_us, at replyShortLen: replyTail is the rest.
+const (
+	replyLen      = 18
+	replyShortLen = 11
+)
+
+var replyTail = [replyLen - replyShortLen]any{int64(0), int64(handoffNone), "", "", int64(0), int64(0), int64(0)}
 
 // The handoff field of a lease answer: none, requested or reserved (see lease.HandoffState).
 const (
@@ -174,14 +180,20 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != replyLen {
+	if !ok || (len(a) != replyLen && len(a) != replyShortLen) {
 		return bad()
+	}
+	at := func(i int) any {
+		if i < len(a) {
+			return a[i]
+		}
+		return replyTail[i-replyShortLen]
 	}
 	status, ok1 := a[0].(string)
 	tab, ok2 := a[2].(string)
 	label, ok3 := a[3].(string)
-	hoTab, ok4 := a[13].(string)
-	hoLabel, ok5 := a[14].(string)
+	hoTab, ok4 := at(13).(string)
+	hoLabel, ok5 := at(14).(string)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return bad()
 	}
@@ -189,7 +201,7 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	// ho_hidden, ho_until_us, block_until_us
 	var n [13]int64
 	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17} {
-		x, ok := a[j].(int64)
+		x, ok := at(j).(int64)
 		if !ok || x < 0 {
 			return bad()
 		}

@@ -298,17 +298,22 @@ local function begin(keys, argv, lease_form)
 end
 
 -- LEASE_PACKED is the layout in which finish keeps the answers of reply (below), the only answers
--- of eighteen fields (those of join, leave and revoke have at most seven), with struct.pack: at
--- half the instructions of cmsgpack.pack, which keeps the others. Its strings are zero-terminated:
--- no tab id, label or status holds a zero byte. A kept answer is read back by its first byte: a
--- lease answer starts with its status (capitals), a packed table with a byte of 0x80 or more.
+-- of eleven or eighteen fields (those of join, leave and revoke have at most seven), with
+-- struct.pack: at half the instructions of cmsgpack.pack, which keeps the others. Its strings are
+-- zero-terminated: no tab id, label or status holds a zero byte. A kept answer is read back by its
+-- first byte: a lease answer starts with its status (capitals), a packed table with a byte of 0x80
+-- or more. A short answer (LEASE_SHORT_LEN) is kept with its tail of zeros, which replayed drops.
 local LEASE_PACKED = '>sBssBdddddddBssBdd'
 local LEASE_ANSWER_LEN = 18
+local LEASE_SHORT_LEN = 11
 
 -- pack_answer is the answer r of a changing call as KEYS[9] keeps it (finish).
 local function pack_answer(r)
   if #r == LEASE_ANSWER_LEN then
     return struct.pack(LEASE_PACKED, unpack(r, 1, LEASE_ANSWER_LEN))
+  elseif #r == LEASE_SHORT_LEN then
+    return struct.pack(LEASE_PACKED, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+      r[11], 0, 0, '', '', 0, 0, 0)
   end
   return cmsgpack.pack(r)
 end
@@ -331,6 +336,11 @@ local function replayed()
   if string.byte(r, 1) < 128 then
     local a = {struct.unpack(LEASE_PACKED, r)}
     a[LEASE_ANSWER_LEN + 1] = nil -- where struct.unpack stopped
+    if a[12] == 0 and a[13] == 0 and a[18] == 0 then
+      for i = LEASE_SHORT_LEN + 1, LEASE_ANSWER_LEN do -- a short answer (reply)
+        a[i] = nil
+      end
+    end
     return a
   end
   return cmsgpack.unpack(r)
@@ -626,14 +636,24 @@ end
 -- the requester and the Until of the handoff follow it ('', '', 0, 0 when there is none).
 -- block_until_us is the end of the admin's block while it is in force at now, 0 otherwise. settle
 -- must have run at now, so that an expiry has turned its request into a reservation.
+-- When until_us, handoff and block_until_us are all 0 (no handoff, no block: the usual answer),
+-- the answer stops after now_us, its first eleven fields: the engine reads the seven left out as
+-- zeros. Each field of an answer costs Redis about 650 instructions to send (and the engine an
+-- allocation to read), the seven 3.5 % of the usual renew (scripts/redis-instructions).
 local function reply(status, s, now, until_us)
   until_us = until_us or 0
   local block = s.block_until_us > now and s.block_until_us or 0
   local ho, ho_tab, ho_label, ho_hidden, ho_until = 0, '', '', 0, 0
-  if pending_handoff(s, now) or reservation(s, now) then
+  if s.ho_tab ~= '' and (pending_handoff(s, now) or reservation(s, now)) then
     ho = s.ho_reserved and 2 or 1
     ho_tab, ho_label, ho_hidden, ho_until = s.ho_tab, s.ho_label, s.ho_hidden and 1 or 0,
       s.ho_until_us
+  elseif until_us == 0 and block == 0 then
+    if held(s, now) then
+      return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
+        s.ttl_ms, s.transitions, now}
+    end
+    return {status, 0, '', '', 0, s.epoch, s.granted_us, s.expires_us, s.ttl_ms, s.transitions, now}
   end
   if held(s, now) then
     return {status, 1, s.tab, s.label, s.hidden and 1 or 0, s.epoch, s.granted_us, s.expires_us,
