@@ -295,6 +295,15 @@ end
 -- after it, so the retention that follows its end (keep_until) follows now.
 local function flush(s, now)
   local changed = KEY_REPLY ~= nil or #pending > 0 or #audit_pending > 0
+  if not changed and s.tab ~= '' and s.ho_tab == '' and not moved_earlier and not dropped
+      and not parking and not s.parked then
+    -- A call that queued nothing, of a session with a holder and no handoff, in its hash (the
+    -- usual renew, check and get): nothing to append, publish, clear, park or compact, so only
+    -- its retention, as below, without the steps that would find nothing to do (6 % of the
+    -- instructions of the usual renew, scripts/redis-instructions).
+    keep(s, now, false, redis.call('PEXPIRETIME', KEY_STATE), false, false)
+    return
+  end
   if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
     clear_handoff(s)
     changed = true

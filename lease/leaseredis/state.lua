@@ -140,6 +140,9 @@ local LOG_LEN, LOG_TTL_MS, AUDIT_LEN, AUDIT_RETENTION_MS, REPLY_TTL_MS, IDLE_MS,
 -- The same, formatted as the commands take them, once: formatting a number costs Redis about as
 -- much as a command's argument handling.
 local LOG_TRIM_S, LOG_TTL_S, AUDIT_LEN_S, AUDIT_RETENTION_S, REPLY_TTL_S
+-- KEEP_SLACK_MS is an eighth of IDLE_MS, rounded down: how much later than needed keep (admin.lua)
+-- sets an expiry, so that it moves once in many renews.
+local KEEP_SLACK_MS
 -- COMMON is ARGV[1] of the last call, whose values begin read into the names above: an engine
 -- gives all its calls the same, so they are read once rather than on every call.
 local COMMON
@@ -187,7 +190,7 @@ end
 -- arg_int reads ARGV[i] as an integer in [lo, hi), or raises an error before anything is written.
 local function arg_int(i, lo, hi)
   local n = tonumber(ARGV[i])
-  if n == nil or n ~= math.floor(n) or n < lo or n >= hi then
+  if n == nil or n % 1 ~= 0 or n < lo or n >= hi then
     error('tablease: ARGV[' .. i .. '] is not an integer in range')
   end
   return n
@@ -291,6 +294,7 @@ local function begin(keys, argv, lease_form)
     LOG_LEN, LOG_TTL_MS, AUDIT_LEN = common(1, 1), common(2, 1), common(3, 1)
     AUDIT_RETENTION_MS, REPLY_TTL_MS, IDLE_MS = common(4, 1), common(5, 1), common(6, 1)
     MAX_SESSIONS = common(7, 0)
+    KEEP_SLACK_MS = math.floor(IDLE_MS / 8)
     LOG_TRIM_S, LOG_TTL_S, AUDIT_LEN_S = int(-LOG_LEN), int(LOG_TTL_MS), int(AUDIT_LEN)
     AUDIT_RETENTION_S, REPLY_TTL_S = int(AUDIT_RETENTION_MS), int(REPLY_TTL_MS)
     COMMON = ARGV[1]
