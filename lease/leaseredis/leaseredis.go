@@ -449,7 +449,7 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	}
 	v, err := e.usual(ctx, "renew", renewFn, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
-	if a, ok := v.([]any); ok && err == nil && len(a) == renewedLen {
+	if a, ok := v.(string); ok && err == nil && strings.HasPrefix(a, renewedPrefix) {
 		l, err := parseRenewed(req, ttl, a)
 		if err != nil {
 			return lease.Lease{}, &lease.UnavailableError{Op: "renew", Err: err}

@@ -8,11 +8,13 @@
 -- ARGV[5]  TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
--- The "OK" of a lease with no handoff and no block in force is short: {"OK", label, granted_us,
--- transitions, now_us}; the rest of the lease is what the call asked for (held by the tab at
--- the epoch, with the hidden flag and the TTL, expiring at now_us plus the TTL), which the engine
--- fills in. Each field of an answer costs Redis about 650 instructions to send: the short answer
--- takes 5 % fewer instructions than reply's (scripts/redis-instructions).
+-- The "OK" of a lease with no handoff and no block in force is short, one string:
+-- "OK <now_us> <granted_us> <transitions> <label>" (the label last, as it is, spaces and all); the
+-- rest of the lease is what the call asked for (held by the tab at the epoch, with the hidden flag
+-- and the TTL, expiring at now_us plus the TTL), which the engine fills in. Each field of an answer
+-- costs Redis about 650 instructions to send: the short answer takes 7 % fewer instructions than
+-- reply's (scripts/redis-instructions). granted_us and transitions are sent as the hash holds them
+-- (written with '%d', as every number), without formatting them again.
 -- A renew keeps no answer for its retries: one that go-redis sends again decides again, which is
 -- an answer the first could have given. It extends again from a later now, which is what the
 -- caller asked for, or it answers "LOST" when another call ended the lease in between: ended
@@ -74,6 +76,8 @@ if changed then
 end
 -- The usual answer says only what the caller does not know (see above).
 if s.ho_tab == '' and s.block_until_us <= now then
-  return finish(s, now, {'OK', s.label, s.granted_us, s.transitions, now})
+  local v = s.read -- the fields load_lease read, as strings (LEASE_FIELDS)
+  return finish(s, now, 'OK ' .. int(now) .. ' ' .. (v[5] or '0') .. ' ' .. (v[8] or '0') .. ' ' ..
+    s.label)
 end
 return finish(s, now, reply('OK', s, now))

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,27 +250,33 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	return status, l, until, nil
 }
 
-// renewedLen is the length of the short answer of a renew that extended a lease with no handoff
-// and no block in force: {"OK", label, granted_us, transitions, now_us} (see renew.lua).
-const renewedLen = 5
+// renewedPrefix starts the short answer of a renew that extended a lease with no handoff and no
+// block in force: "OK <now_us> <granted_us> <transitions> <label>" (see renew.lua).
+const renewedPrefix = statusOK + " "
 
 // parseRenewed reads the short answer a of renew.lua to req, whose TTL the engine clamped to ttl:
 // the lease is held by req's tab at req's epoch, with its hidden flag and ttl, and expires ttl
 // after now_us, as the script wrote it.
-func parseRenewed(req lease.RenewRequest, ttl time.Duration, a []any) (lease.Lease, error) {
-	status, ok1 := a[0].(string)
-	label, ok2 := a[1].(string)
-	granted, ok3 := a[2].(int64)
-	transitions, ok4 := a[3].(int64)
-	now, ok5 := a[4].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || status != statusOK || granted <= 0 || transitions < 0 || now <= 0 {
-		return lease.Lease{}, fmt.Errorf("leaseredis: malformed renew reply %v", a)
+func parseRenewed(req lease.RenewRequest, ttl time.Duration, a string) (lease.Lease, error) {
+	rest, ok := strings.CutPrefix(a, renewedPrefix)
+	var n [3]int64 // now_us, granted_us, transitions
+	for i := range n {
+		var f string
+		var found bool
+		f, rest, found = strings.Cut(rest, " ")
+		x, err := strconv.ParseInt(f, 10, 64)
+		ok = ok && found && err == nil && x >= 0
+		n[i] = x
+	}
+	now, granted, transitions := n[0], n[1], n[2]
+	if !ok || now == 0 || granted == 0 {
+		return lease.Lease{}, fmt.Errorf("leaseredis: malformed renew reply %q", a)
 	}
 	ttlMS := ttl.Milliseconds()
 	return lease.Lease{
 		Key:         req.Key,
 		Held:        true,
-		Holder:      lease.Holder{TabID: req.TabID, Label: label, Hidden: req.Hidden},
+		Holder:      lease.Holder{TabID: req.TabID, Label: rest, Hidden: req.Hidden},
 		Epoch:       req.Epoch,
 		GrantedAt:   micros(granted),
 		ExpiresAt:   micros(now + ttlMS*1000),
