@@ -52,9 +52,12 @@
 
 local audit_pending -- the audit records of this call not appended yet, in order
 
--- audit_begin starts a call with no audit record queued.
+-- audit_begin starts a call with no audit record queued: with the empty queue of the last call,
+-- most often (a call that failed may have left records queued), rather than a new table.
 local function audit_begin()
-  audit_pending = {}
+  if audit_pending == nil or #audit_pending > 0 then
+    audit_pending = {}
+  end
 end
 
 -- index_add lists the session in the user's index of held leases.

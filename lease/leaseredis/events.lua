@@ -47,9 +47,13 @@ local dropped -- the call deleted the holder: compact the hash (drop_holder)
 -- entries since (join.lua, leave.lua): deadline reads it from Redis only then.
 local tabs_first
 
--- events_begin starts a call with no event queued.
+-- events_begin starts a call with no event queued: with the empty queue of the last call, most
+-- often (a call that failed may have left events queued), rather than a new table.
 local function events_begin()
-  pending, moved_earlier, dropped, tabs_first = {}, false, false, nil
+  if pending == nil or #pending > 0 then
+    pending = {}
+  end
+  moved_earlier, dropped, tabs_first = false, false, nil
 end
 
 -- drop_holder deletes the holder of s and the other fields named (of s too), once its lease ended
