@@ -278,3 +278,43 @@ func TestMadeUpKidsAreChargedToTheAddress(t *testing.T) {
 		t.Fatalf("the request lines of made-up kids are warnings:\n%s", h.logs.String())
 	}
 }
+
+// TestAStreamEndsWhenItsKeyIsWithdrawn: a stream opened with a token of a key of the JWKS ends,
+// with its final event, at the first keepalive after a fetch finds the key withdrawn; one opened
+// with a key the set keeps goes on.
+func TestAStreamEndsWhenItsKeyIsWithdrawn(t *testing.T) {
+	gone, _ := rsa.GenerateKey(rand.Reader, 2048)
+	kept, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	provider := &idp{keys: map[string]string{"gone": rsaMembers(gone), "kept": ecMembers(kept)}}
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+	h := newHarness(t, func(o *Options) {
+		o.Auth.JWKSURL = keysServer.URL
+		o.Streams.Keepalive = time.Second
+	})
+	ts := h.serve()
+	withdrawn := mustStream(t, ts, eventsPath("doc-1", "tabId=t1&presence=false"), sign(t, jwt.SigningMethodRS256, gone, "gone", validClaims(h.auth, "alice")), nil)
+	withdrawn.expect("snapshot", nil)
+	still := mustStream(t, ts, eventsPath("doc-1", "tabId=t2&presence=false"), sign(t, jwt.SigningMethodES256, kept, "kept", validClaims(h.auth, "alice")), nil)
+	still.expect("snapshot", nil)
+
+	provider.set(func(p *idp) { delete(p.keys, "gone") })
+	if err := h.srv.FetchAccessKeys(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var sd struct {
+		Reason  string `json:"reason"`
+		RetryMs int64  `json:"retryMs"`
+	}
+	withdrawn.expect("shutdown", &sd)
+	if !strings.Contains(sd.Reason, "key was withdrawn") {
+		t.Fatalf("shutdown %+v, want the reason", sd)
+	}
+	if rest := withdrawn.expectEnd(); len(rest) != 0 {
+		t.Fatalf("after the final event: %+v", rest)
+	}
+	still.quiet(1500 * time.Millisecond)    // a keepalive passes, and no event
+	if it := still.nextItem(); it.IsEvent { // and the stream is still open
+		t.Fatalf("an event on the stream whose key is kept: %+v", it)
+	}
+}

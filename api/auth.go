@@ -73,7 +73,14 @@ type Principal struct {
 	// stream opened with a ticket, that of the token the ticket was issued to). An event stream
 	// ends then.
 	Expires time.Time
+	// keyKept, for a token verified with a key of the JWKS of AuthConfig.JWKSURL, says whether the
+	// set still names that key: an event stream opened with it ends once the key is withdrawn.
+	keyKept func() bool
 }
+
+// KeyKept reports whether the key that verified the token is still accepted: always, but for a
+// key of the JWKS of AuthConfig.JWKSURL that the identity provider has withdrawn since.
+func (p *Principal) KeyKept() bool { return p.keyKept == nil || p.keyKept() }
 
 // AllowsSession reports whether the token may act on session sid.
 func (p *Principal) AllowsSession(sid string) bool {
@@ -494,6 +501,13 @@ func (a *authenticator) verify(ctx context.Context, token string) (*Principal, e
 		}
 	}
 	p := &Principal{Sub: claims.Subject, Scopes: make(map[string]bool), Expires: claims.ExpiresAt.Add(a.leeway)}
+	if fromSet != nil {
+		key := *fromSet
+		p.keyKept = func() bool {
+			k, found := a.jwks.Current(key.KID)
+			return found && sameKey(k, key)
+		}
+	}
 	if claims.SID.present {
 		p.Sessions = append([]string{}, claims.SID.values...) // non-nil: restricted
 	}

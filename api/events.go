@@ -116,7 +116,11 @@ func (s *Server) streamRequest(c echo.Context) (stream.Request, error) {
 		return q, fieldError("presence", `must be "true" or "false"`)
 	}
 	q.Key, q.Tab, q.RequestID = key, lease.Tab{TabID: tabID, Label: label, Hidden: hidden}, requestID(c)
-	q.Until = principalOf(c).Expires
+	p := principalOf(c)
+	q.Until = p.Expires
+	if p.keyKept != nil {
+		q.Kept = p.keyKept
+	}
 	after := c.Request().Header.Get("Last-Event-ID")
 	if after == "" {
 		after = c.QueryParam("lastEventId")

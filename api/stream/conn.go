@@ -33,6 +33,9 @@ type Request struct {
 	// a current credential. A stream is authorized when it opens, so without an end an expired or
 	// withdrawn token would keep receiving the session's events.
 	Until time.Time
+	// Kept, when set, is asked with each keepalive whether the credential is still accepted (its
+	// key not withdrawn): false ends the stream as at Until.
+	Kept func() bool
 }
 
 // Serve serves the stream req on w: it admits the stream, lists its tab (when req.Listed), starts
@@ -89,7 +92,8 @@ type streamConn struct {
 	timer       *time.Timer
 	keepaliveAt time.Time
 	refreshAt   time.Time
-	until       time.Time // Request.Until: the stream ends then (zero: never)
+	until       time.Time   // Request.Until: the stream ends then (zero: never)
+	kept        func() bool // Request.Kept
 	// done, when not nil, is closed once the stream has ended: Serve waits for it while net/http
 	// serves the stream.
 	done chan struct{}
@@ -138,7 +142,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 	// its presence entry would keep for as long as they run: copies let it go.
 	req.Key.Session = strings.Clone(req.Key.Session)
 	req.Tab.TabID, req.Tab.Label = strings.Clone(req.Tab.TabID), strings.Clone(req.Tab.Label)
-	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab, until: req.Until, opened: time.Now().UnixNano()}
+	sc := &streamConn{h: h, reqID: req.RequestID, key: req.Key, tab: req.Tab, until: req.Until, kept: req.Kept, opened: time.Now().UnixNano()}
 	sc.st.user, sc.st.wake = req.Key.User, sc.kick
 	err := h.admit(&sc.st)
 	if err != nil {
@@ -403,6 +407,11 @@ func (sc *streamConn) due() bool {
 		sc.refresh()
 	}
 	if !now.Before(sc.keepaliveAt) {
+		if sc.kept != nil && !sc.kept() {
+			_ = sc.sse.shutdown(reasonCredential)
+			sc.ended = endTokenExpired
+			return false
+		}
 		if sc.keepaliveAt = sc.keepaliveAt.Add(sc.h.opts.Keepalive); sc.keepaliveAt.Before(now) {
 			sc.keepaliveAt = now.Add(sc.h.opts.Keepalive) // behind: no catching up
 		}

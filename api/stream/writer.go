@@ -187,7 +187,7 @@ type shutdownJSON struct {
 // The reasons of the final event.
 const (
 	reasonShutdown     = "the server is shutting down; reconnect"
-	reasonCredential   = "the access token that opened the stream has expired; reconnect with a current one"
+	reasonCredential   = "the access token that opened the stream has expired (or its key was withdrawn); reconnect with a current one"
 	reasonStore        = "the store does not serve this stream's calls (a Redis failover, or a primary that refuses writes); reconnect with Last-Event-ID"
 	reasonResumeFailed = "the stream could not watch its session again; reconnect with Last-Event-ID"
 )

@@ -241,6 +241,17 @@ func (c *Client[K]) Cached(kid string) (k K, found, fresh bool) {
 	return k, false, false
 }
 
+// Current finds kid in the set fetched last, as Lookup does when the set has it (fetching a set
+// older than MaxAge behind the call), but never waits for a fetch: for a holder of a key verified
+// before that asks whether the set still names it.
+func (c *Client[K]) Current(kid string) (K, bool) {
+	k, found, fresh := c.Cached(kid)
+	if !fresh {
+		c.refreshBehind()
+	}
+	return k, found
+}
+
 // Refresh fetches the set now, regardless of MinRefreshInterval.
 func (c *Client[K]) Refresh(ctx context.Context) error { return c.fetch(ctx, false) }
 
