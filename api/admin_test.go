@@ -473,6 +473,13 @@ func TestARevokeTooFewReplicasConfirmedSaysSoAndHowToRetry(t *testing.T) {
 			t.Errorf("the log lacks %s:\n%s", want, logged)
 		}
 	}
+	// Redis answered: no outage of the store, though the revoke is counted as a store error.
+	if strings.Contains(logged, "store calls fail") {
+		t.Errorf("a revoke too few replicas confirmed opened a store outage:\n%s", logged)
+	}
+	if m := h.get("/metrics", "").Body.String(); !strings.Contains(m, `tablease_store_errors_total{op="admin_revoke"} 1`) {
+		t.Errorf("the revoke is not counted as a store error")
+	}
 }
 
 func TestAdminAuditLog(t *testing.T) {

@@ -105,12 +105,16 @@ func (m *metrics) observeOp(op string, err error) {
 
 // storeFailed counts a call of op that the store did not serve, but for one whose caller gave up
 // (a client that went away, a server that stops), which says nothing of the store: counted, it
-// would make every tab closed during a call a store outage in the log.
+// would make every tab closed during a call a store outage in the log. A revoke too few replicas
+// confirmed is a store error but no outage.
 func (m *metrics) storeFailed(op string, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
 	m.storeErrors.WithLabelValues(op).Inc()
+	if errors.Is(err, lease.ErrNotReplicated) {
+		return // Redis answered, and the revoke's own warning says what its replicas did not
+	}
 	m.store.failed(op, err)
 }
 
