@@ -313,6 +313,13 @@ func TestAStreamEndsWhenItsKeyIsWithdrawn(t *testing.T) {
 	if rest := withdrawn.expectEnd(); len(rest) != 0 {
 		t.Fatalf("after the final event: %+v", rest)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(h.get("/metrics", "").Body.String(), `tablease_event_streams_ended_total{reason="key_withdrawn"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream's end is not counted as key_withdrawn")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	still.quiet(1500 * time.Millisecond)    // a keepalive passes, and no event
 	if it := still.nextItem(); it.IsEvent { // and the stream is still open
 		t.Fatalf("an event on the stream whose key is kept: %+v", it)

@@ -85,6 +85,7 @@ func (g *goneRetries) run(req lease.ReleaseRequest) string {
 	deadline := time.Now().Add(g.until)
 	wait := goneRetryFirst
 	for tries := 1; ; tries++ {
+		wait = min(wait, max(time.Until(deadline), 0)) // the last try at the deadline, none after
 		t := time.NewTimer(wait)
 		select {
 		case <-g.ctx.Done():
@@ -103,7 +104,7 @@ func (g *goneRetries) run(req lease.ReleaseRequest) string {
 		case !errors.Is(err, lease.ErrUnavailable):
 			g.log.Warn("a gone release retried was refused", "user", req.Key.User, "session", req.Key.Session, "tab", req.TabID, "err", err)
 			return "refused"
-		case time.Now().After(deadline):
+		case !time.Now().Before(deadline):
 			g.log.Warn("a gone release the store did not answer was given up after the longest TTL; its lease has run out",
 				"user", req.Key.User, "session", req.Key.Session, "tab", req.TabID, "tries", tries+1, "err", err)
 			return "given_up"

@@ -112,6 +112,7 @@ const (
 	endTokenExpired                  // the access token that opened the stream expired
 	endStore                         // its watch ended and could not start again (the store did not answer)
 	endPanic                         // serving it panicked
+	endKeyWithdrawn                  // the key that verified its access token was withdrawn (Request.Kept)
 )
 
 // writeEnd is why a stream whose write failed with err ends: a write that missed its deadline
@@ -125,7 +126,7 @@ func writeEnd(err error) endReason {
 }
 
 // endReasons are the names of the endReasons, in order.
-var endReasons = [...]string{"client_gone", "write_failed", "shutdown", "token_expired", "store", "panic"}
+var endReasons = [...]string{"client_gone", "write_failed", "shutdown", "token_expired", "store", "panic", "key_withdrawn"}
 
 // States of a streamConn.
 const (
@@ -409,7 +410,7 @@ func (sc *streamConn) due() bool {
 	if !now.Before(sc.keepaliveAt) {
 		if sc.kept != nil && !sc.kept() {
 			_ = sc.sse.shutdown(reasonCredential)
-			sc.ended = endTokenExpired
+			sc.ended = endKeyWithdrawn
 			return false
 		}
 		if sc.keepaliveAt = sc.keepaliveAt.Add(sc.h.opts.Keepalive); sc.keepaliveAt.Before(now) {

@@ -252,7 +252,7 @@ func New(cfg Config) (*Handler, error) {
 	}, []string{"event"})
 	ended := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tablease_event_streams_ended_total",
-		Help: "Event streams ended, by reason (client_gone, write_failed, shutdown, token_expired, store, panic).",
+		Help: "Event streams ended, by reason (client_gone, write_failed, shutdown, token_expired, store, panic, key_withdrawn).",
 	}, []string{"reason"})
 	for i, r := range endReasons {
 		h.ended[i] = ended.WithLabelValues(r)

@@ -16,6 +16,10 @@ const maxClockOffset = time.Second
 // clockRewarn is how often a clock still off is said again.
 const clockRewarn = 10 * time.Minute
 
+// maxClockRTT bounds the round trip of a reading that is taken: a TIME that waited (Redis busy,
+// the network slow) is off by up to half its round trip, and is passed over.
+const maxClockRTT = 100 * time.Millisecond
+
 // clockWatch logs and exports the offset of Redis's clock from this instance's, as the Redis
 // engine measures it at the start and once a sweep period (leaseredis.Engine.ClockOffset). It is
 // called from one goroutine at a time.
@@ -35,6 +39,9 @@ func newClockWatch(log *slog.Logger) *clockWatch {
 
 // observe takes a reading: offset, within half of rtt.
 func (w *clockWatch) observe(offset, rtt time.Duration) {
+	if rtt > maxClockRTT {
+		return
+	}
 	w.gauge.Set(offset.Seconds())
 	off := offset.Abs()-rtt/2 > maxClockOffset
 	switch {
