@@ -79,7 +79,6 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	h.srv.auth.now = clock.Now
 	claims := func() jwt.MapClaims { return validClaims(h.auth, "alice") }
 	tokenRSA1 := sign(t, jwt.SigningMethodRS256, rsa1, "rsa-1", claims())
-	tokenRSA2 := sign(t, jwt.SigningMethodRS256, rsa2, "rsa-2", claims())
 	unavailable := func(wantRetryAfter string) string {
 		t.Helper()
 		rec := h.get(leasePath("doc-1"), tokenRSA1)
@@ -111,9 +110,12 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	}
 	fetches := h.srv.auth.jwks.Fetches()
 
-	// A kid the set lacks, within JWKSMinRefresh of the fetch: the set may lack a key published
-	// since, so "retry", at the time a fetch may be made; after it, a 401 that names the kid.
+	// A kid the set lacks in a token signed after the fetch, within JWKSMinRefresh of it: the set
+	// may lack a key published since, so "retry", at the time a fetch may be made; after it, a 401
+	// that names the kid.
 	clock.Advance(4 * time.Second)
+	signedNow := func() jwt.MapClaims { c := claims(); c["iat"] = clock.Now().Unix(); return c }
+	tokenRSA2 := sign(t, jwt.SigningMethodRS256, rsa2, "rsa-2", signedNow())
 	rec := h.get(leasePath("doc-1"), tokenRSA2)
 	wantError(t, rec, http.StatusServiceUnavailable, CodeAuthUnavailable)
 	if got := rec.Header().Get("Retry-After"); got != "6" {
@@ -124,9 +126,11 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	if want := `the token's kid "rsa-2" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
 		t.Fatalf("message %q, want %q", e.Error.Message, want)
 	}
-	// Made-up kids are held to JWKSMinRefresh: no fetch for them.
+	// Made-up kids are held to JWKSMinRefresh: no fetch for them; those of tokens signed before
+	// the set was fetched are unknown at once.
 	for i := range 20 {
-		wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa2, fmt.Sprint("made-up-", i), claims())), http.StatusServiceUnavailable, CodeAuthUnavailable)
+		wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa2, fmt.Sprint("made-up-", i), signedNow())), http.StatusServiceUnavailable, CodeAuthUnavailable)
+		wantError(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa2, fmt.Sprint("old-", i), claims())), http.StatusUnauthorized, CodeUnauthenticated)
 	}
 	if got := h.srv.auth.jwks.Fetches(); got != fetches+1 {
 		t.Fatalf("%d fetches, want %d", got, fetches+1)
@@ -261,7 +265,9 @@ func TestMadeUpKidsAreChargedToTheAddress(t *testing.T) {
 	}
 	var codes []string
 	for i := range 4 {
-		rec := h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, k, strings.Repeat("x", 100)+fmt.Sprint(i), validClaims(h.auth, "alice")))
+		c := validClaims(h.auth, "alice")
+		c["iat"] = time.Now().Unix() // signed after the fetch: its key may be newer than the set
+		rec := h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, k, strings.Repeat("x", 100)+fmt.Sprint(i), c))
 		var e errorAnswer
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 			t.Fatal(err)

@@ -433,7 +433,13 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.
 	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
 	if !ok && a.jwks != nil {
-		sk, err := a.jwks.Lookup(ctx, kid)
+		// A set fetched after the token was signed and lacking its kid shows the kid unknown (401)
+		// without another fetch; the margin covers an identity provider's clock that runs behind.
+		var signedBy time.Time
+		if c, _ := t.Claims.(*accessClaims); c != nil && c.IssuedAt != nil {
+			signedBy = c.IssuedAt.Add(max(a.leeway, 5*time.Second))
+		}
+		sk, err := a.jwks.LookupSigned(ctx, kid, signedBy)
 		var unavailable *jwks.UnavailableError
 		if errors.As(err, &unavailable) {
 			return nil, &keysUnavailableError{unavailable}

@@ -175,6 +175,13 @@ func (c *Client[K]) Fetches() int {
 // waited for), or was withdrawn (in the set fetched before the last, not in the last), and with an
 // *UnavailableError otherwise.
 func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
+	return c.LookupSigned(ctx, kid, time.Time{})
+}
+
+// LookupSigned is Lookup for a token that was signed before signedBy (its iat, with a margin for
+// the clocks): a set fetched after that instant that lacks kid shows the kid unknown, where Lookup
+// would answer "retry" until the set may be fetched again (the key might be newer than the set).
+func (c *Client[K]) LookupSigned(ctx context.Context, kid string, signedBy time.Time) (K, error) {
 	var zero K
 	k, found, fresh := c.Cached(kid)
 	if found {
@@ -210,6 +217,10 @@ func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 		// "forged".
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", shown),
 			Err: err, wait: c.untilFetch()}
+	case c.fetched == before && !signedBy.IsZero() && c.fetchedAt.After(signedBy):
+		// No fetch since the call began, but the set was fetched after the token was signed: its
+		// key was not published then, so it is not the server's.
+		return zero, fmt.Errorf("kid %q is not in the JWKS fetched after the token was signed: %w", shown, ErrUnknownKey)
 	case c.fetched == before:
 		// No fetch since the call began: the set may lack a key published since.
 		wait := c.untilFetch()
