@@ -154,7 +154,9 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 
 	level := slog.LevelInfo
 	switch {
-	case status >= 500 && c.Get(keyErrCode) != CodeAuthUnavailable: // that one is the token's: a kid made up, or keys the fetch logs about
+	// A 5xx is a warning, but for the token's AUTH_UNAVAILABLE (a kid made up, or keys the fetch
+	// logs about) and an answer to a client that went away, which nobody reads.
+	case status >= 500 && c.Get(keyErrCode) != CodeAuthUnavailable && req.Context().Err() == nil:
 		level = slog.LevelWarn
 	case c.Get(keyIPLimited) != nil:
 		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
