@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -39,6 +40,8 @@ type goneRetries struct {
 	until   time.Duration // how long after the first try a release is retried: the longest TTL
 	metrics *metrics
 
+	dropped *loglimit.Limit // the warnings of releases not retried, one per 10 s
+
 	ctx    context.Context // ended by close
 	cancel context.CancelFunc
 	slots  chan struct{} // one per release being retried
@@ -50,7 +53,7 @@ type goneRetries struct {
 func newGoneRetries(engine lease.Engine, limits lease.Limits, log *slog.Logger, m *metrics) *goneRetries {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &goneRetries{engine: engine, log: log, until: limits.HiddenMax, metrics: m, ctx: ctx, cancel: cancel,
-		slots: make(chan struct{}, maxGoneRetries)}
+		slots: make(chan struct{}, maxGoneRetries), dropped: loglimit.New(10*time.Second, time.Now)}
 }
 
 // retry sends req again behind the answer to the request that failed with err, when that is a gone
@@ -68,8 +71,10 @@ func (g *goneRetries) retry(req lease.ReleaseRequest, err error) {
 	case g.slots <- struct{}{}:
 	default:
 		g.metrics.goneRetries.WithLabelValues("dropped").Inc()
-		g.log.Warn("a gone release the store did not answer is not retried: too many are being retried; its lease runs out its TTL",
-			"user", req.Key.User, "session", req.Key.Session, "tab", req.TabID, "pending", maxGoneRetries)
+		if ok, left, _ := g.dropped.Allow("dropped"); ok {
+			g.log.Warn("a gone release the store did not answer is not retried: too many are being retried; its lease runs out its TTL",
+				"user", req.Key.User, "session", req.Key.Session, "tab", req.TabID, "pending", maxGoneRetries, "not_logged_since", left)
+		}
 		return
 	}
 	g.wg.Add(1)
