@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -198,8 +197,8 @@ type authenticator struct {
 	// verified remembers the principal of each token verified recently (package verifiedtokens):
 	// nothing in a principal can change before the token expires, since the accepted issuers are
 	// fixed at start, and so are the keys but those of jwks, whose tokens are answered from it
-	// only while their key is still the one the set names by their kid.
-	verified verifiedtokens.Cache[verifiedAccess]
+	// only while their key is still the one the set names by their kid (Principal.KeyKept).
+	verified verifiedtokens.Cache[*Principal]
 
 	log           *slog.Logger
 	fetchWarnings *loglimit.Limit // the failed fetches of jwks, one warning per JWKSMinRefresh
@@ -207,13 +206,6 @@ type authenticator struct {
 	skipped       []string        // what the set last parsed skipped, and why
 	lastKids      []string        // of the set last fetched, as logged
 	lastSkipped   []string
-}
-
-// verifiedAccess is what authenticator.verified remembers of a token: its principal, and the key
-// of the set fetched from AuthConfig.JWKSURL that verified it (none for the other keys).
-type verifiedAccess struct {
-	p      *Principal
-	jwkKey *jwk.SetKey
 }
 
 type verifyKey struct {
@@ -395,13 +387,6 @@ func (e *unknownKidError) Error() string {
 	return fmt.Sprintf("the token's kid %q names no key of %s", kid, e.sources)
 }
 
-// keysUnavailableError is a token whose kid the JWKS of TABLEASE_JWT_JWKS_URL cannot answer for
-// now (jwks.UnavailableError): the answer is 503 AUTH_UNAVAILABLE, never a 401, which would send
-// the client to its identity provider for a new token in a loop.
-type keysUnavailableError struct{ err *jwks.UnavailableError }
-
-func (e *keysUnavailableError) Error() string { return e.err.Error() }
-
 // headerError is a header jsontext.Header refused: a parameter given twice or named in another
 // case, or text that is not UTF-8.
 type headerError struct{ err error }
@@ -411,7 +396,9 @@ func (e *headerError) Unwrap() error { return e.err }
 
 // keyFor chooses the verification key: the secret for HS256 and only for HS256; for the others
 // the public key named by kid (of AuthConfig.PublicKeys, else of the JWKS), and only when that key
-// is meant for the token's algorithm. A key of the JWKS is put in *fromSet.
+// is meant for the token's algorithm. A key of the JWKS is put in *fromSet; a kid the JWKS cannot
+// answer for now is its *jwks.UnavailableError, which verify answers 503 AUTH_UNAVAILABLE (never a
+// 401, which would send the client to its identity provider for a new token in a loop).
 func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.SetKey) (any, error) {
 	if err := jsontext.Header(t.Raw); err != nil {
 		return nil, &headerError{err}
@@ -440,9 +427,8 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.
 			signedBy = c.IssuedAt.Add(max(a.leeway, 5*time.Second))
 		}
 		sk, err := a.jwks.LookupSigned(ctx, kid, signedBy)
-		var unavailable *jwks.UnavailableError
-		if errors.As(err, &unavailable) {
-			return nil, &keysUnavailableError{unavailable}
+		if unavailable := (*jwks.UnavailableError)(nil); errors.As(err, &unavailable) {
+			return nil, err
 		}
 		if err == nil {
 			k, ok, *fromSet = verifyKey{alg: sk.Alg, key: sk.Key}, true, &sk
@@ -473,12 +459,9 @@ func (a *authenticator) keySources() string {
 // before and not expired is answered from a.verified, one verified with a key of the JWKS while the
 // set still names that key by its kid. The principal is shared: callers must not change it.
 func (a *authenticator) verify(ctx context.Context, token string) (*Principal, error) {
-	if v, ok := a.verified.Get(token, a.now()); ok {
-		if v.jwkKey == nil {
-			return v.p, nil
-		}
-		if k, err := a.jwks.Lookup(ctx, v.jwkKey.KID); err == nil && sameKey(k, *v.jwkKey) {
-			return v.p, nil
+	if p, ok := a.verified.Get(token, a.now()); ok {
+		if p.KeyKept() {
+			return p, nil
 		}
 		a.verified.Forget(token) // the set no longer names the key: verified again, and refused
 	}
@@ -486,10 +469,10 @@ func (a *authenticator) verify(ctx context.Context, token string) (*Principal, e
 	var fromSet *jwk.SetKey
 	keyFor := func(t *jwt.Token) (any, error) { return a.keyFor(ctx, t, &fromSet) }
 	if tok, err := a.parser.ParseWithClaims(token, &claims, keyFor); err != nil {
-		var unavailable *keysUnavailableError
+		var unavailable *jwks.UnavailableError
 		if errors.As(err, &unavailable) { // the message leaves the fetch's own error (addresses, the URL) to the log
-			return nil, &Error{Code: CodeAuthUnavailable, Retryable: true, RetryAfter: unavailable.err.RetryAfter(), Err: err,
-				Message: "the access token's key cannot be had now from the identity provider's JWKS; retry later (" + unavailable.err.Reason + ")"}
+			return nil, &Error{Code: CodeAuthUnavailable, Retryable: true, RetryAfter: unavailable.RetryAfter(), Err: err,
+				Message: "the access token's key cannot be had now from the identity provider's JWKS; retry later (" + unavailable.Reason + ")"}
 		}
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) && tok != nil && tok.Method != nil && !slices.Contains(a.methods, tok.Method.Alg()) {
 			// jwt refuses an algorithm it was not given before looking for a key.
@@ -511,7 +494,7 @@ func (a *authenticator) verify(ctx context.Context, token string) (*Principal, e
 		key := *fromSet
 		p.keyKept = func() bool {
 			k, found := a.jwks.Current(key.KID)
-			return found && sameKey(k, key)
+			return found && k.Same(key)
 		}
 	}
 	if claims.SID.present {
@@ -521,14 +504,8 @@ func (a *authenticator) verify(ctx context.Context, token string) (*Principal, e
 		p.Scopes[s] = true
 	}
 	from, until := verifiedtokens.Window(claims.RegisteredClaims, a.leeway) // exp is required: the parser checked it
-	a.verified.Put(token, verifiedAccess{p: p, jwkKey: fromSet}, from, until)
+	a.verified.Put(token, p, from, until)
 	return p, nil
-}
-
-// sameKey reports whether a and b are the same key under the same kid and algorithm.
-func sameKey(a, b jwk.SetKey) bool {
-	k, ok := a.Key.(interface{ Equal(crypto.PublicKey) bool })
-	return a.KID == b.KID && a.Alg == b.Alg && ok && k.Equal(b.Key)
 }
 
 func tokenProblem(err error) string {

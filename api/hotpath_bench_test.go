@@ -134,7 +134,7 @@ func BenchmarkVerifyAccessToken(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if !again {
-					a.verified = verifiedtokens.Cache[verifiedAccess]{}
+					a.verified = verifiedtokens.Cache[*Principal]{}
 				}
 				if _, err := a.verify(context.Background(), token); err != nil {
 					b.Fatal(err)

@@ -208,6 +208,12 @@ type SetKey struct {
 	Key crypto.PublicKey
 }
 
+// Same reports whether k and o are the same key under the same kid and algorithm.
+func (k SetKey) Same(o SetKey) bool {
+	key, ok := k.Key.(interface{ Equal(crypto.PublicKey) bool })
+	return k.KID == o.KID && k.Alg == o.Alg && ok && key.Equal(o.Key)
+}
+
 // Skipped is a member of a JWK Set that ParseSet did not keep, and why; Malformed when it would
 // have been kept but for a malformed member.
 type Skipped struct {

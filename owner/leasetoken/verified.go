@@ -1,7 +1,7 @@
 package leasetoken
 
 import (
-	"crypto"
+	"github.com/tablease/tablease/internal/jwk"
 )
 
 // verifiedToken is what a Verifier remembers of a token it found good (package verifiedtokens,
@@ -17,9 +17,5 @@ type verifiedToken struct {
 
 // sameKey reports whether a and b are the same public key under the same kid and algorithm.
 func sameKey(a, b PublicKey) bool {
-	if a.kid != b.kid || a.alg != b.alg || a.key == nil {
-		return false
-	}
-	k, ok := a.key.(interface{ Equal(crypto.PublicKey) bool })
-	return ok && k.Equal(b.key)
+	return jwk.SetKey{KID: a.kid, Alg: a.alg, Key: a.key}.Same(jwk.SetKey{KID: b.kid, Alg: b.alg, Key: b.key})
 }
