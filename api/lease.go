@@ -137,11 +137,7 @@ func (s *Server) acquire(c echo.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	out, err := s.holderAnswer(c, l, b.TabID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return s.holderAnswer(c, l, b.TabID)
 }
 
 func (s *Server) renew(c echo.Context) (err error) {
@@ -172,11 +168,7 @@ func (s *Server) renew(c echo.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	out, err := s.holderAnswer(c, l, b.TabID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return s.holderAnswer(c, l, b.TabID)
 }
 
 func (s *Server) release(c echo.Context) (err error) {
@@ -227,7 +219,7 @@ func (s *Server) get(c echo.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, leaseView(l, tabID))
+	return writeLeaseAnswer(c, l, tabID, "", false)
 }
 
 func (s *Server) check(c echo.Context) (err error) {
@@ -248,7 +240,7 @@ func (s *Server) check(c echo.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, checkJSON{Valid: true, Lease: leaseView(l, claims.Tab)})
+		return writeLeaseAnswer(c, l, claims.Tab, "", true)
 	}
 	if err := validTabID(b.TabID); err != nil {
 		return err
@@ -262,5 +254,5 @@ func (s *Server) check(c echo.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, checkJSON{Valid: true, Lease: leaseView(l, b.TabID)})
+	return writeLeaseAnswer(c, l, b.TabID, "", true)
 }

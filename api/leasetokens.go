@@ -66,17 +66,15 @@ func (s *Server) signLease(l lease.Lease) (string, error) {
 	return tok, nil
 }
 
-// holderAnswer renders l for its holder tabID, with a lease token; the answer of c, which carries
-// that token, is marked Cache-Control: no-store.
-func (s *Server) holderAnswer(c echo.Context, l lease.Lease, tabID string) (*leaseJSON, error) {
+// holderAnswer answers c with l for its holder tabID, with a lease token; the answer, which
+// carries that token, is marked Cache-Control: no-store.
+func (s *Server) holderAnswer(c echo.Context, l lease.Lease, tabID string) error {
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	out := leaseView(l, tabID)
 	tok, err := s.signLease(l)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out.Token = tok
-	return out, nil
+	return writeLeaseAnswer(c, l, tabID, tok, false)
 }
 
 // checkToken is POST …/lease/check with {token}: see "Lease tokens" above.

@@ -188,12 +188,6 @@ func auditRecordView(r lease.AuditRecord) auditRecordJSON {
 	}
 }
 
-// checkJSON is the answer of POST …/lease/check.
-type checkJSON struct {
-	Valid bool       `json:"valid"`
-	Lease *leaseJSON `json:"lease"`
-}
-
 // catalogViewJSON is the answer of GET /v1/sessions/{sid}/catalog.
 type catalogViewJSON struct {
 	Role    owner.Role     `json:"role"`
