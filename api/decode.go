@@ -57,12 +57,18 @@ func jsonContentType(c echo.Context) error {
 	if len(types) > 1 {
 		return errInvalid("Content-Type is given twice: a body has one type, application/json")
 	}
-	mt, params, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
-	if err != nil || mt != echo.MIMEApplicationJSON {
-		return errInvalid("Content-Type must be application/json")
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return errInvalid("Content-Type: JSON bodies are UTF-8, so the only charset allowed is utf-8")
+	if len(types) == 0 || types[0] != echo.MIMEApplicationJSON { // parsed unless it is the usual one
+		var ct string
+		if len(types) == 1 {
+			ct = types[0]
+		}
+		mt, params, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return errInvalid("Content-Type must be application/json")
+		}
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			return errInvalid("Content-Type: JSON bodies are UTF-8, so the only charset allowed is utf-8")
+		}
 	}
 	// A compressed body would be read as if it were not (nothing here decompresses it).
 	for _, enc := range c.Request().Header.Values("Content-Encoding") {
