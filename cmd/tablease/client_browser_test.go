@@ -470,6 +470,12 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 			t.Errorf("after the takeover the old holder's never-ending mutation is still counted or its signal did not abort: %v; "+
 				"signal aborted %v, client: %v", err, browsertest.Eval[bool](holder, `stuck.aborted`), lifecycleOf(holder))
 		}
+		// The guarded call was answered as the control ended, though its handler never settles.
+		const answered = `stuck.answer?.error?.code === "NOT_LEASE_OWNER" && stuck.answer.error.details.mayHaveActed === true && stuck.answer.error.details.reason === "lost"`
+		if err := holder.Until(answered, 2*time.Second); err != nil {
+			t.Errorf("the never-ending mutation's call was not answered NOT_LEASE_OWNER with mayHaveActed after the takeover: %v; answer %s",
+				err, browsertest.Eval[string](holder, `JSON.stringify(stuck.answer)`))
+		}
 
 		browsertest.Eval[bool](holder, `tablease.takeover().then(() => true)`)
 		holder.WaitFor("the first tab to be owner again", ownerJS, 5*time.Second)

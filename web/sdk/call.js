@@ -440,7 +440,7 @@ function whenAborted(signal) {
 
 /** The answer of an ended mutation, saying that it may have acted (in its details, and to an
  *  agent that reads only the message). */
-function mayHaveActed(answer) {
+export function mayHaveActed(answer) {
   if (!isError(answer)) return answer;
   const message = `${answer.error.message ?? ""} Its handler was running, so it may have acted: look at what it did before calling again.`.trim();
   return { ...answer, error: { ...answer.error, message, details: { ...(answer.error.details ?? {}), mayHaveActed: true } } };

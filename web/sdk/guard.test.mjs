@@ -91,8 +91,9 @@ test("a handler that waits reads the grant's latest token, which renews replace,
   server.takeoverBy("t-other");
   lease._onStreamEvent({ type: "lease", id: "9-0", data: { type: "taken_over", epoch: server.epoch, holder: { ...server.holder }, previous: null } });
   await clock.advance(15000); // no renew of a lost lease; a later grant would be another epoch
-  resume();
-  assert.deepEqual(await running, { saved: true });
+  assert.equal((await running).error.details.mayHaveActed, true, "the call was answered as its ownership ended");
+  resume(); // the handler, still running, goes on
+  await flush();
   assert.equal(seen[3], last, "once its ownership ended, the handler keeps the last token it had");
   await lease.stop({ release: false });
 });
@@ -159,7 +160,7 @@ test("check: always asks the server before every call", async () => {
   await lease.stop({ release: false });
 });
 
-test("the handler's signal aborts when ownership ends while it runs", async () => {
+test("ownership ending while the handler runs aborts its signal and answers the call at once: it may have acted", async () => {
   const { server, lease } = setup();
   wire(server, lease);
   await lease.start();
@@ -174,8 +175,34 @@ test("the handler's signal aborts when ownership ends while it runs", async () =
   assert.equal(signal.aborted, false);
   server.takeoverBy("t-other");
   assert.equal(signal.aborted, true);
-  release("late");
-  assert.equal(await p, "late", "the guard does not rewrite what the handler returns");
+  const res = await p; // the handler has not settled
+  assert.equal(res.error.code, NOT_LEASE_OWNER);
+  assert.equal(res.error.details.reason, "lost");
+  assert.equal(res.error.details.mayHaveActed, true);
+  assert.match(res.error.message, /may have acted/);
+  release("late"); // dropped
+  await flush();
+  assert.equal(lease.inFlight, 0);
+  await lease.stop({ release: false });
+});
+
+test("a handler that rejects as its signal aborts (its fetch aborted) answers NOT_LEASE_OWNER, not its rejection", async () => {
+  const { server, lease } = setup();
+  wire(server, lease);
+  await lease.start();
+  const save = lease.guard(
+    (args, l) =>
+      new Promise((resolve, reject) => {
+        l.signal.addEventListener("abort", () => reject(l.signal.reason), { once: true });
+      }),
+  );
+  const p = save({});
+  await flush();
+  server.takeoverBy("t-other");
+  const res = await p;
+  assert.equal(res.error.code, NOT_LEASE_OWNER);
+  assert.equal(res.error.details.mayHaveActed, true);
+  assert.equal(res.error.details.holder.tabId, "t-other");
   await lease.stop({ release: false });
 });
 

@@ -37,6 +37,7 @@
 import { DEFAULTS, SessionApi, TabLeaseError, USER_CHANGED, backoffDelay, browserClock, randomId, sleep, tokenSubject } from "./http.js";
 import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
 import { catalogRoute } from "./route.js";
+import { mayHaveActed } from "./call.js";
 import { isReadOnlyTool } from "./tools.js";
 
 export { tokenSubject };
@@ -521,6 +522,8 @@ export class TabLease extends EventTarget {
    * (signal aborts when this period of ownership ends; token and headers read the grant's latest
    * token each time, as renews replace it), and otherwise returns
    * {error: {code: "NOT_LEASE_OWNER", message, retryable: false, details}} without running it.
+   * When the period ends while the handler runs, the call resolves at once with that answer, its
+   * details.mayHaveActed true, and what the handler settles with later is dropped.
    * When the lease is held but unconfirmed it asks the server (POST …/lease/check) first, and a
    * follower tab asks its stream's carrier first when it has not heard from it lately
    * (_confirmForMutation). {check: "always"} asks the server before every call; {check: "never"}
@@ -559,13 +562,26 @@ export class TabLease extends EventTarget {
         },
       };
       period.inFlight++;
-      try {
-        return await handler(args, lease, ctx);
-      } finally {
+      const handled = (async () => handler(args, lease, ctx))();
+      const settled = () => {
         if (!period.ended) {
           period.inFlight--;
           if (period.inFlight === 0 && this.handoff === "releasing") this._releaseAtSafePoint();
         }
+      };
+      handled.then(settled, settled);
+      // The period ending while the handler runs answers the call at once, whatever the handler
+      // does with its signal: it may have acted (its request sent, its answer not in).
+      let off = () => {};
+      const ended = new Promise((resolve) => {
+        const fire = () => resolve(mayHaveActed(this._notOwner()));
+        period.ac.signal.addEventListener("abort", fire, { once: true });
+        off = () => period.ac.signal.removeEventListener("abort", fire);
+      });
+      try {
+        return await Promise.race([handled, ended]);
+      } finally {
+        off();
       }
     };
   }

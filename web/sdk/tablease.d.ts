@@ -114,6 +114,8 @@ export interface NotLeaseOwnerError {
       reason: "viewer" | "lost" | "expired" | "unconfirmed" | "handoff" | "stopped";
       holder: { tabId: string; label: string } | null;
       epoch: number | null;
+      /** Set when the handler was running as this tab's control ended: it may have acted. */
+      mayHaveActed?: true;
     };
   };
 }
@@ -380,7 +382,9 @@ export declare class TabLease extends EventTarget {
   listTabs(): Promise<ListedTab[]>;
   /** Changes the label; the owner re-acquires (same epoch) so other tabs see it. */
   setLabel(label: string | (() => string)): Promise<void>;
-  /** Runs handler only while this tab is the owner; otherwise resolves a NotLeaseOwnerError. */
+  /** Runs handler only while this tab is the owner; otherwise resolves a NotLeaseOwnerError.
+   *  Control ending while handler runs resolves the call at once with one whose
+   *  details.mayHaveActed is true; what handler settles with later is dropped. */
   guard<A, R, C = unknown>(
     handler: (args: A, lease: LeaseContext, ctx: C) => R | Promise<R>,
     opts?: { check?: "auto" | "always" | "never" },
