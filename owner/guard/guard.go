@@ -48,6 +48,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/owner/leasetoken"
 )
@@ -232,6 +234,9 @@ func setupHint(e *Error) (kind, hint string, ok bool) {
 	}
 	if errors.Is(e.Err, errSeveralHeaders) {
 		return "", "", false
+	}
+	if errors.Is(e.Err, jwt.ErrTokenUsedBeforeIssued) {
+		return ReasonInvalidToken, "the lease token was issued later than this host's clock says it is now, beyond Options.Leeway: this host's clock is behind Redis's, which dates the tokens (keep it NTP-synchronised, docs/fencing.md)", true
 	}
 	kind, _ = e.Details["reason"].(string)
 	hint, ok = setupHints[kind]

@@ -686,3 +686,19 @@ func TestErrorMatchesSentinels(t *testing.T) {
 		t.Fatalf("WriteError of a plain error: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestAGuardBehindTheSignersClockSaysSo: a guard whose clock is behind Redis's beyond the leeway
+// sees a fresh token's iat in its future; its warning names the clock, not the Issuer.
+func TestAGuardBehindTheSignersClockSaysSo(t *testing.T) {
+	tl := newFakeTablease(t)
+	var logs syncbuf.Buffer
+	a := newApp(t, tl, func(o *guard.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		o.Now = func() time.Time { return tl.clock.Now().Add(-time.Minute) }
+	})
+	rec, rej := a.do(t, http.MethodPost, "alice", "doc-A", tl.token("alice", "doc-A", 7))
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonInvalidToken)
+	if got := logs.String(); !strings.Contains(got, "reason=invalid_token") || !strings.Contains(got, "clock is behind") || strings.Contains(got, "Options.Issuer") {
+		t.Fatalf("the log of a guard a minute behind: %q", got)
+	}
+}
