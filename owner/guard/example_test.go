@@ -33,10 +33,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mux.Handle("POST /api/sessions/{sid}/events/{id}/rename", g.Middleware(http.HandlerFunc(renameEvent)))
+	mux.Handle("PUT /api/sessions/{sid}/saved/{id}", g.Middleware(http.HandlerFunc(saveEvent)))
 }
 
-func renameEvent(w http.ResponseWriter, r *http.Request) {
+func saveEvent(w http.ResponseWriter, r *http.Request) {
 	lease, _ := guard.FromContext(r.Context())
 	// Write with lease.Epoch as the fence (README, Fencing); when a newer epoch wrote first:
 	// guard.WriteError(w, guard.NewLeaseLost(lease, map[string]any{"resource": r.PathValue("id")}))

@@ -7,7 +7,7 @@ import (
 )
 
 // TestTheREADMESampleIsThisExample: the Go blocks of the README's "Guards for app backends" are
-// the lines of Example and renameEvent (example_test.go), in order, so that the sample a newcomer
+// the lines of Example and saveEvent (example_test.go), in order, so that the sample a newcomer
 // copies is code that compiles.
 func TestTheREADMESampleIsThisExample(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")

@@ -51,13 +51,14 @@ const handlers: Record<string, ToolHandler> = {
   save_event: async (args, ctx) => {
     const id = args.event_id ?? ctx.params.event_id;
     if (!ctx.isCurrent()) return ctx.stale();
-    const res = await fetch(`/api/saved/${encodeURIComponent(id)}`, { method: "PUT", headers: ctx.headers, signal: ctx.signal });
+    const res = await fetch(`/api/sessions/${encodeURIComponent(ctx.sessionId)}/saved/${encodeURIComponent(id)}`, { method: "PUT", headers: ctx.headers, signal: ctx.signal });
     return res.json();
   },
-  save_event_destructured: async (args, { headers, signal, params, isCurrent, stale }) => {
+  save_event_destructured: async (args, { headers, signal, params, sessionId, isCurrent, stale }) => {
     if (!isCurrent()) return stale();
-    const id = args.event_id ?? params.event_id;
-    return (await fetch(`/api/saved/${id}`, { method: "PUT", headers, signal })).json();
+    const id = encodeURIComponent(args.event_id ?? params.event_id);
+    const url = `/api/sessions/${encodeURIComponent(sessionId)}/saved/${id}`;
+    return (await fetch(url, { method: "PUT", headers, signal })).json();
   },
   ask_user: (args, ctx) =>
     ctx.interact<{ answer: string }>((ui) => {
