@@ -223,17 +223,39 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// chargeUser takes a token of sub's bucket, and answers 429 RATE_LIMITED when it has none.
+// rateLimitChecks is rateLimit for POST …/lease/check, which has a bucket of its own per user:
+// app backends' guards in strict mode send one for each write a tab makes, with the user's access
+// token, and a burst of writes must not leave the user's tabs without the renews that keep their
+// lease.
+func (s *Server) rateLimitChecks(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if p := principalOf(c); p != nil {
+			if err := charge(s.checkLimiter, p.Sub, "checks"); err != nil {
+				return err
+			}
+		}
+		return next(c)
+	}
+}
+
+// chargeUser takes a token of sub's bucket of requests, and answers 429 RATE_LIMITED when it has
+// none.
 func (s *Server) chargeUser(sub string) error {
-	if s.limiter == nil {
+	return charge(s.limiter, sub, "requests")
+}
+
+// charge takes a token of sub's bucket in l (none when nil), and answers 429 RATE_LIMITED naming
+// limit when it has none.
+func charge(l *userLimiter, sub, limit string) error {
+	if l == nil {
 		return nil
 	}
-	if ok, wait := s.limiter.allow(sub); !ok {
+	if ok, wait := l.allow(sub); !ok {
 		return &Error{
 			Code:       CodeRateLimited,
 			Message:    "too many requests for this user; retry after the Retry-After delay",
 			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": "requests"},
+			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": limit},
 			RetryAfter: wait,
 		}
 	}

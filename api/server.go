@@ -122,13 +122,16 @@ type Server struct {
 	failedOnly bool // Options.LogFailedRequestsOnly
 	metrics    *metrics
 	limiter    *userLimiter // nil when rate limiting is off
-	ipLimit    *userLimiter // failed and unauthenticated requests per client address; nil when off
-	dev        bool
-	demo       bool   // serve /demo (Options.Demo); dev mode serves it anyway
-	spec       []byte // the OpenAPI document served
-	echo       *echo.Echo
-	routeSet   map[string]bool // "METHOD pattern" of every registered route; read-only after New
-	registry   *prometheus.Registry
+	// checkLimiter is the users' buckets of lease checks (rateLimitChecks); nil when rate
+	// limiting is off.
+	checkLimiter *userLimiter
+	ipLimit      *userLimiter // failed and unauthenticated requests per client address; nil when off
+	dev          bool
+	demo         bool   // serve /demo (Options.Demo); dev mode serves it anyway
+	spec         []byte // the OpenAPI document served
+	echo         *echo.Echo
+	routeSet     map[string]bool // "METHOD pattern" of every registered route; read-only after New
+	registry     *prometheus.Registry
 
 	catalogs   *catalog.Source
 	leaseKeys  *leasetoken.KeySet
@@ -262,6 +265,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.RateLimit > 0 {
 		s.limiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
+		s.checkLimiter = newUserLimiter(opts.RateLimit, defaultLimiterCap, time.Now)
 	}
 	if opts.IPRateLimit > 0 {
 		s.ipLimit = newUserLimiter(opts.IPRateLimit, ipLimiterCap, time.Now)
@@ -380,7 +384,7 @@ func (s *Server) newEcho() *echo.Echo {
 	getAndHead(v1, "/sessions/:sid/lease", s.get, authed...)
 	v1.POST("/sessions/:sid/lease/renew", chain(s.renew, authed...))
 	v1.POST("/sessions/:sid/lease/release", chain(s.release, authed...))
-	v1.POST("/sessions/:sid/lease/check", chain(s.check, authed...))
+	v1.POST("/sessions/:sid/lease/check", chain(s.check, s.authenticate, s.rateLimitChecks, requireSession))
 	getAndHead(v1, "/sessions/:sid/catalog", s.sessionCatalog, authed...)
 	s.registerStreams(v1, authed)
 

@@ -366,6 +366,30 @@ func TestRateLimit(t *testing.T) {
 	})
 }
 
+// TestLeaseChecksHaveABucketOfTheirOwn: a user's lease checks (app backends' strict guards check
+// each write) and the user's other requests (the renews that keep the tabs' lease) are limited
+// apart, so that a burst of writes leaves the renews be.
+func TestLeaseChecksHaveABucketOfTheirOwn(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.RateLimit = 1 }) // burst 2 each
+	alice := h.token("alice")
+	epoch := h.acquire(alice, "doc-1", "tab-1", "try") // one request of the 2
+	check := fmt.Sprintf(`{"tabId":"tab-1","epoch":%d}`, epoch)
+	for range 2 {
+		if rec := h.post(leasePath("doc-1")+"/check", alice, check); rec.Code != http.StatusOK {
+			t.Fatalf("a check within the burst: %d %s", rec.Code, rec.Body)
+		}
+	}
+	rec := h.post(leasePath("doc-1")+"/check", alice, check)
+	if e := wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited); e.Error.Details["limit"] != "checks" {
+		t.Fatalf("the third check's 429 names the limit %v, want checks: %s", e.Error.Details["limit"], rec.Body)
+	}
+	readLease(t, h.post(leasePath("doc-1")+"/renew", alice, check)) // the second of the 2
+	rec = h.post(leasePath("doc-1")+"/renew", alice, check)
+	if e := wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited); e.Error.Details["limit"] != "requests" {
+		t.Fatalf("the second renew's 429 names the limit %v, want requests: %s", e.Error.Details["limit"], rec.Body)
+	}
+}
+
 // TestRefusedRequestsOfAValidTokenCountAgainstItsUser: a request refused for its session (a sid
 // claim), its scope, or for matching no route still uses its user's bucket, so that a valid token
 // cannot send them without limit.

@@ -222,7 +222,7 @@ func setupHint(e *Error) (kind, hint string, ok bool) {
 		case errors.Is(e.Err, errAccessToken):
 			hint = "Options.AccessToken failed, so no strict check was sent: it must give an access token of the request's user that tablease accepts"
 		case e.Details["status"] == http.StatusTooManyRequests:
-			hint = "tablease refused the strict check for the user's request limit (TABLEASE_RATE_LIMIT: each strict check is one of the user's requests)"
+			hint = "tablease refused the strict check for the user's limit of lease checks (TABLEASE_RATE_LIMIT, per user and instance: each strict check is one)"
 		case e.Details["status"] != nil && e.Details["code"] == nil:
 			hint = "what answered the strict check (details.status) gave no error of tablease's: Options.BaseURL, or a proxy in front of tablease"
 		case e.Details["status"] != nil:
