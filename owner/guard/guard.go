@@ -314,8 +314,11 @@ func (g *Guard) check(r *http.Request) (Claims, *Error) {
 		}
 		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", err)
 	}
-	if sub == "" || sid == "" {
-		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", errors.New("guard: Options.Target returned an empty sub or sid"))
+	switch {
+	case sub == "":
+		return Claims{}, notOwner(ReasonNoTarget, "The user this request is made for is unknown.", errors.New("guard: Options.Target returned an empty sub (no user)"))
+	case sid == "":
+		return Claims{}, notOwner(ReasonNoTarget, "The session this request touches is unknown.", errors.New("guard: Options.Target returned an empty sid (no session)"))
 	}
 	if c.Subject != sub {
 		return Claims{}, notOwner(ReasonWrongUser, "The lease token belongs to another user.", nil)

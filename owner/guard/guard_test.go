@@ -569,6 +569,9 @@ func TestGuardWithoutOnRejectLogsWhatPointsAtTheSetup(t *testing.T) {
 	// A route whose Target names no user: what to check is logged, the answer says none of it.
 	rec, rej := a.do(t, http.MethodPost, "", "doc-A", tok)
 	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonNoTarget)
+	if !strings.Contains(rec.Body.String(), "The user this request is made for is unknown") {
+		t.Errorf("the answer of a Target that names no user does not say so: %s", rec.Body)
+	}
 	if strings.Contains(rec.Body.String(), "Options.") {
 		t.Errorf("the answer names the guard's options: %s", rec.Body)
 	}
