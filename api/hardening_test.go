@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -440,5 +441,22 @@ func TestALongPathIsLoggedCutOutsideAnEscapeInASCII(t *testing.T) {
 				t.Errorf("shift %d: the logged path %q holds %U", shift, logged, r)
 			}
 		}
+	}
+}
+
+// TestAFloodOfMalformedRequestsLeavesItsBurstInTheLog: the answers net/http gives by itself to
+// requests that are not valid HTTP are charged to their address, and beyond its burst logged at
+// debug only, as refused authentications are.
+func TestAFloodOfMalformedRequestsLeavesItsBurstInTheLog(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.IPRateLimit = 1 }) // burst 2
+	attacker := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4000}
+	for range 50 {
+		h.srv.logProtocolError(&Error{Code: CodeHeadersTooLarge, Message: "request headers too large"}, NewRequestID(), attacker)
+	}
+	if n := strings.Count(h.logs.String(), `"level":"INFO","msg":"request"`); n != 2 {
+		t.Errorf("%d request lines at info level for 50 malformed requests, want the 2 of the burst:\n%s", n, h.logs)
+	}
+	if n := strings.Count(h.logs.String(), `"route":"protocol_error"`); n != 50 {
+		t.Errorf("%d protocol_error lines at debug and info, want 50", n)
 	}
 }

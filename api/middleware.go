@@ -22,7 +22,9 @@ const (
 	keyPrincipal = "tablease.principal"
 	keyErrCode   = "tablease.errCode"
 	keyErrCause  = "tablease.errCause"
-	keyIPLimited = "tablease.ipLimited" // true when the per-address limit refused the request
+	// keyQuietRefusal is set on a request a rate limit refused that is logged at debug only: every
+	// refusal of the per-address limit, and those of a user's limits but the first of a streak.
+	keyQuietRefusal = "tablease.quietRefusal"
 )
 
 // maxLoggedLen bounds the path of a request in a log line.
@@ -158,8 +160,8 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 	// logs about) and an answer to a client that went away, which nobody reads.
 	case status >= 500 && c.Get(keyErrCode) != CodeAuthUnavailable && req.Context().Err() == nil:
 		level = slog.LevelWarn
-	case c.Get(keyIPLimited) != nil:
-		level = slog.LevelDebug // a flood from one address leaves at most its burst in the log
+	case c.Get(keyQuietRefusal) != nil:
+		level = slog.LevelDebug // a flood from one address or user leaves at most its burst in the log
 	case status < 400 && s.failedOnly:
 		level = slog.LevelDebug
 	}
@@ -215,7 +217,7 @@ func callRecovering(h echo.HandlerFunc, c echo.Context) (err error) {
 func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if p := principalOf(c); p != nil {
-			if err := s.chargeUser(p.Sub); err != nil {
+			if err := s.chargeUser(c, p.Sub); err != nil {
 				return err
 			}
 		}
@@ -230,7 +232,7 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) rateLimitChecks(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if p := principalOf(c); p != nil {
-			if err := charge(s.checkLimiter, p.Sub, "checks"); err != nil {
+			if err := charge(c, s.checkLimiter, p.Sub, "checks"); err != nil {
 				return err
 			}
 		}
@@ -238,19 +240,23 @@ func (s *Server) rateLimitChecks(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// chargeUser takes a token of sub's bucket of requests, and answers 429 RATE_LIMITED when it has
-// none.
-func (s *Server) chargeUser(sub string) error {
-	return charge(s.limiter, sub, "requests")
+// chargeUser takes a token of sub's bucket of requests for c, and answers 429 RATE_LIMITED when it
+// has none.
+func (s *Server) chargeUser(c echo.Context, sub string) error {
+	return charge(c, s.limiter, sub, "requests")
 }
 
-// charge takes a token of sub's bucket in l (none when nil), and answers 429 RATE_LIMITED naming
-// limit when it has none.
-func charge(l *userLimiter, sub, limit string) error {
+// charge takes a token of sub's bucket in l (none when nil) for c, and answers 429 RATE_LIMITED
+// naming limit when it has none. Of a streak of refusals only the first is logged at info: a user
+// (or a client of theirs in a loop) sending on leaves its burst and that line in the log.
+func charge(c echo.Context, l *userLimiter, sub, limit string) error {
 	if l == nil {
 		return nil
 	}
-	if ok, wait := l.allow(sub); !ok {
+	if ok, wait, first := l.allow(sub); !ok {
+		if !first {
+			c.Set(keyQuietRefusal, true)
+		}
 		return &Error{
 			Code:       CodeRateLimited,
 			Message:    "too many requests for this user; retry after the Retry-After delay",
@@ -277,7 +283,7 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 			return err // authenticated by its route, and charged by rateLimit
 		}
 		if p, perr := s.principal(c.Request()); perr == nil {
-			if limited := s.chargeUser(p.Sub); limited != nil {
+			if limited := s.chargeUser(c, p.Sub); limited != nil {
 				return limited
 			}
 			return err
@@ -288,11 +294,11 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 	if s.ipLimit == nil {
 		return err
 	}
-	ok, wait := s.ipLimit.allow(clientKey(c.Request().RemoteAddr))
+	ok, wait, _ := s.ipLimit.allow(clientKey(c.Request().RemoteAddr))
 	if ok {
 		return err
 	}
-	c.Set(keyIPLimited, true)
+	c.Set(keyQuietRefusal, true)
 	return &Error{
 		Code:       CodeRateLimited,
 		Message:    "too many failed or unauthenticated requests from this address; retry after the Retry-After delay",

@@ -148,11 +148,20 @@ func (c *protocolConn) Write(p []byte) (int, error) {
 }
 
 // logProtocolError logs and counts the answer e, with request id id, that net/http gave by itself
-// to the peer at addr. The line has no path and no duration: net/http read no request.
+// to the peer at addr. The line has no path and no duration: net/http read no request. Such
+// answers are charged to the peer's address as failed authentications are (limitFailure): beyond
+// its burst they are logged at debug only, so that a flood of them from one address leaves at
+// most its burst in the log (their answer is net/http's all the same).
 func (s *Server) logProtocolError(e *Error, id string, addr net.Addr) {
 	status := e.Status()
 	s.metrics.requests.WithLabelValues(routeProtocolError, methodOther, strconv.Itoa(status)).Inc()
-	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+	level := slog.LevelInfo
+	if s.ipLimit != nil {
+		if ok, _, _ := s.ipLimit.allow(clientKey(addr.String())); !ok {
+			level = slog.LevelDebug
+		}
+	}
+	s.log.LogAttrs(context.Background(), level, "request",
 		slog.String("request_id", id), slog.String("method", methodOther), slog.String("route", routeProtocolError),
 		slog.String("peer", peerHost(addr.String())), slog.Int("status", status), slog.String("code", e.Code),
 		slog.String("error", e.Message))

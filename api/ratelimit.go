@@ -54,9 +54,10 @@ type userLimiter struct {
 }
 
 type limiterEntry struct {
-	key  string
-	lim  *rate.Limiter
-	seen time.Time
+	key      string
+	lim      *rate.Limiter
+	seen     time.Time
+	refusing bool // the last request was refused
 }
 
 func newUserLimiter(perSecond float64, capacity int, now func() time.Time) *userLimiter {
@@ -74,8 +75,9 @@ func newUserLimiter(perSecond float64, capacity int, now func() time.Time) *user
 	}
 }
 
-// allow takes one token for key; when none is left it reports how long until one is.
-func (u *userLimiter) allow(key string) (bool, time.Duration) {
+// allow takes one token for key; when none is left it reports how long until one is, and whether
+// this refusal is the first since the key's last request allowed (or since its bucket was new).
+func (u *userLimiter) allow(key string) (ok bool, wait time.Duration, first bool) {
 	now := u.now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -89,15 +91,19 @@ func (u *userLimiter) allow(key string) (bool, time.Duration) {
 		u.byKey[key] = u.lru.PushFront(e)
 	}
 	e.seen = now
+	first = !e.refusing
 	r := e.lim.ReserveN(now, 1)
 	if !r.OK() {
-		return false, time.Second
+		e.refusing = true
+		return false, time.Second, first
 	}
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
-		return false, d
+		e.refusing = true
+		return false, d, first
 	}
-	return true, 0
+	e.refusing = false
+	return true, 0, false
 }
 
 // evict drops idle buckets and, beyond the cap, the least recently used. Call with mu held.

@@ -366,6 +366,24 @@ func TestRateLimit(t *testing.T) {
 	})
 }
 
+// TestAUsersFloodLeavesItsBurstAndOneRefusalInTheLog: of a streak of 429s for a user's limit
+// only the first is logged at info, so that a client in a loop cannot flood the log (which
+// TABLEASE_LOG_REQUESTS=failed would otherwise keep whole).
+func TestAUsersFloodLeavesItsBurstAndOneRefusalInTheLog(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.RateLimit = 1 }) // burst 2
+	still := time.Now()
+	h.srv.limiter = newUserLimiter(1, defaultLimiterCap, func() time.Time { return still })
+	alice := h.token("alice")
+	for range 50 {
+		h.get(leasePath("doc-1"), alice)
+	}
+	info := strings.Count(h.logs.String(), `"level":"INFO","msg":"request"`)
+	refused := strings.Count(h.logs.String(), `"status":429`)
+	if info != 3 || refused != 48 {
+		t.Errorf("%d request lines at info, %d of 429 in all, want 3 (the burst of 2 and the first refusal) and 48:\n%s", info, refused, h.logs)
+	}
+}
+
 // TestLeaseChecksHaveABucketOfTheirOwn: a user's lease checks (app backends' strict guards check
 // each write) and the user's other requests (the renews that keep the tabs' lease) are limited
 // apart, so that a burst of writes leaves the renews be.
@@ -421,7 +439,7 @@ func TestUserLimiterMemoryIsBounded(t *testing.T) {
 	u := newUserLimiter(10, 3, clock) // burst 20, refilled after 2s
 	t.Run("beyond the cap the least recently seen user is dropped", func(t *testing.T) {
 		for _, k := range []string{"a", "b", "c", "d", "e"} {
-			if ok, _ := u.allow(k); !ok {
+			if ok, _, _ := u.allow(k); !ok {
 				t.Fatalf("first request of %s refused", k)
 			}
 		}
@@ -440,7 +458,7 @@ func TestUserLimiterMemoryIsBounded(t *testing.T) {
 		for range 20 {
 			u.allow("y")
 		}
-		ok, wait := u.allow("y")
+		ok, wait, _ := u.allow("y")
 		if ok || wait <= 0 || wait > 100*time.Millisecond {
 			t.Fatalf("allow = %v, %s; want refused with a wait of at most 100ms", ok, wait)
 		}
