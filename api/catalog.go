@@ -42,8 +42,8 @@ func (s *Server) sessionCatalog(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	st, err := s.catalogs.Current(ctx)
+	s.storeCall("catalog", err)
 	if err != nil {
-		s.storeError("catalog", err)
 		return err
 	}
 	view := catalogViewJSON{Role: owner.RoleViewer, Version: st.Catalog.Version}
@@ -103,8 +103,8 @@ func noneMatch(header, etag string) bool {
 // included), in the form PUT takes back, with its version as ETag.
 func (s *Server) adminCatalog(c echo.Context) error {
 	st, err := s.catalogs.Fresh(c.Request().Context())
+	s.storeCall("catalog", err)
 	if err != nil {
-		s.storeError("catalog", err)
 		return err
 	}
 	body, err := json.Marshal(st.Catalog)
@@ -147,8 +147,8 @@ func (s *Server) putCatalog(c echo.Context) error {
 	}
 	ctx := req.Context()
 	base, err := s.catalogs.Fresh(ctx)
+	s.storeCall("catalog", err)
 	if err != nil {
-		s.storeError("catalog", err)
 		return err
 	}
 	if !base.Catalog.MatchETag(ifMatch) {
@@ -160,7 +160,9 @@ func (s *Server) putCatalog(c echo.Context) error {
 		if errors.As(err, &vm) { // another PUT won between the read and the write
 			return preconditionFailed(c, vm.Current)
 		}
-		s.storeError("catalog", err)
+	}
+	s.storeCall("catalog", err)
+	if err != nil {
 		return err
 	}
 	disabled := 0

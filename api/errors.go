@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -315,9 +316,15 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// storeError counts a store error of op.
-func (s *Server) storeError(op string, err error) {
-	if errors.Is(err, lease.ErrUnavailable) {
+// storeCall reports a call of op to the store that is not a lease operation (observeOp counts
+// those): one the store did not serve is a store error, and one it answered, with a result or a
+// refusal of its own, ends an outage as a served lease operation does.
+func (s *Server) storeCall(op string, err error) {
+	switch {
+	case errors.Is(err, lease.ErrUnavailable):
 		s.metrics.storeFailed(op, err)
+	case errors.Is(err, context.Canceled): // the caller gave up: nothing learnt of the store
+	default:
+		s.metrics.store.answered()
 	}
 }

@@ -34,7 +34,7 @@ import (
 const keyTicketTab = "tablease.ticketTab"
 
 // newStreams builds the event streams, with the presence of their tabs and their tickets.
-func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeError func(string, error), catalogs *catalog.Source) (*stream.Handler, error) {
+func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeCall func(string, error), catalogs *catalog.Source) (*stream.Handler, error) {
 	if opts.Nonces == nil {
 		return nil, errors.New("api: Options.Nonces is required")
 	}
@@ -48,7 +48,7 @@ func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg promet
 		Now:         now,
 		Logger:      log,
 		Registerer:  reg,
-		StoreError:  storeError,
+		StoreCall:   storeCall,
 		Options:     opts.Streams,
 	})
 	if err != nil {

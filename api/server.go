@@ -270,7 +270,7 @@ func New(opts Options) (*Server, error) {
 	if opts.IPRateLimit > 0 {
 		s.ipLimit = newUserLimiter(opts.IPRateLimit, ipLimiterCap, time.Now)
 	}
-	if s.streams, err = newStreams(opts, now, logger, reg, s.storeError, catalogs); err != nil {
+	if s.streams, err = newStreams(opts, now, logger, reg, s.storeCall, catalogs); err != nil {
 		return nil, err
 	}
 	s.echo = s.newEcho()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tablease/tablease/internal/syncbuf"
 	"github.com/tablease/tablease/lease"
 )
 
@@ -125,5 +126,34 @@ func TestAClientThatHangsUpIsNoStoreOutage(t *testing.T) {
 	}
 	if logs := h.logs.String(); strings.Contains(logs, "store calls fail") || strings.Contains(logs, `"level":"WARN"`) {
 		t.Errorf("a client that hung up was logged as a store outage, or a warning:\n%s", logs)
+	}
+}
+
+// TestAnOutageOpenedByCallsOtherThanLeaseOperationsIsClosedByThem: a stream's watch or join, a
+// ticket's nonce, a catalog read or a presence list the store did not serve open an outage, and
+// the same calls served close it, with no lease operation in between; a call whose caller gave
+// up says nothing of the store, and a refusal of the store's own is an answer.
+func TestAnOutageOpenedByCallsOtherThanLeaseOperationsIsClosedByThem(t *testing.T) {
+	h := newHarness(t)
+	var buf syncbuf.Buffer
+	now := time.Now()
+	h.srv.metrics.store = newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	down := &lease.UnavailableError{Op: "watch", Err: errors.New("connection refused")}
+	h.srv.storeCall("watch", down)
+	h.srv.storeCall("join", down)
+	now = now.Add(2 * time.Second)
+	h.srv.storeCall("watch", context.Canceled)
+	if strings.Contains(buf.String(), "served again") {
+		t.Fatalf("a canceled call ended the outage: %s", buf.String())
+	}
+	h.srv.storeCall("join", lease.ErrTooManyTabs)
+	if !strings.Contains(buf.String(), "store calls are served again") || !strings.Contains(buf.String(), "failed_join=1") {
+		t.Fatalf("the outage of a watch and a join was not closed by a join the store answered: %s", buf.String())
+	}
+	h.srv.storeCall("tabs", down)
+	now = now.Add(2 * time.Second)
+	h.srv.storeCall("tabs", nil)
+	if n := strings.Count(buf.String(), "store calls are served again"); n != 2 {
+		t.Fatalf("the second outage, of a presence list, was not closed by one served: %s", buf.String())
 	}
 }

@@ -66,8 +66,8 @@ func (s *Server) tabs(c echo.Context) error {
 		return err
 	}
 	tabs, err := s.engine.Tabs(c.Request().Context(), key)
+	s.storeCall("tabs", err)
 	if err != nil {
-		s.storeError("tabs", err)
 		return err
 	}
 	return c.JSON(http.StatusOK, tabsJSON{Tabs: tabsView(tabs)})
@@ -175,8 +175,9 @@ func (s *Server) deleteTab(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.engine.Leave(c.Request().Context(), key, tabConnID(tabID), tabID, seq); err != nil {
-		s.storeError("leave", err)
+	err = s.engine.Leave(c.Request().Context(), key, tabConnID(tabID), tabID, seq)
+	s.storeCall("leave", err)
+	if err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

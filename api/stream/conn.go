@@ -159,8 +159,9 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request, req Request
 		}
 	}
 	// The watch outlives the request when the stream is taken over: close ends it.
-	if sc.w, err = h.feed.Watch(context.Background(), req.Key, req.After); err != nil {
-		h.storeError("watch", err)
+	sc.w, err = h.feed.Watch(context.Background(), req.Key, req.After)
+	h.storeCall("watch", err)
+	if err != nil {
 		sc.close()
 		h.leave(&sc.st)
 		return nil, err
@@ -181,8 +182,8 @@ func (sc *streamConn) join(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, presenceCallTimeout)
 	defer cancel()
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab, 0)
+	sc.h.storeCall("join", err)
 	if err != nil {
-		sc.h.storeError("join", err)
 		if errors.Is(err, lease.ErrTooManyTabs) {
 			sc.h.refused.WithLabelValues("too_many_tabs").Inc()
 		}
@@ -229,8 +230,8 @@ func (sc *streamConn) refresh() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)
 	defer cancel()
 	ttl, err := sc.h.presence.Join(ctx, sc.key, sc.conn, sc.tab, 0)
+	sc.h.storeCall("join", err)
 	if err != nil {
-		sc.h.storeError("join", err)
 		sc.refreshAt = time.Now().Add(min(presenceRetry, RefreshAfter(sc.ttl)))
 		return false
 	}
@@ -500,9 +501,7 @@ func (sc *streamConn) rewatch() (*lease.Watch, error) {
 		}
 		w, err := sc.h.feed.Watch(context.Background(), sc.key, sc.last)
 		if err == nil || !errors.Is(err, lease.ErrUnavailable) || time.Now().Add(delay).After(deadline) {
-			if err != nil {
-				sc.h.storeError("watch", err)
-			}
+			sc.h.storeCall("watch", err)
 			return w, err
 		}
 		t := time.NewTimer(delay)

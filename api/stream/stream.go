@@ -164,22 +164,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics of the streams. Required.
 	Registerer prometheus.Registerer
-	// StoreError is told of every store error of op ("watch", "join", "use_nonce"); nil ignores.
-	StoreError func(op string, err error)
-	Options    Options
+	// StoreCall is told of every call of op to the store ("watch", "join", "new_nonce",
+	// "use_nonce") with its error, nil when it succeeded; nil ignores them.
+	StoreCall func(op string, err error)
+	Options   Options
 }
 
 // Handler serves the event streams of an instance: it enforces the limits, tells the streams of
 // catalog changes, issues and redeems tickets, and ends every stream on Close.
 type Handler struct {
-	feed       lease.Feed
-	presence   lease.Presence
-	views      Views
-	catalog    WatchCatalog
-	opts       Options
-	log        *slog.Logger
-	storeError func(op string, err error)
-	tickets    *ticketBook
+	feed      lease.Feed
+	presence  lease.Presence
+	views     Views
+	catalog   WatchCatalog
+	opts      Options
+	log       *slog.Logger
+	storeCall func(op string, err error)
+	tickets   *ticketBook
 
 	open    prometheus.Gauge
 	refused *prometheus.CounterVec // reason
@@ -222,9 +223,9 @@ func New(cfg Config) (*Handler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	storeError := cfg.StoreError
-	if storeError == nil {
-		storeError = func(string, error) {}
+	storeCall := cfg.StoreCall
+	if storeCall == nil {
+		storeCall = func(string, error) {}
 	}
 	now := cfg.Now
 	if now == nil {
@@ -232,7 +233,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		feed: cfg.Feed, presence: cfg.Presence, views: cfg.Views, catalog: cfg.Catalog,
-		opts: opts, log: log, storeError: storeError,
+		opts: opts, log: log, storeCall: storeCall,
 		tickets: newTicketBook(opts.TicketSecret, cfg.HS256Secret, cfg.Nonces, now),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tablease_event_streams",

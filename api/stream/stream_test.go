@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,5 +189,39 @@ func TestRefreshAfterIsAThirdOfTheTTL(t *testing.T) {
 	}
 	if got := RefreshAfter(0); got <= 0 {
 		t.Fatalf("RefreshAfter(0) = %v, want a positive floor", got)
+	}
+}
+
+// TestStoreCallsAreToldWhenTheyAreServedToo: Config.StoreCall hears of the calls the store
+// served, not only of those it failed, so that an outage they opened is closed by them too.
+func TestStoreCallsAreToldWhenTheyAreServedToo(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HS256Secret = []byte(strings.Repeat("s", 32))
+	var mu sync.Mutex
+	var calls []string
+	cfg.StoreCall = func(op string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, fmt.Sprintf("%s %v", op, err))
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tk, _, err := h.IssueTicket(ctx, lease.Key{User: "alice", Session: "doc-1"}, "tab-a", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.RedeemTicket(ctx, tk, "doc-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.RedeemTicket(ctx, tk, "doc-1", ""); err == nil {
+		t.Fatal("a ticket was redeemed twice")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"new_nonce <nil>", "use_nonce <nil>"}; !slices.Equal(calls, want) {
+		t.Fatalf("StoreCall heard %q, want %q (a ticket refused as used is no call of the store's to tell)", calls, want)
 	}
 }

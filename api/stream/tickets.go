@@ -132,8 +132,8 @@ func (b *ticketBook) sign(signed string) []byte {
 func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string, until time.Time) (string, time.Duration, error) {
 	b := h.tickets
 	nonce, err := b.nonces.NewNonce(ctx)
+	h.storeCall("new_nonce", err)
 	if err != nil {
-		h.storeError("new_nonce", err)
 		return "", 0, err
 	}
 	now := b.now()
@@ -151,12 +151,12 @@ func (h *Handler) IssueTicket(ctx context.Context, key lease.Key, tab string, un
 }
 
 // RedeemTicket checks ticket for session sid and tab tabID (any tab when empty), and records it as
-// used. It answers the ticket's claims, a *TicketError, or the store's error (which it also
-// reports to Config.StoreError). A ticket refused for any reason but reuse is not used up.
+// used. It answers the ticket's claims, a *TicketError, or the store's error (the store's part is
+// reported to Config.StoreCall). A ticket refused for any reason but reuse is not used up.
 func (h *Handler) RedeemTicket(ctx context.Context, ticket, sid, tabID string) (Ticket, error) {
 	t, err := h.tickets.redeem(ctx, ticket, sid, tabID)
-	if _, ok := err.(*TicketError); err != nil && !ok {
-		h.storeError("use_nonce", err)
+	if _, ok := err.(*TicketError); !ok {
+		h.storeCall("use_nonce", err)
 	}
 	return t, err
 }

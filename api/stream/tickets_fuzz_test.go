@@ -29,7 +29,7 @@ func FuzzRedeemTicket(f *testing.F) {
 		now := time.UnixMilli(1764680400123)
 		clock := func() time.Time { return now }
 		nonces := leasemem.NewNonceStore(clock)
-		h := &Handler{tickets: newTicketBook([]byte(strings.Repeat("s", MinTicketSecretLen)), nil, nonces, clock)}
+		h := &Handler{tickets: newTicketBook([]byte(strings.Repeat("s", MinTicketSecretLen)), nil, nonces, clock), storeCall: func(string, error) {}}
 		key := lease.Key{User: "alice", Session: "doc-1"}
 		issued, _, err := h.IssueTicket(t.Context(), key, "tab-1", time.Now().Add(time.Hour))
 		if err != nil {
