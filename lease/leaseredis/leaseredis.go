@@ -718,6 +718,9 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		if sentinelOptions(c) != nil {
 			return fmt.Errorf("the primary refused the user and password of username= and password= (%v)", err)
 		}
+		if o := c.Options(); o.Username == "" && o.Password == "" {
+			return fmt.Errorf("the server asks for a password, which the URL does not give (%v)", err)
+		}
 		return fmt.Errorf("the server refused the URL's user and password (%v)", err)
 	}
 	if err != nil {
