@@ -30,6 +30,7 @@ import (
 	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/internal/redistest"
 	"github.com/tablease/tablease/internal/syncbuf"
+	"github.com/tablease/tablease/lease/leaseredis"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-e2e"
@@ -524,5 +525,48 @@ func TestServeTakesAccessTokensOfAJWKSURL(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"epoch":1`) {
 		t.Fatalf("acquire with the identity provider's token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestTheStartSaysWhatTheInstanceRunsWith: the start's log names the Redis (without its
+// credentials) and the functions library it calls, and the settings it runs with.
+func TestTheStartSaysWhatTheInstanceRunsWith(t *testing.T) {
+	rds := redistest.Start(t)
+	env := e2eRedisEnv(t, rds)
+	env["TABLEASE_RATE_LIMIT"] = "7"
+	env["TABLEASE_CORS_ORIGINS"] = "https://app.example.com"
+	_, logs := startServer(t, env)
+	var listening, settings string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		switch {
+		case strings.Contains(line, `msg="tablease listening"`):
+			listening = line
+		case strings.Contains(line, `msg="tablease settings"`):
+			settings = line
+		}
+	}
+	for _, want := range []string{"engine=redis", "redis=" + rds.URL(), "redis_functions=" + leaseredis.LibraryName()} {
+		if !strings.Contains(listening, want) {
+			t.Errorf("the line of the start %q lacks %q", listening, want)
+		}
+	}
+	for _, want := range []string{"rate_limit=7", "cors_origins=https://app.example.com", "ttl_default=45s", "log_requests=all", "shutdown_timeout=10s"} {
+		if !strings.Contains(settings, want) {
+			t.Errorf("the settings line %q lacks %q", settings, want)
+		}
+	}
+}
+
+func TestTheRedisTargetLoggedHasNoCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://127.0.0.1:6379/0":                                    "redis://127.0.0.1:6379/0",
+		"redis://app:s3cret@redis.internal:6379/2":                    "redis://redis.internal:6379/2",
+		"rediss://:s3cret@redis.internal:6380/0":                      "rediss://redis.internal:6380/0",
+		"redis://s1:26379/0?master_name=tl&password=s3cret":           "redis://s1:26379/0?master_name=tl",
+		"redis://n1:7000?addr=n2:7000&username=u&sentinel_password=p": "redis://n1:7000?addr=n2%3A7000",
+	} {
+		if got := redisTarget(in); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("redisTarget(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

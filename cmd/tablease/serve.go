@@ -11,8 +11,10 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,7 +195,8 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(srv.ProtocolErrors(ln)) }()
 
-	log.Info("tablease listening", "addr", addr, "engine", store.name, "version", Version(), "dev", cfg.Dev)
+	log.Info("tablease listening", append([]any{"addr", addr, "engine", store.name, "version", Version(), "dev", cfg.Dev}, store.attrs...)...)
+	log.Info("tablease settings", settingsAttrs(cfg)...)
 	if cfg.Dev {
 		fmt.Fprintf(p.Stderr, "\ntablease dev mode on http://%[1]s (%[2]s engine)\n"+
 			"  the demo:  http://%[1]s/demo   (open it in two tabs)\n"+
@@ -247,6 +250,7 @@ type store struct {
 	documents catalog.Documents
 	nonces    stream.Nonces
 	name      string // "memory" or "redis"
+	attrs     []any  // what the start's log says of it: for Redis, which server and library
 	// close closes the engine, then the Redis client, which the engine does not own. When ctx
 	// ends first, it closes the client at once, failing the calls that Redis has not answered
 	// (the engine's own, which its Close waits for, and any a stream still makes). Closing again
@@ -355,7 +359,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		abandon()
 		return errors.Join(err, closeClient())
 	}
-	return store{engine: e, documents: e, nonces: e, name: "redis", close: closeStore}, nil
+	return store{engine: e, documents: e, nonces: e, name: "redis", close: closeStore,
+		attrs: []any{"redis", redisTarget(cfg.RedisURL), "redis_functions", leaseredis.LibraryName()}}, nil
 }
 
 // leaseKeySet is the key set of lease tokens: the configured signing key, or one generated for
@@ -460,5 +465,46 @@ func seedCatalogLater(ctx context.Context, srv *api.Server, cfg config.Config, l
 			logSeed(st, err, cfg, log)
 			return
 		}
+	}
+}
+
+// redisTarget is the Redis URL u as the start's log names it: without its user, password or any
+// query parameter that holds one.
+func redisTarget(u string) string {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable)" // config refused it before
+	}
+	parsed.User = nil
+	q := parsed.Query()
+	for k := range q {
+		if lk := strings.ToLower(k); strings.Contains(lk, "password") || strings.Contains(lk, "user") {
+			q.Del(k)
+		}
+	}
+	parsed.RawQuery = q.Encode()
+	return parsed.String()
+}
+
+// settingsAttrs are the settings the start's log lists, so that an operator sees what the
+// instance runs with (the others are in the line before and in those of the tokens and keys).
+func settingsAttrs(cfg config.Config) []any {
+	requests := "all"
+	if cfg.LogFailedRequestsOnly {
+		requests = "failed"
+	}
+	cors := strings.Join(cfg.CORSOrigins, " ")
+	if cors == "" {
+		cors = "(same origin only)"
+	}
+	return []any{
+		"ttl_min", cfg.Limits.Min.String(), "ttl_default", cfg.Limits.Default.String(),
+		"ttl_max", cfg.Limits.Max.String(), "ttl_hidden_max", cfg.Limits.HiddenMax.String(),
+		"rate_limit", cfg.RateLimit, "ip_rate_limit", cfg.IPRateLimit,
+		"sessions_per_user", cfg.SessionsPerUser,
+		"streams_per_user", cfg.StreamsPerUser, "streams_per_instance", cfg.StreamsPerInstance,
+		"stream_keepalive", cfg.StreamKeepalive.String(),
+		"redis_timeout", cfg.RedisTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
+		"cors_origins", cors, "log_requests", requests,
 	}
 }

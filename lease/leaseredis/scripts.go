@@ -110,6 +110,15 @@ var (
 		settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
 )
 
+// LibraryName is the name of the Redis Functions library this build loads and calls,
+// "tablease_" and the start of the SHA-1 of its source: after an upgrade, the libraries FUNCTION
+// LIST shows under other names are older versions', for FUNCTION DELETE once no instance of those
+// versions runs.
+func LibraryName() string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(library, "#!lua name="), "\n")
+	return name
+}
+
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
 // function per script that takes the call's keys and arguments (begin, in state.lua, told whether
 // the function takes the lease form), starts with
