@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -9,12 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tablease/tablease/api"
 	"github.com/tablease/tablease/internal/redistest"
 	"github.com/tablease/tablease/internal/syncbuf"
+	"github.com/tablease/tablease/lease"
 	"github.com/tablease/tablease/owner/catalog"
 )
 
@@ -244,5 +249,36 @@ func TestAStoredCatalogThatIsNotValidIsLoggedAsSuch(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "until the store answers") {
 		t.Fatalf("the start says the store does not answer; logs:\n%s", logs)
+	}
+}
+
+// TestAnEvictionPolicyRedisDidNotAnswerAtTheStartIsReadOnceItAnswers: the loud warning of an
+// evicting Redis is not lost to a Redis slow to answer as the instance starts.
+func TestAnEvictionPolicyRedisDidNotAnswerAtTheStartIsReadOnceItAnswers(t *testing.T) {
+	var logs syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	var asked atomic.Int32
+	read := func(context.Context) (string, error) {
+		if asked.Add(1) <= 3 {
+			return "", &lease.UnavailableError{Op: "config get", Err: errors.New("i/o timeout")}
+		}
+		return "allkeys-lru", nil
+	}
+	if checkEvictionPolicy(t.Context(), read, log, false) {
+		t.Fatal("a policy Redis did not answer was taken as read")
+	}
+	if !strings.Contains(logs.String(), "it is read again once Redis answers") {
+		t.Fatalf("the start does not say the policy is read again: %s", logs.String())
+	}
+	go checkEvictionPolicyLater(t.Context(), read, log, time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "REDIS MAXMEMORY-POLICY IS NOT noeviction") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning of the evicting policy once Redis answered: %s", logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "maxmemory-policy"); n != 2 {
+		t.Errorf("%d lines about the policy, want the start's and the late warning: %s", n, logs.String())
 	}
 }

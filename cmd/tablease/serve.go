@@ -331,11 +331,9 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 	if offset, rtt, err := e.ClockOffset(ctx); err == nil {
 		clock.observe(offset, rtt) // and once a sweep period from now on
 	}
-	switch policy, err := e.EvictionPolicy(ctx); {
-	case err != nil:
-		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
-	case policy != "noeviction":
-		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
+	lateChecks, stopLateChecks := context.WithCancel(context.Background())
+	if !checkEvictionPolicy(ctx, e.EvictionPolicy, log, false) {
+		go checkEvictionPolicyLater(lateChecks, e.EvictionPolicy, log, evictionPolicyRetry)
 	}
 	if cfg.RevokeReplicas > 0 {
 		counts, err := e.Replicas(ctx)
@@ -354,6 +352,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		// go-redis ends a call at its context's deadline, not when the context is cancelled: the
 		// engine's Close cancels its calls, yet waits for one in flight until OpTimeout. Closing
 		// the client's connections is what ends it at once.
+		stopLateChecks()
 		abandon := context.AfterFunc(ctx, func() { _ = closeClient() })
 		err := e.Close()
 		abandon()
@@ -506,5 +505,47 @@ func settingsAttrs(cfg config.Config) []any {
 		"stream_keepalive", cfg.StreamKeepalive.String(),
 		"redis_timeout", cfg.RedisTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"cors_origins", cors, "log_requests", requests,
+	}
+}
+
+// evictionPolicyRetry is how often the eviction policy is asked again when Redis did not answer
+// at the start.
+const evictionPolicyRetry = 2 * time.Second
+
+// checkEvictionPolicy reads Redis's maxmemory-policy with read and warns, loudly, unless it is
+// noeviction, or when it cannot be read (an ACL that refuses CONFIG GET). It reports false when
+// Redis did not answer, saying so unless late (a check made again after the start).
+func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, late bool) bool {
+	policy, err := read(ctx)
+	switch {
+	case errors.Is(err, lease.ErrUnavailable):
+		if !late {
+			log.Warn("could not read Redis maxmemory-policy, Redis did not answer: it is read again once Redis answers; it must be noeviction or leases may be evicted", "err", err)
+		}
+		return false
+	case err != nil:
+		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
+	case policy != "noeviction":
+		log.Warn("REDIS MAXMEMORY-POLICY IS NOT noeviction: under memory pressure Redis may evict lease state and break the guarantees; set maxmemory-policy noeviction", "policy", policy)
+	case late:
+		log.Info("Redis maxmemory-policy is noeviction")
+	}
+	return true
+}
+
+// checkEvictionPolicyLater checks the eviction policy every interval until Redis answers or ctx
+// ends: a Redis that did not answer at the start may evict all the same.
+func checkEvictionPolicyLater(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if checkEvictionPolicy(ctx, read, log, true) {
+				return
+			}
+		}
 	}
 }
