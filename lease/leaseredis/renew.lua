@@ -62,11 +62,14 @@ if earlier then
   deadline_earlier()
 end
 -- (The lease is held, so its state is the hash, never parked: HSET rather than state_set.)
+-- The expiry and now are new numbers on every renew, written once each: string.format rather
+-- than int, whose table of the numbers written lately they would only grow (see int in state.lua).
+local expires_s = string.format('%d', expires)
 if changed or ttl_ms ~= s.ttl_ms then
-  redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', int(expires),
+  redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', expires_s,
     'ttl_ms', int(ttl_ms))
 else
-  redis.call('HSET', KEY_STATE, 'expires_us', int(expires))
+  redis.call('HSET', KEY_STATE, 'expires_us', expires_s)
 end
 s.hidden, s.expires_us, s.ttl_ms = hidden, expires, ttl_ms
 
@@ -77,7 +80,7 @@ end
 -- The usual answer says only what the caller does not know (see above).
 if s.ho_tab == '' and s.block_until_us <= now then
   local v = s.read -- the fields load_lease read, as strings (LEASE_FIELDS)
-  return finish(s, now, 'OK ' .. int(now) .. ' ' .. (v[5] or '0') .. ' ' .. (v[8] or '0') .. ' ' ..
-    s.label)
+  return finish(s, now, 'OK ' .. string.format('%d', now) .. ' ' .. (v[5] or '0') .. ' ' ..
+    (v[8] or '0') .. ' ' .. s.label)
 end
 return finish(s, now, reply('OK', s, now))

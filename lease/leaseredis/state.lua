@@ -168,14 +168,24 @@ local function now_us()
 end
 
 -- int is n written as a decimal integer. A call writes some numbers several times (an acquire
--- its time as the epoch, the grant's time, the event's and the audit record's), and each
--- string.format costs about as much as a command's argument: the last one is kept.
-local int_n, int_s
+-- its time as the epoch, the grant's time, the event's and the audit record's; its expiry as the
+-- lease's and as the next deadline; the store clock's millisecond as the audit record's id and the
+-- event's), and each string.format costs about as much as a command's argument (2,000
+-- instructions with the string it makes): the strings of up to INTS_MAX numbers written lately
+-- are kept, the table starting anew when it is full, which also keeps those that many calls write
+-- alike (a TTL, a sequence of 0). An acquire and a release called string.format 27 times between
+-- them where they now call it 9 times, 5 % fewer instructions (scripts/redis-instructions).
+local INTS, INTS_N, INTS_MAX = {}, 0, 64
 local function int(n)
-  if n ~= int_n then
-    int_n, int_s = n, string.format('%d', n)
+  local s = INTS[n]
+  if s == nil then
+    s = string.format('%d', n)
+    if INTS_N >= INTS_MAX then
+      INTS, INTS_N = {}, 0
+    end
+    INTS[n], INTS_N = s, INTS_N + 1
   end
-  return int_s
+  return s
 end
 
 -- parse_id reads an event or audit id, "<ms>-<seq>"; nil, nil for anything else.
