@@ -290,6 +290,51 @@ local function unpark(s)
   s.parked = nil
 end
 
+-- keep_held is keep for a call that queued nothing, of a session with a holder and no handoff, in
+-- its hash: it moves the hash's expiry only when it is before keep_until (keep never brings it
+-- earlier then), which it learns with PEXPIRETIME, a command of the usual renew and check that costs
+-- Redis some 5 % of a renew's instructions. So it keeps, with the session's keys (SESSION_ENTRY in
+-- state.lua), kept = {epoch, expires_us, at}: at is a time no later than the hash's expiry for as
+-- long as the hash holds that lease (the epoch and expires_us strings as the hash holds them). While
+-- they are those the call read, and at is no earlier than keep_until, the expiry is not before it
+-- either, and PEXPIRETIME is not asked. at stays no later than the expiry because only a change
+-- brings the expiry earlier, and every call of the library that may change the session forgets
+-- kept (flush), whatever the options of the instance that made it; a change made by another
+-- library (an instance of another version) brings it no earlier than its keep_until plus the slack
+-- (keep), which for the same lease (epoch and expires_us) and the same idle retention is no earlier
+-- than the keep_until computed here: a handoff's end only adds to keep_until, a held lease's block
+-- ended before its grant, its keep_us only grows (a revoke, which may lower it, ends the lease),
+-- and now counts only once the lease ended. So at is keep_until plus the slack when keep moved the
+-- expiry there, else the earlier of that and the expiry PEXPIRETIME answered. A renew writes a later
+-- expires_us (s.expires_s), which only moves keep_until later, and kept follows it; a lease whose
+-- hash has no expiry, or whose keep_until is nil, keeps nothing. The usual renew and check are
+-- then three and two commands, PEXPIRETIME once per eighth of the idle retention or so, when keep
+-- moves the expiry (scripts/redis-instructions: 4 % fewer instructions per renew).
+local function keep_held(s, now)
+  local entry, v = SESSION_ENTRY, s.read
+  local kept = entry.kept
+  local at_ms = keep_until(s, now, false)
+  if at_ms ~= nil and kept ~= nil and kept[1] == v[4] and kept[2] == v[6] and kept[3] >= at_ms then
+    kept[2] = s.expires_s or v[6]
+    return
+  end
+  local current = redis.call('PEXPIRETIME', KEY_STATE)
+  keep(s, now, false, current, false, false)
+  if at_ms == nil or current < 0 then
+    entry.kept = nil
+    return
+  end
+  local at = at_ms + KEEP_SLACK_MS
+  if current >= at_ms and current < at then
+    at = current
+  end
+  if kept == nil then
+    kept = {}
+    entry.kept = kept
+  end
+  kept[1], kept[2], kept[3] = v[4], s.expires_s or v[6], at
+end
+
 -- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
 -- (with its requester's label), appends and publishes the queued records and events, parks the
 -- session when it may be and the call changed it (or moves a parked session that may no longer be
@@ -305,9 +350,10 @@ local function flush(s, now)
     -- usual renew, check and get): nothing to append, publish, clear, park or compact, so only
     -- its retention, as below, without the steps that would find nothing to do (6 % of the
     -- instructions of the usual renew, scripts/redis-instructions).
-    keep(s, now, false, redis.call('PEXPIRETIME', KEY_STATE), false, false)
+    keep_held(s, now)
     return
   end
+  SESSION_ENTRY.kept = nil -- a call that may change the session forgets what keep_held learnt
   if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
     clear_handoff(s)
     changed = true

@@ -25,8 +25,9 @@
 -- progress), announces nothing and does not settle: the lease it extends has not expired, and the
 -- presence entries that lapsed are announced by the next call that announces something, or by the
 -- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
--- only the fields it decides and answers with (load_lease), so it is four commands: TIME, HMGET,
--- HSET and the PEXPIRETIME of keep. Any other renew reads the rest of the state too (load_rest).
+-- only the fields it decides and answers with (load_lease), so it is three commands: TIME, HMGET
+-- and HSET (and the PEXPIRETIME of keep when keep_held in events.lua needs it). Any other renew
+-- reads the rest of the state too (load_rest).
 -- Called in the lease form (see state.lua), it does the usual renew, and answers "DEFER",
 -- changing nothing, for any other.
 
@@ -71,7 +72,7 @@ if changed or ttl_ms ~= s.ttl_ms then
 else
   redis.call('HSET', KEY_STATE, 'expires_us', expires_s)
 end
-s.hidden, s.expires_us, s.ttl_ms = hidden, expires, ttl_ms
+s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires_s
 
 -- Append event.
 if changed then

@@ -133,6 +133,7 @@ local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY
 local KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE
 local PREFIX, USER, SESSION
 local TAG -- the start of every key of the user: <prefix>:{<sub>}:
+local SESSION_ENTRY -- what SESSION_KEYS keeps of the call's session (below)
 -- CHANNEL is where every event of every session under the prefix is published (events.lua);
 -- CHANNEL_PREFIX is the prefix it was made for.
 local CHANNEL, CHANNEL_PREFIX
@@ -214,14 +215,15 @@ local LEASE_ONLY
 -- SESSION_KEYS maps the state key of each session called lately to what begin reads from it and
 -- the keys it checks against it (session_keys): a call finds them with one table look-up where
 -- parsing the key and building the names to compare took about 2 % of the instructions of the usual
--- renew, and of an acquire or a release (scripts/redis-instructions). They depend on the key alone.
--- At most SESSION_KEYS_MAX sessions are kept (about 1 KB of the Lua heap each): the table starts
--- anew when it is full.
+-- renew, and of an acquire or a release (scripts/redis-instructions). They depend on the key alone,
+-- but for kept: what the usual renew or check last learnt of the state hash's expiry (flush in
+-- events.lua), which is checked against the hash on every use. At most SESSION_KEYS_MAX sessions
+-- are kept (about 1 KB of the Lua heap each): the table starts anew when it is full.
 local SESSION_KEYS, SESSION_KEYS_N, SESSION_KEYS_MAX = {}, 0, 1000
 
 -- session_keys is what SESSION_KEYS keeps of the state key k: {tag, prefix, user, session, and the
 -- keys of the session and of its user, the start of its reply keys, the start of its revoke
--- keys}; nil when k is not a state key.
+-- keys, and kept (set by flush)}; nil when k is not a state key.
 local function session_keys(k)
   local p = SESSION_KEYS[k]
   if p ~= nil then
@@ -258,7 +260,7 @@ local function begin(keys, argv, lease_form)
   if p == nil then
     error('tablease: KEYS[1] is not a state key')
   end
-  TAG, PREFIX, USER, SESSION = p.tag, p.prefix, p.user, p.session
+  TAG, PREFIX, USER, SESSION, SESSION_ENTRY = p.tag, p.prefix, p.user, p.session, p
   if LEASE_ONLY then
     KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_REPLY = nil, nil, nil, nil, nil, nil
     KEY_AUDIT_ADMIN, KEY_REVOKE, KEY_KNOWN, KEY_FREE = nil, nil, KEYS[2], nil
