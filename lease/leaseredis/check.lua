@@ -17,7 +17,7 @@ local epoch = arg_int(3, 1, MAX_EPOCH)
 -- load_lease's fields and settles nothing, as the usual renew (renew.lua says why).
 local now = now_us()
 local s = load_lease()
-if s.ho_tab == '' and held_by(s, now, tab, epoch) then
+if usual_held(s, now, tab, epoch) then
   return finish(s, now, reply('OK', s, now))
 end
 if LEASE_ONLY then

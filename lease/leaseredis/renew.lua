@@ -42,7 +42,7 @@ local ttl_ms = arg_int(5, 1, MAX_EPOCH)
 local now = now_us()
 local expires = now + ttl_ms * 1000
 local s = load_lease()
-if s.ho_tab ~= '' or not held_by(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
+if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
   if LEASE_ONLY then
     return 'DEFER'
   end
