@@ -9,14 +9,14 @@
 -- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
 -- changing nothing, for any other.
 
--- Validate.
+-- Validate (the epoch once the lease is read: arg_held in state.lua).
 local tab = ARGV[2]
-local epoch = arg_int(3, 1, MAX_EPOCH)
 
 -- The usual check, of a tab that holds the lease with no handoff in progress, reads only
 -- load_lease's fields and settles nothing, as the usual renew (renew.lua says why).
 local now = now_us()
 local s = load_lease()
+local epoch = arg_held(3, 1, MAX_EPOCH, s.read[4], s.epoch)
 if usual_held(s, now, tab, epoch) then
   return finish(s, now, reply('OK', s, now))
 end

@@ -31,17 +31,16 @@
 -- Called in the lease form (see state.lua), it does the usual renew, and answers "DEFER",
 -- changing nothing, for any other.
 
--- Validate.
+-- Validate (the epoch and TTL once the lease is read: arg_held), and decide; settle expiry when
+-- the renew announces something. The usual renew (see above) reads only load_lease's fields; any
+-- other reads the rest too.
 local tab = ARGV[2]
-local epoch = arg_int(3, 1, MAX_EPOCH)
 local hidden = ARGV[4] == '1'
-local ttl_ms = arg_int(5, 1, MAX_EPOCH)
-
--- Decide; settle expiry when the renew announces something. The usual renew (see above) reads
--- only load_lease's fields; any other reads the rest too.
 local now = now_us()
-local expires = now + ttl_ms * 1000
 local s = load_lease()
+local epoch = arg_held(3, 1, MAX_EPOCH, s.read[4], s.epoch)
+local ttl_ms = arg_held(5, 1, MAX_EPOCH, s.read[7], s.ttl_ms)
+local expires = now + ttl_ms * 1000
 if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
   if LEASE_ONLY then
     return 'DEFER'
