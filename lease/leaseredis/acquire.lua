@@ -154,7 +154,7 @@ else
 end
 if s.rel_tab ~= '' then
   if not s.parked then
-    redis.call('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
+    rcall('HDEL', KEY_STATE, 'rel_tab', 'rel_epoch')
   end
   s.rel_tab, s.rel_epoch = '', 0
 end

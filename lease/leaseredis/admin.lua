@@ -62,12 +62,12 @@ end
 
 -- index_add lists the session in the user's index of held leases.
 local function index_add()
-  redis.call('ZADD', KEY_SESSIONS, 0, SESSION)
+  rcall('ZADD', KEY_SESSIONS, 0, SESSION)
 end
 
 -- index_remove takes the session out of the user's index: its lease ended.
 local function index_remove()
-  redis.call('ZREM', KEY_SESSIONS, SESSION)
+  rcall('ZREM', KEY_SESSIONS, SESSION)
 end
 
 -- record queues an audit record of this session: rec holds the fields above but s (a table of
@@ -91,7 +91,7 @@ local function audit_fields(rec)
     local f = AUDIT_MORE[i]
     local v = rec[f]
     if v ~= nil and v ~= '' then
-      out[n + 1], out[n + 2] = f, type(v) == 'number' and int(v) or v
+      out[n + 1], out[n + 2] = f, ltype(v) == 'number' and int(v) or v
       n = n + 2
     end
   end
@@ -102,14 +102,14 @@ end
 -- it to about AUDIT_LEN entries; an admin's record only takes its id there, and trims nothing.
 local function append_audit(call, admin, id, fields)
   if admin then
-    return call('XADD', KEY_AUDIT, id, unpack(fields))
+    return call('XADD', KEY_AUDIT, id, tunpack(fields))
   end
-  return call('XADD', KEY_AUDIT, 'MAXLEN', '~', AUDIT_LEN_S, id, unpack(fields))
+  return call('XADD', KEY_AUDIT, 'MAXLEN', '~', AUDIT_LEN_S, id, tunpack(fields))
 end
 
 -- last_audit_id is the last id KEYS[6] gave, that of a record deleted since (an admin's) included.
 local function last_audit_id()
-  local info = redis.call('XINFO', 'STREAM', KEY_AUDIT)
+  local info = rcall('XINFO', 'STREAM', KEY_AUDIT)
   for i = 1, #info, 2 do
     if info[i] == 'last-generated-id' then
       return info[i + 1]
@@ -127,7 +127,7 @@ local function flush_audit(now)
   if #audit_pending == 0 then
     return
   end
-  local now_ms = math.floor(now / 1000)
+  local now_ms = mfloor(now / 1000)
   local ms, seq = now_ms, nil -- the id of the next record: "<ms>-*" while seq is nil
   for _, rec in ipairs(audit_pending) do
     local fields = audit_fields(rec)
@@ -135,29 +135,29 @@ local function flush_audit(now)
     local id
     if seq == nil then
       id = append_audit(redis.pcall, admin, int(ms) .. '-*', fields)
-      if type(id) == 'table' then -- refused: the last id taken is after the clock
+      if ltype(id) == 'table' then -- refused: the last id taken is after the clock
         ms, seq = parse_id(last_audit_id())
       end
     end
     if seq ~= nil then
       seq = seq + 1
       id = int(ms) .. '-' .. int(seq)
-      append_audit(redis.call, admin, id, fields)
+      append_audit(rcall, admin, id, fields)
     end
     if admin then
       if KEY_AUDIT_ADMIN == nil then
         error('tablease: an admin\'s record without the admins\' audit log')
       end
-      redis.call('XDEL', KEY_AUDIT, id) -- the stream keeps the id taken
-      redis.call('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', AUDIT_LEN_S, id, unpack(fields))
-      redis.call('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
-      redis.call('PEXPIRE', KEY_AUDIT_ADMIN, AUDIT_RETENTION_S)
+      rcall('XDEL', KEY_AUDIT, id) -- the stream keeps the id taken
+      rcall('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', AUDIT_LEN_S, id, tunpack(fields))
+      rcall('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+      rcall('PEXPIRE', KEY_AUDIT_ADMIN, AUDIT_RETENTION_S)
     end
   end
   -- The expiry and the trim by age, only when the log would expire within the retention.
-  if redis.call('PEXPIRETIME', KEY_AUDIT) < now_ms + AUDIT_RETENTION_MS then
-    redis.call('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
-    redis.call('PEXPIREAT', KEY_AUDIT, int(now_ms + AUDIT_RETENTION_MS + math.floor(AUDIT_RETENTION_MS / 8)))
+  if rcall('PEXPIRETIME', KEY_AUDIT) < now_ms + AUDIT_RETENTION_MS then
+    rcall('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+    rcall('PEXPIREAT', KEY_AUDIT, int(now_ms + AUDIT_RETENTION_MS + mfloor(AUDIT_RETENTION_MS / 8)))
   end
   audit_pending = {}
 end
@@ -172,25 +172,25 @@ local function admit(s, now)
   if MAX_SESSIONS == 0 or s.exists then
     return true
   end
-  local now_ms = int(math.floor(now / 1000))
-  local expired = redis.call('ZRANGE', KEY_KNOWN, '-inf', now_ms, 'BYSCORE', 'LIMIT', 0, EXPIRED_LIMIT)
+  local now_ms = int(mfloor(now / 1000))
+  local expired = rcall('ZRANGE', KEY_KNOWN, '-inf', now_ms, 'BYSCORE', 'LIMIT', 0, EXPIRED_LIMIT)
   if #expired > 0 then
-    redis.call('HDEL', KEY_FREE, unpack(expired))
+    rcall('HDEL', KEY_FREE, tunpack(expired))
     if #expired < EXPIRED_LIMIT then
-      redis.call('ZREM', KEY_KNOWN, unpack(expired))
+      rcall('ZREM', KEY_KNOWN, tunpack(expired))
     else
-      redis.call('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', now_ms)
+      rcall('ZREMRANGEBYSCORE', KEY_KNOWN, '-inf', now_ms)
     end
   end
-  return redis.call('ZSCORE', KEY_KNOWN, SESSION) ~= false or redis.call('ZCARD', KEY_KNOWN) < MAX_SESSIONS
+  return rcall('ZSCORE', KEY_KNOWN, SESSION) ~= false or rcall('ZCARD', KEY_KNOWN) < MAX_SESSIONS
 end
 
 -- know lists the session in the known set, KEYS[7], until at_ms (ms), and answers the set's
 -- expiry: that of its last entry.
 local function know(at_ms)
-  redis.call('ZADD', KEY_KNOWN, int(at_ms), SESSION)
-  local last = redis.call('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', KEY_KNOWN, last)
+  rcall('ZADD', KEY_KNOWN, int(at_ms), SESSION)
+  local last = rcall('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES')[2]
+  rcall('PEXPIREAT', KEY_KNOWN, last)
   return last
 end
 
@@ -251,19 +251,19 @@ local function keep(s, now, changed, current, fresh, rewrite)
   at_ms = moved and at_ms + slack or current
   if s.parked then
     if moved or fresh or rewrite then
-      redis.call('HSET', KEY_FREE, SESSION, pack_free(s, at_ms))
+      rcall('HSET', KEY_FREE, SESSION, pack_free(s, at_ms))
       s.parked = at_ms
     end
-    if fresh and not moved and redis.call('PEXPIRETIME', KEY_FREE) < at_ms then
-      redis.call('PEXPIREAT', KEY_FREE, int(at_ms))
+    if fresh and not moved and rcall('PEXPIRETIME', KEY_FREE) < at_ms then
+      rcall('PEXPIREAT', KEY_FREE, int(at_ms))
     end
   elseif moved or fresh then
-    redis.call('PEXPIREAT', KEY_STATE, int(at_ms))
+    rcall('PEXPIREAT', KEY_STATE, int(at_ms))
   end
   if moved then
     local last = know(at_ms)
     if KEY_FREE ~= nil then
-      redis.call('PEXPIREAT', KEY_FREE, last)
+      rcall('PEXPIREAT', KEY_FREE, last)
     end
   end
 end

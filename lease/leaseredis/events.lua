@@ -62,11 +62,11 @@ end
 -- now fits, unless it parks the session.
 local function drop_holder(s, ...)
   if not parking then
-    redis.call('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+    rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
   end
   s.tab, s.label, s.hidden = '', '', false
   for _, f in ipairs({...}) do
-    s[f] = type(s[f]) == 'string' and '' or 0
+    s[f] = ltype(s[f]) == 'string' and '' or 0
   end
   dropped = true
 end
@@ -94,9 +94,9 @@ local sharded = nil
 local function is_sharded()
   if sharded == nil then
     local r = redis.pcall('CLUSTER', 'MYID')
-    if type(r) == 'string' then
+    if ltype(r) == 'string' then
       sharded = true
-    elseif type(r) == 'table' and type(r.err) == 'string' and string.find(r.err, 'cluster support disabled', 1, true) then
+    elseif ltype(r) == 'table' and ltype(r.err) == 'string' and string.find(r.err, 'cluster support disabled', 1, true) then
       sharded = false
     else
       return false
@@ -107,9 +107,9 @@ end
 
 local function publish(msg)
   if is_sharded() then
-    redis.call('SPUBLISH', TAG .. 'events', msg)
+    rcall('SPUBLISH', TAG .. 'events', msg)
   else
-    redis.call('PUBLISH', CHANNEL, msg)
+    rcall('PUBLISH', CHANNEL, msg)
   end
 end
 
@@ -138,7 +138,7 @@ local NO_EVENT = '0-0'
 -- last_entry_id is the id of the newest entry of the log (its mark's when it has no event since
 -- its creation), or '' when the session has no event in it.
 local function last_entry_id()
-  local top = redis.call('LINDEX', KEY_EVENTS, -1)
+  local top = rcall('LINDEX', KEY_EVENTS, -1)
   if top then
     local id = string.match(top, '^%S+')
     if id ~= NO_EVENT then
@@ -153,19 +153,19 @@ end
 -- against the user's bound of sessions (admit in admin.lua) while its log lives: keep_log lists it
 -- in the known set until then, so that watches cannot keep logs of ever more sessions.
 local function keep_log(s, now)
-  if redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S) == 0 then
-    redis.call('RPUSH', KEY_EVENTS, s.event_id ~= '' and s.event_id or NO_EVENT)
-    redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
+  if rcall('PEXPIRE', KEY_EVENTS, LOG_TTL_S) == 0 then
+    rcall('RPUSH', KEY_EVENTS, s.event_id ~= '' and s.event_id or NO_EVENT)
+    rcall('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
   if not s.exists then
-    know(math.floor(now / 1000) + LOG_TTL_MS)
+    know(mfloor(now / 1000) + LOG_TTL_MS)
   end
 end
 
 -- read_tabs_first reads the expiry of the session's earliest presence entry into tabs_first, and
 -- answers it.
 local function read_tabs_first()
-  local first = redis.call('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
+  local first = rcall('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
   tabs_first = first[2] and first[2] + 0 or false
   return tabs_first
 end
@@ -197,7 +197,7 @@ local function clear_handoff(s)
   if s.ho_tab == '' then
     return
   end
-  redis.call('HDEL', KEY_STATE, unpack(HANDOFF_FIELDS))
+  rcall('HDEL', KEY_STATE, tunpack(HANDOFF_FIELDS))
   s.ho_tab, s.ho_label, s.ho_hidden, s.ho_from_tab, s.ho_from_epoch = '', '', false, '', 0
   s.ho_until_us, s.ho_reserved, s.ho_reserve_ms = 0, false, 0
 end
@@ -208,7 +208,7 @@ local function append(s, now)
   flush_audit(now)
   if #pending == 0 then
     if moved_earlier then
-      publish(cjson.encode({u = USER, s = SESSION, now = int(now),
+      publish(jencode({u = USER, s = SESSION, now = int(now),
         next = int(deadline(s, now))}))
     end
     return
@@ -222,7 +222,7 @@ local function append(s, now)
     ms, seq = parse_id(last_entry_id())
   end
   ms, seq = ms or 0, seq or 0
-  local now_ms = math.floor(now / 1000)
+  local now_ms = mfloor(now / 1000)
   local id, len
   local logged = true -- until a push finds no log
   for _, ev in ipairs(pending) do
@@ -232,9 +232,9 @@ local function append(s, now)
       seq = seq + 1
     end
     id = int(ms) .. '-' .. int(seq)
-    local json = cjson.encode(ev)
+    local json = jencode(ev)
     if logged then
-      len = redis.call('RPUSHX', KEY_EVENTS, id .. ' ' .. json)
+      len = rcall('RPUSHX', KEY_EVENTS, id .. ' ' .. json)
       logged = len > 0
     end
     -- The message of publish above, with the event's JSON as encoded for the log. The user and
@@ -244,9 +244,9 @@ local function append(s, now)
   end
   if logged then
     if len > LOG_LEN then
-      redis.call('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
+      rcall('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
     end
-    redis.call('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
+    rcall('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
   state_set('event_id', id)
   s.event_id = id
@@ -267,7 +267,7 @@ end
 -- the field is deleted.
 local function unpark(s)
   if s.whole then
-    redis.call('HDEL', KEY_FREE, SESSION)
+    rcall('HDEL', KEY_FREE, SESSION)
     s.parked = nil
     return
   end
@@ -285,8 +285,8 @@ local function unpark(s)
   if s.event_id ~= '' then
     add('event_id', s.event_id)
   end
-  state_set(unpack(fields))
-  redis.call('HDEL', KEY_FREE, SESSION)
+  state_set(tunpack(fields))
+  rcall('HDEL', KEY_FREE, SESSION)
   s.parked = nil
 end
 
@@ -318,7 +318,7 @@ local function keep_held(s, now)
     kept[2] = s.expires_s or v[6]
     return
   end
-  local current = redis.call('PEXPIRETIME', KEY_STATE)
+  local current = rcall('PEXPIRETIME', KEY_STATE)
   keep(s, now, false, current, false, false)
   if at_ms == nil or current < 0 then
     entry.kept = nil
@@ -366,24 +366,24 @@ local function flush(s, now)
       unpark(s)
       keep(s, now, changed, current, true, false)
     elseif state_written then
-      redis.call('DEL', KEY_STATE) -- what the call wrote is in s, and goes to the field (keep)
+      rcall('DEL', KEY_STATE) -- what the call wrote is in s, and goes to the field (keep)
       keep(s, now, changed, current, false, true)
     else
       keep(s, now, changed, current, false, false)
     end
     return
   end
-  local current = redis.call('PEXPIRETIME', KEY_STATE)
+  local current = rcall('PEXPIRETIME', KEY_STATE)
   if parking or (park and current ~= -2 and (dropped or changed)) then
-    redis.call('DEL', KEY_STATE)
+    rcall('DEL', KEY_STATE)
     s.parked = current
     keep(s, now, changed, current, true, true)
     return
   end
-  if dropped and current ~= -2 and redis.call('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
-    local fields = redis.call('HGETALL', KEY_STATE)
-    redis.call('DEL', KEY_STATE)
-    redis.call('HSET', KEY_STATE, unpack(fields))
+  if dropped and current ~= -2 and rcall('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
+    local fields = rcall('HGETALL', KEY_STATE)
+    rcall('DEL', KEY_STATE)
+    rcall('HSET', KEY_STATE, tunpack(fields))
     current = -1
   end
   keep(s, now, changed, current, false, false)
@@ -394,7 +394,7 @@ end
 local function finish(s, now, r)
   flush(s, now)
   if KEY_REPLY ~= nil then
-    redis.call('SET', KEY_REPLY, pack_answer(r), 'PX', REPLY_TTL_S)
+    rcall('SET', KEY_REPLY, pack_answer(r), 'PX', REPLY_TTL_S)
   end
   return r
 end

@@ -51,15 +51,15 @@ local member = tab .. '/' .. conn
 -- the other entries, and finds the number recorded for it in the entry. A new entry takes over
 -- the connection's mark, if any.
 local connected = now
-local old = redis.call('HGET', KEY_TABINFO, member)
+local old = rcall('HGET', KEY_TABINFO, member)
 local o = old and cjson.decode(old)
-local mark = not o and redis.call('HGET', KEY_TABINFO, member .. '/')
+local mark = not o and rcall('HGET', KEY_TABINFO, member .. '/')
 local recorded = o and (o.s or 0) + 0 or mark_seq(mark, now)
 if seq > 0 and seq <= recorded then
   return finish(s, now, {'OK', now}) -- a later write is applied already
 end
 local before -- the tab as listed before this join, read only when it may have changed
-if not o and redis.call('ZCARD', KEY_TABS) >= max_conns then
+if not o and rcall('ZCARD', KEY_TABS) >= max_conns then
   return finish(s, now, {'TABS_FULL', now})
 end
 if o then
@@ -74,15 +74,15 @@ local listed = old ~= false or before ~= nil
 
 -- Write state.
 seq = math.max(seq, recorded)
-redis.call('HSET', KEY_TABINFO, member, cjson.encode({l = label, h = hidden, c = int(connected),
+rcall('HSET', KEY_TABINFO, member, jencode({l = label, h = hidden, c = int(connected),
   r = int(now), s = seq > 0 and int(seq) or nil}))
 if mark then
-  redis.call('HDEL', KEY_TABINFO, member .. '/')
+  rcall('HDEL', KEY_TABINFO, member .. '/')
 end
-redis.call('ZADD', KEY_TABS, int(now + ttl_ms * 1000), member)
+rcall('ZADD', KEY_TABS, int(now + ttl_ms * 1000), member)
 tabs_first = nil
-redis.call('PEXPIRE', KEY_TABS, int(ttl_ms + LOG_TTL_MS))
-redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
+rcall('PEXPIRE', KEY_TABS, int(ttl_ms + LOG_TTL_MS))
+rcall('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
 
 -- Append event.
 if not listed then

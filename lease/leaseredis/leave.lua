@@ -37,16 +37,16 @@ settle(s, now)
 -- Decide.
 local member = tab .. '/' .. conn
 -- KEYS[4] holds a member exactly while KEYS[3] does (presence.lua).
-local old = redis.call('HGET', KEY_TABINFO, member)
+local old = rcall('HGET', KEY_TABINFO, member)
 if not old and seq == 0 then
   return finish(s, now, {now})
 end
 local recorded = old and (cjson.decode(old).s or 0) + 0 or
-  mark_seq(redis.call('HGET', KEY_TABINFO, member .. '/'), now)
+  mark_seq(rcall('HGET', KEY_TABINFO, member .. '/'), now)
 if seq > 0 and seq <= recorded then
   return finish(s, now, {now}) -- a later write is applied already
 end
-if (seq > 0 and redis.call('EXISTS', KEY_TABS) == 1) or (old and recorded > 0) then
+if (seq > 0 and rcall('EXISTS', KEY_TABS) == 1) or (old and recorded > 0) then
   put_mark(member, math.max(seq, recorded), now, ttl_ms, max_marks)
 end
 if not old then
@@ -56,9 +56,9 @@ local before = entries()
 local listed = tab_of(before, tab)
 
 -- Write state.
-redis.call('ZREM', KEY_TABS, member)
+rcall('ZREM', KEY_TABS, member)
 tabs_first = nil
-redis.call('HDEL', KEY_TABINFO, member)
+rcall('HDEL', KEY_TABINFO, member)
 
 -- Append event.
 local still = false

@@ -16,12 +16,12 @@
 
 redis.call('TIME')
 if ARGV[2] == 'cluster' then
-  redis.call('CLUSTER', 'MYID')
+  rcall('CLUSTER', 'MYID')
   sharded = true
-  redis.call('SPUBLISH', TAG .. 'ready', '')
+  rcall('SPUBLISH', TAG .. 'ready', '')
 elseif ARGV[2] == 'single' then
   sharded = false
-  redis.call('PUBLISH', PREFIX .. ':ready', '')
+  rcall('PUBLISH', PREFIX .. ':ready', '')
 else
   error('tablease: ARGV[2] is not a topology')
 end

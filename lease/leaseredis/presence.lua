@@ -19,11 +19,11 @@
 -- entries reads every entry of the session: {member, tab, expires, label, hidden, connected,
 -- refreshed}, in the order of their expiry.
 local function entries()
-  local z = redis.call('ZRANGE', KEY_TABS, 0, -1, 'WITHSCORES')
+  local z = rcall('ZRANGE', KEY_TABS, 0, -1, 'WITHSCORES')
   if #z == 0 then
     return {}
   end
-  local raw = redis.call('HGETALL', KEY_TABINFO)
+  local raw = rcall('HGETALL', KEY_TABINFO)
   local info = {}
   for i = 1, #raw, 2 do
     info[raw[i]] = raw[i + 1]
@@ -121,14 +121,14 @@ end
 -- Only a leave writes one (a rare call), so reading the whole hash to find the others is cheap.
 local function put_mark(member, seq, now, ttl_ms, max_marks)
   local field = member .. '/'
-  local raw = redis.call('HGETALL', KEY_TABINFO)
+  local raw = rcall('HGETALL', KEY_TABINFO)
   local live, first, first_until = 0, nil, nil
   for i = 1, #raw, 2 do
     local f = raw[i]
     if string.byte(f, -1) == 47 and f ~= field then -- '/': a mark
       local until_us = string.match(raw[i + 1], ' (%d+)$') + 0
       if until_us <= now then
-        redis.call('HDEL', KEY_TABINFO, f)
+        rcall('HDEL', KEY_TABINFO, f)
       else
         live = live + 1
         if first == nil or until_us < first_until or (until_us == first_until and f < first) then
@@ -138,10 +138,10 @@ local function put_mark(member, seq, now, ttl_ms, max_marks)
     end
   end
   if live >= max_marks then
-    redis.call('HDEL', KEY_TABINFO, first)
+    rcall('HDEL', KEY_TABINFO, first)
   end
-  redis.call('HSET', KEY_TABINFO, field, int(seq) .. ' ' .. int(now + ttl_ms * 1000))
-  redis.call('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
+  rcall('HSET', KEY_TABINFO, field, int(seq) .. ' ' .. int(now + ttl_ms * 1000))
+  rcall('PEXPIRE', KEY_TABINFO, int(ttl_ms + LOG_TTL_MS))
 end
 
 -- settle_presence removes the entries that expired by now, and announces each tab whose last
@@ -153,7 +153,7 @@ local function settle_presence(now)
     return
   end
   tabs_first = nil -- some expired: removed below
-  local expired = redis.call('ZRANGEBYSCORE', KEY_TABS, '-inf', int(now))
+  local expired = rcall('ZRANGEBYSCORE', KEY_TABS, '-inf', int(now))
   local before = entries()
   local gone, at = {}, {} -- the tab ids whose entries expired; the last expiry of each
   local still = {} -- the entries that remain
@@ -170,8 +170,8 @@ local function settle_presence(now)
     end
   end
   for _, member in ipairs(expired) do
-    redis.call('ZREM', KEY_TABS, member)
-    redis.call('HDEL', KEY_TABINFO, member)
+    rcall('ZREM', KEY_TABS, member)
+    rcall('HDEL', KEY_TABINFO, member)
   end
   local left = {}
   for _, id in ipairs(gone) do

@@ -64,12 +64,12 @@ end
 -- (The lease is held, so its state is the hash, never parked: HSET rather than state_set.)
 -- The expiry and now are new numbers on every renew, written once each: string.format rather
 -- than int, whose table of the numbers written lately they would only grow (see int in state.lua).
-local expires_s = string.format('%d', expires)
+local expires_s = sformat('%d', expires)
 if changed or ttl_ms ~= s.ttl_ms then
-  redis.call('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', expires_s,
+  rcall('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', expires_s,
     'ttl_ms', int(ttl_ms))
 else
-  redis.call('HSET', KEY_STATE, 'expires_us', expires_s)
+  rcall('HSET', KEY_STATE, 'expires_us', expires_s)
 end
 s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires_s
 
@@ -80,7 +80,7 @@ end
 -- The usual answer says only what the caller does not know (see above).
 if s.ho_tab == '' and s.block_until_us <= now then
   local v = s.read -- the fields load_lease read, as strings (LEASE_FIELDS)
-  return finish(s, now, 'OK ' .. string.format('%d', now) .. ' ' .. (v[5] or '0') .. ' ' ..
+  return finish(s, now, 'OK ' .. sformat('%d', now) .. ' ' .. (v[5] or '0') .. ' ' ..
     (v[8] or '0') .. ' ' .. s.label)
 end
 return finish(s, now, reply('OK', s, now))

@@ -65,7 +65,7 @@ settle(s, now)
 
 -- Answer a retry as the revoke it retries was answered.
 if request ~= '' then
-  local m = redis.call('GET', KEY_REVOKE)
+  local m = rcall('GET', KEY_REVOKE)
   if m then
     local a = cmsgpack.unpack(m) -- {revoked, epoch, until_us, previous tab, previous epoch}
     return finish(s, now, {'RETRIED', a[1], a[2], a[3], a[4], a[5], now})
@@ -113,7 +113,7 @@ if previous ~= nil then
   ptab, pep = previous.tab, previous.epoch
 end
 if request ~= '' and window_ms > 0 then
-  redis.call('SET', KEY_REVOKE, cmsgpack.pack({revoked and 1 or 0, s.epoch, until_us, ptab, pep}),
+  rcall('SET', KEY_REVOKE, cmsgpack.pack({revoked and 1 or 0, s.epoch, until_us, ptab, pep}),
     'PX', int(window_ms))
   state_set('keep_us', int(now + window_ms * 1000))
   s.keep_us = now + window_ms * 1000
