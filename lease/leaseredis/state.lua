@@ -408,12 +408,27 @@ end
 -- may have 128 characters, and a parked session's field (pack_free) must stay within 64 bytes for
 -- the user's free hash to stay a compact listpack; rel_tab only has to tell a retried release from
 -- another tab's asking to release the same epoch (released_by), for which 32 bits are plenty, and
--- "#" is not a character of ids, so a mark is never the id of a short tab.
-local function tab_mark(tab)
-  if #tab <= 9 then
-    return tab
+-- "#" is not a character of ids, so a mark is never the id of a short tab. The marks of the tabs
+-- released lately are kept (up to 1,000, the table starting anew when full): a release computed
+-- one each time (a SHA-1 of the id), 1 % of the instructions of an acquire and a release
+-- (scripts/redis-instructions).
+local tab_mark
+do
+  local marks, n = {}, 0
+  tab_mark = function(tab)
+    if #tab <= 9 then
+      return tab
+    end
+    local m = marks[tab]
+    if m == nil then
+      m = '#' .. string.sub(redis.sha1hex(tab), 1, 8)
+      if n >= 1000 then
+        marks, n = {}, 0
+      end
+      marks[tab], n = m, n + 1
+    end
+    return m
   end
-  return '#' .. string.sub(redis.sha1hex(tab), 1, 8)
 end
 
 -- released_by reports whether the last release of s ended tab's lease epoch (rel_tab written as
