@@ -131,7 +131,7 @@ if reservation(s, now) then
     return finish(s, now, reply('PENDING', s, now, s.ho_until_us))
   end
 end
-local epoch = math.max(s.epoch + 1, now)
+local epoch = mmax(s.epoch + 1, now)
 if epoch >= MAX_EPOCH then
   return finish(s, now, reply('EXHAUSTED', s, now))
 end

@@ -129,12 +129,12 @@ local function flush_audit(now)
   end
   local now_ms = mfloor(now / 1000)
   local ms, seq = now_ms, nil -- the id of the next record: "<ms>-*" while seq is nil
-  for _, rec in ipairs(audit_pending) do
+  for _, rec in lipairs(audit_pending) do
     local fields = audit_fields(rec)
     local admin = rec.adm ~= nil
     local id
     if seq == nil then
-      id = append_audit(redis.pcall, admin, int(ms) .. '-*', fields)
+      id = append_audit(rpcall, admin, int(ms) .. '-*', fields)
       if ltype(id) == 'table' then -- refused: the last id taken is after the clock
         ms, seq = parse_id(last_audit_id())
       end
@@ -150,13 +150,13 @@ local function flush_audit(now)
       end
       rcall('XDEL', KEY_AUDIT, id) -- the stream keeps the id taken
       rcall('XADD', KEY_AUDIT_ADMIN, 'MAXLEN', '~', AUDIT_LEN_S, id, tunpack(fields))
-      rcall('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+      rcall('XTRIM', KEY_AUDIT_ADMIN, 'MINID', '~', int(mmax(now_ms - AUDIT_RETENTION_MS, 0)))
       rcall('PEXPIRE', KEY_AUDIT_ADMIN, AUDIT_RETENTION_S)
     end
   end
   -- The expiry and the trim by age, only when the log would expire within the retention.
   if rcall('PEXPIRETIME', KEY_AUDIT) < now_ms + AUDIT_RETENTION_MS then
-    rcall('XTRIM', KEY_AUDIT, 'MINID', '~', int(math.max(now_ms - AUDIT_RETENTION_MS, 0)))
+    rcall('XTRIM', KEY_AUDIT, 'MINID', '~', int(mmax(now_ms - AUDIT_RETENTION_MS, 0)))
     rcall('PEXPIREAT', KEY_AUDIT, int(now_ms + AUDIT_RETENTION_MS + mfloor(AUDIT_RETENTION_MS / 8)))
   end
   audit_pending = {}

@@ -65,7 +65,7 @@ local function drop_holder(s, ...)
     rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
   end
   s.tab, s.label, s.hidden = '', '', false
-  for _, f in ipairs({...}) do
+  for _, f in lipairs({...}) do
     s[f] = ltype(s[f]) == 'string' and '' or 0
   end
   dropped = true
@@ -93,7 +93,7 @@ end
 local sharded = nil
 local function is_sharded()
   if sharded == nil then
-    local r = redis.pcall('CLUSTER', 'MYID')
+    local r = rpcall('CLUSTER', 'MYID')
     if ltype(r) == 'string' then
       sharded = true
     elseif ltype(r) == 'table' and ltype(r.err) == 'string' and string.find(r.err, 'cluster support disabled', 1, true) then
@@ -140,7 +140,7 @@ local NO_EVENT = '0-0'
 local function last_entry_id()
   local top = rcall('LINDEX', KEY_EVENTS, -1)
   if top then
-    local id = string.match(top, '^%S+')
+    local id = smatch(top, '^%S+')
     if id ~= NO_EVENT then
       return id
     end
@@ -225,7 +225,7 @@ local function append(s, now)
   local now_ms = mfloor(now / 1000)
   local id, len
   local logged = true -- until a push finds no log
-  for _, ev in ipairs(pending) do
+  for _, ev in lipairs(pending) do
     if now_ms > ms then
       ms, seq = now_ms, 0
     else

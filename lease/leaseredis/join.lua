@@ -73,7 +73,7 @@ end
 local listed = old ~= false or before ~= nil
 
 -- Write state.
-seq = math.max(seq, recorded)
+seq = mmax(seq, recorded)
 rcall('HSET', KEY_TABINFO, member, jencode({l = label, h = hidden, c = int(connected),
   r = int(now), s = seq > 0 and int(seq) or nil}))
 if mark then

@@ -47,7 +47,7 @@ if seq > 0 and seq <= recorded then
   return finish(s, now, {now}) -- a later write is applied already
 end
 if (seq > 0 and rcall('EXISTS', KEY_TABS) == 1) or (old and recorded > 0) then
-  put_mark(member, math.max(seq, recorded), now, ttl_ms, max_marks)
+  put_mark(member, mmax(seq, recorded), now, ttl_ms, max_marks)
 end
 if not old then
   return finish(s, now, {now})
@@ -62,7 +62,7 @@ rcall('HDEL', KEY_TABINFO, member)
 
 -- Append event.
 local still = false
-for _, e in ipairs(before) do
+for _, e in lipairs(before) do
   if e.tab == tab and e.member ~= member then
     still = true
   end

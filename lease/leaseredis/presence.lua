@@ -34,7 +34,7 @@ local function entries()
     local d = info[member] and cjson.decode(info[member]) or {}
     list[#list + 1] = {
       member = member,
-      tab = string.match(member, '^([^/]+)/') or member,
+      tab = smatch(member, '^([^/]+)/') or member,
       expires = z[i + 1] + 0,
       label = d.l or '',
       hidden = d.h == '1',
@@ -49,7 +49,7 @@ end
 -- entries, with the label and hidden flag of its latest refresh; nil when it has no entry.
 local function tab_of(list, id)
   local t, refreshed
-  for _, e in ipairs(list) do
+  for _, e in lipairs(list) do
     if e.tab == id then
       if t == nil then
         t = {id = id, label = e.label, hidden = e.hidden, connected = e.connected}
@@ -70,7 +70,7 @@ end
 -- tabs lists the tabs of list, in the order they connected, then by tab id.
 local function tabs(list)
   local seen, out = {}, {}
-  for _, e in ipairs(list) do
+  for _, e in lipairs(list) do
     if not seen[e.tab] then
       seen[e.tab] = true
       out[#out + 1] = tab_of(list, e.tab)
@@ -89,7 +89,7 @@ end
 -- …}.
 local function tabs_reply(list)
   local out = {}
-  for _, t in ipairs(tabs(list)) do
+  for _, t in lipairs(tabs(list)) do
     out[#out + 1] = t.id
     out[#out + 1] = t.label
     out[#out + 1] = t.hidden and 1 or 0
@@ -109,7 +109,7 @@ local function mark_seq(v, now)
   if not v then
     return 0
   end
-  local seq, until_us = string.match(v, '^(%d+) (%d+)$')
+  local seq, until_us = smatch(v, '^(%d+) (%d+)$')
   if until_us + 0 <= now then
     return 0
   end
@@ -126,7 +126,7 @@ local function put_mark(member, seq, now, ttl_ms, max_marks)
   for i = 1, #raw, 2 do
     local f = raw[i]
     if string.byte(f, -1) == 47 and f ~= field then -- '/': a mark
-      local until_us = string.match(raw[i + 1], ' (%d+)$') + 0
+      local until_us = smatch(raw[i + 1], ' (%d+)$') + 0
       if until_us <= now then
         rcall('HDEL', KEY_TABINFO, f)
       else
@@ -157,7 +157,7 @@ local function settle_presence(now)
   local before = entries()
   local gone, at = {}, {} -- the tab ids whose entries expired; the last expiry of each
   local still = {} -- the entries that remain
-  for _, e in ipairs(before) do
+  for _, e in lipairs(before) do
     if e.expires <= now then
       if at[e.tab] == nil then
         gone[#gone + 1] = e.tab
@@ -169,12 +169,12 @@ local function settle_presence(now)
       still[#still + 1] = e
     end
   end
-  for _, member in ipairs(expired) do
+  for _, member in lipairs(expired) do
     rcall('ZREM', KEY_TABS, member)
     rcall('HDEL', KEY_TABINFO, member)
   end
   local left = {}
-  for _, id in ipairs(gone) do
+  for _, id in lipairs(gone) do
     if tab_of(still, id) == nil then
       left[#left + 1] = {tab = tab_of(before, id), at = at[id]}
     end
@@ -185,7 +185,7 @@ local function settle_presence(now)
     end
     return a.tab.id < b.tab.id
   end)
-  for _, l in ipairs(left) do
+  for _, l in lipairs(left) do
     emit({type = 'left', tab = tab_json(l.tab), reason = 'timeout', at = int(l.at)})
   end
 end

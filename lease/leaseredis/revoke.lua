@@ -76,7 +76,7 @@ end
 local revoked = held(s, now)
 local epoch, previous = s.epoch, nil -- the epoch after the call; the holder revoked: {tab, epoch}
 if revoked then
-  epoch = math.max(s.epoch + 1, now)
+  epoch = mmax(s.epoch + 1, now)
   if epoch >= MAX_EPOCH then
     return finish(s, now, {'EXHAUSTED', 0, s.epoch, 0, '', 0, now})
   end

@@ -133,10 +133,10 @@ local KEYS, ARGV
 -- Functions library every global variable is looked up in a table that lacks it and then, through
 -- its metatable, in Redis's table of globals, two look-ups on every use. begin sets them at the
 -- first call (a library's loading run has no library functions), and the calls use them rather
--- than the globals (2 % of the instructions of an acquire and a release, 1 % of the usual renew:
+-- than the globals (3 % of the instructions of an acquire and a release, 1 % of the usual renew:
 -- scripts/redis-instructions), but redis.call('TIME'), which a test rewrites (storeClock in
 -- engines_fuzz_test.go).
-local rcall, sformat, tunpack, ltype, mfloor, jencode
+local rcall, sformat, tunpack, ltype, mfloor, jencode, rpcall, mmax, lipairs, smatch
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE
 local KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE
 local PREFIX, USER, SESSION
@@ -199,7 +199,7 @@ end
 
 -- parse_id reads an event or audit id, "<ms>-<seq>"; nil, nil for anything else.
 local function parse_id(id)
-  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  local ms, seq = smatch(id or '', '^(%d+)-(%d+)$')
   if ms == nil then
     return nil, nil
   end
@@ -252,7 +252,7 @@ local function session_keys(k)
   -- The prefix, user and session, read back from the state key (identifiers and the prefix hold
   -- no braces, so it parses one way only, and without backtracking); the other keys must be the
   -- same session's.
-  local tag, prefix, user, session = string.match(k, '^(([^{]+):{([^}]+)}:)lease:(.+)$')
+  local tag, prefix, user, session = smatch(k, '^(([^{]+):{([^}]+)}:)lease:(.+)$')
   if tag == nil then
     return nil
   end
@@ -272,6 +272,7 @@ local function begin(keys, argv, lease_form)
   if rcall == nil then
     rcall, sformat, tunpack, ltype = redis.call, string.format, unpack, type
     mfloor, jencode = math.floor, cjson.encode
+    rpcall, mmax, lipairs, smatch = redis.pcall, math.max, ipairs, string.match
   end
   KEYS, ARGV = keys, argv
   state_written, parking = false, false
@@ -319,7 +320,7 @@ local function begin(keys, argv, lease_form)
     CHANNEL, CHANNEL_PREFIX = PREFIX .. ':events', PREFIX
   end
   if ARGV[1] ~= COMMON then
-    local v = {string.match(ARGV[1] or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
+    local v = {smatch(ARGV[1] or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
     local function common(i, lo)
       local n = tonumber(v[i])
       if n == nil or n < lo or n >= MAX_EPOCH then
@@ -536,7 +537,7 @@ local function read_parked(s, now)
     return s
   end
   local epoch, gs, granted, es, expires, ttl, transitions, rel, ended, event, as, at, rel_tab =
-    string.match(v, '^(%x+) (%-?)(%x+) (%-?)(%x+) (%x+) (%x+) (%x*) (%x*) (%S*) (%-?)(%x+) (.*)$')
+    smatch(v, '^(%x+) (%-?)(%x+) (%-?)(%x+) (%x+) (%x+) (%x*) (%x*) (%S*) (%-?)(%x+) (.*)$')
   if epoch == nil then
     error('tablease: the parked state of ' .. SESSION .. ' does not parse')
   end
@@ -554,7 +555,7 @@ local function read_parked(s, now)
   s.ended_epoch = ended ~= '' and epoch - tonumber(ended, 16) or 0
   s.event_id = ''
   if event ~= '' then
-    local es, ms, seq = string.match(event, '^(%-?)(%x+)%-(%x+)$')
+    local es, ms, seq = smatch(event, '^(%-?)(%x+)%-(%x+)$')
     s.event_id = int(end_ms + from_hex(es, ms)) .. '-' .. int(tonumber(seq, 16))
   end
   s.rel_tab = rel_tab
