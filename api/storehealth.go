@@ -19,18 +19,23 @@ const storeQuiet = time.Second
 type storeHealth struct {
 	log *slog.Logger
 	now func() time.Time
+	// after runs f after d (time.AfterFunc), to end an outage whose calls were all served within
+	// the quiet second after its last failure.
+	after func(d time.Duration, f func()) *time.Timer
 
 	down atomic.Bool // an outage is in progress: answered takes the lock only then
 
 	mu       sync.Mutex // protects the fields below
 	since    time.Time  // the first failure of the outage
 	last     time.Time  // its latest failure
+	served   time.Time  // the latest call served during the outage
 	failures int
 	ops      map[string]int // failures by operation
+	recheck  *time.Timer    // set while an end is due at last + storeQuiet
 }
 
 func newStoreHealth(log *slog.Logger, now func() time.Time) *storeHealth {
-	return &storeHealth{log: log, now: now}
+	return &storeHealth{log: log, now: now, after: time.AfterFunc}
 }
 
 // failed records a call of op that the store did not serve.
@@ -57,11 +62,45 @@ func (h *storeHealth) answered() {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.down.Load() || now.Sub(h.last) < storeQuiet {
+	if !h.down.Load() {
+		return
+	}
+	h.served = now
+	h.endIfQuiet(now)
+}
+
+// endIfQuiet ends the outage once a call was served after its last failure and a quiet second has
+// passed since that failure; when the second has not passed yet, it looks again then, so that an
+// outage whose calls were all served within that second (a client's retry right after Redis came
+// back, and nothing since) is ended all the same. h.mu is held.
+func (h *storeHealth) endIfQuiet(now time.Time) {
+	if h.served.Before(h.last) {
+		return // no call served since the last failure
+	}
+	if quiet := now.Sub(h.last); quiet < storeQuiet {
+		if h.recheck == nil {
+			h.recheck = h.after(storeQuiet-quiet, func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				h.recheck = nil
+				if h.down.Load() {
+					h.endIfQuiet(h.now())
+				}
+			})
+		}
 		return
 	}
 	h.down.Store(false)
+	h.stopRecheck()
 	h.log.Info("store calls are served again", h.summary()...)
+}
+
+// stopRecheck stops a look at the outage that is due. h.mu is held.
+func (h *storeHealth) stopRecheck() {
+	if h.recheck != nil {
+		h.recheck.Stop()
+		h.recheck = nil
+	}
 }
 
 // stopped closes an outage still in progress as the server stops, with the same figures as
@@ -73,6 +112,7 @@ func (h *storeHealth) stopped() {
 		return
 	}
 	h.down.Store(false)
+	h.stopRecheck()
 	h.log.Warn("store calls still failed as the server stopped", h.summary()...)
 }
 

@@ -23,6 +23,7 @@ func TestAStoreOutageIsLoggedOnceWhenItBeginsAndOnceWhenItEnds(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	now := t0
 	h := newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	h.after = heldTimers(new([]func()))
 	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
 
 	h.answered() // no outage: nothing to say
@@ -74,6 +75,7 @@ func TestAStoreOutageInProgressAtTheStopIsClosed(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	h := newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	h.after = heldTimers(new([]func()))
 	h.stopped()
 	if buf.Len() != 0 {
 		t.Fatalf("a stop with no outage logged: %s", buf.String())
@@ -138,6 +140,7 @@ func TestAnOutageOpenedByCallsOtherThanLeaseOperationsIsClosedByThem(t *testing.
 	var buf syncbuf.Buffer
 	now := time.Now()
 	h.srv.metrics.store = newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	h.srv.metrics.store.after = heldTimers(new([]func()))
 	down := &lease.UnavailableError{Op: "watch", Err: errors.New("connection refused")}
 	h.srv.storeCall("watch", down)
 	h.srv.storeCall("join", down)
@@ -155,5 +158,59 @@ func TestAnOutageOpenedByCallsOtherThanLeaseOperationsIsClosedByThem(t *testing.
 	h.srv.storeCall("tabs", nil)
 	if n := strings.Count(buf.String(), "store calls are served again"); n != 2 {
 		t.Fatalf("the second outage, of a presence list, was not closed by one served: %s", buf.String())
+	}
+}
+
+// heldTimers is a storeHealth.after whose functions run only when the test calls them, from
+// *due, in order.
+func heldTimers(due *[]func()) func(time.Duration, func()) *time.Timer {
+	return func(_ time.Duration, f func()) *time.Timer {
+		*due = append(*due, f)
+		return time.NewTimer(time.Hour) // stopped by stopRecheck, never read
+	}
+}
+
+// TestAnOutageWhoseCallsWereServedWithinTheQuietSecondEnds: a call served right after the last
+// failure (a retry as Redis came back) and nothing after it still ends the outage once the quiet
+// second has passed, unless another call failed meanwhile.
+func TestAnOutageWhoseCallsWereServedWithinTheQuietSecondEnds(t *testing.T) {
+	var buf bytes.Buffer
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	now := t0
+	h := newStoreHealth(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	var due []func()
+	h.after = heldTimers(&due)
+	down := errors.New("i/o timeout")
+
+	h.failed("new_nonce", down)
+	now = t0.Add(300 * time.Millisecond)
+	h.answered()
+	h.answered() // one look is due, not two
+	if len(due) != 1 || strings.Contains(buf.String(), "served again") {
+		t.Fatalf("after a call served within the quiet second: %d looks due, log %s", len(due), buf.String())
+	}
+	now = t0.Add(storeQuiet)
+	due[0]()
+	if !strings.Contains(buf.String(), "store calls are served again") || !strings.Contains(buf.String(), "failed_new_nonce=1") {
+		t.Fatalf("the outage did not end a quiet second after its last failure: %s", buf.String())
+	}
+
+	// Another outage, whose served call is followed by a failure: the look finds it not over.
+	buf.Reset()
+	due = nil
+	now = t0.Add(time.Minute)
+	h.failed("watch", down)
+	now = now.Add(100 * time.Millisecond)
+	h.answered()
+	now = now.Add(100 * time.Millisecond)
+	h.failed("watch", down)
+	now = now.Add(storeQuiet)
+	due[0]()
+	if strings.Contains(buf.String(), "served again") {
+		t.Fatalf("an outage with a failure after its last served call ended: %s", buf.String())
+	}
+	h.answered()
+	if !strings.Contains(buf.String(), "store calls are served again") || !strings.Contains(buf.String(), "failed_watch=2") {
+		t.Fatalf("a call served a quiet second after the last failure did not end the outage: %s", buf.String())
 	}
 }
