@@ -694,6 +694,9 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 	if o := sentinelOptions(c); o != nil {
 		switch a := askSentinels(ctx, o); {
 		case a.primary != "":
+		case len(a.denied) > 0 && serverSaid(a.deniedErr, "NOAUTH"):
+			return fmt.Errorf("the Sentinels at %s ask for a password, which the URL does not give (%v); with master_name the URL's user and password are the Sentinels', and username= and password= the primary's",
+				strings.Join(a.denied, ", "), a.deniedErr)
 		case len(a.denied) > 0:
 			return fmt.Errorf("the Sentinels at %s refused the URL's user and password (%v); with master_name they are the Sentinels', and username= and password= the primary's",
 				strings.Join(a.denied, ", "), a.deniedErr)
@@ -715,10 +718,13 @@ func (e *Engine) ServerMismatch(ctx context.Context) error {
 		return fmt.Errorf("the server has no database %d (%v); use a database below its `databases` setting (16 by default)", c.Options().DB, err)
 	}
 	if refusedCredentials(err) {
-		if sentinelOptions(c) != nil {
+		noPassword := serverSaid(err, "NOAUTH") // no password was sent: WRONGPASS answers one
+		switch {
+		case sentinelOptions(c) != nil && noPassword:
+			return fmt.Errorf("the primary asks for a password, which the URL's password= does not give (%v)", err)
+		case sentinelOptions(c) != nil:
 			return fmt.Errorf("the primary refused the user and password of username= and password= (%v)", err)
-		}
-		if o := c.Options(); o.Username == "" && o.Password == "" {
+		case noPassword:
 			return fmt.Errorf("the server asks for a password, which the URL does not give (%v)", err)
 		}
 		return fmt.Errorf("the server refused the URL's user and password (%v)", err)
@@ -790,7 +796,8 @@ func serverSaid(err error, text string) bool {
 }
 
 // refusedCredentials reports whether err is a server's refusal of the client's user and password:
-// wrong ones (WRONGPASS), or none where the server asks for them (NOAUTH).
+// wrong ones (WRONGPASS), or none where the server asks for them (NOAUTH, the answer when the URL
+// gives no password, which the messages of ServerMismatch say).
 func refusedCredentials(err error) bool {
 	return serverSaid(err, "WRONGPASS") || serverSaid(err, "NOAUTH")
 }
@@ -851,6 +858,9 @@ func clusterMismatch(ctx context.Context, o *redis.ClusterOptions) error {
 	}
 	if len(denied) > 0 {
 		slices.Sort(denied)
+		if serverSaid(deniedErr, "NOAUTH") {
+			return fmt.Errorf("the nodes at %s ask for a password, which the URL does not give (%v)", strings.Join(denied, ", "), deniedErr)
+		}
 		return fmt.Errorf("the nodes at %s refused the URL's user and password (%v)", strings.Join(denied, ", "), deniedErr)
 	}
 	if len(standalone) == 0 {

@@ -1395,8 +1395,10 @@ func TestServerMismatchNamesRefusedCredentials(t *testing.T) {
 		}
 	})
 	const noPassword = "the server asks for a password, which the URL does not give (NOAUTH"
-	if err := mismatch("redis://" + addr + "/0"); err == nil || !strings.HasPrefix(err.Error(), noPassword) {
-		t.Errorf("ServerMismatch without the password Redis asks for = %v, want %q…", err, noPassword)
+	for _, url := range []string{"redis://" + addr + "/0", "redis://app@" + addr + "/0"} {
+		if err := mismatch(url); err == nil || !strings.HasPrefix(err.Error(), noPassword) {
+			t.Errorf("ServerMismatch of %s, without the password Redis asks for = %v, want %q…", url, err, noPassword)
+		}
 	}
 	if err := mismatch("redis://:pw@" + addr + "/0"); err != nil {
 		t.Errorf("ServerMismatch with requirepass's password = %v, want none", err)
