@@ -503,6 +503,10 @@ func settingsAttrs(cfg config.Config) []any {
 		"sessions_per_user", cfg.SessionsPerUser,
 		"streams_per_user", cfg.StreamsPerUser, "streams_per_instance", cfg.StreamsPerInstance,
 		"stream_keepalive", cfg.StreamKeepalive.String(),
+		"handoff_timeout", cfg.HandoffTimeout.String(), "handoff_reserve", cfg.HandoffReserve.String(),
+		"admin_max_block", cfg.AdminMaxBlock.String(), "revoke_replicas", cfg.RevokeReplicas,
+		"audit_retention", cfg.AuditRetention.String(), "audit_max_records", cfg.AuditMaxRecords,
+		"jwt_leeway", cfg.Leeway.String(),
 		"redis_timeout", cfg.RedisTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"cors_origins", cors, "log_requests", requests,
 	}
