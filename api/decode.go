@@ -57,11 +57,7 @@ func jsonContentType(c echo.Context) error {
 	if len(types) > 1 {
 		return errInvalid("Content-Type is given twice: a body has one type, application/json")
 	}
-	if len(types) == 0 || types[0] != echo.MIMEApplicationJSON { // parsed unless it is the usual one
-		var ct string
-		if len(types) == 1 {
-			ct = types[0]
-		}
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != echo.MIMEApplicationJSON { // the usual one needs no parsing
 		mt, params, err := mime.ParseMediaType(ct)
 		if err != nil || mt != echo.MIMEApplicationJSON {
 			return errInvalid("Content-Type must be application/json")

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -36,7 +37,7 @@ func writeLeaseAnswer(c echo.Context, l lease.Lease, tabID, token string, check 
 		b = append(b, '}')
 	}
 	b = append(b, '\n') // as json.Encoder ends each value
-	err := c.Blob(200, echo.MIMEApplicationJSON, b)
+	err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
 	if cap(b) <= 16<<10 {
 		*bp = b
 		answerBufs.Put(bp)
@@ -74,14 +75,10 @@ func appendLease(b []byte, l lease.Lease, tabID, token string) []byte {
 		b = append(b, `,"role":`...)
 		b = appendString(b, string(owner.RoleFor(l, tabID)))
 	}
-	if h := l.Handoff; h != nil && h.Until.After(l.Now) { // handoffView
-		b = append(b, `,"handoff":{"state":`...)
-		if h.Reserved {
-			b = append(b, `"reserved"`...)
-		} else {
-			b = append(b, `"requested"`...)
-		}
-		b = append(b, `,"requester":`...)
+	if h := handoffShown(l); h != nil {
+		b = append(b, `,"handoff":{"state":"`...)
+		b = append(b, handoffState(h)...)
+		b = append(b, `","requester":`...)
 		b = appendHolder(b, h.Requester)
 		b = append(b, `,"until":`...)
 		b = appendTime(b, h.Until)
@@ -90,7 +87,7 @@ func appendLease(b []byte, l lease.Lease, tabID, token string) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `,"blockedUntil":`...)
-	if l.BlockedUntil.After(l.Now) { // blockedUntilView
+	if blockInForce(l) {
 		b = appendTime(b, l.BlockedUntil)
 	} else {
 		b = append(b, "null"...)

@@ -215,14 +215,7 @@ func callRecovering(h echo.HandlerFunc, c echo.Context) (err error) {
 // rateLimit limits requests per user (the token's sub); it runs after authenticate and before
 // every other check of the request (its session, its scope), so that refused requests count too.
 func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if p := principalOf(c); p != nil {
-			if err := s.chargeUser(c, p.Sub); err != nil {
-				return err
-			}
-		}
-		return next(c)
-	}
+	return limitUsers(s.limiter, "requests", next)
 }
 
 // rateLimitChecks is rateLimit for POST …/lease/check, which has a bucket of its own per user:
@@ -230,9 +223,14 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 // token, and a burst of writes must not leave the user's tabs without the renews that keep their
 // lease.
 func (s *Server) rateLimitChecks(next echo.HandlerFunc) echo.HandlerFunc {
+	return limitUsers(s.checkLimiter, "checks", next)
+}
+
+// limitUsers charges each request with a principal to its user's bucket in l, named limit.
+func limitUsers(l *userLimiter, limit string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if p := principalOf(c); p != nil {
-			if err := charge(c, s.checkLimiter, p.Sub, "checks"); err != nil {
+			if err := charge(c, l, p.Sub, limit); err != nil {
 				return err
 			}
 		}

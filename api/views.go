@@ -52,24 +52,39 @@ type handoffJSON struct {
 
 // handoffView renders the handoff of l as of l.Now; nil when none is in progress.
 func handoffView(l lease.Lease) *handoffJSON {
-	h := l.Handoff
-	if h == nil || !h.Until.After(l.Now) {
+	h := handoffShown(l)
+	if h == nil {
 		return nil
 	}
-	state := "requested"
-	if h.Reserved {
-		state = "reserved"
+	return &handoffJSON{State: handoffState(h), Requester: holderView(h.Requester), Until: timeView(h.Until), RemainingMs: h.Until.Sub(l.Now).Milliseconds()}
+}
+
+// handoffShown is the handoff of l in progress as of l.Now; nil when there is none.
+func handoffShown(l lease.Lease) *lease.HandoffState {
+	if h := l.Handoff; h != nil && h.Until.After(l.Now) {
+		return h
 	}
-	return &handoffJSON{State: state, Requester: holderView(h.Requester), Until: timeView(h.Until), RemainingMs: h.Until.Sub(l.Now).Milliseconds()}
+	return nil
+}
+
+// handoffState is the state a handoff's view names: "requested" or "reserved".
+func handoffState(h *lease.HandoffState) string {
+	if h.Reserved {
+		return "reserved"
+	}
+	return "requested"
 }
 
 // blockedUntilView renders the end of the block of l as of l.Now; nil when none is in force.
 func blockedUntilView(l lease.Lease) *string {
-	if !l.BlockedUntil.After(l.Now) {
+	if !blockInForce(l) {
 		return nil
 	}
 	return timeView(l.BlockedUntil)
 }
+
+// blockInForce reports whether an admin's block of l is in force as of l.Now.
+func blockInForce(l lease.Lease) bool { return l.BlockedUntil.After(l.Now) }
 
 func holderView(h lease.Holder) *holderJSON {
 	return &holderJSON{TabID: h.TabID, Label: h.Label, Hidden: h.Hidden}

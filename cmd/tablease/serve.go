@@ -444,7 +444,26 @@ const (
 // each try within one TABLEASE_REDIS_TIMEOUT, until the store answers or ctx ends (the shutdown),
 // and logs what the seed found as the start does.
 func seedCatalogLater(ctx context.Context, srv *api.Server, cfg config.Config, log *slog.Logger) {
-	for wait := seedRetryFirst; ; wait = min(2*wait, seedRetryMax) {
+	untilStoreAnswers(ctx, seedRetryFirst, seedRetryMax, func(ctx context.Context) error {
+		tryCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+		defer cancel()
+		st, err := srv.SeedCatalog(tryCtx)
+		switch {
+		case ctx.Err() != nil: // stopped: the try was cut short, it did not fail
+		case storeDidNotAnswer(err):
+			log.Debug("the store still does not answer; the catalog is seeded once it does", "err", err)
+		default:
+			logSeed(st, err, cfg, log)
+		}
+		return err
+	})
+}
+
+// untilStoreAnswers makes try again, after a wait of first doubling up to most, until it gets an
+// answer of the store (its error is not one of storeDidNotAnswer) or ctx ends: what the start
+// could not do because the store did not answer is done once it does.
+func untilStoreAnswers(ctx context.Context, first, most time.Duration, try func(context.Context) error) {
+	for wait := first; ; wait = min(2*wait, most) {
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -452,16 +471,7 @@ func seedCatalogLater(ctx context.Context, srv *api.Server, cfg config.Config, l
 			return
 		case <-timer.C:
 		}
-		tryCtx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
-		st, err := srv.SeedCatalog(tryCtx)
-		cancel()
-		switch {
-		case ctx.Err() != nil: // stopped: the try was cut short, it did not fail
-			return
-		case storeDidNotAnswer(err):
-			log.Debug("the store still does not answer; the catalog is seeded once it does", "err", err)
-		default:
-			logSeed(st, err, cfg, log)
+		if err := try(ctx); ctx.Err() != nil || !storeDidNotAnswer(err) {
 			return
 		}
 	}
@@ -522,7 +532,7 @@ const evictionPolicyRetry = 2 * time.Second
 func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, late bool) bool {
 	policy, err := read(ctx)
 	switch {
-	case errors.Is(err, lease.ErrUnavailable):
+	case storeDidNotAnswer(err):
 		if !late {
 			log.Warn("could not read Redis maxmemory-policy, Redis did not answer: it is read again once Redis answers; it must be noeviction or leases may be evicted", "err", err)
 		}
@@ -540,16 +550,10 @@ func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string
 // checkEvictionPolicyLater checks the eviction policy every interval until Redis answers or ctx
 // ends: a Redis that did not answer at the start may evict all the same.
 func checkEvictionPolicyLater(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if checkEvictionPolicy(ctx, read, log, true) {
-				return
-			}
+	untilStoreAnswers(ctx, every, every, func(ctx context.Context) error {
+		if checkEvictionPolicy(ctx, read, log, true) {
+			return nil
 		}
-	}
+		return lease.ErrUnavailable
+	})
 }

@@ -571,7 +571,9 @@ export class TabLease extends EventTarget {
       };
       handled.then(settled, settled);
       // The period ending while the handler runs answers the call at once, whatever the handler
-      // does with its signal: it may have acted (its request sent, its answer not in).
+      // does with its signal: it may have acted (its request sent, its answer not in). The answer
+      // is settled within the abort listener (not after it, as call.js's whenAborted would), so
+      // that it comes before the rejection of a handler whose fetch that abort cancels.
       let off = () => {};
       const ended = new Promise((resolve) => {
         const fire = () => resolve(mayHaveActed(this._notOwner()));
