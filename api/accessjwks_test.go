@@ -194,6 +194,62 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	wantError(t, h.get(leasePath("doc-1"), tokenRSA2), http.StatusUnauthorized, CodeUnauthenticated)
 }
 
+// TestAKidIsUnknownOnceASetFetchedAfterItsTokenLacksIt: a token signed with a new key, whose first
+// request fetches a set that lacks the key, is told to retry (503) however often it comes, not 401
+// then 503 then 401, until a set fetched after it was signed (its iat, with the margin) lacks the
+// key too; and a key the set publishes late (an identity provider whose set lags its signing) then
+// verifies it.
+func TestAKidIsUnknownOnceASetFetchedAfterItsTokenLacksIt(t *testing.T) {
+	rsa1, _ := rsa.GenerateKey(rand.Reader, 2048)
+	rsa2, _ := rsa.GenerateKey(rand.Reader, 2048)
+	provider := &idp{keys: map[string]string{"rsa-1": rsaMembers(rsa1)}}
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+	h := newHarness(t, func(o *Options) {
+		o.Auth.HS256Secret = nil
+		o.Auth.JWKSURL = keysServer.URL + "/jwks.json"
+	})
+	clock := &fakeClock{t: time.Now()}
+	h.srv.auth.now = clock.Now
+	signedNow := func(kid string, future time.Duration) string {
+		c := validClaims(h.auth, "alice")
+		c["iat"] = clock.Now().Add(future).Unix()
+		return sign(t, jwt.SigningMethodRS256, rsa2, kid, c)
+	}
+	readLease(t, h.get(leasePath("doc-1"), sign(t, jwt.SigningMethodRS256, rsa1, "rsa-1", validClaims(h.auth, "alice"))))
+	clock.Advance(time.Minute) // the set may be fetched again
+
+	lagging, never := signedNow("rsa-2", 0), signedNow("never", 0)
+	fetches := h.srv.auth.jwks.Fetches()
+	for i, want := range []string{"10", "10", "9"} {
+		rec := h.get(leasePath("doc-1"), lagging)
+		e := wantError(t, rec, http.StatusServiceUnavailable, CodeAuthUnavailable)
+		if rec.Header().Get("Retry-After") != want || !strings.Contains(e.Error.Message, `kid "rsa-2" is not in the JWKS fetched`) {
+			t.Fatalf("call %d: Retry-After %q, message %q; want %s and the kid", i, rec.Header().Get("Retry-After"), e.Error.Message, want)
+		}
+		wantError(t, h.get(leasePath("doc-1"), never), http.StatusServiceUnavailable, CodeAuthUnavailable)
+		clock.Advance(time.Second / 2)
+	}
+	// A token issued in the future (beyond the leeway) is refused as such, without a fetch.
+	e := wantError(t, h.get(leasePath("doc-1"), signedNow("never-2", time.Hour)), http.StatusUnauthorized, CodeUnauthenticated)
+	if e.Error.Message != "the token was issued in the future" {
+		t.Fatalf("message %q", e.Error.Message)
+	}
+	if got := h.srv.auth.jwks.Fetches(); got != fetches+1 {
+		t.Fatalf("%d fetches, want %d (one, by the first call)", got, fetches+1)
+	}
+
+	// The provider's set catches up; the next fetch, after the token was signed, has the key, and
+	// shows the other kids unknown.
+	provider.set(func(p *idp) { p.keys["rsa-2"] = rsaMembers(rsa2) })
+	clock.Advance(JWKSMinRefresh)
+	readLease(t, h.get(leasePath("doc-1"), lagging))
+	e = wantError(t, h.get(leasePath("doc-1"), never), http.StatusUnauthorized, CodeUnauthenticated)
+	if want := `the token's kid "never" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
+		t.Fatalf("message %q, want %q", e.Error.Message, want)
+	}
+}
+
 // TestAJWKSURLBesideTheOtherKeys: a kid of TABLEASE_JWT_PUBLIC_KEYS is verified with that key,
 // without a fetch; HS256 tokens keep their secret; a token without kid is told it needs one.
 func TestAJWKSURLBesideTheOtherKeys(t *testing.T) {

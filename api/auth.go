@@ -420,10 +420,15 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.
 	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
 	if !ok && a.jwks != nil {
-		// A set fetched after the token was signed and lacking its kid shows the kid unknown (401)
-		// without another fetch; the margin covers an identity provider's clock that runs behind.
+		// A set fetched after the token was signed and lacking its kid shows the kid unknown (401);
+		// one fetched before, "retry" (503). The margin covers an identity provider's clock that
+		// runs behind. A token issued in the future is refused as the parser would refuse it after
+		// its signature, without a fetch for its kid and without a 503 until that future.
 		var signedBy time.Time
 		if c, _ := t.Claims.(*accessClaims); c != nil && c.IssuedAt != nil {
+			if c.IssuedAt.After(a.now().Add(a.leeway)) {
+				return nil, jwt.ErrTokenUsedBeforeIssued
+			}
 			signedBy = c.IssuedAt.Add(max(a.leeway, 5*time.Second))
 		}
 		sk, err := a.jwks.LookupSigned(ctx, kid, signedBy)
@@ -532,14 +537,14 @@ func tokenProblem(err error) string {
 		return "the bearer token is malformed"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
 		return "the token's signature is not valid (or its algorithm is not allowed)"
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued): // before Unverifiable: keyFor may say so
+		return "the token was issued in the future"
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return "the token cannot be verified: unknown key or algorithm not allowed"
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 		return "the token lacks a required claim (exp, iss or aud)"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return "the token is not valid yet"
-	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return "the token was issued in the future"
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
 		return "the token's issuer is not accepted"
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):

@@ -179,8 +179,10 @@ func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 }
 
 // LookupSigned is Lookup for a token that was signed before signedBy (its iat, with a margin for
-// the clocks): a set fetched after that instant that lacks kid shows the kid unknown, where Lookup
-// would answer "retry" until the set may be fetched again (the key might be newer than the set).
+// the clocks): whether a set that lacks kid shows the kid unknown depends on when it was fetched,
+// not on which call fetched it. Fetched after signedBy, it does (ErrUnknownKey); fetched before,
+// even by this call, it may lack a key published since (an identity provider whose set lags its
+// signing), and the answer is "retry" (*UnavailableError) until the set may be fetched again.
 func (c *Client[K]) LookupSigned(ctx context.Context, kid string, signedBy time.Time) (K, error) {
 	var zero K
 	k, found, fresh := c.Cached(kid)
@@ -217,16 +219,18 @@ func (c *Client[K]) LookupSigned(ctx context.Context, kid string, signedBy time.
 		// "forged".
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", shown),
 			Err: err, wait: c.untilFetch()}
-	case c.fetched == before && !signedBy.IsZero() && c.fetchedAt.After(signedBy):
-		// No fetch since the call began, but the set was fetched after the token was signed: its
-		// key was not published then, so it is not the server's.
+	case !signedBy.IsZero() && c.fetchedAt.After(signedBy):
+		// The set was fetched after the token was signed: its key was not published then, so it
+		// is not the server's.
 		return zero, fmt.Errorf("kid %q is not in the JWKS fetched after the token was signed: %w", shown, ErrUnknownKey)
-	case c.fetched == before:
-		// No fetch since the call began: the set may lack a key published since.
+	case !signedBy.IsZero() || c.fetched == before:
+		// The set was fetched before the token was signed, or, for a token that does not say
+		// when it was, before this call: it may lack a key published since.
 		wait := c.untilFetch()
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS fetched %s ago; it may be fetched again in %s (MinRefreshInterval)",
 			shown, c.opts.Now().Sub(c.fetchedAt).Round(time.Millisecond), (&UnavailableError{wait: wait}).RetryAfter()), wait: wait}
 	}
+	// Fetched by this call, for a token that does not say when it was signed.
 	return zero, fmt.Errorf("kid %q is not in the JWKS: %w", shown, ErrUnknownKey)
 }
 
