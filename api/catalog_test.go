@@ -564,6 +564,29 @@ func TestEveryInstanceServesTheNewVersionWithinTheMaxAge(t *testing.T) {
 	}
 }
 
+// A stream's snapshot names the version GET …/catalog would answer: an instance whose copy is
+// older than the max age reads the store again before it, rather than naming the copy.
+func TestASnapshotOnAnotherInstanceNamesTheVersionAPutStored(t *testing.T) {
+	const maxAge = time.Second
+	a, b := twoInstances(t, maxAge)
+	if _, err := a.srv.SeedCatalog(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	alice := a.token("alice")
+	b.catalogFor(alice, "doc-1", "") // b's copy, read now
+	if rec := a.putCatalog(a.adminToken("root"), "*", `{"tools":[]}`); rec.Code != 200 {
+		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
+	}
+	want := mustCatalog(t, `{"tools":[]}`).Version
+	a.clock.Advance(maxAge)
+	var snap snapshotAnswer
+	c := mustStream(t, b.serve(), eventsPath("doc-1", "tabId=t1"), alice, nil)
+	c.expect("snapshot", &snap)
+	if got := snap.CatalogVersion; got == nil || *got != want {
+		t.Fatalf("the snapshot names the catalog version %q, want %s, which GET answers: %s", deref(got), want, b.catalogFor(alice, "doc-1", "").Version)
+	}
+}
+
 func TestWatchersOfAnotherInstanceLearnOfAChangeWithoutRequests(t *testing.T) {
 	a, b := twoInstances(t, 20*time.Millisecond) // the poller runs on the real clock
 	if _, err := a.srv.SeedCatalog(t.Context()); err != nil {
@@ -626,4 +649,11 @@ func TestAStoredCatalogThatIsNotValidIsNeverServed(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "the stored catalog") {
 		t.Fatalf("the cause was not logged:\n%s", h.logs)
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
 }

@@ -73,6 +73,13 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The snapshot names the catalog version served, which GET …/catalog would answer now: read
+	// again when this instance's copy is older than its max age (an instance that no stream kept
+	// polling missed another's PUT). A store that does not answer leaves the copy it has; the
+	// stream's own calls report the outage.
+	if _, err := s.catalogs.Current(c.Request().Context()); err == nil {
+		s.storeCall("catalog", nil)
+	}
 	return streamError(s.streams.Serve(c.Response(), c.Request(), req))
 }
 

@@ -354,7 +354,7 @@ func TestTheStreamOpensWithRetryThenASnapshotOfTheLeaseAsGetAnswersIt(t *testing
 	var snap snapshotAnswer
 	it := c.expect("snapshot", &snap)
 	hasKeys(t, it.Data, "sessionId", "held", "holder", "epoch", "grantedAt", "expiresAt", "ttlMs",
-		"remainingMs", "renewAfterMs", "transitions", "blockedUntil", "role", "tabs", "resumed", "keepaliveMs")
+		"remainingMs", "renewAfterMs", "transitions", "blockedUntil", "role", "tabs", "resumed", "catalogVersion", "keepaliveMs")
 	if snap.KeepaliveMs != stream.DefaultKeepalive.Milliseconds() {
 		t.Fatalf("keepaliveMs %d, want the default keepalive's", snap.KeepaliveMs)
 	}

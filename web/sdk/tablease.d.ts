@@ -51,6 +51,8 @@ export interface SnapshotEvent extends LeaseObject {
   tabs: ListedTab[];
   resumed: boolean;
   catalogVersion?: string;
+  /** The interval of the server's keepalive comments (TABLEASE_STREAM_KEEPALIVE). */
+  keepaliveMs: number;
   id?: string;
 }
 
