@@ -59,6 +59,21 @@ func ecMembers(k *ecdsa.PrivateKey) string {
 	return fmt.Sprintf(`"kty":"EC","crv":"P-256","x":%q,"y":%q`, b(raw[1:33]), b(raw[33:]))
 }
 
+// idpHarness serves provider's set and starts a server whose access tokens are verified with
+// that set alone (no HS256 secret), on a clock of the test's; it answers the set's URL too.
+func idpHarness(t *testing.T, provider *idp) (*harness, *fakeClock, string) {
+	t.Helper()
+	keysServer := httptest.NewServer(provider)
+	t.Cleanup(keysServer.Close)
+	h := newHarness(t, func(o *Options) {
+		o.Auth.HS256Secret = nil
+		o.Auth.JWKSURL = keysServer.URL + "/jwks.json"
+	})
+	clock := &fakeClock{t: time.Now()}
+	h.srv.auth.now = clock.Now
+	return h, clock, keysServer.URL
+}
+
 // TestAccessTokensFromAJWKSURL: the keys of an identity provider's JWK Set verify access tokens; a
 // key it publishes later is fetched when a token names it, one it withdraws refuses its tokens
 // once the set is fetched without it, and a key that cannot be had yet is 503 AUTH_UNAVAILABLE
@@ -68,15 +83,7 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	rsa2, _ := rsa.GenerateKey(rand.Reader, 2048)
 	ec1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	provider := &idp{keys: map[string]string{"rsa-1": rsaMembers(rsa1), "ec-1": ecMembers(ec1)}, down: true}
-	keysServer := httptest.NewServer(provider)
-	t.Cleanup(keysServer.Close)
-
-	h := newHarness(t, func(o *Options) {
-		o.Auth.HS256Secret = nil
-		o.Auth.JWKSURL = keysServer.URL + "/jwks.json"
-	})
-	clock := &fakeClock{t: time.Now()}
-	h.srv.auth.now = clock.Now
+	h, clock, keysURL := idpHarness(t, provider)
 	claims := func() jwt.MapClaims { return validClaims(h.auth, "alice") }
 	tokenRSA1 := sign(t, jwt.SigningMethodRS256, rsa1, "rsa-1", claims())
 	unavailable := func(wantRetryAfter string) string {
@@ -96,7 +103,7 @@ func TestAccessTokensFromAJWKSURL(t *testing.T) {
 	if !strings.Contains(h.logs.String(), `"msg":"access-token keys not fetched`) || !strings.Contains(h.logs.String(), "503 Service Unavailable") {
 		t.Fatalf("the failed fetch is not logged:\n%s", h.logs.String())
 	}
-	if msg := unavailable("1"); !strings.Contains(msg, "no JWKS fetched yet") || strings.Contains(msg, keysServer.URL) || strings.Contains(msg, "503") {
+	if msg := unavailable("1"); !strings.Contains(msg, "no JWKS fetched yet") || strings.Contains(msg, keysURL) || strings.Contains(msg, "503") {
 		t.Fatalf("message %q: want the reason, without the fetch's own error", msg)
 	}
 
@@ -203,14 +210,7 @@ func TestAKidIsUnknownOnceASetFetchedAfterItsTokenLacksIt(t *testing.T) {
 	rsa1, _ := rsa.GenerateKey(rand.Reader, 2048)
 	rsa2, _ := rsa.GenerateKey(rand.Reader, 2048)
 	provider := &idp{keys: map[string]string{"rsa-1": rsaMembers(rsa1)}}
-	keysServer := httptest.NewServer(provider)
-	t.Cleanup(keysServer.Close)
-	h := newHarness(t, func(o *Options) {
-		o.Auth.HS256Secret = nil
-		o.Auth.JWKSURL = keysServer.URL + "/jwks.json"
-	})
-	clock := &fakeClock{t: time.Now()}
-	h.srv.auth.now = clock.Now
+	h, clock, _ := idpHarness(t, provider)
 	signedNow := func(kid string, future time.Duration) string {
 		c := validClaims(h.auth, "alice")
 		c["iat"] = clock.Now().Add(future).Unix()
