@@ -329,6 +329,60 @@ func TestGuardRefreshesOnceOnUnknownKid(t *testing.T) {
 	}
 }
 
+// TestGuardTellsAKidUnknownOnlyOnceASetFetchedAfterItsTokenLacksIt: a token of a key the JWKS
+// does not have yet (an instance behind tablease's URL that had not the rotation's new key) gets
+// 503 "try again" however often it comes, not 403 for the request that fetched and 503 for the
+// next, until a set fetched after the token was signed (its iat, with the margin) decides: the
+// key published since passes, a key never published is unknown_key, without another fetch.
+func TestGuardTellsAKidUnknownOnlyOnceASetFetchedAfterItsTokenLacksIt(t *testing.T) {
+	tl := newFakeTablease(t)
+	a := newApp(t, tl, nil)
+	if rec, _ := a.do(t, http.MethodPost, "alice", "doc-A", tl.token("alice", "doc-A", 1)); rec.Code != http.StatusOK {
+		t.Fatalf("first token: %d %s", rec.Code, rec.Body)
+	}
+	tl.clock.Add(time.Minute) // the JWKS may be fetched again
+	signWith := func(k leasetoken.SigningKey) string {
+		t.Helper()
+		keys, _ := leasetoken.NewKeySet(k, leasetoken.KeySetOptions{Now: tl.clock.Now})
+		signer, _ := leasetoken.NewSigner(keys, issuer)
+		now := tl.clock.Now()
+		tok, err := signer.Sign(leasetoken.Claims{Subject: "alice", Session: "doc-A", Tab: "t-1", Epoch: 2, IssuedAt: now, ExpiresAt: now.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	next, _ := leasetoken.GenerateKey()
+	never, _ := leasetoken.GenerateKey()
+	lagging, forged := signWith(next), signWith(never)
+	for i, want := range []string{"10", "10", "9"} {
+		for _, token := range []string{lagging, forged} {
+			rec, rej := a.do(t, http.MethodPost, "alice", "doc-A", token)
+			expectRejected(t, rec, rej, http.StatusServiceUnavailable, guard.CodeUnavailable, "")
+			if ra := rec.Header().Get("Retry-After"); ra != want {
+				t.Fatalf("call %d: Retry-After %q, want %s", i, ra, want)
+			}
+		}
+		tl.clock.Add(time.Second / 2)
+	}
+	if n := tl.jwksHits.Load(); n != 2 {
+		t.Fatalf("JWKS fetched %d times, want 2 (one by the first of the new kids)", n)
+	}
+
+	if err := tl.keys.Rotate(next, tl.clock.Now()); err != nil { // now published
+		t.Fatal(err)
+	}
+	tl.clock.Add(10 * time.Second)
+	if rec, _ := a.do(t, http.MethodPost, "alice", "doc-A", lagging); rec.Code != http.StatusOK {
+		t.Fatalf("the key published since: %d %s", rec.Code, rec.Body)
+	}
+	rec, rej := a.do(t, http.MethodPost, "alice", "doc-A", forged)
+	expectRejected(t, rec, rej, http.StatusForbidden, guard.CodeNotLeaseOwner, guard.ReasonUnknownKey)
+	if n := tl.jwksHits.Load(); n != 3 {
+		t.Fatalf("JWKS fetched %d times, want 3", n)
+	}
+}
+
 type result struct {
 	rec *httptest.ResponseRecorder
 	rej rejection

@@ -94,7 +94,17 @@ func (c *JWKSClient) Fetches() int { return c.c.Fetches() }
 // refused as forged until the next fetch). That error has a RetryAfter() method giving when a
 // fetch may be made again, at least a second.
 func (c *JWKSClient) LookupKey(ctx context.Context, kid string) (leasetoken.PublicKey, error) {
-	k, err := c.c.Lookup(ctx, kid)
+	return c.LookupKeySigned(ctx, kid, time.Time{})
+}
+
+// LookupKeySigned is LookupKey for a token signed before signedBy (leasetoken.SignedKeySource,
+// which the Verifier uses): whether a set that lacks kid shows it unknown depends on when the set
+// was fetched, not on which lookup fetched it. A set fetched after signedBy shows it unknown
+// (leasetoken.ErrUnknownKey); one fetched before, even by this lookup, may lack a key published
+// since (a tablease instance behind the same URL that had not the rotation's new key yet), and the
+// answer is leasetoken.ErrKeysUnavailable with the time until a fetch may be made.
+func (c *JWKSClient) LookupKeySigned(ctx context.Context, kid string, signedBy time.Time) (leasetoken.PublicKey, error) {
+	k, err := c.c.LookupSigned(ctx, kid, signedBy)
 	var unavailable *jwks.UnavailableError
 	switch {
 	case err == nil:

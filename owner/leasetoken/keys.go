@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/tablease/tablease/internal/jwk"
 )
@@ -190,6 +191,16 @@ type KeySource interface {
 	// LookupKey returns the key with id kid. It fails with an error matching ErrUnknownKey when
 	// there is no such key, and ErrKeysUnavailable when the keys could not be had at all.
 	LookupKey(ctx context.Context, kid string) (PublicKey, error)
+}
+
+// SignedKeySource is a KeySource that fetches its keys (guard.JWKSClient), which the Verifier
+// tells when a token was signed at the latest: LookupKeySigned fails with ErrUnknownKey only when
+// a set fetched after signedBy lacks kid, and with ErrKeysUnavailable while the set it has was
+// fetched before (a key published since may be missing from it), so that one token gets one
+// answer however often it comes.
+type SignedKeySource interface {
+	KeySource
+	LookupKeySigned(ctx context.Context, kid string, signedBy time.Time) (PublicKey, error)
 }
 
 // PublicKeys is a fixed KeySource.

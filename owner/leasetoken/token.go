@@ -324,6 +324,20 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 	}, nil
 }
 
+// signedMargin is at least how much later than its iat a token may have been signed, for a
+// signer's clock that runs behind the verifier's (the leeway when larger).
+const signedMargin = 5 * time.Second
+
+// lookup finds the key kid in v.keys, for a token issued at iat (nil when it says not): by when it
+// was signed at the latest when the source fetches its keys (SignedKeySource). A token issued
+// after now beyond the leeway is looked up as one that says not: the parser refuses it anyway.
+func (v *Verifier) lookup(ctx context.Context, kid string, iat *jwt.NumericDate, now time.Time) (PublicKey, error) {
+	if signed, ok := v.keys.(SignedKeySource); ok && iat != nil && !iat.After(now.Add(v.leeway)) {
+		return signed.LookupKeySigned(ctx, kid, iat.Add(max(v.leeway, signedMargin)))
+	}
+	return v.keys.LookupKey(ctx, kid)
+}
+
 // Verify checks token and returns its claims. Errors are *Error matching ErrTokenInvalid,
 // ErrTokenExpired, ErrUnknownKey or ErrKeysUnavailable (see Error.Is). Expiry is reported only for
 // a token whose signature is good, and with its claims, so that a caller can tell whose lease the
@@ -363,7 +377,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 			keyErr = &Error{Kind: ErrTokenInvalid, Reason: "kid is missing"}
 			return nil, keyErr
 		}
-		k, err := v.keys.LookupKey(ctx, kid)
+		k, err := v.lookup(ctx, kid, w.IssuedAt, now)
 		if err != nil {
 			keyErr = err
 			return nil, err
