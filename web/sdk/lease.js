@@ -335,6 +335,7 @@ export class TabLease extends EventTarget {
   async start() {
     if (this._state !== "stopped") return this.lease;
     this._gen++;
+    this._hidden = this._document?.visibilityState === "hidden"; // as the page is now
     this._to("viewer", "started");
     this._installLifecycle();
     const late = new AbortController();
@@ -769,6 +770,7 @@ export class TabLease extends EventTarget {
     else if ((reason === "confirmed" && next === "owner") || reason === "refresh" || reason === "event") {
       this._emit("lease", { lease: this.lease, reason, event });
     }
+    this._fitStream();
   }
 
   _whyNotOwner() {
@@ -1566,7 +1568,33 @@ export class TabLease extends EventTarget {
    *  is the access token's `sub`: a tab that cannot tell it yet (getToken failed) would be alone in
    *  a group of its own and open a second stream, so it tries again, with backoff, and at once
    *  when a request of its own gets an answer. */
+  /** Whether this tab shares its stream with the browser's other tabs: it has Web Locks and
+   *  BroadcastChannel (Web Locks need a secure context: https, or localhost) and shareStream. */
+  _streamShared() {
+    return Boolean(this._streamEnv.locks?.request && this._streamEnv.BroadcastChannel);
+  }
+
+  /** Whether this tab keeps an event stream now. A shared stream is one connection for all the
+   *  browser's tabs; an unshared one is a connection per tab, and a browser opens six HTTP/1.1
+   *  connections per origin: seven tabs' streams would leave none for their renews, and the
+   *  lease would expire. So a tab that does not share its stream keeps one only while it is
+   *  visible or holds the lease; a hidden viewer reads the lease every viewerPollMs instead. */
+  _wantsStream() {
+    return Boolean(this._streamMode) && (this._streamShared() || !this._hidden || this._holdsEpoch());
+  }
+
+  /** Joins or leaves the stream as _wantsStream says, for a tab that does not share it. */
+  _fitStream() {
+    if (!this._running() || this._streamShared()) return;
+    if (!this._wantsStream()) {
+      if (this._stream) this._leaveStream();
+    } else if (!this._stream && this._timers.join == null) {
+      this._joinStream();
+    }
+  }
+
   async _joinStream() {
+    if (!this._wantsStream()) return;
     this._clearTimer("join");
     let sub = "";
     let failed = false;
@@ -1577,7 +1605,7 @@ export class TabLease extends EventTarget {
       failed = true;
       this._emitError(e);
     }
-    if (!this._running() || this._stream) return;
+    if (!this._running() || this._stream || !this._wantsStream()) return;
     if (failed) {
       const delay = backoffDelay(this._attempts.join++, { ...this._backoff, random: this._random });
       this._timers.join = this._clock.setTimeout(() => {
@@ -1786,6 +1814,7 @@ export class TabLease extends EventTarget {
     if (hidden === this._hidden) return;
     this._hidden = hidden;
     if (!this._running()) return;
+    this._fitStream();
     this._announce();
     if (this._holdsEpoch()) {
       this._renewNow(); // at once, with hidden (a longer TTL) or back to the normal TTL

@@ -818,3 +818,35 @@ test("an answer to a request sent before a takeover came is older news, not a st
     await a.stop({ release: false });
   }
 });
+
+test("tabs that cannot share a stream (no Web Locks: not a secure context) keep one only while visible or holding the lease", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const tabs = browserTabs(TabLease, 7, server, clock, { locks: undefined, autoAcquire: false });
+  for (const t of tabs) t._document.setHidden(true); // one window: every tab but the last hidden
+  tabs[6]._document.setHidden(false);
+  for (const t of tabs) await t.start();
+  await settle(clock, 100);
+  const open = () => [...server.streams].map((s) => s.tabId).sort();
+  assert.deepEqual(open(), [tabs[6].tabId], "the visible tab alone streams; six hidden viewers would hold the origin's six connections");
+
+  // A hidden tab that takes the lease streams too; shown, a viewer streams; hidden again, it does not.
+  await tabs[0].acquire();
+  await settle(clock, 100);
+  assert.equal(tabs[0].state, "owner");
+  assert.deepEqual(open(), [tabs[0].tabId, tabs[6].tabId].sort());
+  tabs[6]._document.setHidden(true);
+  tabs[3]._document.setHidden(false);
+  await settle(clock, 100);
+  assert.deepEqual(open(), [tabs[0].tabId, tabs[3].tabId].sort());
+
+  // A hidden viewer without a stream still learns of a takeover, at its next read of the lease.
+  await tabs[3].takeover();
+  await settle(clock, 100);
+  assert.equal(tabs[0].state, "viewer");
+  assert.deepEqual(open(), [tabs[3].tabId], "the old owner, hidden, gave its stream up");
+  await settle(clock, 10000);
+  for (const t of tabs) assert.equal(t.lease?.holder?.tabId, tabs[3].tabId, "every tab read the new holder within viewerPollMs");
+  for (const t of tabs) await t.stop({ release: false });
+  await settle(clock);
+});
