@@ -334,6 +334,55 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		})
 	})
 
+	t.Run("tabs of a page that is not a secure context, which cannot share a stream, keep the origin's connections for their renews", func(t *testing.T) {
+		// Without Web Locks each tab's stream is a connection of its own, and Chromium opens six
+		// per origin over HTTP/1.1: eight tabs' streams would leave none for the renews, the
+		// module imports and the takeovers. Only the visible tabs and the owner keep one.
+		const session = "insecure-context"
+		srv, page := startCrossOriginNamed(t, rds, "app.test", true)
+		b := browsertest.Start(t, chromedp.Flag("host-resolver-rules", "MAP app.test 127.0.0.1"))
+		start := func(tab *browsertest.Tab) {
+			t.Helper()
+			tab.Do("open the page on app.test", chromedp.Navigate(page+"/?session="+session))
+			if err := tab.Until(`window.startResult !== undefined`, 15*time.Second); err != nil {
+				t.Fatalf("start() did not settle on %s: %v; page: %v; streams open: %v", page, err, crossOriginOf(tab), srv.streamsNow(t))
+			}
+		}
+		owner := b.NewWindow("owner")
+		start(owner)
+		if err := owner.Until(`tablease.role === 'owner'`, 10*time.Second); err != nil {
+			t.Fatalf("the first tab is not owner: %v; page: %v", err, crossOriginOf(owner))
+		}
+		if insecure := browsertest.Eval[bool](owner, `!window.isSecureContext && !navigator.locks`); !insecure {
+			t.Fatal("the page on app.test is a secure context with Web Locks: this test needs one without")
+		}
+		owner.Minimize()
+		for i := range 7 {
+			viewer := b.NewWindow(fmt.Sprint("viewer-", i))
+			start(viewer)
+			viewer.Minimize()
+		}
+		front := b.NewWindow("front")
+		start(front)
+		if err := front.Until(`tablease.streamLive`, 10*time.Second); err != nil {
+			t.Fatalf("the visible tab has no live stream: %v; page: %v", err, crossOriginOf(front))
+		}
+		if n, ok := srv.streamsWithin(t, 2, 5*time.Second); !ok {
+			t.Fatalf("%v event streams open with the owner and seven viewers hidden and one tab shown, want 2 (the owner's, the shown tab's)", n)
+		}
+		frontID := browsertest.Eval[string](front, `tablease.tabId`)
+		if took := browsertest.Eval[string](front, `tablease.takeover().then(() => "granted", (e) => String(e?.code ?? e))`); took != "granted" {
+			t.Fatalf("takeover() from the visible tab answered %s; page: %v; streams open: %v", took, crossOriginOf(front), srv.streamsNow(t))
+		}
+		srv.mustHold(session, frontID)
+		if err := owner.Until(`tablease.role === 'viewer'`, 5*time.Second); err != nil {
+			t.Fatalf("the hidden owner does not show the takeover: %v; page: %v", err, crossOriginOf(owner))
+		}
+		if n, ok := srv.streamsWithin(t, 1, 5*time.Second); !ok {
+			t.Fatalf("%v event streams open once the hidden owner lost the lease, want the shown tab's alone", n)
+		}
+	})
+
 	t.Run("every tab of the browser is listed with its own tabId, and a closed tab leaves the list at once", func(t *testing.T) {
 		const session = "presence"
 		srv := startDemoServer(t, rds, nil)
@@ -1191,7 +1240,13 @@ lease.start().then(() => (window.startResult = "started"), (e) => (window.startR
 // with an access token of the demo's user.
 func startCrossOrigin(t *testing.T, rds *redistest.Server, allow bool) (demoServer, string) {
 	t.Helper()
-	return startOtherOrigin(t, rds, allow, "/token", func(base string) string {
+	return startCrossOriginNamed(t, rds, "localhost", allow)
+}
+
+// startCrossOriginNamed is startCrossOrigin with the page's origin on host (startOriginNamed).
+func startCrossOriginNamed(t *testing.T, rds *redistest.Server, host string, allow bool) (demoServer, string) {
+	t.Helper()
+	return startOriginNamed(t, rds, host, allow, "/token", func(base string) string {
 		var b strings.Builder
 		if err := crossOriginPage.Execute(&b, struct{ Base string }{base}); err != nil {
 			t.Fatalf("the page on another origin: %v", err)
@@ -1205,11 +1260,19 @@ func startCrossOrigin(t *testing.T, rds *redistest.Server, allow bool) (demoServ
 // server answers / with page(tablease's base URL) and tokenPath with {"token"} of the demo's user.
 func startOtherOrigin(t *testing.T, rds *redistest.Server, allow bool, tokenPath string, page func(base string) string) (demoServer, string) {
 	t.Helper()
+	return startOriginNamed(t, rds, "localhost", allow, tokenPath, page)
+}
+
+// startOriginNamed is startOtherOrigin with the page's origin http://host:P: a name other than
+// localhost must be mapped to 127.0.0.1 by the browser's host rules, and its pages are not a
+// secure context (no Web Locks).
+func startOriginNamed(t *testing.T, rds *redistest.Server, host string, allow bool, tokenPath string, page func(base string) string) (demoServer, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
+	origin := fmt.Sprintf("http://%s:%d", host, ln.Addr().(*net.TCPAddr).Port)
 	var extra map[string]string
 	if allow {
 		extra = map[string]string{"TABLEASE_CORS_ORIGINS": origin}

@@ -554,6 +554,29 @@ func openStreams(hc *http.Client, base string) (float64, error) {
 	return metricValue(hc, base, "tablease_event_streams")
 }
 
+// streamsNow is how many event streams the server has open, for a failure's message.
+func (s demoServer) streamsNow(t *testing.T) string {
+	n, err := openStreams(&http.Client{Timeout: 5 * time.Second}, s.base)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprint(n)
+}
+
+// streamsWithin waits until the server has want event streams open, d at most; it answers the
+// last count read.
+func (s demoServer) streamsWithin(t *testing.T, want float64, d time.Duration) (float64, bool) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	var n float64
+	_, ok := within(time.Now(), d, func() bool {
+		var err error
+		n, err = openStreams(hc, s.base)
+		return err == nil && n == want
+	})
+	return n, ok
+}
+
 // lease reads the stream until the lease event that ends epoch (released, expired, taken over,
 // revoked), and returns it; events about the lease before (a renew's updated) are skipped.
 func (s *eventStream) lease(t *testing.T, epoch int64, within time.Duration) map[string]any {
