@@ -326,8 +326,9 @@ func (t *Tab) setWindowState(what string, state browser.WindowState, visibility 
 // does: every new request of the tab fails at once while it is offline
 // (Network.emulateNetworkConditionsByRule with one rule for every URL), and navigator.onLine
 // follows, with the window's offline and online events (Network.overrideNetworkState). A response
-// already open (an event stream) is not broken: it stays open, and nothing of it arrives while the
-// tab is offline. The emulation is the tab's own; other tabs keep their network.
+// already open (an event stream) is not broken: it stays open, and what the server sends on it may
+// still arrive (to silence it, cut the connection itself: a proxy that stops forwarding). The
+// emulation is the tab's own; other tabs keep their network.
 func (t *Tab) SetOffline(offline bool) {
 	b := t.b
 	b.t.Helper()
