@@ -1564,10 +1564,6 @@ export class TabLease extends EventTarget {
 
   // --- internals: the event stream ---------------------------------------------------------------
 
-  /** Joins the event stream shared by this browser's tabs of the same user and session. The user
-   *  is the access token's `sub`: a tab that cannot tell it yet (getToken failed) would be alone in
-   *  a group of its own and open a second stream, so it tries again, with backoff, and at once
-   *  when a request of its own gets an answer. */
   /** Whether this tab shares its stream with the browser's other tabs: it has Web Locks and
    *  BroadcastChannel (Web Locks need a secure context: https, or localhost) and shareStream. */
   _streamShared() {
@@ -1593,6 +1589,10 @@ export class TabLease extends EventTarget {
     }
   }
 
+  /** Joins the event stream shared by this browser's tabs of the same user and session. The user
+   *  is the access token's `sub`: a tab that cannot tell it yet (getToken failed) would be alone in
+   *  a group of its own and open a second stream, so it tries again, with backoff, and at once
+   *  when a request of its own gets an answer. */
   async _joinStream() {
     if (!this._wantsStream()) return;
     this._clearTimer("join");
