@@ -248,6 +248,48 @@ func TestAKidIsUnknownOnceASetFetchedAfterItsTokenLacksIt(t *testing.T) {
 	if want := `the token's kid "never" names no key of the JWKS of TABLEASE_JWT_JWKS_URL`; e.Error.Message != want {
 		t.Fatalf("message %q, want %q", e.Error.Message, want)
 	}
+
+	// A token without iat counts as signed when its request came: "retry" while the set was
+	// fetched before; once a fetch made for one of its requests lacks the kid, 401 for every one
+	// after it too, until a set has the key.
+	noIat := func() string {
+		c := validClaims(h.auth, "alice")
+		delete(c, "iat")
+		return sign(t, jwt.SigningMethodRS256, rsa2, "no-iat", c)
+	}()
+	wantError(t, h.get(leasePath("doc-1"), noIat), http.StatusServiceUnavailable, CodeAuthUnavailable)
+	clock.Advance(JWKSMinRefresh)
+	for range 3 {
+		e := wantError(t, h.get(leasePath("doc-1"), noIat), http.StatusUnauthorized, CodeUnauthenticated)
+		if !strings.Contains(e.Error.Message, `"no-iat" names no key`) {
+			t.Fatalf("message %q", e.Error.Message)
+		}
+		clock.Advance(JWKSMinRefresh / 4)
+	}
+	// Published later, the key verifies the token at the next fetch its kid may make.
+	provider.set(func(p *idp) { p.keys["no-iat"] = rsaMembers(rsa2) })
+	wantError(t, h.get(leasePath("doc-1"), noIat), http.StatusUnauthorized, CodeUnauthenticated)
+	clock.Advance(JWKSMinRefresh)
+	readLease(t, h.get(leasePath("doc-1"), noIat))
+
+	// A kid that is not a non-empty string names no key: 401 at once, no fetch.
+	fetches = h.srv.auth.jwks.Fetches()
+	clock.Advance(JWKSMinRefresh)
+	for _, kid := range []any{nil, 7, "", map[string]any{"a": 1}} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, validClaims(h.auth, "alice"))
+		tok.Header["kid"] = kid
+		raw, err := tok.SignedString(rsa2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := wantError(t, h.get(leasePath("doc-1"), raw), http.StatusUnauthorized, CodeUnauthenticated)
+		if !strings.HasPrefix(e.Error.Message, "the token has no kid") {
+			t.Fatalf("kid %v: message %q", kid, e.Error.Message)
+		}
+	}
+	if got := h.srv.auth.jwks.Fetches(); got != fetches {
+		t.Fatalf("%d fetches for tokens without a kid, want none", got-fetches)
+	}
 }
 
 // TestAJWKSURLBesideTheOtherKeys: a kid of TABLEASE_JWT_PUBLIC_KEYS is verified with that key,

@@ -413,11 +413,11 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.
 		}
 		return a.secret, nil
 	}
-	kidValue, named := t.Header["kid"]
-	if !named && (len(a.keys) > 0 || a.jwks != nil) {
+	// A kid that is not a string, or is empty, names no key: the token has none.
+	kid, _ := t.Header["kid"].(string)
+	if kid == "" && (len(a.keys) > 0 || a.jwks != nil) {
 		return nil, &noKidError{a.keySources()}
 	}
-	kid, _ := kidValue.(string)
 	k, ok := a.keys[kid]
 	if !ok && a.jwks != nil {
 		// A set fetched after the token was signed and lacking its kid shows the kid unknown (401);

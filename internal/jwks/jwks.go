@@ -63,13 +63,17 @@ type Client[K any] struct {
 
 	fetching chan struct{} // a one-slot semaphore: holding it means fetching
 
-	mu          sync.Mutex // guards the fields below
-	keys        []K
-	withdrawn   map[string]bool // kids of earlier sets that the last lacks (at most maxWithdrawn)
-	fetchedAt   time.Time       // of the last successful fetch; zero before the first
-	fetched     int             // successful fetches so far
-	attemptedAt time.Time       // of the last fetch, successful or not
-	lastErr     error           // of the last fetch
+	mu        sync.Mutex // guards the fields below
+	keys      []K
+	withdrawn map[string]bool // kids of earlier sets that the last lacks (at most maxWithdrawn)
+	// absent are kids that a fetch made while a lookup of them, for a token that does not say
+	// when it was signed, waited found missing, and that the last set still lacks (at most
+	// maxWithdrawn): they are unknown for every lookup until a set has them.
+	absent      map[string]bool
+	fetchedAt   time.Time // of the last successful fetch; zero before the first
+	fetched     int       // successful fetches so far
+	attemptedAt time.Time // of the last fetch, successful or not
+	lastErr     error     // of the last fetch
 	fetches     int
 }
 
@@ -219,6 +223,10 @@ func (c *Client[K]) LookupSigned(ctx context.Context, kid string, signedBy time.
 		// "forged".
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS last fetched, and it cannot be fetched again now", shown),
 			Err: err, wait: c.untilFetch()}
+	case signedBy.IsZero() && c.absent[kid]:
+		// A fetch made for an earlier lookup of the kid found it missing, and no set has had it
+		// since: the same answer as that lookup's, however often the token comes.
+		return zero, fmt.Errorf("kid %q is not in the JWKS: %w", shown, ErrUnknownKey)
 	case !signedBy.IsZero() && c.fetchedAt.After(signedBy):
 		// The set was fetched after the token was signed: its key was not published then, so it
 		// is not the server's.
@@ -230,7 +238,12 @@ func (c *Client[K]) LookupSigned(ctx context.Context, kid string, signedBy time.
 		return zero, &UnavailableError{Reason: fmt.Sprintf("kid %q is not in the JWKS fetched %s ago; it may be fetched again in %s (MinRefreshInterval)",
 			shown, c.opts.Now().Sub(c.fetchedAt).Round(time.Millisecond), (&UnavailableError{wait: wait}).RetryAfter()), wait: wait}
 	}
-	// Fetched by this call, for a token that does not say when it was signed.
+	// Fetched by this call, for a token that does not say when it was signed: unknown, for this
+	// lookup and the next ones (absent).
+	if c.absent == nil {
+		c.absent = make(map[string]bool)
+	}
+	c.absent[kid] = true
 	return zero, fmt.Errorf("kid %q is not in the JWKS: %w", shown, ErrUnknownKey)
 }
 
@@ -323,8 +336,12 @@ func (c *Client[K]) fetchHeld(ctx context.Context, limited bool) error {
 		for _, k := range c.keys {
 			c.withdrawn[c.opts.KID(k)] = true
 		}
+		if len(c.absent) > maxWithdrawn {
+			c.absent = nil
+		}
 		for _, k := range keys {
 			delete(c.withdrawn, c.opts.KID(k))
+			delete(c.absent, c.opts.KID(k))
 		}
 		c.keys, c.fetchedAt = keys, c.opts.Now()
 		c.fetched++
