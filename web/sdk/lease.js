@@ -430,10 +430,12 @@ export class TabLease extends EventTarget {
         wait.wake?.();
         this._emit("handoff", { phase: result.status, ...result });
         finish(result);
+        this._fitStream();
       },
     };
     this._handoffWait = wait;
     this._emit("handoff", { phase: "requesting" });
+    this._fitStream(); // the holder's release is news to hear at once
     this._runHandoff(wait, takeoverOnTimeout);
     return done;
   }
@@ -1574,9 +1576,10 @@ export class TabLease extends EventTarget {
    *  browser's tabs; an unshared one is a connection per tab, and a browser opens six HTTP/1.1
    *  connections per origin: seven tabs' streams would leave none for their renews, and the
    *  lease would expire. So a tab that does not share its stream keeps one only while it is
-   *  visible or holds the lease; a hidden viewer reads the lease every viewerPollMs instead. */
+   *  visible, holds the lease or waits for a handoff it asked for; a hidden viewer reads the
+   *  lease every viewerPollMs instead. */
   _wantsStream() {
-    return Boolean(this._streamMode) && (this._streamShared() || !this._hidden || this._holdsEpoch());
+    return Boolean(this._streamMode) && (this._streamShared() || !this._hidden || this._holdsEpoch() || this._handoffWait != null);
   }
 
   /** Joins or leaves the stream as _wantsStream says, for a tab that does not share it. */

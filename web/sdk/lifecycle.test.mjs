@@ -847,6 +847,16 @@ test("tabs that cannot share a stream (no Web Locks: not a secure context) keep 
   assert.deepEqual(open(), [tabs[3].tabId], "the old owner, hidden, gave its stream up");
   await settle(clock, 10000);
   for (const t of tabs) assert.equal(t.lease?.holder?.tabId, tabs[3].tabId, "every tab read the new holder within viewerPollMs");
+
+  // A hidden viewer that asks for a handoff streams while it waits: the release is news at once.
+  let result = null;
+  tabs[1].requestHandoff().then((r) => (result = r));
+  await settle(clock, 100);
+  assert.ok(open().includes(tabs[1].tabId), "the asking tab streams while it waits");
+  await settle(clock, 500);
+  assert.equal(result?.status, "granted", "granted within half a second of asking, not at the next read of the lease");
+  assert.equal(tabs[1].state, "owner");
+  assert.deepEqual(open(), [tabs[1].tabId, tabs[3].tabId].sort(), "the new owner, hidden, and the shown tab");
   for (const t of tabs) await t.stop({ release: false });
   await settle(clock);
 });
