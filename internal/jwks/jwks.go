@@ -176,7 +176,8 @@ func (c *Client[K]) Fetches() int {
 // set first, unless the last fetch was less than MinRefreshInterval ago; when the set has kid but
 // is older than MaxAge, it answers at once and fetches the set behind. It fails with ErrUnknownKey
 // when kid is not in a set fetched successfully since the call began (its own fetch, or one it
-// waited for), or was withdrawn (in the set fetched before the last, not in the last), and with an
+// waited for) or since an earlier lookup of kid that such a fetch showed it missing began (absent),
+// or was withdrawn (in the set fetched before the last, not in the last), and with an
 // *UnavailableError otherwise.
 func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 	return c.LookupSigned(ctx, kid, time.Time{})

@@ -88,7 +88,8 @@ func (c *JWKSClient) Fetches() int { return c.c.Fetches() }
 // fetches the set first, unless the last fetch was less than MinRefreshInterval ago; when the set
 // has kid but is older than MaxAge, it answers at once and fetches the set behind. It fails with
 // leasetoken.ErrUnknownKey when kid is not in a set fetched successfully since the call began
-// (its own fetch, or one it waited for), and leasetoken.ErrKeysUnavailable otherwise: no set could
+// (its own fetch, or one it waited for; or since an earlier lookup of kid began, which such a fetch
+// showed missing), and leasetoken.ErrKeysUnavailable otherwise: no set could
 // ever be fetched, the latest fetch failed, or the set was fetched before the call and may not be
 // fetched again yet (a key published since, as when a rotation skipped its first step, would be
 // refused as forged until the next fetch). That error has a RetryAfter() method giving when a
