@@ -264,7 +264,7 @@ func TestAnEvictionPolicyRedisDidNotAnswerAtTheStartIsReadOnceItAnswers(t *testi
 		}
 		return "allkeys-lru", nil
 	}
-	if checkEvictionPolicy(t.Context(), read, log, false) {
+	if checkEvictionPolicy(t.Context(), read, log, false) == nil {
 		t.Fatal("a policy Redis did not answer was taken as read")
 	}
 	if !strings.Contains(logs.String(), "it is read again once Redis answers") {

@@ -332,7 +332,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 		clock.observe(offset, rtt) // and once a sweep period from now on
 	}
 	lateChecks, stopLateChecks := context.WithCancel(context.Background())
-	if !checkEvictionPolicy(ctx, e.EvictionPolicy, log, false) {
+	if checkEvictionPolicy(ctx, e.EvictionPolicy, log, false) != nil {
 		go checkEvictionPolicyLater(lateChecks, e.EvictionPolicy, log, evictionPolicyRetry)
 	}
 	if cfg.RevokeReplicas > 0 {
@@ -527,16 +527,17 @@ func settingsAttrs(cfg config.Config) []any {
 const evictionPolicyRetry = 2 * time.Second
 
 // checkEvictionPolicy reads Redis's maxmemory-policy with read and warns, loudly, unless it is
-// noeviction, or when it cannot be read (an ACL that refuses CONFIG GET). It reports false when
-// Redis did not answer, saying so unless late (a check made again after the start).
-func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, late bool) bool {
+// noeviction, or when it cannot be read (an ACL that refuses CONFIG GET). It answers read's error
+// when Redis did not answer (storeDidNotAnswer), saying so unless late (a check made again after
+// the start), and nil otherwise.
+func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, late bool) error {
 	policy, err := read(ctx)
 	switch {
 	case storeDidNotAnswer(err):
 		if !late {
 			log.Warn("could not read Redis maxmemory-policy, Redis did not answer: it is read again once Redis answers; it must be noeviction or leases may be evicted", "err", err)
 		}
-		return false
+		return err
 	case err != nil:
 		log.Warn("could not read Redis maxmemory-policy; it must be noeviction or leases may be evicted", "err", err)
 	case policy != "noeviction":
@@ -544,16 +545,13 @@ func checkEvictionPolicy(ctx context.Context, read func(context.Context) (string
 	case late:
 		log.Info("Redis maxmemory-policy is noeviction")
 	}
-	return true
+	return nil
 }
 
 // checkEvictionPolicyLater checks the eviction policy every interval until Redis answers or ctx
 // ends: a Redis that did not answer at the start may evict all the same.
 func checkEvictionPolicyLater(ctx context.Context, read func(context.Context) (string, error), log *slog.Logger, every time.Duration) {
 	untilStoreAnswers(ctx, every, every, func(ctx context.Context) error {
-		if checkEvictionPolicy(ctx, read, log, true) {
-			return nil
-		}
-		return lease.ErrUnavailable
+		return checkEvictionPolicy(ctx, read, log, true)
 	})
 }

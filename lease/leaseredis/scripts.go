@@ -103,10 +103,10 @@ var (
 	revokeFn  = &function{name: "revoke", body: revokeLua, allowOOM: true}
 	pingFn    = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
-	// library is the source of the library. Its name is "tablease_" and the start of the SHA-1
-	// of the source, so that instances of different versions sharing a Redis each call their own
-	// functions, named <library name>_<function> (function.fcall).
-	library = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
+	// library is the source of the library, and libraryName its name: "tablease_" and the start
+	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
+	// call their own functions, named <library name>_<function> (function.fcall).
+	library, libraryName = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
 		settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
 )
 
@@ -114,16 +114,14 @@ var (
 // "tablease_" and the start of the SHA-1 of its source: after an upgrade, the libraries FUNCTION
 // LIST shows under other names are older versions', for FUNCTION DELETE once no instance of those
 // versions runs.
-func LibraryName() string {
-	name, _, _ := strings.Cut(strings.TrimPrefix(library, "#!lua name="), "\n")
-	return name
-}
+func LibraryName() string { return libraryName }
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
 // function per script that takes the call's keys and arguments (begin, in state.lua, told whether
 // the function takes the lease form), starts with
-// nothing queued, and runs the script's body. It sets the fcall name of each of fns.
-func newLibrary(fns ...*function) string {
+// nothing queued, and runs the script's body, and answers it with its name. It sets the fcall name
+// of each of fns.
+func newLibrary(fns ...*function) (source, name string) {
 	var b strings.Builder
 	for _, s := range []string{stateLua, adminLua, eventsLua, presenceLua} {
 		b.WriteString(s)
@@ -140,11 +138,11 @@ func newLibrary(fns ...*function) string {
 	}
 	src := b.String()
 	sum := sha1.Sum([]byte(src))
-	name := "tablease_" + hex.EncodeToString(sum[:6])
+	name = "tablease_" + hex.EncodeToString(sum[:6])
 	for _, f := range fns {
 		f.fcall = name + "_" + f.name
 	}
-	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src
+	return "#!lua name=" + name + "\nlocal LIBRARY = '" + name + "'\n" + src, name
 }
 
 // Statuses that the scripts answer first.
