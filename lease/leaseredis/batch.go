@@ -84,20 +84,21 @@ const (
 	maxBatch = 128
 )
 
-// batchCall is one call in a batch.
+// batchCall is one call in a batch: one command, or a few sent one after the other (the fast
+// renew's, see Engine.Renew), which Redis runs in that order on the connection of the pipeline.
 type batchCall struct {
 	ctx  context.Context
-	cmd  *redis.Cmd
-	done chan struct{} // of a queued call: closed once cmd has its answer or error
+	cmds []redis.Cmder
+	done chan struct{} // of a queued call: closed once cmds have their answers or errors
 	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
 	// pipeline sends it.
 	abandoned bool
 }
 
-// do sends cmd, alone or with the commands of other calls, and answers once cmd has its answer
-// (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have run).
-func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
-	c := &batchCall{ctx: ctx, cmd: cmd}
+// do sends cmds, alone or with the commands of other calls, and answers once cmds have their
+// answers (their Result) or the context ended (ctx.Err, and cmds may or may not have run).
+func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
+	c := &batchCall{ctx: ctx, cmds: cmds}
 	b.mu.Lock()
 	if b.flushing < maxFlushes {
 		b.flushing++
@@ -161,14 +162,14 @@ func (b *batcher) drain() {
 	}
 }
 
-// flush sends batch, and tells each call its command has its answer.
+// flush sends batch, and tells each call its commands have their answers.
 func (b *batcher) flush(batch []*batchCall) {
-	switch len(batch) {
-	case 0:
+	switch {
+	case len(batch) == 0:
 		return
-	case 1:
+	case len(batch) == 1 && len(batch[0].cmds) == 1:
 		c := batch[0]
-		_ = b.client.Process(c.ctx, c.cmd)
+		_ = b.client.Process(c.ctx, c.cmds[0])
 		c.answered()
 		return
 	}
@@ -186,7 +187,9 @@ func (b *batcher) flush(batch []*batchCall) {
 	}
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range batch {
-			_ = p.Process(ctx, c.cmd)
+			for _, cmd := range c.cmds {
+				_ = p.Process(ctx, cmd)
+			}
 		}
 		return nil
 	})

@@ -93,11 +93,11 @@
 --   gone                 "<until_us> <mark> …": the tabs that said they are gone (release.lua,
 --                        lease.ReleaseRequest.Gone), newest first, at most lease.MaxGone: the store
 --                        time (µs) until which each one's acquires are refused, and its mark
---                        (tab_mark); keep_us is then no earlier than the latest, which
+--                        (tab_mark); keep_until_us is then no earlier than the latest, which
 --                        keeps the state unparked that long, and tells acquire.lua when to read
 --                        this field (gone_window, below): load does not, as a field the hash lacks
 --                        costs HMGET a look at every field of a small hash
---   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
+--   keep_until_us        store time (µs) until which the hash is kept at least (keep in admin.lua)
 --                        and not parked: the end of the retry window of the last revoke with a
 --                        request id, as that revoke's answer is kept (KEYS[11]), or of a gone
 --                        tab's window, whichever is later
@@ -119,7 +119,33 @@
 --                        reservation past ho_until_us or of a held lease, count as none wherever
 --                        they are read (pending_handoff, reservation below): a lapse needs no
 --                        write, and the next end or grant of the lease deletes the fields.
--- Scripts ignore fields they do not know.
+--   keep_us              "live" while the lease has a live key (below), written with every grant
+--                        and renew, deleted with the holder: a library of an earlier version
+--                        reads this field as a number (its keep_until_us), and so fails on the
+--                        session instead of deciding on it from the hash alone, which fast renews
+--                        leave behind. (Scripts ignore fields they do not know.)
+--
+-- The live key, <prefix>:{<sub>}:live:<epoch>:<hidden>:<ttl_ms>:<sid>/<tab> (live_key), exists
+-- while the lease is held by <tab> at <epoch> with no handoff, last renewed with that hidden flag
+-- ("1" or "0") and TTL, and expires with it: the engine renews such a lease
+-- without a script (the fast renew, Engine.Renew), with GETEX of the key and a new expiry (PX the
+-- TTL less a millisecond: Redis keeps a key to the end of its expiry's millisecond, so the lease
+-- ends the TTL after the millisecond of the GETEX), then PEXPIRETIME to learn it, two commands where the renew function runs three and its
+-- Lua. A renew that changes the hidden flag or the TTL finds no key of its name, and is the
+-- function's, which announces the change: a fast renew never changes what a call may see but the
+-- expiry. The key holds "<granted_us> <transitions> <by_ms> <label>": what the renew answers, and
+-- by_ms, the latest expiry (ms) a fast renew may give the lease before the state's expiry must
+-- move: the state hash's expiry less IDLE_MS when the key was written or its expiry last moved
+-- (keep; 0: the hash has no expiry), so that the hash outlives the lease by the idle retention
+-- however long fast renews keep it. A fast renew past by_ms is answered all the same, and the
+-- engine then runs check.lua, whose keep moves the hash's expiry, and the key's by_ms with it
+-- (live_update). A fast renew writes the key alone: the lease
+-- expires at the later of expires_us and the key's expiry, which load reads (live_sync); Redis keeps
+-- a key until the millisecond after its PEXPIRETIME, so a key of expiry w lasts until (w + 1) * 1000
+-- µs. The key is written by the calls that grant or renew the lease (live_write, PXAT the
+-- millisecond before expires_us ends, so that it never outlasts the hash's expiry), and deleted by
+-- every call that ends the lease or changes its holder or epoch, or asks for a handoff (flush). A
+-- key is named for its lease: one of a lease that ended is never renewed, whatever is left of it.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
@@ -139,6 +165,8 @@ local KEYS, ARGV
 local rcall, sformat, tunpack, ltype, mfloor, jencode, rpcall, mmax, lipairs, smatch
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE
 local KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE
+-- LIVE_MARK is what keep_us holds while the lease has a live key (see above).
+local LIVE_MARK = 'live'
 local PREFIX, USER, SESSION
 local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 local SESSION_ENTRY -- what SESSION_KEYS keeps of the call's session (below)
@@ -157,8 +185,9 @@ local KEEP_SLACK_MS
 local COMMON
 -- state_written is true once the call wrote a field of the state hash (state_set). parking is true
 -- once the call decided that flush parks the session, which deletes its hash: writes to the hash
--- are then skipped (state_set, drop_holder), as s holds what they would write.
-local state_written, parking
+-- are then skipped (state_set, drop_holder), as s holds what they would write. keep_moved is true
+-- once keep (admin.lua) moved the state's expiry: live_update writes the live key's by_ms anew.
+local state_written, parking, keep_moved
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -275,7 +304,7 @@ local function begin(keys, argv, lease_form)
     rpcall, mmax, lipairs, smatch = redis.pcall, math.max, ipairs, string.match
   end
   KEYS, ARGV = keys, argv
-  state_written, parking = false, false
+  state_written, parking, keep_moved = false, false, false
   LEASE_ONLY = #KEYS == 2
   if LEASE_ONLY and not lease_form then
     error('tablease: this function takes the keys of the session and of its user')
@@ -564,7 +593,7 @@ local function read_parked(s, now)
 end
 
 -- LEASE_FIELDS are the fields of the state hash that a holder's renew or check decides and answers
--- with: the lease, keep_us (for keep), and ho_tab, in the order of lease_state. Not the block: a
+-- with: the lease, keep_until_us (for keep), and ho_tab, in the order of lease_state. Not the block: a
 -- held lease was granted once its block ended (acquire.lua refuses grants while it lasts, and only a
 -- revoke, which ends the lease, sets one), so block_until_us is no later than granted_us, and so
 -- neither in force nor after the lease's end (reply, keep_until) while the store clock is not
@@ -572,7 +601,7 @@ end
 -- a look at each of its fields: 1 % of the instructions of the usual renew
 -- (scripts/redis-instructions).
 local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us', 'ttl_ms',
-  'transitions', 'keep_us', 'ho_tab'}
+  'transitions', 'keep_until_us', 'ho_tab'}
 
 -- REST_FIELDS are the other fields that load reads first, in the order of load_rest.
 local REST_FIELDS = {'block_until_us', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id'}
@@ -627,12 +656,32 @@ local function lease_state(v)
   }, NO_HANDOFF)
 end
 
--- load_lease reads LEASE_FIELDS alone. What it answers is load's state for a session with no
--- handoff (ho_tab empty: the handoff fields are then absent) and a hash, of a lease held at a now
--- no earlier than its grant (usual_held); a call that finds a handoff, or a lease not held so by
--- its caller, reads the rest with load_rest.
+-- live_key is the name of the live key (see above) of the lease held by tab at the epoch, with the
+-- hidden flag and TTL, that the strings epoch_s, hidden_s ("1" or "0") and ttl_s write.
+local function live_key(epoch_s, hidden_s, ttl_s, tab)
+  return TAG .. 'live:' .. epoch_s .. ':' .. hidden_s .. ':' .. ttl_s .. ':' .. SESSION .. '/' .. tab
+end
+
+-- live_sync takes the expiry of the live key of the lease s, when s has a holder and no handoff,
+-- as the lease's when it is later than expires_us: fast renews extend the key alone. It writes
+-- nothing: s.expires_us is then later than the hash's (s.read[6]) until a call writes it.
+local function live_sync(s)
+  local v = s.read
+  if s.tab ~= '' and s.ho_tab == '' and v[4] and v[3] and v[7] then
+    local w = rcall('PEXPIRETIME', live_key(v[4], v[3], v[7], s.tab))
+    if w >= 0 and (w + 1) * 1000 > s.expires_us then
+      s.expires_us = (w + 1) * 1000
+    end
+  end
+  return s
+end
+
+-- load_lease reads LEASE_FIELDS alone (and the live key's expiry: live_sync). What it answers is
+-- load's state for a session with no handoff (ho_tab empty: the handoff fields are then absent)
+-- and a hash, of a lease held at a now no earlier than its grant (usual_held); a call that finds
+-- a handoff, or a lease not held so by its caller, reads the rest with load_rest.
 local function load_lease()
-  return lease_state(rcall('HMGET', KEY_STATE, tunpack(LEASE_FIELDS)))
+  return live_sync(lease_state(rcall('HMGET', KEY_STATE, tunpack(LEASE_FIELDS))))
 end
 
 -- state_of is the state read from the values v of STATE_FIELDS: lease_state's, and the rest, in
@@ -700,7 +749,7 @@ local function load(now)
   local s = read_handoff(state_of(v))
   if found(v, #STATE_FIELDS) then
     s.exists = true
-    return s
+    return live_sync(s)
   end
   return read_parked(s, now)
 end
