@@ -93,7 +93,7 @@ elseif held(s, now) then
       deadline_earlier()
     end
     state_set('label', label, 'hidden', hidden and '1' or '0',
-      'expires_us', int(expires), 'ttl_ms', int(ttl_ms), wrote_lease())
+      'expires_us', int(expires), 'ttl_ms', int(ttl_ms))
     s.label, s.hidden, s.expires_us, s.ttl_ms = label, hidden, expires, ttl_ms
     index_add()
     if changed then
@@ -145,12 +145,12 @@ if s.parked then
   -- flush moves it to the hash by deleting its field alone (unpark): the event_id is append's.
   state_set('tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
     'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
-    'transitions', int(s.transitions), 'ended_epoch', int(s.ended_epoch), wrote_lease())
+    'transitions', int(s.transitions), 'ended_epoch', int(s.ended_epoch))
   s.whole = true
 else
   state_set('tab', tab, 'label', label, 'hidden', hidden and '1' or '0',
     'epoch', int(epoch), 'granted_us', int(now), 'expires_us', int(expires), 'ttl_ms', int(ttl_ms),
-    'transitions', int(s.transitions), wrote_lease())
+    'transitions', int(s.transitions))
 end
 if s.rel_tab ~= '' then
   if not s.parked then

@@ -431,7 +431,7 @@ func TestARevokeKeepsItsAnswerForTheRetryWindow(t *testing.T) {
 	at := g.ExpiresAt.UnixMicro() // the time of the revoke
 	for f, v := range map[string]string{
 		"block_until_us": strconv.FormatInt(at+time.Hour.Microseconds(), 10),
-		"keep_until_us":  strconv.FormatInt(at+lease.RevokeRetryWindow.Microseconds(), 10),
+		"keep_us":        strconv.FormatInt(at+lease.RevokeRetryWindow.Microseconds(), 10),
 		"ended_epoch":    strconv.FormatInt(r.Epoch, 10),
 	} {
 		if h[f] != v {

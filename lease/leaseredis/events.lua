@@ -57,20 +57,29 @@ local function events_begin()
   moved_earlier, dropped, tabs_first, lease_written = false, false, nil, false
 end
 
--- wrote_lease notes that the call granted or renewed the lease (acquire.lua, renew.lua), and
--- answers the fields that each of their writes of the state hash adds: the live key's mark.
-local function wrote_lease()
-  lease_written = true
-  return 'keep_us', LIVE_MARK
+-- wrote_lease notes that the call renewed the lease s (renew.lua), which gives it a live key, and
+-- answers the fields that the renew's write of the state hash adds: the key's mark (keep_us).
+local function wrote_lease(s)
+  lease_written, s.live = true, true
+  return 'keep_us', keep_mark(s)
 end
 
 -- drop_holder deletes the holder of s and the other fields named (of s too), once its lease ended
--- and the end is announced: a free lease keeps no holder, and no live key's mark (keep_us). Redis never shrinks a hash that a long
--- value (a label) turned into a hashtable, so flush writes it anew then, as the small listpack it
--- now fits, unless it parks the session.
+-- and the end is announced: a free lease keeps no holder, and no live key's mark (keep_us keeps
+-- its time alone). Redis never shrinks a hash that a long value (a label) turned into a hashtable,
+-- so flush writes it anew then, as the small listpack it now fits, unless it parks the session.
 local function drop_holder(s, ...)
+  local live = s.live
+  s.live = false
   if not parking then
-    rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', 'keep_us', ...)
+    if live and s.keep_us > 0 then
+      rcall('HSET', KEY_STATE, 'keep_us', int(s.keep_us))
+      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+    elseif live then
+      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', 'keep_us', ...)
+    else
+      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
+    end
   end
   s.tab, s.label, s.hidden = '', '', false
   for _, f in lipairs({...}) do
@@ -348,20 +357,29 @@ end
 -- live_update keeps the live key (see state.lua) as the call leaves the lease s: it deletes the
 -- key of the lease the call read when that is no longer the live lease (it ended, or changed its
 -- holder, epoch, hidden flag or TTL, or a handoff was asked for), and writes the key of the live
--- lease when the call granted or renewed it (wrote_lease), with by_ms from at_ms, the state hash's
+-- lease when the call renewed it (wrote_lease), with by_ms from at_ms, the state hash's
 -- expiry as the call leaves it (nil: none), lasting until the millisecond before expires_us ends
 -- at most; or, when the call moved the hash's expiry (keep_moved), writes the key's by_ms anew if
 -- the key is there, keeping its expiry.
 local function live_update(s, now, at_ms)
   local v = s.read
-  local old = v[1] and v[1] ~= '' and v[4] and v[3] and v[7] and not (v[10] and v[10] ~= '') and
-    live_key(v[4], v[3], v[7], v[1])
+  local old = nil
+  if v[9] and v[1] and v[1] ~= '' and v[3] and v[4] and v[7] and not (v[10] and v[10] ~= '') then
+    local _, was_live = keep_of(v[9]) -- the lease the call read had its mark
+    if was_live then
+      old = live_key(v[4], v[3], v[7], v[1])
+    end
+  end
+  local write = lease_written or (keep_moved and s.live)
+  if old == nil and not write then
+    return -- most calls: the lease the call read had no key, and it writes none
+  end
   local name = s.tab ~= '' and s.ho_tab == '' and not parking and s.expires_us > now and
     live_key(int(s.epoch), s.hidden and '1' or '0', int(s.ttl_ms), s.tab)
   if old and old ~= name then
     rcall('DEL', old)
   end
-  if not name or not (lease_written or keep_moved) then
+  if not name or not write then
     return
   end
   local value = int(s.granted_us) .. ' ' .. int(s.transitions) .. ' ' ..

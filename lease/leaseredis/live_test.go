@@ -69,11 +69,16 @@ func liveKeyOf(e *Engine, l lease.Lease) string {
 func TestAFastRenewKeepsTheLeasePastTheHashsExpiryForEveryCall(t *testing.T) {
 	e, c := liveEngine(t, Options{})
 	ctx := t.Context()
-	a, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: time.Second})
+	g, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForStoreTime(t, c, a.GrantedAt.Add(300*time.Millisecond))
+	// The first renew is the function's, which writes the live key.
+	a, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabA.TabID, Epoch: g.Epoch, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForStoreTime(t, c, a.Now.Add(300*time.Millisecond))
 	var r lease.Lease
 	n := calls(t, c, func() {
 		r, err = e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabA.TabID, Epoch: a.Epoch, TTL: time.Second})
@@ -89,12 +94,12 @@ func TestAFastRenewKeepsTheLeasePastTheHashsExpiryForEveryCall(t *testing.T) {
 		t.Fatalf("the live key expires at %v, want the millisecond before the renew's expiry %v: Redis keeps it to the end of that millisecond", w, r.ExpiresAt)
 	}
 	if got := c.HGet(ctx, e.stateKey(alice), "expires_us").Val(); got != strconv.FormatInt(a.ExpiresAt.UnixMicro(), 10) {
-		t.Fatalf("the state hash's expires_us = %s, want the grant's: a fast renew writes the live key alone", got)
+		t.Fatalf("the state hash's expires_us = %s, want the first renew's: a fast renew writes the live key alone", got)
 	}
 
 	// Past the hash's expires_us, every call reads the lease as the live key extended it.
 	waitForStoreTime(t, c, a.ExpiresAt)
-	g, err := e.Get(ctx, alice)
+	g, err = e.Get(ctx, alice)
 	if err != nil || !g.HeldBy(tabA.TabID, a.Epoch) || g.ExpiresAt.Before(r.ExpiresAt) {
 		t.Fatalf("Get = %+v, %v; want it held until %v at least", g, err, r.ExpiresAt)
 	}
@@ -132,70 +137,90 @@ func TestALiveKeyGoesWithItsLease(t *testing.T) {
 	e, c := liveEngine(t, Options{})
 	ctx := t.Context()
 	exists := func(l lease.Lease) bool { return c.Exists(ctx, liveKeyOf(e, l)).Val() == 1 }
+	mark := func() string { return c.HGet(ctx, e.stateKey(alice), "keep_us").Val() }
+	renew := func(l lease.Lease, hidden bool) (lease.Lease, error) {
+		return e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: l.Holder.TabID, Epoch: l.Epoch, TTL: time.Minute, Hidden: hidden})
+	}
 	a := mustAcquire(t, e, alice, tabA, lease.ModeTry)
-	if !exists(a) || c.HGet(ctx, e.stateKey(alice), "keep_us").Val() != "live" {
-		t.Fatal("a grant wrote no live key, or no mark of it")
+	if exists(a) || mark() != "" {
+		t.Fatal("a grant wrote a live key, or its mark: the first renew does")
+	}
+	if _, err := renew(a, false); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(a) || mark() != "live" {
+		t.Fatal("the first renew wrote no live key, or no mark of it")
 	}
 
-	// A handoff request: the holder's renews are the function's, which tells of the request.
-	if _, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: time.Minute, Mode: lease.ModeHandoff}); !errors.Is(err, lease.ErrHandoffPending) {
-		t.Fatalf("a handoff request: %v", err)
-	}
-	if exists(a) {
-		t.Fatal("the live key outlived the handoff request")
-	}
-	r, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabA.TabID, Epoch: a.Epoch, TTL: time.Minute})
-	if err != nil || r.Handoff == nil || r.Handoff.Requester.TabID != tabB.TabID {
-		t.Fatalf("a renew during the handoff = %+v, %v; want the request told", r, err)
-	}
-
-	// A takeover: the old holder's key goes, the new one's comes; the old holder's renew is lost.
+	// A takeover: the old holder's key goes; its renew is lost.
 	b, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: time.Minute, Mode: lease.ModeTakeover})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if exists(a) || !exists(b) {
-		t.Fatal("after a takeover, want the new holder's live key alone")
+	if exists(a) {
+		t.Fatal("the old holder's live key outlived the takeover")
 	}
 	var lost *lease.LostError
-	if _, err := e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabA.TabID, Epoch: a.Epoch, TTL: time.Minute}); !errors.As(err, &lost) {
+	if _, err := renew(a, false); !errors.As(err, &lost) {
 		t.Fatalf("the old holder's renew: %v, want lost", err)
+	}
+	if _, err := renew(b, false); err != nil || !exists(b) {
+		t.Fatalf("the new holder's first renew: %v, or no live key", err)
+	}
+
+	// A handoff request: the key goes, and the holder's renews are the function's, which tells of
+	// the request.
+	if _, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: time.Minute, Mode: lease.ModeHandoff}); !errors.Is(err, lease.ErrHandoffPending) {
+		t.Fatalf("a handoff request: %v", err)
+	}
+	if exists(b) {
+		t.Fatal("the live key outlived the handoff request")
+	}
+	if r, err := renew(b, false); err != nil || r.Handoff == nil || r.Handoff.Requester.TabID != tabA.TabID || exists(b) {
+		t.Fatalf("a renew during the handoff = %+v, %v; want the request told, and no live key", r, err)
 	}
 
 	// A renew that changes the hidden flag is the function's, with its event, and writes the key
-	// anew, which the next fast renew reads.
+	// of its new name, which the next fast renew extends.
+	d, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabA, TTL: time.Minute, Mode: lease.ModeTakeover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renew(d, false); err != nil || !exists(d) {
+		t.Fatalf("the first renew: %v, or no live key", err)
+	}
 	w := mustWatch(t, e, alice, "")
-	hidden := true
-	r, err = e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabB.TabID, Epoch: b.Epoch, TTL: time.Minute, Hidden: hidden})
-	if err != nil || !r.Holder.Hidden {
-		t.Fatalf("a hidden renew = %+v, %v", r, err)
+	r, err := renew(d, true)
+	if err != nil || !r.Holder.Hidden || exists(d) || !exists(r) {
+		t.Fatalf("a hidden renew = %+v, %v; want the key of the hidden lease alone", r, err)
 	}
 	if ev := next(t, w); ev.Type != lease.EventUpdated || !ev.Holder.Hidden {
 		t.Fatalf("event %+v, want the holder updated as hidden", ev)
 	}
-	n := calls(t, c, func() {
-		r, err = e.Renew(ctx, lease.RenewRequest{Key: alice, TabID: tabB.TabID, Epoch: b.Epoch, TTL: time.Minute, Hidden: hidden})
-	})
+	n := calls(t, c, func() { r, err = renew(d, true) })
 	if err != nil || !r.Holder.Hidden || n["getex"] != 1 || n["fcall"] != 0 {
 		t.Fatalf("the next renew = %+v, %v, running %v; want the fast one", r, err, n)
 	}
 
 	// A release and a revoke end the lease and its key; the mark goes with the holder.
-	if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: tabB.TabID, Epoch: b.Epoch}); err != nil {
+	if _, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: tabA.TabID, Epoch: d.Epoch}); err != nil {
 		t.Fatal(err)
 	}
-	if exists(b) {
+	if exists(r) {
 		t.Fatal("the live key outlived the release")
 	}
-	d := mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	f := mustAcquire(t, e, alice, tabB, lease.ModeTry)
+	if _, err := renew(f, false); err != nil || !exists(f) {
+		t.Fatalf("the first renew: %v, or no live key", err)
+	}
 	if _, err := e.Revoke(ctx, lease.RevokeRequest{Key: alice, Admin: "root", Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if exists(d) {
+	if exists(f) {
 		t.Fatal("the live key outlived the revoke")
 	}
-	if f := c.HGet(ctx, e.stateKey(alice), "keep_us").Val(); f != "" {
-		t.Fatalf("keep_us = %q after the revoke, want the mark gone with the holder", f)
+	if m := mark(); m != "" {
+		t.Fatalf("keep_us = %q after the revoke, want the mark gone with the holder", m)
 	}
 }
 

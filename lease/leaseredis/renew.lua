@@ -72,9 +72,9 @@ end
 local expires_s = sformat('%d', expires)
 if changed or ttl_ms ~= s.ttl_ms then
   rcall('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', expires_s,
-    'ttl_ms', int(ttl_ms), wrote_lease())
+    'ttl_ms', int(ttl_ms), wrote_lease(s))
 else
-  rcall('HSET', KEY_STATE, 'expires_us', expires_s, wrote_lease())
+  rcall('HSET', KEY_STATE, 'expires_us', expires_s, wrote_lease(s))
 end
 s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires_s
 

@@ -93,14 +93,19 @@
 --   gone                 "<until_us> <mark> …": the tabs that said they are gone (release.lua,
 --                        lease.ReleaseRequest.Gone), newest first, at most lease.MaxGone: the store
 --                        time (µs) until which each one's acquires are refused, and its mark
---                        (tab_mark); keep_until_us is then no earlier than the latest, which
+--                        (tab_mark); keep_us is then no earlier than the latest, which
 --                        keeps the state unparked that long, and tells acquire.lua when to read
 --                        this field (gone_window, below): load does not, as a field the hash lacks
 --                        costs HMGET a look at every field of a small hash
---   keep_until_us        store time (µs) until which the hash is kept at least (keep in admin.lua)
+--   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
 --                        and not parked: the end of the retry window of the last revoke with a
 --                        request id, as that revoke's answer is kept (KEYS[11]), or of a gone
---                        tab's window, whichever is later
+--                        tab's window, whichever is later; and, once renew.lua gave the lease a
+--                        live key (below), "live", or "live <keep_us>" (keep_of): the mark of a
+--                        lease that may have one, which goes with the holder (drop_holder in
+--                        events.lua). A library of an earlier version reads this field as a
+--                        number, and so fails on such a session instead of deciding on it from
+--                        the hash alone, which fast renews leave behind.
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -119,15 +124,13 @@
 --                        reservation past ho_until_us or of a held lease, count as none wherever
 --                        they are read (pending_handoff, reservation below): a lapse needs no
 --                        write, and the next end or grant of the lease deletes the fields.
---   keep_us              "live" while the lease has a live key (below), written with every grant
---                        and renew, deleted with the holder: a library of an earlier version
---                        reads this field as a number (its keep_until_us), and so fails on the
---                        session instead of deciding on it from the hash alone, which fast renews
---                        leave behind. (Scripts ignore fields they do not know.)
+-- Scripts ignore fields they do not know.
 --
 -- The live key, <prefix>:{<sub>}:live:<epoch>:<hidden>:<ttl_ms>:<sid>/<tab> (live_key), exists
--- while the lease is held by <tab> at <epoch> with no handoff, last renewed with that hidden flag
--- ("1" or "0") and TTL, and expires with it: the engine renews such a lease
+-- from the lease's first renew by renew.lua while the lease is held by <tab> at <epoch> with no
+-- handoff, last renewed with that hidden flag ("1" or "0") and TTL, and expires with it (a grant
+-- writes none: most leases that a backend takes and gives back are never renewed, and an acquire
+-- and a release would pay for the key's SET and DEL). The engine renews such a lease
 -- without a script (the fast renew, Engine.Renew), with GETEX of the key and a new expiry (PX the
 -- TTL less a millisecond: Redis keeps a key to the end of its expiry's millisecond, so the lease
 -- ends the TTL after the millisecond of the GETEX), then PEXPIRETIME to learn it, two commands where the renew function runs three and its
@@ -142,10 +145,10 @@
 -- (live_update). A fast renew writes the key alone: the lease
 -- expires at the later of expires_us and the key's expiry, which load reads (live_sync); Redis keeps
 -- a key until the millisecond after its PEXPIRETIME, so a key of expiry w lasts until (w + 1) * 1000
--- µs. The key is written by the calls that grant or renew the lease (live_write, PXAT the
--- millisecond before expires_us ends, so that it never outlasts the hash's expiry), and deleted by
--- every call that ends the lease or changes its holder or epoch, or asks for a handoff (flush). A
--- key is named for its lease: one of a lease that ended is never renewed, whatever is left of it.
+-- µs. The key is written by renew.lua (live_update in events.lua, PXAT the millisecond before
+-- expires_us ends, so that it never outlasts the hash's expiry) and deleted by every call that
+-- ends the lease, changes its holder, epoch, hidden flag or TTL, or asks for a handoff. A key is
+-- named for its lease: one of a lease that ended is never renewed, whatever is left of it.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
@@ -593,7 +596,7 @@ local function read_parked(s, now)
 end
 
 -- LEASE_FIELDS are the fields of the state hash that a holder's renew or check decides and answers
--- with: the lease, keep_until_us (for keep), and ho_tab, in the order of lease_state. Not the block: a
+-- with: the lease, keep_us (for keep, and the live key's mark), and ho_tab, in the order of lease_state. Not the block: a
 -- held lease was granted once its block ended (acquire.lua refuses grants while it lasts, and only a
 -- revoke, which ends the lease, sets one), so block_until_us is no later than granted_us, and so
 -- neither in force nor after the lease's end (reply, keep_until) while the store clock is not
@@ -601,7 +604,7 @@ end
 -- a look at each of its fields: 1 % of the instructions of the usual renew
 -- (scripts/redis-instructions).
 local LEASE_FIELDS = {'tab', 'label', 'hidden', 'epoch', 'granted_us', 'expires_us', 'ttl_ms',
-  'transitions', 'keep_until_us', 'ho_tab'}
+  'transitions', 'keep_us', 'ho_tab'}
 
 -- REST_FIELDS are the other fields that load reads first, in the order of load_rest.
 local REST_FIELDS = {'block_until_us', 'rel_tab', 'rel_epoch', 'ended_epoch', 'event_id'}
@@ -626,6 +629,35 @@ local function found(v, n)
   return false
 end
 
+-- keep_of reads the field keep_us, k (see above), which most hashes lack: the time until which the
+-- state is kept at least (0 for none), and whether the lease may have a live key.
+local function keep_of(k)
+  if k == LIVE_MARK then
+    return 0, true
+  end
+  local n = tonumber(k)
+  if n ~= nil then
+    return n, false
+  end
+  n = tonumber(smatch(k, '^live (%d+)$'))
+  if n == nil then
+    error('tablease: the field keep_us of ' .. SESSION .. ' does not parse')
+  end
+  return n, true
+end
+
+-- keep_mark is what the field keep_us holds for the state s: its keep time, and the live key's
+-- mark while s.live.
+local function keep_mark(s)
+  if not s.live then
+    return int(s.keep_us)
+  end
+  if s.keep_us > 0 then
+    return LIVE_MARK .. ' ' .. int(s.keep_us)
+  end
+  return LIVE_MARK
+end
+
 -- NO_HANDOFF is the metatable of every state: the fields of a handoff that the state lacks read as
 -- those of none, until read_handoff sets them. A Lua table is made with room for the fields of its
 -- constructor, rounded up to a power of two, and made anew, at twice the size, when a field beyond
@@ -640,7 +672,7 @@ local NO_HANDOFF = {__index = {ho_label = '', ho_hidden = false, ho_from_tab = '
 -- keeps v, for load_rest. (state_of makes the state of load, with the rest, and must read the lease
 -- alike.)
 local function lease_state(v)
-  return setmetatable({
+  local s = setmetatable({
     read = v,
     tab = v[1] or '',
     label = v[2] or '',
@@ -651,9 +683,14 @@ local function lease_state(v)
     ttl_ms = (v[7] or 0) + 0,
     transitions = (v[8] or 0) + 0,
     block_until_us = 0,
-    keep_us = (v[9] or 0) + 0,
+    keep_us = 0,
+    live = false,
     ho_tab = v[10] or '',
   }, NO_HANDOFF)
+  if v[9] then
+    s.keep_us, s.live = keep_of(v[9])
+  end
+  return s
 end
 
 -- live_key is the name of the live key (see above) of the lease held by tab at the epoch, with the
@@ -662,12 +699,13 @@ local function live_key(epoch_s, hidden_s, ttl_s, tab)
   return TAG .. 'live:' .. epoch_s .. ':' .. hidden_s .. ':' .. ttl_s .. ':' .. SESSION .. '/' .. tab
 end
 
--- live_sync takes the expiry of the live key of the lease s, when s has a holder and no handoff,
--- as the lease's when it is later than expires_us: fast renews extend the key alone. It writes
--- nothing: s.expires_us is then later than the hash's (s.read[6]) until a call writes it.
+-- live_sync takes the expiry of the live key of the lease s, when s may have one (its mark, a
+-- holder, no handoff), as the lease's when it is later than expires_us: fast renews extend the key
+-- alone. It writes nothing: s.expires_us is then later than the hash's (s.read[6]) until a call
+-- writes it.
 local function live_sync(s)
   local v = s.read
-  if s.tab ~= '' and s.ho_tab == '' and v[4] and v[3] and v[7] then
+  if s.live and s.tab ~= '' and s.ho_tab == '' and v[4] and v[3] and v[7] then
     local w = rcall('PEXPIRETIME', live_key(v[4], v[3], v[7], s.tab))
     if w >= 0 and (w + 1) * 1000 > s.expires_us then
       s.expires_us = (w + 1) * 1000
@@ -687,7 +725,7 @@ end
 -- state_of is the state read from the values v of STATE_FIELDS: lease_state's, and the rest, in
 -- one table made with room for what load's callers add (exists, parked, whole).
 local function state_of(v)
-  return setmetatable({
+  local s = setmetatable({
     read = v,
     tab = v[1] or '',
     label = v[2] or '',
@@ -697,7 +735,8 @@ local function state_of(v)
     expires_us = (v[6] or 0) + 0,
     ttl_ms = (v[7] or 0) + 0,
     transitions = (v[8] or 0) + 0,
-    keep_us = (v[9] or 0) + 0,
+    keep_us = 0,
+    live = false,
     ho_tab = v[10] or '',
     block_until_us = (v[11] or 0) + 0,
     rel_tab = v[12] or '',
@@ -706,6 +745,10 @@ local function state_of(v)
     event_id = v[15] or '',
     exists = false,
   }, NO_HANDOFF)
+  if v[9] then
+    s.keep_us, s.live = keep_of(v[9])
+  end
+  return s
 end
 
 -- read_handoff reads the fields of a handoff into s when s has one (ho_tab): most sessions never
