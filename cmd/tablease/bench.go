@@ -156,14 +156,12 @@ type benchResult struct {
 	P50Ms      float64            `json:"p50Ms,omitempty"`
 	P99Ms      float64            `json:"p99Ms,omitempty"`
 	CPUMicros  map[string]float64 `json:"cpuMicrosPerOp,omitempty"` // by process name
-	// CommandMicros is the time Redis spent running the commands of tablease's operations per
-	// operation (INFO commandstats of FCALL, its functions, and of GETEX, the fast renew's: their
-	// own cost, without reading and answering the command), and CommandCalls their number per
-	// operation; with --redis only. The fast renew's PEXPIRETIME is left out: Redis counts the
-	// functions' own PEXPIRETIMEs under the same name, and their time in FCALL's too.
-	CommandMicros float64 `json:"redisCommandMicrosPerOp,omitempty"`
-	CommandCalls  float64 `json:"redisCommandCallsPerOp,omitempty"`
-	Note          string  `json:"note,omitempty"`
+	// FunctionMicros is the time Redis spent running tablease's functions per operation (INFO
+	// commandstats of FCALL: the scripts' own cost, without reading and answering the command),
+	// and FunctionCalls their number per operation; with --redis only.
+	FunctionMicros float64 `json:"redisFunctionMicrosPerOp,omitempty"`
+	FunctionCalls  float64 `json:"redisFunctionCallsPerOp,omitempty"`
+	Note           string  `json:"note,omitempty"`
 	// Bytes is a size per unit of Note ("RSS per stream", "Redis bytes per held lease"…).
 	Bytes float64 `json:"bytes,omitempty"`
 }
@@ -249,7 +247,7 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	if err != nil {
 		return benchResult{}, err
 	}
-	fn0, err := b.commandStats(ctx)
+	fn0, err := b.functionStats(ctx)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -303,45 +301,42 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 	}
 	r.P50Ms, r.P99Ms = percentiles(all)
 	r.CPUMicros = perOp(cpu0, cpu1, r.Ops)
-	fn1, err := b.commandStats(ctx)
+	fn1, err := b.functionStats(ctx)
 	if err != nil {
 		return benchResult{}, err
 	}
 	if r.Ops > 0 && b.redis != nil {
-		r.CommandMicros = float64(fn1.usec-fn0.usec) / float64(r.Ops)
-		r.CommandCalls = float64(fn1.calls-fn0.calls) / float64(r.Ops)
+		r.FunctionMicros = float64(fn1.usec-fn0.usec) / float64(r.Ops)
+		r.FunctionCalls = float64(fn1.calls-fn0.calls) / float64(r.Ops)
 	}
 	return r, nil
 }
 
-// commandStat is what INFO commandstats says of the commands of tablease's operations (FCALL and
-// GETEX): calls and the µs spent in them, summed.
-type commandStat struct{ calls, usec int64 }
+// functionStat is what INFO commandstats says of FCALL: calls and the µs spent in them.
+type functionStat struct{ calls, usec int64 }
 
-// commandStats reads the lines of those commands of INFO commandstats from the Redis of --redis
-// (zero without).
-func (b *bench) commandStats(ctx context.Context) (commandStat, error) {
+// functionStats reads FCALL's line of INFO commandstats from the Redis of --redis (zero without).
+func (b *bench) functionStats(ctx context.Context) (functionStat, error) {
 	if b.redis == nil {
-		return commandStat{}, nil
+		return functionStat{}, nil
 	}
 	info, err := b.redis.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return commandStat{}, fmt.Errorf("INFO commandstats: %w", err)
+		return functionStat{}, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	var st commandStat
+	var st functionStat
 	for line := range strings.SplitSeq(info, "\r\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
-		if !ok || (name != "fcall" && name != "getex") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_fcall:")
+		if !ok {
 			continue
 		}
 		for kv := range strings.SplitSeq(rest, ",") {
 			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
 			switch k {
 			case "calls":
-				st.calls += n
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
 			case "usec":
-				st.usec += n
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 	}
@@ -580,14 +575,6 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	}); err != nil {
 		return nil, err
 	}
-	// A lease in use is renewed, and its first renew gives it its live key (see engines.md).
-	if err := b.each(ctx, b.sessions, "memory: renew", func(ctx context.Context, i int) error {
-		_, err := b.call(ctx, b.memUser(i), "/v1/sessions/"+b.prefix+"-mem-"+strconv.Itoa(i)+"/lease/renew",
-			map[string]any{"tabId": b.memTab, "epoch": epochs[i]})
-		return err
-	}); err != nil {
-		return nil, err
-	}
 	if err := settled("memory: held"); err != nil {
 		return nil, err
 	}
@@ -613,7 +600,7 @@ func (b *bench) memory(ctx context.Context) ([]benchResult, error) {
 	}
 	n := float64(b.sessions)
 	return []benchResult{
-		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per held lease, renewed (no stream watching it)", Bytes: float64(m1-m0) / n},
+		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per held lease (no stream watching it)", Bytes: float64(m1-m0) / n},
 		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per free session, with its release's answer kept for retries", Bytes: float64(m2-m0) / n},
 		{Work: "redis memory", Ops: int64(b.sessions), Note: "Redis bytes per free session, once that answer expired", Bytes: float64(m3-m0) / n},
 	}, nil
@@ -707,15 +694,15 @@ func printBench(w io.Writer, results []benchResult) {
 	for _, n := range procs {
 		fmt.Fprintf(tw, "%s CPU µs/op\t", n)
 	}
-	fmt.Fprintln(tw, "in Redis µs/op\tsize\t")
+	fmt.Fprintln(tw, "in functions µs/op\tsize\t")
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t", r.Work, r.Ops, r.Errors, figure(r.PerSecond, "%.0f"), figure(r.P50Ms, "%.2f"), figure(r.P99Ms, "%.2f"))
 		for _, n := range procs {
 			fmt.Fprintf(tw, "%s\t", figure(r.CPUMicros[n], "%.1f"))
 		}
 		fn := "-"
-		if r.CommandCalls > 0 {
-			fn = fmt.Sprintf("%.1f (%.1f calls)", r.CommandMicros, r.CommandCalls)
+		if r.FunctionCalls > 0 {
+			fn = fmt.Sprintf("%.1f (%.1f calls)", r.FunctionMicros, r.FunctionCalls)
 		}
 		fmt.Fprintf(tw, "%s\t", fn)
 		size := ""

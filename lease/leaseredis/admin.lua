@@ -196,7 +196,7 @@ end
 
 -- keep_until is when the state of s expires, before keep's slack (below): IDLE_MS after the latest
 -- of the lease's end, an admin's block, a handoff's end and, when changed, now; and not before
--- keep_us (keep_until_us in the hash) (the end of the last revoke's retry window, itself a change, whose answer is kept until
+-- keep_us (the end of the last revoke's retry window, itself a change, whose answer is kept until
 -- then, or of a gone tab's window); nil while the last epoch is not below the clock at that time
 -- (epochs run ahead of the clock only by the grants of one microsecond): the state is then kept
 -- with no expiry.
@@ -241,20 +241,14 @@ end
 -- field of s.parked, which keep writes when fresh or rewrite (its values changed), or when its
 -- expiry moves. The session's score in the known set, KEYS[7], is the same time; the set and
 -- KEYS[8] expire with the latest (and KEYS[8] no earlier than any of its fields).
--- keep answers the state's expiry as it leaves it, in ms: nil when the state has none.
 local function keep(s, now, changed, current, fresh, rewrite)
   local at_ms = keep_until(s, now, changed)
   if at_ms == nil or current == -2 then
-    -- Kept with no expiry (left as it is), or no state.
-    if current >= 0 then
-      return current
-    end
-    return nil
+    return -- kept with no expiry, or no state
   end
   local slack = KEEP_SLACK_MS
   local moved = current < at_ms or (current > at_ms + slack and (changed or state_written))
   at_ms = moved and at_ms + slack or current
-  keep_moved = keep_moved or moved
   if s.parked then
     if moved or fresh or rewrite then
       rcall('HSET', KEY_FREE, SESSION, pack_free(s, at_ms))
@@ -272,5 +266,4 @@ local function keep(s, now, changed, current, fresh, rewrite)
       rcall('PEXPIREAT', KEY_FREE, last)
     end
   end
-  return at_ms
 end

@@ -84,21 +84,20 @@ const (
 	maxBatch = 128
 )
 
-// batchCall is one call in a batch: one command, or a few sent one after the other (the fast
-// renew's, see Engine.Renew), which Redis runs in that order on the connection of the pipeline.
+// batchCall is one call in a batch.
 type batchCall struct {
 	ctx  context.Context
-	cmds []redis.Cmder
-	done chan struct{} // of a queued call: closed once cmds have their answers or errors
+	cmd  *redis.Cmd
+	done chan struct{} // of a queued call: closed once cmd has its answer or error
 	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
 	// pipeline sends it.
 	abandoned bool
 }
 
-// do sends cmds, alone or with the commands of other calls, and answers once cmds have their
-// answers (their Result) or the context ended (ctx.Err, and cmds may or may not have run).
-func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
-	c := &batchCall{ctx: ctx, cmds: cmds}
+// do sends cmd, alone or with the commands of other calls, and answers once cmd has its answer
+// (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have run).
+func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
+	c := &batchCall{ctx: ctx, cmd: cmd}
 	b.mu.Lock()
 	if b.flushing < maxFlushes {
 		b.flushing++
@@ -162,14 +161,14 @@ func (b *batcher) drain() {
 	}
 }
 
-// flush sends batch, and tells each call its commands have their answers.
+// flush sends batch, and tells each call its command has its answer.
 func (b *batcher) flush(batch []*batchCall) {
-	switch {
-	case len(batch) == 0:
+	switch len(batch) {
+	case 0:
 		return
-	case len(batch) == 1 && len(batch[0].cmds) == 1:
+	case 1:
 		c := batch[0]
-		_ = b.client.Process(c.ctx, c.cmds[0])
+		_ = b.client.Process(c.ctx, c.cmd)
 		c.answered()
 		return
 	}
@@ -187,9 +186,7 @@ func (b *batcher) flush(batch []*batchCall) {
 	}
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range batch {
-			for _, cmd := range c.cmds {
-				_ = p.Process(ctx, cmd)
-			}
+			_ = p.Process(ctx, c.cmd)
 		}
 		return nil
 	})

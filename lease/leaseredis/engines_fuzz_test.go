@@ -295,8 +295,6 @@ func startProgram(t *testing.T, client redis.UniversalClient, clock *storeClock,
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fast renew extends the live key by Redis's clock, which this test's clock is not.
-	leaseredis.RenewWithFunctionsOnly(red)
 	// Cleanups run last registered first: the watches registered below close first, then the
 	// engines, then the program's keys go (programs run one at a time per Redis).
 	t.Cleanup(func() {

@@ -42,7 +42,6 @@
 local pending -- the events of this call not appended yet, in order
 local moved_earlier -- the deadline moved earlier without an event: publish a hint
 local dropped -- the call deleted the holder: compact the hash (drop_holder)
-local lease_written -- the call granted or renewed the lease: write its live key (live_update)
 -- tabs_first is the expiry (µs) of the session's earliest presence entry as this call read it
 -- (settle_presence), false when it has none, nil when the call has not read it or changed the
 -- entries since (join.lua, leave.lua): deadline reads it from Redis only then.
@@ -54,32 +53,16 @@ local function events_begin()
   if pending == nil or #pending > 0 then
     pending = {}
   end
-  moved_earlier, dropped, tabs_first, lease_written = false, false, nil, false
-end
-
--- wrote_lease notes that the call renewed the lease s (renew.lua), which gives it a live key, and
--- answers the fields that the renew's write of the state hash adds: the key's mark (keep_us).
-local function wrote_lease(s)
-  lease_written, s.live = true, true
-  return 'keep_us', keep_mark(s)
+  moved_earlier, dropped, tabs_first = false, false, nil
 end
 
 -- drop_holder deletes the holder of s and the other fields named (of s too), once its lease ended
--- and the end is announced: a free lease keeps no holder, and no live key's mark (keep_us keeps
--- its time alone). Redis never shrinks a hash that a long value (a label) turned into a hashtable,
--- so flush writes it anew then, as the small listpack it now fits, unless it parks the session.
+-- and the end is announced: a free lease keeps no holder. Redis never shrinks a hash that a long
+-- value (a label) turned into a hashtable, so flush writes it anew then, as the small listpack it
+-- now fits, unless it parks the session.
 local function drop_holder(s, ...)
-  local live = s.live
-  s.live = false
   if not parking then
-    if live and s.keep_us > 0 then
-      rcall('HSET', KEY_STATE, 'keep_us', int(s.keep_us))
-      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
-    elseif live then
-      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', 'keep_us', ...)
-    else
-      rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
-    end
+    rcall('HDEL', KEY_STATE, 'tab', 'label', 'hidden', ...)
   end
   s.tab, s.label, s.hidden = '', '', false
   for _, f in lipairs({...}) do
@@ -327,20 +310,19 @@ end
 -- hash has no expiry, or whose keep_until is nil, keeps nothing. The usual renew and check are
 -- then three and two commands, PEXPIRETIME once per eighth of the idle retention or so, when keep
 -- moves the expiry (scripts/redis-instructions: 4 % fewer instructions per renew).
--- keep_held answers the hash's expiry in ms, or a time no later (kept's at); nil when it has none.
 local function keep_held(s, now)
   local entry, v = SESSION_ENTRY, s.read
   local kept = entry.kept
   local at_ms = keep_until(s, now, false)
   if at_ms ~= nil and kept ~= nil and kept[1] == v[4] and kept[2] == v[6] and kept[3] >= at_ms then
     kept[2] = s.expires_s or v[6]
-    return kept[3]
+    return
   end
   local current = rcall('PEXPIRETIME', KEY_STATE)
-  local expiry = keep(s, now, false, current, false, false)
+  keep(s, now, false, current, false, false)
   if at_ms == nil or current < 0 then
     entry.kept = nil
-    return expiry
+    return
   end
   local at = at_ms + KEEP_SLACK_MS
   if current >= at_ms and current < at then
@@ -351,49 +333,6 @@ local function keep_held(s, now)
     entry.kept = kept
   end
   kept[1], kept[2], kept[3] = v[4], s.expires_s or v[6], at
-  return at
-end
-
--- live_update keeps the live key (see state.lua) as the call leaves the lease s: it deletes the
--- key of the lease the call read when that is no longer the live lease (it ended, or changed its
--- holder, epoch, hidden flag or TTL, or a handoff was asked for), and writes the key of the live
--- lease when the call renewed it (wrote_lease), with by_ms from at_ms, the state hash's
--- expiry as the call leaves it (nil: none), lasting until the millisecond before expires_us ends
--- at most; or, when the call moved the hash's expiry (keep_moved), writes the key's by_ms anew if
--- the key is there, keeping its expiry.
-local function live_update(s, now, at_ms)
-  local v = s.read
-  local old = nil
-  if v[9] and v[1] and v[1] ~= '' and v[3] and v[4] and v[7] and not (v[10] and v[10] ~= '') then
-    local _, was_live = keep_of(v[9]) -- the lease the call read had its mark
-    if was_live then
-      old = live_key(v[4], v[3], v[7], v[1])
-    end
-  end
-  local write = lease_written or (keep_moved and s.live)
-  if old == nil and not write then
-    return -- most calls: the lease the call read had no key, and it writes none
-  end
-  local name = s.tab ~= '' and s.ho_tab == '' and not parking and s.expires_us > now and
-    live_key(int(s.epoch), s.hidden and '1' or '0', int(s.ttl_ms), s.tab)
-  if old and old ~= name then
-    rcall('DEL', old)
-  end
-  if not name or not write then
-    return
-  end
-  local value = int(s.granted_us) .. ' ' .. int(s.transitions) .. ' ' ..
-    int(at_ms and at_ms - IDLE_MS or 0) .. ' ' .. s.label
-  if not lease_written then
-    rcall('SET', name, value, 'XX', 'KEEPTTL')
-    return
-  end
-  local px = (s.expires_us - s.expires_us % 1000) / 1000 - 1
-  if px * 1000 > now then
-    rcall('SET', name, value, 'PXAT', int(px))
-  else
-    rcall('DEL', name)
-  end
 end
 
 -- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
@@ -402,9 +341,8 @@ end
 -- back to its hash), compacts the hash after drop_holder, and sets how long the state is kept (keep
 -- in admin.lua), counting now as its last change when the script changes sessions, appended
 -- something or deleted a handoff: the state no longer says when that handoff ended, and now is
--- after it, so the retention that follows its end (keep_until) follows now. It answers the hash's
--- expiry as it leaves it (keep, keep_held), for live_update.
-local function flush_state(s, now)
+-- after it, so the retention that follows its end (keep_until) follows now.
+local function flush(s, now)
   local changed = KEY_REPLY ~= nil or #pending > 0 or #audit_pending > 0
   if not changed and s.tab ~= '' and s.ho_tab == '' and not moved_earlier and not dropped
       and not parking and not s.parked then
@@ -412,7 +350,8 @@ local function flush_state(s, now)
     -- usual renew, check and get): nothing to append, publish, clear, park or compact, so only
     -- its retention, as below, without the steps that would find nothing to do (6 % of the
     -- instructions of the usual renew, scripts/redis-instructions).
-    return keep_held(s, now)
+    keep_held(s, now)
+    return
   end
   SESSION_ENTRY.kept = nil -- a call that may change the session forgets what keep_held learnt
   if s.ho_tab ~= '' and not pending_handoff(s, now) and not reservation(s, now) then
@@ -425,18 +364,21 @@ local function flush_state(s, now)
     local current = s.parked
     if not park then
       unpark(s)
-      return keep(s, now, changed, current, true, false)
+      keep(s, now, changed, current, true, false)
     elseif state_written then
       rcall('DEL', KEY_STATE) -- what the call wrote is in s, and goes to the field (keep)
-      return keep(s, now, changed, current, false, true)
+      keep(s, now, changed, current, false, true)
+    else
+      keep(s, now, changed, current, false, false)
     end
-    return keep(s, now, changed, current, false, false)
+    return
   end
   local current = rcall('PEXPIRETIME', KEY_STATE)
   if parking or (park and current ~= -2 and (dropped or changed)) then
     rcall('DEL', KEY_STATE)
     s.parked = current
-    return keep(s, now, changed, current, true, true)
+    keep(s, now, changed, current, true, true)
+    return
   end
   if dropped and current ~= -2 and rcall('OBJECT', 'ENCODING', KEY_STATE) == 'hashtable' then
     local fields = rcall('HGETALL', KEY_STATE)
@@ -444,12 +386,7 @@ local function flush_state(s, now)
     rcall('HSET', KEY_STATE, tunpack(fields))
     current = -1
   end
-  return keep(s, now, changed, current, false, false)
-end
-
--- flush ends the writes of a script (flush_state) and keeps its live key (live_update).
-local function flush(s, now)
-  live_update(s, now, flush_state(s, now))
+  keep(s, now, changed, current, false, false)
 end
 
 -- finish flushes, stores the answer r for the retries of a changing call (KEYS[9], see state.lua),

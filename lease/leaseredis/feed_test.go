@@ -221,14 +221,9 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 		"p:{alice}:known":         "zset",   // the user's sessions whose state is kept
 		"p:users":                 "zset",   // the users index: the one key without a tag, no script's
 	}
-	replies, live := 0, 0
+	replies := 0
 	for _, k := range keys {
 		typ, ok := want[k]
-		if strings.HasPrefix(k, "p:{alice}:live:") {
-			// The held lease's live key, which fast renews extend (see state.lua).
-			live++
-			typ, ok = "string", true
-		}
 		if strings.HasPrefix(k, "p:{alice}:reply:") {
 			// The answer of one call that changed the session, kept a while for its retries.
 			replies++
@@ -252,8 +247,8 @@ func TestAllKeysOfASessionShareTheUsersHashTagAndTheLogIsBounded(t *testing.T) {
 			t.Errorf("the hash tag of %s is not the user's", k)
 		}
 	}
-	if len(keys)-replies-live != len(want) || replies != 2 || live != 1 {
-		t.Errorf("keys = %q, want %d, the held lease's live key and the answers of the acquire and the join (a renew keeps none)", keys, len(want))
+	if len(keys)-replies != len(want) || replies != 2 {
+		t.Errorf("keys = %q, want %d and the answers of the acquire and the join (a renew keeps none)", keys, len(want))
 	}
 	if n := c.LLen(ctx, "p:{alice}:log:doc-1").Val(); n != 50 {
 		t.Errorf("the log holds %d events after 502, want the last 50", n)

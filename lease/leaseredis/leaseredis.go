@@ -161,9 +161,6 @@ type Engine struct {
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
 	onLostEvents   func(lease.Key)     // Options.OnLostEvents
 	revokeReplicas int                 // Options.RevokeReplicas
-	// slowRenews makes every renew renew.lua's, never the fast one: set only by tests whose store
-	// clock is not the one Redis expires keys by (export_test.go).
-	slowRenews bool
 	// common is the first argument of every session script, the engine's seven options (see
 	// state.lua), formatted once.
 	common []any
@@ -330,13 +327,6 @@ func (e *Engine) stateKey(k lease.Key) string {
 	return e.prefix + ":{" + k.User + "}:lease:" + k.Session
 }
 
-// liveKey is the live key of the lease held by tabID at epoch in the session k, last renewed with
-// the hidden flag and the TTL of ttlMS (see state.lua).
-func (e *Engine) liveKey(k lease.Key, epoch int64, hidden bool, ttlMS int64, tabID string) string {
-	return e.prefix + ":{" + k.User + "}:live:" + strconv.FormatInt(epoch, 10) + ":" + flag(hidden) + ":" +
-		strconv.FormatInt(ttlMS, 10) + ":" + k.Session + "/" + tabID
-}
-
 // sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
 // the event log, the two presence keys, the user's index of held leases, the user's audit log, the
 // user's sessions whose state is kept and the state of the user's free sessions (see state.lua),
@@ -448,8 +438,7 @@ func (e *Engine) Acquire(ctx context.Context, req lease.AcquireRequest) (lease.L
 	return lease.Lease{}, unexpected(op, status)
 }
 
-// Renew implements lease.Engine. It is the one change without a reply key (see renew.lua). The
-// usual renew is the fast one (fastRenew); renew.lua decides the others.
+// Renew implements lease.Engine. It is the one change without a reply key (see renew.lua).
 func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return lease.Lease{}, err
@@ -457,11 +446,6 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	ttl, err := e.limits.Clamp(req.TTL, req.Hidden)
 	if err != nil {
 		return lease.Lease{}, err
-	}
-	if !e.slowRenews {
-		if l, ok, err := e.fastRenew(ctx, req, ttl); ok || err != nil {
-			return l, err
-		}
 	}
 	v, err := e.usual(ctx, "renew", renewFn, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
@@ -483,85 +467,6 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 		return lease.Lease{}, &lease.LostError{Current: l}
 	}
 	return lease.Lease{}, unexpected("renew", status)
-}
-
-// fastRenew renews the lease of req, whose TTL the engine clamped to ttl, without a function when
-// its live key allows (see state.lua): GETEX of the key with the TTL less a millisecond (Redis
-// keeps a key until the end of the millisecond of its expiry, so the lease then ends exactly the
-// TTL after the millisecond the GETEX ran in, which the answer's now is), then PEXPIRETIME, sent
-// together. ok is false when renew.lua must decide: there is no key of that name (no such lease,
-// or one with another TTL or hidden flag, or a handoff asked for, or granted by an earlier
-// version), and nothing changed; or it went right after the GETEX. A renew that go-redis sends again extends again, as renew.lua
-// would. When the new expiry passes the key's by_ms, the engine then runs check.lua, which moves
-// the state's expiry the idle retention past the lease's, and the key's by_ms with it; the renew
-// is answered either way.
-func (e *Engine) fastRenew(ctx context.Context, req lease.RenewRequest, ttl time.Duration) (lease.Lease, bool, error) {
-	if e.closed.Load() {
-		return lease.Lease{}, false, &lease.UnavailableError{Op: "renew", Err: ErrClosed}
-	}
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.opTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.opTimeout)
-		defer cancel()
-	}
-	ttlMS := ttl.Milliseconds()
-	key := e.liveKey(req.Key, req.Epoch, req.Hidden, ttlMS, req.TabID)
-	get := redis.NewStringCmd(ctx, "getex", key, "px", ttlMS-1)
-	expiry := redis.NewIntCmd(ctx, "pexpiretime", key)
-	err := e.batches.of(ctx, key).do(ctx, get, expiry)
-	var v string
-	var w int64
-	if err == nil {
-		v, err = get.Result()
-		if errors.Is(err, redis.Nil) {
-			return lease.Lease{}, false, nil
-		}
-	}
-	if err == nil {
-		w, err = expiry.Result()
-	}
-	if err == nil && w < 0 {
-		// The key went between the two commands (which Redis runs one after the other, as they
-		// come in one write): a call ended the lease or changed it; renew.lua tells which.
-		return lease.Lease{}, false, nil
-	}
-	if err != nil {
-		return lease.Lease{}, false, &lease.UnavailableError{Op: "renew", Err: err}
-	}
-	l, by, err := parseLive(req, ttlMS, v, w)
-	if err != nil {
-		return lease.Lease{}, false, &lease.UnavailableError{Op: "renew", Err: err}
-	}
-	if by != 0 && w+1 > by {
-		// The renew holds whatever the check answers. A check that fails (Redis trouble, which
-		// the calls around it report) leaves by_ms passed, and the next renew runs it again; the
-		// state outlives the lease meanwhile, by the idle retention less what the renews since
-		// by_ms added.
-		_, _ = e.usual(ctx, "renew", checkFn, req.Key, req.TabID, strconv.FormatInt(req.Epoch, 10))
-	}
-	return l, true, nil
-}
-
-// parseLive reads the value v of the live key of req's lease (see state.lua), which a GETEX of
-// the TTL ttlMS gave the expiry w (ms, PEXPIRETIME's answer): the lease, which ends with the
-// millisecond w, and the key's by_ms.
-func parseLive(req lease.RenewRequest, ttlMS int64, v string, w int64) (lease.Lease, int64, error) {
-	var n [3]int64 // granted_us, transitions, by_ms
-	rest, ok := cutNumbers(v, n[:])
-	if !ok || n[0] == 0 || w < ttlMS {
-		return lease.Lease{}, 0, fmt.Errorf("leaseredis: malformed live key %q expiring at %d", v, w)
-	}
-	return lease.Lease{
-		Key:         req.Key,
-		Held:        true,
-		Holder:      lease.Holder{TabID: req.TabID, Label: rest, Hidden: req.Hidden},
-		Epoch:       req.Epoch,
-		GrantedAt:   micros(n[0]),
-		ExpiresAt:   micros((w + 1) * 1000),
-		TTL:         time.Duration(ttlMS) * time.Millisecond,
-		Transitions: n[1],
-		Now:         micros((w + 1 - ttlMS) * 1000),
-	}, n[2], nil
 }
 
 // Release implements lease.Engine. Released is true when this call ended the lease, and also when

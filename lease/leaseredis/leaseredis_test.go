@@ -156,9 +156,7 @@ func TestTheStateIsKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 	// wantState checks the keys after a change: the state is kept until the idle retention after
 	// keptFrom (the end of the lease, or the change), and the user's known sessions say the same;
 	// held says whether the lease is held, and so listed in the user's index, with its state in a
-	// hash rather than parked, and, once renew.lua renewed it (its mark in keep_us), with a live key
-	// that ends no later than the lease and lets fast renews extend it no later than the idle
-	// retention before the state's expiry. It answers the fields of the state.
+	// hash rather than parked. It answers the fields of the state.
 	wantState := func(when string, held bool, keptFrom time.Time) map[string]string {
 		t.Helper()
 		var at time.Duration
@@ -171,19 +169,7 @@ func TestTheStateIsKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 			at = c.PExpireTime(ctx, key).Val()
 			fields = c.HGetAll(ctx, key).Val()
 			want = append(want, key, index)
-		}
-		if held && fields["keep_us"] == "live" {
-			live := db.Prefix() + ":{alice}:live:" + fields["epoch"] + ":" + fields["hidden"] + ":" + fields["ttl_ms"] +
-				":doc-1/" + fields["tab"]
-			v := strings.Fields(c.Get(ctx, live).Val())
-			w := c.PExpireTime(ctx, live).Val()
-			if len(v) < 3 || v[0] != fields["granted_us"] || v[1] != fields["transitions"] ||
-				v[2] != strconv.FormatInt((at-idle).Milliseconds(), 10) ||
-				w < 0 || (w+time.Millisecond).Microseconds() > mustInt(t, fields["expires_us"]) {
-				t.Fatalf("%s: the live key %s = %q expiring at %v, want the lease's grant, transitions and the state's expiry less the idle retention, ending no later than the lease; the state %v", when, live, v, w, fields)
-			}
-			want = append(want, live)
-		} else if !held {
+		} else {
 			v, err := c.HGet(ctx, free, "doc-1").Result()
 			if err != nil {
 				t.Fatalf("%s: HGET %s doc-1: %v, want the parked state", when, free, err)
@@ -256,9 +242,7 @@ func TestTheStateIsKeptForTheIdleRetentionAfterItsLastUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := wantState("after a renew", true, r1.ExpiresAt); h["keep_us"] != "live" {
-		t.Errorf("keep_us = %q after a renew by the function, want the live key's mark", h["keep_us"])
-	}
+	wantState("after a renew", true, r1.ExpiresAt)
 	r, err := e.Release(ctx, lease.ReleaseRequest{Key: alice, TabID: "tab-a", Epoch: a.Epoch})
 	if err != nil || !r.Released {
 		t.Fatalf("Release = %+v, %v", r, err)
@@ -972,9 +956,6 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			if !o.ContextTimeoutEnabled {
 				t.Errorf("NewClient(%q): ContextTimeoutEnabled is off", tc.url)
 			}
-			if o.Protocol != 2 {
-				t.Errorf("NewClient(%q): protocol %d, want RESP2 unless the URL says", tc.url, o.Protocol)
-			}
 			for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout, "pool": o.PoolTimeout} {
 				if d <= 0 || d > op {
 					t.Errorf("NewClient(%q): %s timeout %v, want in (0, %v]", tc.url, name, d, op)
@@ -994,13 +975,6 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 		}
 		if n := c.(*redis.Client).Options().PoolSize; n != 5 {
 			t.Errorf("pool_size=5 in the URL became %d", n)
-		}
-		_ = c.Close()
-		if c, err = NewClient("redis://h:1?protocol=3", op); err != nil {
-			t.Fatal(err)
-		}
-		if n := c.(*redis.Client).Options().Protocol; n != 3 {
-			t.Errorf("protocol=3 in the URL became %d", n)
 		}
 		_ = c.Close()
 	})
@@ -1027,8 +1001,8 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			t.Fatalf("cluster=true made a %T", c)
 		}
 		o := cc.Options()
-		if strings.Join(o.Addrs, ",") != "n1:7000,n2:7000,n3:7000" || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 || o.Protocol != 2 {
-			t.Errorf("cluster options: addrs %v, context timeouts %v, read timeout %v, protocol %d", o.Addrs, o.ContextTimeoutEnabled, o.ReadTimeout, o.Protocol)
+		if strings.Join(o.Addrs, ",") != "n1:7000,n2:7000,n3:7000" || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
+			t.Errorf("cluster options: addrs %v, context timeouts %v, read timeout %v", o.Addrs, o.ContextTimeoutEnabled, o.ReadTimeout)
 		}
 	})
 
@@ -1042,8 +1016,8 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 		if !ok {
 			t.Fatalf("master_name made a %T", c)
 		}
-		if o := cl.Options(); o.DB != 2 || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 || o.Protocol != 2 {
-			t.Errorf("sentinel options: db %d, context timeouts %v, read timeout %v, protocol %d", o.DB, o.ContextTimeoutEnabled, o.ReadTimeout, o.Protocol)
+		if o := cl.Options(); o.DB != 2 || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
+			t.Errorf("sentinel options: db %d, context timeouts %v, read timeout %v", o.DB, o.ContextTimeoutEnabled, o.ReadTimeout)
 		}
 	})
 
@@ -1341,27 +1315,21 @@ func TestTheUsualRenewAndCheckReadOnlyTheLease(t *testing.T) {
 		}
 		return r
 	}
-	renew() // of the TTL the grant had, or not
-	// The usual renew is the fast one: the live key's GETEX and PEXPIRETIME, no function.
-	want := map[string]int{"getex": 1, "pexpiretime": 1}
+	renew() // the first renew may move the hash's expiry (keep); the usual one does not
+	want := map[string]int{"fcall": 1, "time": 1, "hmget": 1, "hset": 1}
 	var r lease.Lease
 	if got := commands(func() { r = renew() }); !maps.Equal(got, want) {
 		t.Errorf("a renew ran %v, want %v", got, want)
 	}
-	if r.Holder != tabA || r.Transitions != l.Transitions || !r.GrantedAt.Equal(l.GrantedAt) || !r.ExpiresAt.After(l.ExpiresAt) ||
-		r.ExpiresAt.Sub(r.Now) != time.Minute || r.TTL != time.Minute {
+	if r.Holder != tabA || r.Transitions != l.Transitions || !r.GrantedAt.Equal(l.GrantedAt) || !r.ExpiresAt.After(l.ExpiresAt) {
 		t.Errorf("renew answered %+v after the grant %+v", r, l)
 	}
-	renewed := r
-	// A check reads the lease and its live key's expiry, which the fast renew moved past the
-	// hash's; the first may move the hash's expiry (keep), the usual one does not.
-	check()
-	want = map[string]int{"fcall": 1, "time": 1, "hmget": 1, "pexpiretime": 1}
+	want = map[string]int{"fcall": 1, "time": 1, "hmget": 1}
 	if got := commands(func() { r = check() }); !maps.Equal(got, want) {
 		t.Errorf("a check ran %v, want %v", got, want)
 	}
-	if r.Holder != tabA || r.Transitions != l.Transitions || r.ExpiresAt.Before(renewed.ExpiresAt) {
-		t.Errorf("check answered %+v after the renew %+v", r, renewed)
+	if r.Holder != tabA || r.Transitions != l.Transitions {
+		t.Errorf("check answered %+v after the grant %+v", r, l)
 	}
 
 	if _, err := e.Acquire(ctx, lease.AcquireRequest{Key: alice, Holder: tabB, TTL: time.Minute, Mode: lease.ModeHandoff}); !errors.Is(err, lease.ErrHandoffPending) {

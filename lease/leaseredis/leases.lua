@@ -5,8 +5,7 @@
 --                                            engine found their sessions in the index
 -- Answers {now_us, sid, tab, label, hidden (1|0), epoch, granted_us, expires_us, ttl_ms,
 -- transitions, ho_tab, ho_label, ho_hidden (1|0), ho_until_us, block_until_us, …}: the leases of
--- KEYS[2..n] held at now_us (tab set and expires_us, or the expiry of the lease's live key when
--- later, after now), in the order of KEYS, each with the
+-- KEYS[2..n] held at now_us (tab set and expires_us after now), in the order of KEYS, each with the
 -- handoff request pending at now_us ('', '', 0, 0 when none; see pending_handoff in state.lua: a
 -- held lease has no reservation) and the end of the admin's block in force at now_us (0 when none,
 -- as reply in state.lua answers it). It announces nothing, and it drops from the index the sessions
@@ -20,7 +19,6 @@ if prefix == nil then
   error('tablease: KEYS[1] is not the index of a user')
 end
 local tag = prefix .. ':{' .. user .. '}:lease:'
-local live = prefix .. ':{' .. user .. '}:live:' -- the live keys (see state.lua)
 for i = 2, #KEYS do
   if #KEYS[i] <= #tag or string.sub(KEYS[i], 1, #tag) ~= tag then
     error('tablease: KEYS[' .. i .. '] is not a state key of the user of KEYS[1]')
@@ -36,13 +34,6 @@ for i = 2, #KEYS do
     'ttl_ms', 'transitions', 'ho_tab', 'ho_label', 'ho_hidden', 'ho_from_epoch', 'ho_until_us',
     'ho_reserved', 'block_until_us', 'ended_epoch')
   local expires = tonumber(v[6]) or 0
-  if v[1] and v[1] ~= '' and v[3] and v[4] and v[7] and not (v[9] and v[9] ~= '') then
-    -- A fast renew extends the lease's live key alone (live_sync in state.lua).
-    local w = redis.call('PEXPIRETIME', live .. v[4] .. ':' .. v[3] .. ':' .. v[7] .. ':' .. sid .. '/' .. v[1])
-    if w >= 0 and (w + 1) * 1000 > expires then
-      expires = (w + 1) * 1000
-    end
-  end
   if v[1] and v[1] ~= '' and expires > now then
     out[#out + 1] = sid
     out[#out + 1] = v[1]

@@ -51,7 +51,7 @@ if gone then
   end
   local until_us = now + gone_ms * 1000
   s.keep_us = mmax(s.keep_us, until_us)
-  state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', keep_mark(s))
+  state_set('gone', gone_with(now, tab_mark(tab), until_us, GONE_MAX), 'keep_us', int(s.keep_us))
   if s.ho_tab == tab then
     clear_handoff(s) -- a closed tab is handed nothing
   end

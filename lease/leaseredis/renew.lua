@@ -1,7 +1,4 @@
--- renew.lua: extend the lease held by a tab at an epoch, when the engine's fast renew (the live
--- key's GETEX, see state.lua) finds no key of its name: a handoff is asked for, the lease ended or
--- changed hands, or was granted by an earlier version, or the renew changes the TTL or hidden
--- flag. It writes the live key anew.
+-- renew.lua: extend the lease held by a tab at an epoch.
 -- KEYS[1..8]  the keys of the session and of its user, or KEYS[1..2] in the lease form (see
 --             state.lua)
 -- ARGV[1]  the common arguments (see state.lua)
@@ -28,9 +25,9 @@
 -- progress), announces nothing and does not settle: the lease it extends has not expired, and the
 -- presence entries that lapsed are announced by the next call that announces something, or by the
 -- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
--- only the fields it decides and answers with (load_lease), so it is five commands: TIME, HMGET,
--- the live key's PEXPIRETIME, HSET and the key's SET (and the PEXPIRETIME of keep when keep_held
--- in events.lua needs it). Any other renew reads the rest of the state too (load_rest).
+-- only the fields it decides and answers with (load_lease), so it is three commands: TIME, HMGET
+-- and HSET (and the PEXPIRETIME of keep when keep_held in events.lua needs it). Any other renew
+-- reads the rest of the state too (load_rest).
 -- Called in the lease form (see state.lua), it does the usual renew, and answers "DEFER",
 -- changing nothing, for any other.
 
@@ -44,10 +41,7 @@ local s = load_lease()
 local epoch = arg_held(3, 1, MAX_EPOCH, s.read[4], s.epoch)
 local ttl_ms = arg_held(5, 1, MAX_EPOCH, s.read[7], s.ttl_ms)
 local expires = now + ttl_ms * 1000
--- A lease that a fast renew extended lasts to the end of its live key's millisecond (state.lua):
--- ending it less than a millisecond sooner does not bring it earlier.
-local earlier = expires + 1000 <= s.expires_us
-if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or earlier then
+if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
   if LEASE_ONLY then
     return 'DEFER'
   end
@@ -58,6 +52,7 @@ if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or earlier then
   end
 end
 local changed = s.hidden ~= hidden
+local earlier = expires < s.expires_us
 if changed or earlier then
   settle(s, now)
 end
@@ -72,9 +67,9 @@ end
 local expires_s = sformat('%d', expires)
 if changed or ttl_ms ~= s.ttl_ms then
   rcall('HSET', KEY_STATE, 'hidden', hidden and '1' or '0', 'expires_us', expires_s,
-    'ttl_ms', int(ttl_ms), wrote_lease(s))
+    'ttl_ms', int(ttl_ms))
 else
-  rcall('HSET', KEY_STATE, 'expires_us', expires_s, wrote_lease(s))
+  rcall('HSET', KEY_STATE, 'expires_us', expires_s)
 end
 s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires_s
 

@@ -115,7 +115,7 @@ end
 if request ~= '' and window_ms > 0 then
   rcall('SET', KEY_REVOKE, cmsgpack.pack({revoked and 1 or 0, s.epoch, until_us, ptab, pep}),
     'PX', int(window_ms))
+  state_set('keep_us', int(now + window_ms * 1000))
   s.keep_us = now + window_ms * 1000
-  state_set('keep_us', keep_mark(s))
 end
 return finish(s, now, {'OK', revoked and 1 or 0, s.epoch, until_us, ptab, pep, now})

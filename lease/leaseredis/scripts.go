@@ -265,11 +265,18 @@ const renewedPrefix = statusOK + " "
 // the lease is held by req's tab at req's epoch, with its hidden flag and ttl, and expires ttl
 // after now_us, as the script wrote it.
 func parseRenewed(req lease.RenewRequest, ttl time.Duration, a string) (lease.Lease, error) {
-	rest, prefixed := strings.CutPrefix(a, renewedPrefix)
+	rest, ok := strings.CutPrefix(a, renewedPrefix)
 	var n [3]int64 // now_us, granted_us, transitions
-	rest, ok := cutNumbers(rest, n[:])
+	for i := range n {
+		var f string
+		var found bool
+		f, rest, found = strings.Cut(rest, " ")
+		x, err := strconv.ParseInt(f, 10, 64)
+		ok = ok && found && err == nil && x >= 0
+		n[i] = x
+	}
 	now, granted, transitions := n[0], n[1], n[2]
-	if !prefixed || !ok || now == 0 || granted == 0 {
+	if !ok || now == 0 || granted == 0 {
 		return lease.Lease{}, fmt.Errorf("leaseredis: malformed renew reply %q", a)
 	}
 	ttlMS := ttl.Milliseconds()
@@ -284,21 +291,6 @@ func parseRenewed(req lease.RenewRequest, ttl time.Duration, a string) (lease.Le
 		Transitions: transitions,
 		Now:         micros(now),
 	}, nil
-}
-
-// cutNumbers reads the start of s into n: len(n) non-negative decimal integers, each followed by
-// a space. It answers the rest of s, and whether they were there.
-func cutNumbers(s string, n []int64) (rest string, ok bool) {
-	rest = s
-	for i := range n {
-		f, r, found := strings.Cut(rest, " ")
-		x, err := strconv.ParseInt(f, 10, 64)
-		if !found || err != nil || x < 0 {
-			return "", false
-		}
-		n[i], rest = x, r
-	}
-	return rest, true
 }
 
 // micros is the time of a store clock reading in microseconds, in UTC like every time the engines

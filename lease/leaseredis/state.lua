@@ -100,12 +100,7 @@
 --   keep_us              store time (µs) until which the hash is kept at least (keep in admin.lua)
 --                        and not parked: the end of the retry window of the last revoke with a
 --                        request id, as that revoke's answer is kept (KEYS[11]), or of a gone
---                        tab's window, whichever is later; and, once renew.lua gave the lease a
---                        live key (below), "live", or "live <keep_us>" (keep_of): the mark of a
---                        lease that may have one, which goes with the holder (drop_holder in
---                        events.lua). A library of an earlier version reads this field as a
---                        number, and so fails on such a session instead of deciding on it from
---                        the hash alone, which fast renews leave behind.
+--                        tab's window, whichever is later
 --   ho_tab, ho_label,    the handoff in progress (lease.ModeHandoff), absent when there is none:
 --   ho_hidden            the requester, as it asked ("1" when hidden);
 --   ho_from_tab,         the holder asked to let go and its epoch (kept here because a release
@@ -126,30 +121,6 @@
 --                        write, and the next end or grant of the lease deletes the fields.
 -- Scripts ignore fields they do not know.
 --
--- The live key, <prefix>:{<sub>}:live:<epoch>:<hidden>:<ttl_ms>:<sid>/<tab> (live_key), exists
--- from the lease's first renew by renew.lua while the lease is held by <tab> at <epoch> with no
--- handoff, last renewed with that hidden flag ("1" or "0") and TTL, and expires with it (a grant
--- writes none: most leases that a backend takes and gives back are never renewed, and an acquire
--- and a release would pay for the key's SET and DEL). The engine renews such a lease
--- without a script (the fast renew, Engine.Renew), with GETEX of the key and a new expiry (PX the
--- TTL less a millisecond: Redis keeps a key to the end of its expiry's millisecond, so the lease
--- ends the TTL after the millisecond of the GETEX), then PEXPIRETIME to learn it, two commands where the renew function runs three and its
--- Lua. A renew that changes the hidden flag or the TTL finds no key of its name, and is the
--- function's, which announces the change: a fast renew never changes what a call may see but the
--- expiry. The key holds "<granted_us> <transitions> <by_ms> <label>": what the renew answers, and
--- by_ms, the latest expiry (ms) a fast renew may give the lease before the state's expiry must
--- move: the state hash's expiry less IDLE_MS when the key was written or its expiry last moved
--- (keep; 0: the hash has no expiry), so that the hash outlives the lease by the idle retention
--- however long fast renews keep it. A fast renew past by_ms is answered all the same, and the
--- engine then runs check.lua, whose keep moves the hash's expiry, and the key's by_ms with it
--- (live_update). A fast renew writes the key alone: the lease
--- expires at the later of expires_us and the key's expiry, which load reads (live_sync); Redis keeps
--- a key until the millisecond after its PEXPIRETIME, so a key of expiry w lasts until (w + 1) * 1000
--- µs. The key is written by renew.lua (live_update in events.lua, PXAT the millisecond before
--- expires_us ends, so that it never outlasts the hash's expiry) and deleted by every call that
--- ends the lease, changes its holder, epoch, hidden flag or TTL, or asks for a handoff. A key is
--- named for its lease: one of a lease that ended is never renewed, whatever is left of it.
---
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, which bounds epochs and
 -- microsecond times alike. They are written with string.format('%d') and answered as integer
 -- replies, never through tostring (which would print 1.7e+15).
@@ -168,8 +139,6 @@ local KEYS, ARGV
 local rcall, sformat, tunpack, ltype, mfloor, jencode, rpcall, mmax, lipairs, smatch
 local KEY_STATE, KEY_EVENTS, KEY_TABS, KEY_TABINFO, KEY_SESSIONS, KEY_AUDIT, KEY_KNOWN, KEY_FREE
 local KEY_REPLY, KEY_AUDIT_ADMIN, KEY_REVOKE
--- LIVE_MARK is what keep_us holds while the lease has a live key (see above).
-local LIVE_MARK = 'live'
 local PREFIX, USER, SESSION
 local TAG -- the start of every key of the user: <prefix>:{<sub>}:
 local SESSION_ENTRY -- what SESSION_KEYS keeps of the call's session (below)
@@ -188,9 +157,8 @@ local KEEP_SLACK_MS
 local COMMON
 -- state_written is true once the call wrote a field of the state hash (state_set). parking is true
 -- once the call decided that flush parks the session, which deletes its hash: writes to the hash
--- are then skipped (state_set, drop_holder), as s holds what they would write. keep_moved is true
--- once keep (admin.lua) moved the state's expiry: live_update writes the live key's by_ms anew.
-local state_written, parking, keep_moved
+-- are then skipped (state_set, drop_holder), as s holds what they would write.
+local state_written, parking
 
 local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 
@@ -307,7 +275,7 @@ local function begin(keys, argv, lease_form)
     rpcall, mmax, lipairs, smatch = redis.pcall, math.max, ipairs, string.match
   end
   KEYS, ARGV = keys, argv
-  state_written, parking, keep_moved = false, false, false
+  state_written, parking = false, false
   LEASE_ONLY = #KEYS == 2
   if LEASE_ONLY and not lease_form then
     error('tablease: this function takes the keys of the session and of its user')
@@ -596,7 +564,7 @@ local function read_parked(s, now)
 end
 
 -- LEASE_FIELDS are the fields of the state hash that a holder's renew or check decides and answers
--- with: the lease, keep_us (for keep, and the live key's mark), and ho_tab, in the order of lease_state. Not the block: a
+-- with: the lease, keep_us (for keep), and ho_tab, in the order of lease_state. Not the block: a
 -- held lease was granted once its block ended (acquire.lua refuses grants while it lasts, and only a
 -- revoke, which ends the lease, sets one), so block_until_us is no later than granted_us, and so
 -- neither in force nor after the lease's end (reply, keep_until) while the store clock is not
@@ -629,35 +597,6 @@ local function found(v, n)
   return false
 end
 
--- keep_of reads the field keep_us, k (see above), which most hashes lack: the time until which the
--- state is kept at least (0 for none), and whether the lease may have a live key.
-local function keep_of(k)
-  if k == LIVE_MARK then
-    return 0, true
-  end
-  local n = tonumber(k)
-  if n ~= nil then
-    return n, false
-  end
-  n = tonumber(smatch(k, '^live (%d+)$'))
-  if n == nil then
-    error('tablease: the field keep_us of ' .. SESSION .. ' does not parse')
-  end
-  return n, true
-end
-
--- keep_mark is what the field keep_us holds for the state s: its keep time, and the live key's
--- mark while s.live.
-local function keep_mark(s)
-  if not s.live then
-    return int(s.keep_us)
-  end
-  if s.keep_us > 0 then
-    return LIVE_MARK .. ' ' .. int(s.keep_us)
-  end
-  return LIVE_MARK
-end
-
 -- NO_HANDOFF is the metatable of every state: the fields of a handoff that the state lacks read as
 -- those of none, until read_handoff sets them. A Lua table is made with room for the fields of its
 -- constructor, rounded up to a power of two, and made anew, at twice the size, when a field beyond
@@ -672,7 +611,7 @@ local NO_HANDOFF = {__index = {ho_label = '', ho_hidden = false, ho_from_tab = '
 -- keeps v, for load_rest. (state_of makes the state of load, with the rest, and must read the lease
 -- alike.)
 local function lease_state(v)
-  local s = setmetatable({
+  return setmetatable({
     read = v,
     tab = v[1] or '',
     label = v[2] or '',
@@ -683,49 +622,23 @@ local function lease_state(v)
     ttl_ms = (v[7] or 0) + 0,
     transitions = (v[8] or 0) + 0,
     block_until_us = 0,
-    keep_us = 0,
-    live = false,
+    keep_us = (v[9] or 0) + 0,
     ho_tab = v[10] or '',
   }, NO_HANDOFF)
-  if v[9] then
-    s.keep_us, s.live = keep_of(v[9])
-  end
-  return s
 end
 
--- live_key is the name of the live key (see above) of the lease held by tab at the epoch, with the
--- hidden flag and TTL, that the strings epoch_s, hidden_s ("1" or "0") and ttl_s write.
-local function live_key(epoch_s, hidden_s, ttl_s, tab)
-  return TAG .. 'live:' .. epoch_s .. ':' .. hidden_s .. ':' .. ttl_s .. ':' .. SESSION .. '/' .. tab
-end
-
--- live_sync takes the expiry of the live key of the lease s, when s may have one (its mark, a
--- holder, no handoff), as the lease's when it is later than expires_us: fast renews extend the key
--- alone. It writes nothing: s.expires_us is then later than the hash's (s.read[6]) until a call
--- writes it.
-local function live_sync(s)
-  local v = s.read
-  if s.live and s.tab ~= '' and s.ho_tab == '' and v[4] and v[3] and v[7] then
-    local w = rcall('PEXPIRETIME', live_key(v[4], v[3], v[7], s.tab))
-    if w >= 0 and (w + 1) * 1000 > s.expires_us then
-      s.expires_us = (w + 1) * 1000
-    end
-  end
-  return s
-end
-
--- load_lease reads LEASE_FIELDS alone (and the live key's expiry: live_sync). What it answers is
--- load's state for a session with no handoff (ho_tab empty: the handoff fields are then absent)
--- and a hash, of a lease held at a now no earlier than its grant (usual_held); a call that finds
--- a handoff, or a lease not held so by its caller, reads the rest with load_rest.
+-- load_lease reads LEASE_FIELDS alone. What it answers is load's state for a session with no
+-- handoff (ho_tab empty: the handoff fields are then absent) and a hash, of a lease held at a now
+-- no earlier than its grant (usual_held); a call that finds a handoff, or a lease not held so by
+-- its caller, reads the rest with load_rest.
 local function load_lease()
-  return live_sync(lease_state(rcall('HMGET', KEY_STATE, tunpack(LEASE_FIELDS))))
+  return lease_state(rcall('HMGET', KEY_STATE, tunpack(LEASE_FIELDS)))
 end
 
 -- state_of is the state read from the values v of STATE_FIELDS: lease_state's, and the rest, in
 -- one table made with room for what load's callers add (exists, parked, whole).
 local function state_of(v)
-  local s = setmetatable({
+  return setmetatable({
     read = v,
     tab = v[1] or '',
     label = v[2] or '',
@@ -735,8 +648,7 @@ local function state_of(v)
     expires_us = (v[6] or 0) + 0,
     ttl_ms = (v[7] or 0) + 0,
     transitions = (v[8] or 0) + 0,
-    keep_us = 0,
-    live = false,
+    keep_us = (v[9] or 0) + 0,
     ho_tab = v[10] or '',
     block_until_us = (v[11] or 0) + 0,
     rel_tab = v[12] or '',
@@ -745,10 +657,6 @@ local function state_of(v)
     event_id = v[15] or '',
     exists = false,
   }, NO_HANDOFF)
-  if v[9] then
-    s.keep_us, s.live = keep_of(v[9])
-  end
-  return s
 end
 
 -- read_handoff reads the fields of a handoff into s when s has one (ho_tab): most sessions never
@@ -792,7 +700,7 @@ local function load(now)
   local s = read_handoff(state_of(v))
   if found(v, #STATE_FIELDS) then
     s.exists = true
-    return live_sync(s)
+    return s
   end
   return read_parked(s, now)
 end

@@ -23,10 +23,7 @@ import (
 // users index (see "Listing" in admin.go) and the index of held leases of each user, reads the
 // holder, the expiry and the epochs of each indexed session (one pipeline per batch), and runs
 // get.lua, which settles like every session script, on each lease that expired unannounced by the
-// store's clock at the sweep's start (those that expire later are the next sweep's), as its hash
-// says: a lease that fast renews extended past the hash's expires_us is one until a function
-// writes its expiry again, and get.lua, which reads the live key too (see state.lua), finds it
-// held and announces nothing. A session is
+// store's clock at the sweep's start (those that expire later are the next sweep's). A session is
 // in its user's index from its grant until the announcement of its end (leases.lua leaves an
 // expired lease there until then), and its state outlives the lease by IdleRetention (keep in
 // admin.lua), so a sweep period of at most a quarter of IdleRetention announces every expiry
@@ -35,7 +32,7 @@ import (
 // sweep announces nothing twice.
 //
 // The sweep costs one ZRANGEBYLEX per user of the users index and one HMGET per held lease, per
-// period, on one instance, and a script per expiry it announces or lease fast renews extended. A user whose keys fail (a Cluster
+// period, on one instance, and a script per expiry it announces. A user whose keys fail (a Cluster
 // shard down) is passed over, so that the others' expiries are announced; the sweep stops at an
 // error of the users index or after maxSweepFailures, and the next period's starts again from the
 // first user.
