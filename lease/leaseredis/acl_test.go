@@ -1,12 +1,15 @@
 package leaseredis_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
+	"github.com/tablease/tablease/lease/leaseredis"
 )
 
 // The README's ACL rules for the tablease user ("Running it"): its ACL SETUSER line, and the rules
@@ -65,4 +68,41 @@ func aclUser(t testing.TB, url string, nodes []*redistest.Server, prefix string,
 		t.Fatalf("URL %q has no scheme", url)
 	}
 	return scheme + "://" + prefix + ":" + pw + "@" + rest
+}
+
+// TestTheREADMEsACLUserIsRefusedNothingOnOneServer runs an engine as a user made from the README's
+// ACL line alone (no Cluster rules) on one server, as the README tells operators of a standalone
+// Redis to run it, and requires Redis to have refused that user nothing: each refusal is an entry
+// of ACL LOG and a rejected call, which operators watch for attacks, and the functions must not
+// make one with every grant and release (they ask CLUSTER MYID whether they run on a Cluster).
+func TestTheREADMEsACLUserIsRefusedNothingOnOneServer(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	if err := admin.FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "readmeacl"
+	eng := clientEngine(t, aclUser(t, srv.URL(), []*redistest.Server{srv}, prefix, false), conformanceOpTimeout,
+		leaseredis.Options{Prefix: prefix, OpTimeout: conformanceOpTimeout})
+	t.Cleanup(func() { _ = eng.Close() })
+	for i := range 3 {
+		key := lease.Key{User: "u1", Session: fmt.Sprintf("doc-%d", i)}
+		l, err := eng.Acquire(t.Context(), lease.AcquireRequest{Key: key, Holder: lease.Holder{TabID: "t-1"}, Mode: lease.ModeTry})
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if _, err := eng.Release(t.Context(), lease.ReleaseRequest{Key: key, TabID: "t-1", Epoch: l.Epoch}); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	if err := eng.Ping(t.Context()); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	entries, err := admin.Do(t.Context(), "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("Redis refused the README's ACL user %d kind(s) of call on one server: %v", len(entries), entries)
+	}
 }
