@@ -956,6 +956,9 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			if !o.ContextTimeoutEnabled {
 				t.Errorf("NewClient(%q): ContextTimeoutEnabled is off", tc.url)
 			}
+			if o.Protocol != 2 {
+				t.Errorf("NewClient(%q): protocol %d, want RESP2 unless the URL says", tc.url, o.Protocol)
+			}
 			for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout, "pool": o.PoolTimeout} {
 				if d <= 0 || d > op {
 					t.Errorf("NewClient(%q): %s timeout %v, want in (0, %v]", tc.url, name, d, op)
@@ -977,6 +980,18 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			t.Errorf("pool_size=5 in the URL became %d", n)
 		}
 		_ = c.Close()
+		if c, err = NewClient("redis://h:1?protocol=3", op); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.(*redis.Client).Options().Protocol; n != 3 {
+			t.Errorf("protocol=3 in the URL became %d", n)
+		}
+		_ = c.Close()
+		for _, p := range []string{"4", "1", "0", "", "resp3"} {
+			if _, err := NewClient("redis://h:1?protocol="+p, op); err == nil || !strings.Contains(err.Error(), "is not 2 or 3") {
+				t.Errorf("protocol=%s in the URL: %v, want it refused", p, err)
+			}
+		}
 	})
 
 	t.Run("unix socket", func(t *testing.T) {
@@ -1001,8 +1016,8 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 			t.Fatalf("cluster=true made a %T", c)
 		}
 		o := cc.Options()
-		if strings.Join(o.Addrs, ",") != "n1:7000,n2:7000,n3:7000" || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
-			t.Errorf("cluster options: addrs %v, context timeouts %v, read timeout %v", o.Addrs, o.ContextTimeoutEnabled, o.ReadTimeout)
+		if strings.Join(o.Addrs, ",") != "n1:7000,n2:7000,n3:7000" || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 || o.Protocol != 2 {
+			t.Errorf("cluster options: addrs %v, context timeouts %v, read timeout %v, protocol %d", o.Addrs, o.ContextTimeoutEnabled, o.ReadTimeout, o.Protocol)
 		}
 	})
 
@@ -1016,8 +1031,8 @@ func TestNewClientParsesURLsAndBoundsTimeouts(t *testing.T) {
 		if !ok {
 			t.Fatalf("master_name made a %T", c)
 		}
-		if o := cl.Options(); o.DB != 2 || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 {
-			t.Errorf("sentinel options: db %d, context timeouts %v, read timeout %v", o.DB, o.ContextTimeoutEnabled, o.ReadTimeout)
+		if o := cl.Options(); o.DB != 2 || !o.ContextTimeoutEnabled || o.ReadTimeout > op || o.ReadTimeout <= 0 || o.Protocol != 2 {
+			t.Errorf("sentinel options: db %d, context timeouts %v, read timeout %v, protocol %d", o.DB, o.ContextTimeoutEnabled, o.ReadTimeout, o.Protocol)
 		}
 	})
 
