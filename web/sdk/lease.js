@@ -1029,7 +1029,9 @@ export class TabLease extends EventTarget {
   }
 
   /** A viewer re-reads the lease when the holder's lease should have ended by what it knows (to
-   *  learn it was renewed, or take it), and every viewerPollMs while the stream is down. */
+   *  learn it was renewed, or take it), and every viewerPollMs while the stream is down: then up to
+   *  a fifth of viewerPollMs later, so that the tabs of a page opened together, each polling, do
+   *  not read together ever after. */
   _scheduleViewerRefresh(minDelay = 0) {
     this._clearTimer("viewer");
     if (!this._running() || this._holdsEpoch()) return;
@@ -1038,12 +1040,16 @@ export class TabLease extends EventTarget {
     const v = this._view;
     if (v?.held && typeof v.remainingMs === "number") at = v.at + v.remainingMs + 250;
     if (v?.held && v.remainingMs == null) at = now + 250; // an event named a new holder: learn its time left
-    if (!this._streamLive) at = Math.min(at, now + this._viewerPollMs);
+    let jitterMs = 500;
+    if (!this._streamLive && now + this._viewerPollMs < at) {
+      at = now + this._viewerPollMs;
+      jitterMs = Math.max(jitterMs, this._viewerPollMs / 5);
+    }
     if (at === Infinity) return;
     // At most one read a second, whatever the answers say: a view that no answer moves forward
     // must not turn into a loop of requests.
     at = Math.max(at, this._viewerReadAt + VIEWER_READ_GAP_MS);
-    const delay = Math.max(minDelay, Math.max(0, at - now) + Math.floor(this._random() * 500));
+    const delay = Math.max(minDelay, Math.max(0, at - now) + Math.floor(this._random() * jitterMs));
     this._timers.viewer = this._clock.setTimeout(async () => {
       this._timers.viewer = null;
       this._viewerReadAt = this._clock.now();

@@ -819,6 +819,26 @@ test("an answer to a request sent before a takeover came is older news, not a st
   }
 });
 
+test("hidden viewers without a shared stream, started together, spread their reads of the lease over a fifth of viewerPollMs", async () => {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock);
+  const tabs = browserTabs(TabLease, 7, server, clock, { locks: undefined, autoAcquire: false });
+  tabs.forEach((t, i) => {
+    let n = i; // a random of its own for each tab, the same on every run: i/7, (i+3)/7, …
+    t._random = () => ((n += 3) % 7) / 7;
+  });
+  for (const t of tabs) t._document.setHidden(true);
+  tabs[6]._document.setHidden(false);
+  for (const t of tabs) await t.start();
+  await settle(clock, 25000);
+  const hidden = new Set(tabs.slice(0, 6).map((t) => t.tabId));
+  const firstPoll = [...hidden].map((id) => server.calls.find((c) => c.method === "GET" && c.path === "/lease" && c.query.tabId === id && c.at > 1000 + 9000)?.at);
+  assert.ok(firstPoll.every((at) => typeof at === "number"), "every hidden viewer read the lease again within its poll");
+  const span = Math.max(...firstPoll) - Math.min(...firstPoll);
+  assert.ok(span >= 1000, `the six reads came within ${span} ms of each other; want them spread over about 2 s`);
+  for (const t of tabs) await t.stop({ release: false });
+});
+
 test("tabs that cannot share a stream (no Web Locks: not a secure context) keep one only while visible or holding the lease", async () => {
   const clock = new FakeClock(1000);
   const server = new FakeServer(clock);
@@ -845,8 +865,8 @@ test("tabs that cannot share a stream (no Web Locks: not a secure context) keep 
   await settle(clock, 100);
   assert.equal(tabs[0].state, "viewer");
   assert.deepEqual(open(), [tabs[3].tabId], "the old owner, hidden, gave its stream up");
-  await settle(clock, 10000);
-  for (const t of tabs) assert.equal(t.lease?.holder?.tabId, tabs[3].tabId, "every tab read the new holder within viewerPollMs");
+  await settle(clock, 12000);
+  for (const t of tabs) assert.equal(t.lease?.holder?.tabId, tabs[3].tabId, "every tab read the new holder within viewerPollMs and its jitter");
 
   // A hidden viewer that asks for a handoff streams while it waits: the release is news at once.
   let result = null;

@@ -181,7 +181,8 @@ export interface TabLeaseOptions {
   handoffGraceMs?: number;
   /** A hidden tab waits this long before taking a free lease. Default 3000. */
   hiddenAcquireDelayMs?: number;
-  /** A viewer re-reads the lease this often while the stream is down. Default 10000. */
+  /** A viewer re-reads the lease this often while the stream is down, each read up to a fifth of it
+   *  later (so that tabs opened together spread their reads). Default 10000. */
   viewerPollMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
