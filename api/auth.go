@@ -429,7 +429,7 @@ func (a *authenticator) keyFor(ctx context.Context, t *jwt.Token, fromSet **jwk.
 			if c.IssuedAt.After(a.now().Add(a.leeway)) {
 				return nil, jwt.ErrTokenUsedBeforeIssued
 			}
-			signedBy = c.IssuedAt.Add(max(a.leeway, 5*time.Second))
+			signedBy = jwks.SignedBy(c.IssuedAt.Time, a.leeway)
 		}
 		sk, err := a.jwks.LookupSigned(ctx, kid, signedBy)
 		if unavailable := (*jwks.UnavailableError)(nil); errors.As(err, &unavailable) {

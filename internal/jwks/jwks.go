@@ -183,6 +183,12 @@ func (c *Client[K]) Lookup(ctx context.Context, kid string) (K, error) {
 	return c.LookupSigned(ctx, kid, time.Time{})
 }
 
+// SignedBy is the latest instant a token issued at iat was signed, as LookupSigned takes it: its
+// iat plus the verifier's leeway, and at least 5 s, for a signer whose clock runs behind.
+func SignedBy(iat time.Time, leeway time.Duration) time.Time {
+	return iat.Add(max(leeway, 5*time.Second))
+}
+
 // LookupSigned is Lookup for a token that was signed before signedBy (its iat, with a margin for
 // the clocks): whether a set that lacks kid shows the kid unknown depends on when it was fetched,
 // not on which call fetched it. Fetched after signedBy, it does (ErrUnknownKey); fetched before,

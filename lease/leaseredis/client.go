@@ -198,8 +198,13 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		q.Del("cluster")
 		u.RawQuery = q.Encode()
 	}
-	// protocol is go-redis's, which takes any number and speaks RESP2 for one it does not know.
-	if p := q.Get("protocol"); q.Has("protocol") && p != "2" && p != "3" {
+	// protocol is go-redis's, which takes any number and speaks RESP2 for one it does not know;
+	// unless the URL sets it, RESP2, which every parser below then reads.
+	switch p := q.Get("protocol"); {
+	case !q.Has("protocol"):
+		q.Set("protocol", "2")
+		u.RawQuery = q.Encode()
+	case p != "2" && p != "3":
 		return nil, fmt.Errorf("leaseredis: bad Redis URL: protocol=%q is not 2 or 3", p)
 	}
 	sentinel := q.Get("master_name") != ""
@@ -223,9 +228,6 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		if o.ClusterStateReloadInterval == 0 {
 			o.ClusterStateReloadInterval = clusterReloadInterval
 		}
-		if !q.Has("protocol") {
-			o.Protocol = 2
-		}
 		withTLS(o.TLSConfig)
 		return func() redis.UniversalClient {
 			c := redis.NewClusterClient(o)
@@ -240,9 +242,6 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 		bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 			&o.ContextTimeoutEnabled})
-		if !q.Has("protocol") {
-			o.Protocol = 2
-		}
 		withTLS(o.TLSConfig)
 		return func() redis.UniversalClient {
 			c := redis.NewFailoverClient(o)
@@ -257,9 +256,6 @@ func parseURL(rawURL string, opTimeout time.Duration) (func() redis.UniversalCli
 	bound(opTimeout, knobs{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 		&o.MaxRetries, &o.MinRetryBackoff, &o.MaxRetryBackoff, &o.DialerRetries, &o.DialerRetryTimeout,
 		&o.ContextTimeoutEnabled})
-	if !q.Has("protocol") {
-		o.Protocol = 2
-	}
 	withTLS(o.TLSConfig)
 	return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 }

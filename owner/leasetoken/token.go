@@ -39,6 +39,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tablease/tablease/internal/jsontext"
+	"github.com/tablease/tablease/internal/jwks"
 	"github.com/tablease/tablease/internal/jwtparser"
 	"github.com/tablease/tablease/internal/numericdate"
 	"github.com/tablease/tablease/internal/verifiedtokens"
@@ -324,16 +325,12 @@ func NewVerifier(keys KeySource, opts VerifierOptions) (*Verifier, error) {
 	}, nil
 }
 
-// signedMargin is at least how much later than its iat a token may have been signed, for a
-// signer's clock that runs behind the verifier's (the leeway when larger).
-const signedMargin = 5 * time.Second
-
 // lookup finds the key kid in v.keys, for a token issued at iat (nil when it says not): by when it
 // was signed at the latest when the source fetches its keys (SignedKeySource). A token issued
 // after now beyond the leeway is looked up as one that says not: the parser refuses it anyway.
 func (v *Verifier) lookup(ctx context.Context, kid string, iat *jwt.NumericDate, now time.Time) (PublicKey, error) {
 	if signed, ok := v.keys.(SignedKeySource); ok && iat != nil && !iat.After(now.Add(v.leeway)) {
-		return signed.LookupKeySigned(ctx, kid, iat.Add(max(v.leeway, signedMargin)))
+		return signed.LookupKeySigned(ctx, kid, jwks.SignedBy(iat.Time, v.leeway))
 	}
 	return v.keys.LookupKey(ctx, kid)
 }
