@@ -22,9 +22,14 @@ import (
 // A Redis node has a batcher of its own (batchers), so that a node that does not answer (a
 // Cluster shard failing over) holds up only the calls of its keys.
 //
-// Each call keeps its own deadline: a queued call whose context ends is not sent and answers the
-// context's error, and a pipeline runs until the latest deadline of its calls, not canceled by any
-// one of them. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
+// Each call has a deadline, given as a time rather than as a context with a timer of its own (a
+// timer per call was 3 % of tablease's CPU per renew, perf): a pipeline, of one call or many, runs
+// until the latest deadline of its calls, not canceled by any one of them, nor by their contexts;
+// a queued call whose deadline passed or whose context ended is not sent, and answers
+// context.DeadlineExceeded or the context's error. A queued call needs no timer to end by its
+// deadline: the pipelines ahead of it hold calls made before it, whose deadlines are no later than
+// its own (the engine gives each call OpTimeout from its start, or less), so they come back, and
+// its turn comes, by then. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
 // sends a pipeline again after losing its answers as it would a single call; the functions are
 // written for both (state.lua).
 type batcher struct {
@@ -86,18 +91,21 @@ const (
 
 // batchCall is one call in a batch.
 type batchCall struct {
-	ctx  context.Context
-	cmd  *redis.Cmd
-	done chan struct{} // of a queued call: closed once cmd has its answer or error
+	deadline time.Time // zero: none (the client's timeouts bound it)
+	cmd      *redis.Cmd
+	done     chan struct{} // of a queued call: closed once cmd has its answer or error
 	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
 	// pipeline sends it.
 	abandoned bool
+	// err is set before done is closed on a queued call that was not sent: its deadline passed.
+	err error
 }
 
-// do sends cmd, alone or with the commands of other calls, and answers once cmd has its answer
-// (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have run).
-func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
-	c := &batchCall{ctx: ctx, cmd: cmd}
+// do sends cmd by deadline (zero: none), alone or with the commands of other calls, and answers
+// once cmd has its answer (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have
+// run). A call whose deadline passed while it queued answers context.DeadlineExceeded, unsent.
+func (b *batcher) do(ctx context.Context, deadline time.Time, cmd *redis.Cmd) error {
+	c := &batchCall{deadline: deadline, cmd: cmd}
 	b.mu.Lock()
 	if b.flushing < maxFlushes {
 		b.flushing++
@@ -118,7 +126,7 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		return nil
+		return c.err
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
@@ -128,12 +136,19 @@ func (b *batcher) do(ctx context.Context, cmd *redis.Cmd) error {
 }
 
 // take answers the next batch, first (when not nil) and then up to maxBatch calls of the queue,
-// without the abandoned ones, and leaves the rest queued. b.mu is held.
+// without the abandoned ones and those whose deadline passed (which it answers), and leaves the
+// rest queued. b.mu is held.
 func (b *batcher) take(first *batchCall) []*batchCall {
 	n := min(len(b.queue), maxBatch)
 	batch := make([]*batchCall, 0, n+1)
+	now := time.Now()
 	for _, c := range b.queue[:n] {
-		if !c.abandoned {
+		switch {
+		case c.abandoned:
+		case !c.deadline.IsZero() && !now.Before(c.deadline):
+			c.err = context.DeadlineExceeded
+			c.answered()
+		default:
 			batch = append(batch, c)
 		}
 	}
@@ -163,26 +178,30 @@ func (b *batcher) drain() {
 
 // flush sends batch, and tells each call its command has its answer.
 func (b *batcher) flush(batch []*batchCall) {
-	switch len(batch) {
-	case 0:
-		return
-	case 1:
-		c := batch[0]
-		_ = b.client.Process(c.ctx, c.cmd)
-		c.answered()
+	if len(batch) == 0 {
 		return
 	}
 	// The engine gives every call a deadline (OpTimeout); without one, the client's read and
 	// write timeouts bound the pipeline.
 	var deadline time.Time
 	for _, c := range batch {
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
-			deadline = d
+		if c.deadline.IsZero() {
+			deadline = time.Time{}
+			break
+		}
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
 		}
 	}
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if !deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	defer cancel()
+	if len(batch) == 1 {
+		_ = b.client.Process(ctx, batch[0].cmd)
+		batch[0].answered()
+		return
 	}
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range batch {
@@ -190,7 +209,6 @@ func (b *batcher) flush(batch []*batchCall) {
 		}
 		return nil
 	})
-	cancel()
 	for _, c := range batch {
 		c.answered()
 	}

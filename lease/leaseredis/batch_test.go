@@ -58,7 +58,7 @@ func busyBatcher(t *testing.T) (b *batcher, client *redis.Client, hook *pipeline
 		go func() {
 			defer blocked.Done()
 			cmd := redis.NewCmd(context.Background(), "blpop", "gate:"+strconv.Itoa(i), 10)
-			if err := b.do(context.Background(), cmd); err != nil || cmd.Err() != nil {
+			if err := b.do(context.Background(), time.Time{}, cmd); err != nil || cmd.Err() != nil {
 				t.Errorf("blpop: %v %v", err, cmd.Err())
 			}
 		}()
@@ -96,7 +96,7 @@ func TestCallsMadeWhileRedisWorksGoOutInOnePipelineEachWithItsAnswer(t *testing.
 		go func() {
 			defer wg.Done()
 			cmd := redis.NewCmd(context.Background(), "echo", "call-"+strconv.Itoa(i))
-			if errs[i] = b.do(context.Background(), cmd); errs[i] == nil {
+			if errs[i] = b.do(context.Background(), time.Time{}, cmd); errs[i] == nil {
 				answers[i], errs[i] = cmd.Text()
 			}
 		}()
@@ -118,7 +118,7 @@ func TestAQueuedCallWhoseContextEndsIsNeverSent(t *testing.T) {
 	b, client, hook, release := busyBatcher(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	abandoned := make(chan error, 1)
-	go func() { abandoned <- b.do(ctx, redis.NewCmd(ctx, "set", "abandoned", "1")) }()
+	go func() { abandoned <- b.do(ctx, time.Time{}, redis.NewCmd(ctx, "set", "abandoned", "1")) }()
 	eventually(t, "the call queued", func() bool { return queueLen(b) == 1 })
 	cancel()
 	if err := <-abandoned; !errors.Is(err, context.Canceled) {
@@ -127,7 +127,7 @@ func TestAQueuedCallWhoseContextEndsIsNeverSent(t *testing.T) {
 
 	kept := redis.NewCmd(context.Background(), "set", "kept", "1")
 	done := make(chan error, 1)
-	go func() { done <- b.do(context.Background(), kept) }()
+	go func() { done <- b.do(context.Background(), time.Time{}, kept) }()
 	eventually(t, "the second call queued", func() bool { return queueLen(b) == 2 })
 	release()
 	if err := <-done; err != nil || kept.Err() != nil {
@@ -138,6 +138,31 @@ func TestAQueuedCallWhoseContextEndsIsNeverSent(t *testing.T) {
 	}
 	if got := hook.get(); len(got) != 0 { // the one call left went alone, not as a pipeline
 		t.Errorf("pipelines of %v commands, want none", got)
+	}
+}
+
+func TestAQueuedCallWhoseDeadlinePassesIsNeverSent(t *testing.T) {
+	b, client, _, release := busyBatcher(t)
+	deadline := time.Now().Add(50 * time.Millisecond)
+	late := make(chan error, 1)
+	go func() {
+		late <- b.do(context.Background(), deadline, redis.NewCmd(context.Background(), "set", "late", "1"))
+	}()
+	kept := redis.NewCmd(context.Background(), "set", "kept", "1")
+	done := make(chan error, 1)
+	go func() { done <- b.do(context.Background(), time.Now().Add(time.Minute), kept) }()
+	eventually(t, "both calls queued and the first one's deadline passed", func() bool {
+		return queueLen(b) == 2 && time.Now().After(deadline)
+	})
+	release()
+	if err := <-late; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("late call answered %v, want context.DeadlineExceeded", err)
+	}
+	if err := <-done; err != nil || kept.Err() != nil {
+		t.Fatalf("kept call: %v, %v", err, kept.Err())
+	}
+	if n, err := client.Exists(context.Background(), "late", "kept").Result(); err != nil || n != 1 {
+		t.Fatalf("%d of the two keys exist (%v), want only kept", n, err)
 	}
 }
 
@@ -153,7 +178,7 @@ func TestAnErrorAnswerInABatchIsItsCallsOnly(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := b.do(context.Background(), cmd); err != nil {
+			if err := b.do(context.Background(), time.Time{}, cmd); err != nil {
 				t.Errorf("do: %v", err)
 			}
 		}()
@@ -178,7 +203,7 @@ func TestALoneCallGoesOutAlone(t *testing.T) {
 	b := &batcher{client: client}
 	for i := range 10 {
 		cmd := redis.NewCmd(context.Background(), "incr", "n")
-		if err := b.do(context.Background(), cmd); err != nil {
+		if err := b.do(context.Background(), time.Time{}, cmd); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := cmd.Int(); err != nil || n != i+1 {

@@ -881,10 +881,11 @@ func (e *Engine) eval(ctx context.Context, op string, f *function, key lease.Key
 // check with two keys instead of eight, and runs it again with every key, as eval, when it answers
 // that the call needs more. Both calls together are bounded by OpTimeout.
 func (e *Engine) usual(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.opTimeout)
-	defer cancel()
+	start := time.Now()
 	v, err := e.call(ctx, op, f, []string{e.stateKey(key), e.knownKey(key.User)}, args)
 	if s, ok := v.(string); ok && s == statusDefer && err == nil {
+		ctx, cancel := context.WithDeadline(ctx, start.Add(e.opTimeout))
+		defer cancel()
 		return e.eval(ctx, op, f, key, args...)
 	}
 	return v, err
@@ -911,11 +912,18 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 	if e.closed.Load() {
 		return nil, &lease.UnavailableError{Op: op, Err: ErrClosed}
 	}
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.opTimeout {
-		// A deadline within OpTimeout (usual's) bounds the call as it is: a second timer cost a
-		// renew 1.5 % of tablease's CPU (pprof), five allocations and 470 bytes, for nothing.
+	// The call's deadline is OpTimeout from now, or the caller's when earlier (usual's second
+	// call). The batcher bounds a call by it as a time (see batcher); what else the call may do
+	// takes a context with it, made only then: a call on conn, finding the node of a key on a
+	// Cluster (which may load the slot map), loading the library.
+	deadline := time.Now().Add(e.opTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	bounded := ctx
+	if conn != nil || e.batches.cluster != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.opTimeout)
+		bounded, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	// FCALL name numkeys keys... common... args..., as go-redis's FCall makes it.
@@ -932,9 +940,9 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		cmd := redis.NewCmd(ctx, cmdArgs...)
 		cmd.SetFirstKeyPos(3)
 		if conn != nil {
-			err = conn.Process(ctx, cmd)
+			err = conn.Process(bounded, cmd)
 		} else {
-			err = e.batches.of(ctx, keys[0]).do(ctx, cmd)
+			err = e.batches.of(bounded, keys[0]).do(ctx, deadline, cmd)
 		}
 		if err == nil {
 			v, err = cmd.Result()
@@ -942,7 +950,12 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {
 			break
 		}
-		if err = e.loadLibrary(ctx, keys[0], loads); err != nil {
+		if bounded == ctx {
+			var cancel context.CancelFunc
+			bounded, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		if err = e.loadLibrary(bounded, keys[0], loads); err != nil {
 			break
 		}
 	}
