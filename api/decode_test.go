@@ -174,6 +174,38 @@ func TestABodyThatDoesNotArriveWithinTheReadTimeoutIs408(t *testing.T) {
 	}
 }
 
+// TestABodyCutShortIs400: a client that closes its side of the connection before all the bytes its
+// Content-Length promised is told its body could not be read.
+func TestABodyCutShortIs400(t *testing.T) {
+	h := newHarness(t)
+	ts := httptest.NewUnstartedServer(h.srv.Handler())
+	ts.Listener = h.srv.ProtocolErrors(ts.Listener)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: tablease\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"tabId\":\"tab-1\"}", leasePath("doc-1"), h.token("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "request body could not be read") {
+		t.Errorf("a body cut short: %d %s, want 400 saying it could not be read", resp.StatusCode, body)
+	}
+}
+
 // TestUnknownQueryParametersAreRefused: a /v1 route refuses a parameter it does not take, as
 // unknown body fields are refused, rather than serving the request as if it had none.
 func TestUnknownQueryParametersAreRefused(t *testing.T) {
