@@ -162,3 +162,53 @@ func checkIntFields(t *testing.T, body any) {
 		}
 	}
 }
+
+// FuzzRenewBodyCompactAgrees: every body the renew body's own decoder accepts decodes as the
+// general decoder decodes it, without error; and one it refuses leaves the body zero, for the
+// general decoder.
+func FuzzRenewBodyCompactAgrees(f *testing.F) {
+	for _, s := range []string{
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
+		`{"tabId":"t-1","epoch":1,"hidden":true,"ttlMs":30000}`, `{"hidden":false,"ttlMs":0,"epoch":-0,"tabId":""}`,
+		`{"tabId":"t-1","epoch":01}`, `{"tabId":"t-1","epoch":1.5}`, `{"tabId":"t-1","epoch":1e3}`,
+		`{"tabId":"t-1","tabId":"t-2"}`, `{"tabId":"t\u00e9"}`, `{"tabId":"t\"1"}`, `{"TABID":"t-1"}`,
+		`{"tabId":"t-1","epoch":"1"}`, `{"tabId":"t-1","hidden":1}`, `{"tabId":"t-1","epoch":null}`,
+		`{"tabId":"t-1",}`, `{"tabId":"t-1"}x`, `{"tabId": "t-1"}`, `{}`, `{"tabId":"t-1","epoch":99999999999999999999}`,
+		`{"tabId":"t-1","epoch":true}`, `{"tabId":"t-1","extra":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast renewBody
+		if !fast.decodeCompact(data) {
+			if !reflect.DeepEqual(fast, renewBody{}) {
+				t.Fatalf("decodeCompact(%q) refused it and left %+v", data, fast)
+			}
+			return
+		}
+		var general renewBody
+		if err := decodeAny(data, &general); err != nil {
+			t.Fatalf("decodeCompact(%q) accepted what decodeAny refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(fast, general) {
+			t.Fatalf("%q: decodeCompact %+v, decodeAny %+v", data, fast, general)
+		}
+	})
+}
+
+// TestClientsRenewBodiesAreCompact: the renew bodies that the browser client (JSON.stringify)
+// and Go's encoding/json write take the renew body's own decoder.
+func TestClientsRenewBodiesAreCompact(t *testing.T) {
+	goBody, _ := json.Marshal(map[string]any{"tabId": "tab-1", "epoch": int64(1796586853684756), "ttlMs": 60000, "hidden": false})
+	for _, body := range []string{
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756,"hidden":true,"ttlMs":150000}`,
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756,"ttlMs":30000}`,
+		string(goBody),
+	} {
+		var b renewBody
+		if !b.decodeCompact([]byte(body)) || b.TabID == "" || len(b.Epoch) == 0 {
+			t.Errorf("%s: not decoded by decodeCompact (%+v)", body, b)
+		}
+	}
+}

@@ -33,6 +33,44 @@ type renewBody struct {
 	Hidden bool            `json:"hidden"`
 }
 
+// decodeCompact is the compactDecoder of a renew body.
+func (b *renewBody) decodeCompact(data []byte) bool {
+	var seen [4]bool // tabId, epoch, ttlMs, hidden
+	ok := compactFields(data, func(key, v []byte) bool {
+		str, boolean := v[0] == '"', v[0] == 't' || v[0] == 'f'
+		number := !str && !boolean
+		switch string(key) {
+		case "tabId":
+			if seen[0] || !str {
+				return false
+			}
+			seen[0], b.TabID = true, string(v[1:len(v)-1])
+		case "epoch":
+			if seen[1] || !number {
+				return false
+			}
+			seen[1], b.Epoch = true, v
+		case "ttlMs":
+			if seen[2] || !number {
+				return false
+			}
+			seen[2], b.TTLMs = true, v
+		case "hidden":
+			if seen[3] || !boolean {
+				return false
+			}
+			seen[3], b.Hidden = true, v[0] == 't'
+		default:
+			return false
+		}
+		return true
+	})
+	if !ok {
+		*b = renewBody{}
+	}
+	return ok
+}
+
 type releaseBody struct {
 	TabID string          `json:"tabId"`
 	Epoch json.RawMessage `json:"epoch,omitempty"`
