@@ -95,7 +95,7 @@ func (s *Server) routeLabel(c echo.Context) string {
 		return routeProtocolError
 	}
 	p := c.Path()
-	if s.routeSet[c.Request().Method+" "+p] {
+	if s.routeSet[route{c.Request().Method, p}] {
 		return p
 	}
 	return "unmatched"

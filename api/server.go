@@ -113,6 +113,10 @@ type Options struct {
 	CORSOrigins []string
 }
 
+// route is a method and a route pattern, as Echo registers them: a key of routeSet that a request's
+// method and pattern make without a string of their own.
+type route struct{ method, pattern string }
+
 // Server is the HTTP server of tablease. Make it with New.
 type Server struct {
 	engine     lease.Store
@@ -130,7 +134,7 @@ type Server struct {
 	demo         bool   // serve /demo (Options.Demo); dev mode serves it anyway
 	spec         []byte // the OpenAPI document served
 	echo         *echo.Echo
-	routeSet     map[string]bool // "METHOD pattern" of every registered route; read-only after New
+	routeSet     map[route]bool // every registered route; read-only after New
 	registry     *prometheus.Registry
 
 	catalogs   *catalog.Source
@@ -248,7 +252,7 @@ func New(opts Options) (*Server, error) {
 		demo:       opts.Demo,
 		spec:       specWithVersion(opts.Version),
 		registry:   reg,
-		routeSet:   make(map[string]bool),
+		routeSet:   make(map[route]bool),
 		gone:       newGoneRetries(opts.Engine, limits, logger, m),
 
 		catalogs:   catalogs,
@@ -395,7 +399,7 @@ func (s *Server) newEcho() *echo.Echo {
 	s.registerStatic(e)
 
 	for _, r := range e.Routes() {
-		s.routeSet[r.Method+" "+r.Path] = true
+		s.routeSet[route{r.Method, r.Path}] = true
 	}
 	return e
 }
