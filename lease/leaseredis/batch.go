@@ -24,12 +24,12 @@ import (
 //
 // Each call has a deadline, given as a time rather than as a context with a timer of its own (a
 // timer per call was 3 % of tablease's CPU per renew, perf): a pipeline, of one call or many, runs
-// until the latest deadline of its calls, not canceled by any one of them, nor by their contexts;
-// a queued call whose deadline passed or whose context ended is not sent, and answers
+// until the earliest deadline of its calls (see flush), not canceled by their contexts; a queued
+// call whose deadline passed or whose context ended is not sent, and answers
 // context.DeadlineExceeded or the context's error. A queued call needs no timer to end by its
-// deadline: the pipelines ahead of it hold calls made before it, whose deadlines are no later than
-// its own (the engine gives each call OpTimeout from its start, or less), so they come back, and
-// its turn comes, by then. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
+// deadline: the pipelines ahead of it end by their calls' deadlines, which are no later than its
+// own (they were made before it, and the engine gives each call OpTimeout from its start, or
+// less), so its turn comes by then, and its own pipeline ends by then too. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
 // sends a pipeline again after losing its answers as it would a single call; the functions are
 // written for both (state.lua).
 type batcher struct {
@@ -181,15 +181,15 @@ func (b *batcher) flush(batch []*batchCall) {
 	if len(batch) == 0 {
 		return
 	}
-	// The engine gives every call a deadline (OpTimeout); without one, the client's read and
-	// write timeouts bound the pipeline.
+	// The pipeline runs until the earliest deadline of its calls, so that none waits past its
+	// own: run until the latest, it kept a call that had queued for most of its time waiting up to
+	// twice OpTimeout while Redis did not answer. A call with a later deadline may then fail
+	// sooner than it had to, which takes a Redis slower than the earliest call's time left. The
+	// engine gives every call a deadline (OpTimeout); without any, the client's read and write
+	// timeouts bound the pipeline.
 	var deadline time.Time
 	for _, c := range batch {
-		if c.deadline.IsZero() {
-			deadline = time.Time{}
-			break
-		}
-		if c.deadline.After(deadline) {
+		if !c.deadline.IsZero() && (deadline.IsZero() || c.deadline.Before(deadline)) {
 			deadline = c.deadline
 		}
 	}

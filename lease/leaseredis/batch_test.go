@@ -166,6 +166,56 @@ func TestAQueuedCallWhoseDeadlinePassesIsNeverSent(t *testing.T) {
 	}
 }
 
+// TestNoCallWaitsPastItsDeadlineWhileRedisStalls: while Redis does not answer, a call that queued
+// behind the pipelines in flight is answered by its deadline, though it goes out with a call whose
+// deadline is much later.
+func TestNoCallWaitsPastItsDeadlineWhileRedisStalls(t *testing.T) {
+	srv := redistest.Start(t)
+	// Only the deadlines bound the calls: the client's own timeouts are longer than the test.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 5 * time.Minute, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute})
+	t.Cleanup(func() { _ = client.Close() })
+	b := &batcher{client: client}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	start := time.Now()
+	for range maxFlushes { // the flush slots: calls that Redis does not answer by their deadline
+		go func() {
+			_ = b.do(context.Background(), start.Add(time.Second), redis.NewCmd(context.Background(), "ping"))
+		}()
+	}
+	eventually(t, "every flush slot taken", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.flushing == maxFlushes
+	})
+	nearDeadline := start.Add(1500 * time.Millisecond)
+	near, far := make(chan error, 1), make(chan error, 1)
+	go func() {
+		cmd := redis.NewCmd(context.Background(), "ping")
+		near <- errors.Join(b.do(context.Background(), nearDeadline, cmd), cmd.Err())
+	}()
+	eventually(t, "the near call queued", func() bool { return queueLen(b) == 1 })
+	go func() {
+		far <- b.do(context.Background(), start.Add(40*time.Second), redis.NewCmd(context.Background(), "ping"))
+	}()
+	eventually(t, "both calls queued", func() bool { return queueLen(b) == 2 })
+	select {
+	case err := <-near:
+		if err == nil {
+			t.Errorf("the near call answered no error, with Redis stopped")
+		}
+		// Well past the deadline, for a loaded machine; a pipeline run to the far call's deadline
+		// would answer 40 s after the start.
+		if late := time.Since(nearDeadline); late > 5*time.Second {
+			t.Errorf("the near call answered %v after its deadline", late)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the near call is not answered 30 s after its deadline (%v)", nearDeadline)
+	}
+	<-far
+}
+
 func TestAnErrorAnswerInABatchIsItsCallsOnly(t *testing.T) {
 	b, client, _, release := busyBatcher(t)
 	if err := client.Set(context.Background(), "text", "not a number", 0).Err(); err != nil {
