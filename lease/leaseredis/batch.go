@@ -29,9 +29,11 @@ import (
 // context.DeadlineExceeded or the context's error. A queued call needs no timer to end by its
 // deadline: the pipelines ahead of it end by their calls' deadlines, which are no later than its
 // own (they were made before it, and the engine gives each call OpTimeout from its start, or
-// less), so its turn comes by then, and its own pipeline ends by then too. Redis runs each function of a pipeline on its own, as if sent alone, and go-redis
-// sends a pipeline again after losing its answers as it would a single call; the functions are
-// written for both (state.lua).
+// less), so its turn comes by then, and its own pipeline ends by then too.
+//
+// Redis runs each function of a pipeline on its own, as if sent alone, and go-redis sends a
+// pipeline again after losing its answers as it would a single call; the functions are written
+// for both (state.lua).
 type batcher struct {
 	client redis.UniversalClient
 

@@ -920,11 +920,12 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	bounded := ctx
+	bounded, made := ctx, false
 	if conn != nil || e.batches.cluster != nil {
 		var cancel context.CancelFunc
 		bounded, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
+		made = true
 	}
 	// FCALL name numkeys keys... common... args..., as go-redis's FCall makes it.
 	cmdArgs := make([]any, 0, 3+len(keys)+len(e.common)+len(args))
@@ -950,10 +951,11 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {
 			break
 		}
-		if bounded == ctx {
+		if !made {
 			var cancel context.CancelFunc
 			bounded, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
+			made = true
 		}
 		if err = e.loadLibrary(bounded, keys[0], loads); err != nil {
 			break
