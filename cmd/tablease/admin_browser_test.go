@@ -225,6 +225,9 @@ func TestAdminConsoleRetriesARevokeUnderItsRequestID(t *testing.T) {
 	if code, body := tab.do("POST", "/v1/sessions/doc-1/lease/renew", map[string]any{"tabId": "tab-a", "epoch": epochOf(t, acq)}); code != 409 {
 		t.Fatalf("the revoke took effect on the primary, but the holder renews: %d %v", code, body)
 	}
+	// A refresh finds the lease free, by the revoke that failed: the dialog stays one to retry it.
+	b.WaitFor("a refresh to find the lease free", `document.getElementById('revoke-changed').textContent.includes('no tab holds the lease now')`, 15*time.Second)
+	b.WaitFor("the dialog still a revoke", `document.querySelector('[data-action="confirm-revoke"]').textContent === 'Revoke'`, 5*time.Second)
 
 	replica.Resume(t)
 	b.Do("confirm again from the same dialog", chromedp.Click(chromedp.CSS(`button[data-action="confirm-revoke"]`)))

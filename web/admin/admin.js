@@ -556,15 +556,20 @@ function setRevokeMode(blockOnly) {
 // noteHolderChange follows, in the open dialog, the lease of its session as read again with each
 // refresh of the lists (lease): when another tab than the dialog showed holds it, or none, the
 // dialog says so and becomes a revoke or a block to match, since a revoke revokes whichever tab
-// holds the lease when it arrives.
+// holds the lease when it arrives. After a revoke that may have taken effect (uncertain), a free
+// lease is likely its doing: the dialog stays a revoke, whose retry the server answers as it
+// answered the first, rather than becoming a block that would not send it.
 function noteHolderChange(lease) {
   const t = state.revokeTarget;
   if (!t || t.sending || !$('#revoke-dialog').open) return;
   const now = holderText(lease);
-  if (now !== t.shown) setRevokeMode(now === 'no tab');
+  if (now !== t.shown && !t.uncertain) setRevokeMode(now === 'no tab');
   $('#revoke-changed').textContent = now === t.shown ? ''
-    : `Changed since this dialog opened: ${now === 'no tab' ? 'no tab holds the lease now' : `now held by ${now}`}. ` +
-      'Confirming revokes whichever tab holds the lease when the revoke arrives.';
+    : t.uncertain && now === 'no tab'
+      ? 'Changed since this dialog opened: no tab holds the lease now, maybe by the revoke that failed. ' +
+        'Revoke again to retry it and have its answer.'
+      : `Changed since this dialog opened: ${now === 'no tab' ? 'no tab holds the lease now' : `now held by ${now}`}. ` +
+        'Confirming revokes whichever tab holds the lease when the revoke arrives.';
 }
 
 // cancelRevoke closes the dialog at the admin's word, saying what is known of its revoke.
