@@ -3,6 +3,7 @@ package leaseredis
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,13 +24,12 @@ import (
 // Cluster shard failing over) holds up only the calls of its keys.
 //
 // Each call has a deadline, given as a time rather than as a context with a timer of its own (a
-// timer per call was 3 % of tablease's CPU per renew, perf): a pipeline, of one call or many, runs
-// until the earliest deadline of its calls (see flush), not canceled by their contexts; a queued
-// call whose deadline passed or whose context ended is not sent, and answers
-// context.DeadlineExceeded or the context's error. A queued call needs no timer to end by its
-// deadline: the pipelines ahead of it end by their calls' deadlines, which are no later than its
-// own (they were made before it, and the engine gives each call OpTimeout from its start, or
-// less), so its turn comes by then, and its own pipeline ends by then too.
+// timer per call was 3 % of tablease's CPU per renew, perf). A pipeline, of one call or many, runs
+// until the latest deadline of its calls, not canceled by their contexts, and a call of it whose
+// deadline comes first is answered context.DeadlineExceeded then, by one timer per pipeline
+// (expireQueued); a queued call whose deadline passed or whose context ended is not sent, and
+// answers context.DeadlineExceeded or the context's error. So no call fails before its deadline
+// while Redis may still answer it in time, and none waits past it.
 //
 // Redis runs each function of a pipeline on its own, as if sent alone, and go-redis sends a
 // pipeline again after losing its answers as it would a single call; the functions are written
@@ -99,8 +99,9 @@ type batchCall struct {
 	// abandoned is set (under the batcher's mu) by a queued call whose context ended: no
 	// pipeline sends it.
 	abandoned bool
-	// err is set before done is closed on a queued call that was not sent: its deadline passed.
-	err error
+	// answered is set by whatever answers a queued call first (see answer), err with it.
+	answered atomic.Bool
+	err      error
 }
 
 // do sends cmd by deadline (zero: none), alone or with the commands of other calls, and answers
@@ -139,17 +140,22 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, cmd *redis.Cmd) er
 
 // take answers the next batch, first (when not nil) and then up to maxBatch calls of the queue,
 // without the abandoned ones and those whose deadline passed (which it answers), and leaves the
-// rest queued. b.mu is held.
+// rest queued. With first, whose caller waits for the whole pipeline (see flush), it takes only
+// calls whose deadline is no later than first's: the others (first is usually the latest, but
+// the second call of usual keeps the first's deadline) go in the next pipeline. b.mu is held.
 func (b *batcher) take(first *batchCall) []*batchCall {
 	n := min(len(b.queue), maxBatch)
 	batch := make([]*batchCall, 0, n+1)
+	kept := 0 // b.queue[:kept] stay queued, in their order
 	now := time.Now()
 	for _, c := range b.queue[:n] {
 		switch {
 		case c.abandoned:
 		case !c.deadline.IsZero() && !now.Before(c.deadline):
-			c.err = context.DeadlineExceeded
-			c.answered()
+			c.answer(context.DeadlineExceeded)
+		case first != nil && !first.deadline.IsZero() && (c.deadline.IsZero() || c.deadline.After(first.deadline)):
+			b.queue[kept] = c
+			kept++
 		default:
 			batch = append(batch, c)
 		}
@@ -157,7 +163,7 @@ func (b *batcher) take(first *batchCall) []*batchCall {
 	if first != nil {
 		batch = append(batch, first)
 	}
-	rest := copy(b.queue, b.queue[n:])
+	rest := kept + copy(b.queue[kept:], b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
 	return batch
@@ -183,15 +189,20 @@ func (b *batcher) flush(batch []*batchCall) {
 	if len(batch) == 0 {
 		return
 	}
-	// The pipeline runs until the earliest deadline of its calls, so that none waits past its
-	// own: run until the latest, it kept a call that had queued for most of its time waiting up to
-	// twice OpTimeout while Redis did not answer. A call with a later deadline may then fail
-	// sooner than it had to, which takes a Redis slower than the earliest call's time left. The
-	// engine gives every call a deadline (OpTimeout); without any, the client's read and write
-	// timeouts bound the pipeline.
+	// The pipeline runs until the latest deadline of its calls, so that none fails before its
+	// own, and a queued call whose deadline comes first is answered then (expireQueued), so that
+	// none waits past it either: run until the earliest, a call made just before a stall of Redis
+	// failed with the oldest call it went out with, though Redis answered within its own time; run
+	// until the latest with no more, a call that had queued for most of its time waited up to
+	// twice OpTimeout. The engine gives every call a deadline (OpTimeout); without one, the
+	// client's read and write timeouts bound the pipeline.
 	var deadline time.Time
 	for _, c := range batch {
-		if !c.deadline.IsZero() && (deadline.IsZero() || c.deadline.Before(deadline)) {
+		if c.deadline.IsZero() {
+			deadline = time.Time{}
+			break
+		}
+		if c.deadline.After(deadline) {
 			deadline = c.deadline
 		}
 	}
@@ -202,9 +213,10 @@ func (b *batcher) flush(batch []*batchCall) {
 	defer cancel()
 	if len(batch) == 1 {
 		_ = b.client.Process(ctx, batch[0].cmd)
-		batch[0].answered()
+		batch[0].answer(nil)
 		return
 	}
+	defer expireQueued(batch, deadline)()
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range batch {
 			_ = p.Process(ctx, c.cmd)
@@ -212,13 +224,55 @@ func (b *batcher) flush(batch []*batchCall) {
 		return nil
 	})
 	for _, c := range batch {
-		c.answered()
+		c.answer(nil)
 	}
 }
 
-// answered tells a queued call that its command has its answer (the call that sent it knows).
-func (c *batchCall) answered() {
-	if c.done != nil {
+// expireQueued answers context.DeadlineExceeded, at its deadline, each queued call of batch whose
+// deadline comes before end (the pipeline's, zero for none) and that is not answered by then: with
+// one timer at a time, for the earliest deadline to come. It answers the function that stops it.
+// The command of a call so answered may still run.
+func expireQueued(batch []*batchCall, end time.Time) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var timer *time.Timer
+	var arm func()
+	arm = func() {
+		now := time.Now()
+		var next time.Time
+		for _, c := range batch {
+			if c.done == nil || c.deadline.IsZero() || c.answered.Load() || (!end.IsZero() && !c.deadline.Before(end)) {
+				continue
+			}
+			if !c.deadline.After(now) {
+				c.answer(context.DeadlineExceeded)
+			} else if next.IsZero() || c.deadline.Before(next) {
+				next = c.deadline
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !next.IsZero() && !stopped {
+			timer = time.AfterFunc(next.Sub(now), arm)
+		}
+	}
+	arm()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// answer tells a queued call that it has its answer, its command's (err nil) or err, unless it
+// was answered already (a pipeline and expireQueued may both answer it); the call that sent its
+// command itself needs no telling.
+func (c *batchCall) answer(err error) {
+	if c.done != nil && c.answered.CompareAndSwap(false, true) {
+		c.err = err
 		close(c.done)
 	}
 }

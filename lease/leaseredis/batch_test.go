@@ -193,11 +193,15 @@ func TestNoCallWaitsPastItsDeadlineWhileRedisStalls(t *testing.T) {
 	near, far := make(chan error, 1), make(chan error, 1)
 	go func() {
 		cmd := redis.NewCmd(context.Background(), "ping")
-		near <- errors.Join(b.do(context.Background(), nearDeadline, cmd), cmd.Err())
+		err := b.do(context.Background(), nearDeadline, cmd)
+		if err == nil { // else the pipeline may still write cmd
+			err = cmd.Err()
+		}
+		near <- err
 	}()
 	eventually(t, "the near call queued", func() bool { return queueLen(b) == 1 })
 	go func() {
-		far <- b.do(context.Background(), start.Add(40*time.Second), redis.NewCmd(context.Background(), "ping"))
+		far <- b.do(context.Background(), start.Add(6*time.Second), redis.NewCmd(context.Background(), "ping"))
 	}()
 	eventually(t, "both calls queued", func() bool { return queueLen(b) == 2 })
 	select {
@@ -206,14 +210,84 @@ func TestNoCallWaitsPastItsDeadlineWhileRedisStalls(t *testing.T) {
 			t.Errorf("the near call answered no error, with Redis stopped")
 		}
 		// Well past the deadline, for a loaded machine; a pipeline run to the far call's deadline
-		// would answer 40 s after the start.
-		if late := time.Since(nearDeadline); late > 5*time.Second {
+		// would answer 6 s after the start.
+		if late := time.Since(nearDeadline); late > 2500*time.Millisecond {
 			t.Errorf("the near call answered %v after its deadline", late)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the near call is not answered 30 s after its deadline (%v)", nearDeadline)
 	}
 	<-far
+}
+
+// TestACallWithTimeLeftIsAnsweredWhenRedisComesBack: a call that goes out, while Redis does not
+// answer, with an older call whose deadline is near is not failed with it: once Redis answers
+// again, within the call's own time, the call has its answer.
+func TestACallWithTimeLeftIsAnsweredWhenRedisComesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 5 * time.Minute, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute})
+	t.Cleanup(func() { _ = client.Close() })
+	b := &batcher{client: client}
+	srv.Pause(t)
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	})
+	start := time.Now()
+	for range maxFlushes {
+		go func() {
+			_ = b.do(context.Background(), start.Add(time.Second), redis.NewCmd(context.Background(), "ping"))
+		}()
+	}
+	eventually(t, "every flush slot taken", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.flushing == maxFlushes
+	})
+	older, younger := make(chan error, 1), make(chan error, 1)
+	call := func(deadline time.Time, answer chan<- error) {
+		cmd := redis.NewCmd(context.Background(), "set", "answered", "1")
+		err := b.do(context.Background(), deadline, cmd)
+		if err == nil {
+			err = cmd.Err()
+		}
+		answer <- err
+	}
+	go call(start.Add(1500*time.Millisecond), older)
+	eventually(t, "the older call queued", func() bool { return queueLen(b) == 1 })
+	go call(start.Add(time.Minute), younger)
+	eventually(t, "both calls queued", func() bool { return queueLen(b) == 2 })
+	if err := <-older; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the older call, with Redis stopped past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	srv.Resume(t)
+	resumed = true
+	if err := <-younger; err != nil {
+		t.Fatalf("the younger call, Redis answering again within its time: %v, want its answer", err)
+	}
+}
+
+// TestACallSentAtOnceTakesOnlyTheQueuedCallsDueNoLater: the call that sends a pipeline itself waits
+// for all of it, so it takes along only queued calls whose deadline is no later than its own; the
+// others stay queued, in their order, for the next pipeline.
+func TestACallSentAtOnceTakesOnlyTheQueuedCallsDueNoLater(t *testing.T) {
+	now := time.Now()
+	queued := func(d time.Duration) *batchCall {
+		return &batchCall{deadline: now.Add(d), done: make(chan struct{})}
+	}
+	early, later, earlier, none := queued(time.Second), queued(3*time.Second), queued(1500*time.Millisecond), &batchCall{done: make(chan struct{})}
+	b := &batcher{queue: []*batchCall{early, later, earlier, none}}
+	first := &batchCall{deadline: now.Add(2 * time.Second)}
+	batch := b.take(first)
+	if len(batch) != 3 || batch[0] != early || batch[1] != earlier || batch[2] != first {
+		t.Errorf("the batch is %v, want the early call, the earlier one and the first", batch)
+	}
+	if len(b.queue) != 2 || b.queue[0] != later || b.queue[1] != none {
+		t.Errorf("the queue is %v, want the later call and the one with no deadline, in their order", b.queue)
+	}
 }
 
 func TestAnErrorAnswerInABatchIsItsCallsOnly(t *testing.T) {
