@@ -189,13 +189,8 @@ func (b *batcher) flush(batch []*batchCall) {
 	if len(batch) == 0 {
 		return
 	}
-	// The pipeline runs until the latest deadline of its calls, so that none fails before its
-	// own, and a queued call whose deadline comes first is answered then (expireQueued), so that
-	// none waits past it either: run until the earliest, a call made just before a stall of Redis
-	// failed with the oldest call it went out with, though Redis answered within its own time; run
-	// until the latest with no more, a call that had queued for most of its time waited up to
-	// twice OpTimeout. The engine gives every call a deadline (OpTimeout); without one, the
-	// client's read and write timeouts bound the pipeline.
+	// Until the latest deadline of its calls (see batcher); a call without one (none that the
+	// engine makes) leaves the pipeline to the client's read and write timeouts.
 	var deadline time.Time
 	for _, c := range batch {
 		if c.deadline.IsZero() {

@@ -920,12 +920,18 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	bounded, made := ctx, false
-	if conn != nil || e.batches.cluster != nil {
-		var cancel context.CancelFunc
-		bounded, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-		made = true
+	var bounded context.Context
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	withDeadline := func() context.Context {
+		if bounded == nil {
+			bounded, cancel = context.WithDeadline(ctx, deadline)
+		}
+		return bounded
+	}
+	nodeCtx := ctx // read by the batchers of a Cluster alone
+	if e.batches.cluster != nil {
+		nodeCtx = withDeadline()
 	}
 	// FCALL name numkeys keys... common... args..., as go-redis's FCall makes it.
 	cmdArgs := make([]any, 0, 3+len(keys)+len(e.common)+len(args))
@@ -941,9 +947,9 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		cmd := redis.NewCmd(ctx, cmdArgs...)
 		cmd.SetFirstKeyPos(3)
 		if conn != nil {
-			err = conn.Process(bounded, cmd)
+			err = conn.Process(withDeadline(), cmd)
 		} else {
-			err = e.batches.of(bounded, keys[0]).do(ctx, deadline, cmd)
+			err = e.batches.of(nodeCtx, keys[0]).do(ctx, deadline, cmd)
 		}
 		if err == nil {
 			v, err = cmd.Result()
@@ -951,13 +957,7 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		if err == nil || attempt == 2 || !strings.HasPrefix(err.Error(), "ERR Function not found") {
 			break
 		}
-		if !made {
-			var cancel context.CancelFunc
-			bounded, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-			made = true
-		}
-		if err = e.loadLibrary(bounded, keys[0], loads); err != nil {
+		if err = e.loadLibrary(withDeadline(), keys[0], loads); err != nil {
 			break
 		}
 	}
