@@ -200,10 +200,55 @@ func decodeJSON(data []byte, dst any) error {
 // compactDecoder is a body with a decoder of its own for the form clients write it in (see
 // compactFields), which answers false, leaving the body zero, for any other form; decodeAny then
 // decodes it, with the same result for every body decodeCompact accepts
-// (FuzzRenewBodyCompactAgrees). The renew is the call most often made, and encoding/json was
-// 2.5 % of tablease's CPU per renew (perf, 64 clients).
+// (FuzzCompactBodiesAgree). The lease calls' bodies (acquire, renew, release, check) have one:
+// encoding/json was 2.5 % of tablease's CPU per renew (perf, 64 clients), and 2.5 % per
+// acquire+release.
 type compactDecoder interface {
 	decodeCompact(data []byte) bool
+}
+
+// compactField is a field of a body that compactInto decodes: its key, and where its value goes,
+// by kind (the one kind the field takes; a value of another kind is refused).
+type compactField struct {
+	key     string
+	str     *string          // a string, without its quotes
+	number  *json.RawMessage // an integer, as written
+	boolean *bool
+	present *bool // set when the key is there
+}
+
+// compactInto decodes data, a JSON object in the compact form (compactFields), into fields: each
+// key one of theirs, at most once, its value of its field's kind. It answers false otherwise, having
+// filled some of the fields maybe: the caller then zeroes them.
+func compactInto(data []byte, fields []compactField) bool {
+	var seen uint64
+	return compactFields(data, func(key, v []byte) bool {
+		for i := range fields {
+			f := &fields[i]
+			if string(key) != f.key {
+				continue
+			}
+			if seen&(1<<i) != 0 {
+				return false
+			}
+			seen |= 1 << i
+			switch {
+			case v[0] == '"' && f.str != nil:
+				*f.str = string(v[1 : len(v)-1])
+			case (v[0] == 't' || v[0] == 'f') && f.boolean != nil:
+				*f.boolean = v[0] == 't'
+			case v[0] != '"' && v[0] != 't' && v[0] != 'f' && f.number != nil:
+				*f.number = v
+			default:
+				return false
+			}
+			if f.present != nil {
+				*f.present = true
+			}
+			return true
+		}
+		return false
+	})
 }
 
 // compactFields calls field with each key and the raw value of data, a JSON object in the compact
@@ -296,7 +341,7 @@ func decodeAny(data []byte, dst any) error {
 	// json.Unmarshal rather than a Decoder: it refuses anything but whitespace after the value
 	// itself, and the unknown keys are refused above, where every body's fields are; a Decoder,
 	// its reader and its buffer cost a renew's decoding 3 of its 11 allocations, 744 of its 1,080
-	// bytes and a third of its time (BenchmarkDecodeRenewBody).
+	// bytes and a third of its time (BenchmarkDecodeBody, renew).
 	// Every body gets the answer the Decoder gave it (TestDecodeJSONAnswersAsTheDecoder).
 	trimmed := bytes.TrimLeft(data, jsonSpace)
 	if len(trimmed) == 0 {

@@ -163,12 +163,16 @@ func checkIntFields(t *testing.T, body any) {
 	}
 }
 
-// FuzzRenewBodyCompactAgrees: every body the renew body's own decoder accepts decodes as the
-// general decoder decodes it, without error; and one it refuses leaves the body zero, for the
-// general decoder.
-func FuzzRenewBodyCompactAgrees(f *testing.F) {
+// FuzzCompactBodiesAgree: every body that the own decoder of an acquire, renew, release or check
+// body accepts decodes as the general decoder decodes it, without error; and one it refuses leaves
+// the body zero, for the general decoder.
+func FuzzCompactBodiesAgree(f *testing.F) {
 	for _, s := range []string{
 		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
+		`{"tabId":"t-1","label":"Editor","hidden":false,"ttlMs":45000,"mode":"takeover","newEpoch":true}`,
+		`{"tabId":"t-1","mode":""}`, `{"tabId":"t-1","mode":"x"}`, `{"tabId":"t-1","mode":null}`, `{"tabId":"t-1","mode":1}`,
+		`{"tabId":"t-1","gone":true}`, `{"tabId":"t-1","epoch":1,"gone":false}`, `{"token":"a.b.c"}`,
+		`{"token":"a.b.c","tabId":"t-1"}`, `{"token":""}`, `{"token":true}`, `{"label":"\u00e9"}`,
 		`{"tabId":"t-1","epoch":1,"hidden":true,"ttlMs":30000}`, `{"hidden":false,"ttlMs":0,"epoch":-0,"tabId":""}`,
 		`{"tabId":"t-1","epoch":01}`, `{"tabId":"t-1","epoch":1.5}`, `{"tabId":"t-1","epoch":1e3}`,
 		`{"tabId":"t-1","tabId":"t-2"}`, `{"tabId":"t\u00e9"}`, `{"tabId":"t\"1"}`, `{"TABID":"t-1"}`,
@@ -179,26 +183,64 @@ func FuzzRenewBodyCompactAgrees(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fast renewBody
-		if !fast.decodeCompact(data) {
-			if !reflect.DeepEqual(fast, renewBody{}) {
-				t.Fatalf("decodeCompact(%q) refused it and left %+v", data, fast)
-			}
-			return
-		}
-		var general renewBody
-		if err := decodeAny(data, &general); err != nil {
-			t.Fatalf("decodeCompact(%q) accepted what decodeAny refuses: %v", data, err)
-		}
-		if !reflect.DeepEqual(fast, general) {
-			t.Fatalf("%q: decodeCompact %+v, decodeAny %+v", data, fast, general)
-		}
+		compactAgrees(t, data, &acquireBody{}, &acquireBody{})
+		compactAgrees(t, data, &renewBody{}, &renewBody{})
+		compactAgrees(t, data, &releaseBody{}, &releaseBody{})
+		compactAgrees(t, data, &checkBody{}, &checkBody{})
 	})
 }
 
-// TestClientsRenewBodiesAreCompact: the renew bodies that the browser client (JSON.stringify)
-// and Go's encoding/json write take the renew body's own decoder.
-func TestClientsRenewBodiesAreCompact(t *testing.T) {
+// compactAgrees checks FuzzCompactBodiesAgree's rule for data, with fast and general two zero
+// bodies of one kind.
+func compactAgrees[B any, P interface {
+	*B
+	compactDecoder
+}](t *testing.T, data []byte, fast, general P) {
+	t.Helper()
+	if !fast.decodeCompact(data) {
+		if !reflect.DeepEqual(*fast, *new(B)) {
+			t.Fatalf("%T.decodeCompact(%q) refused it and left %+v", fast, data, *fast)
+		}
+		return
+	}
+	if err := decodeAny(data, general); err != nil {
+		t.Fatalf("%T.decodeCompact(%q) accepted what decodeAny refuses: %v", fast, data, err)
+	}
+	if !reflect.DeepEqual(*fast, *general) {
+		t.Fatalf("%q: decodeCompact %+v, decodeAny %+v", data, *fast, *general)
+	}
+}
+
+// TestClientsBodiesAreCompact: the bodies of the lease calls that the browser client
+// (JSON.stringify, web/sdk/lease.js) and a guard (owner/guard, encoding/json) write take their
+// body's own decoder.
+func TestClientsBodiesAreCompact(t *testing.T) {
+	for _, body := range []string{
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","label":"Quarterly report"}`,
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","label":"Quarterly report","hidden":true,"ttlMs":150000,"mode":"takeover"}`,
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","label":"","ttlMs":30000,"mode":"handoff","newEpoch":true}`,
+	} {
+		var b acquireBody
+		if !b.decodeCompact([]byte(body)) || b.TabID == "" {
+			t.Errorf("acquire %s: not decoded by decodeCompact (%+v)", body, b)
+		}
+	}
+	for _, body := range []string{
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
+		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","gone":true}`,
+	} {
+		var b releaseBody
+		if !b.decodeCompact([]byte(body)) || b.TabID == "" {
+			t.Errorf("release %s: not decoded by decodeCompact (%+v)", body, b)
+		}
+	}
+	guardBody, _ := json.Marshal(map[string]string{"token": "eyJhbGciOiJFZERTQSJ9.eyJzaWQiOiJzMSJ9.c2ln"})
+	for _, body := range []string{`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`, string(guardBody)} {
+		var b checkBody
+		if !b.decodeCompact([]byte(body)) || (b.TabID == "" && b.Token == nil) {
+			t.Errorf("check %s: not decoded by decodeCompact (%+v)", body, b)
+		}
+	}
 	goBody, _ := json.Marshal(map[string]any{"tabId": "tab-1", "epoch": int64(1796586853684756), "ttlMs": 60000, "hidden": false})
 	for _, body := range []string{
 		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
@@ -208,7 +250,7 @@ func TestClientsRenewBodiesAreCompact(t *testing.T) {
 	} {
 		var b renewBody
 		if !b.decodeCompact([]byte(body)) || b.TabID == "" || len(b.Epoch) == 0 {
-			t.Errorf("%s: not decoded by decodeCompact (%+v)", body, b)
+			t.Errorf("renew %s: not decoded by decodeCompact (%+v)", body, b)
 		}
 	}
 }

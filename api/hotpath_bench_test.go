@@ -20,7 +20,7 @@ import (
 
 // Benchmarks of the hot paths of a renew, so that a regression shows in benchstat:
 //
-//	go test -run XXX -bench 'Renew|DecodeRenew|VerifyAccess' -count 10 ./api/ > new.txt
+//	go test -run XXX -bench 'Renew|DecodeBody|VerifyAccess' -count 10 ./api/ > new.txt
 //	benchstat old.txt new.txt
 //
 // BenchmarkRenewOverHTTPOnRedis is the whole path (HTTP, auth, decoding, the Redis engine, the
@@ -104,15 +104,28 @@ func BenchmarkRenewOverHTTPOnRedis(b *testing.B) {
 	})
 }
 
-// BenchmarkDecodeRenewBody is the strict decoding of a renew's body.
-func BenchmarkDecodeRenewBody(b *testing.B) {
-	data := []byte(`{"tabId":"tab-0123456789","epoch":1796280848881387,"ttlMs":30000,"hidden":false}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		var body renewBody
-		if err := decodeJSON(data, &body); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkDecodeBody is the strict decoding of the bodies of the lease calls, as the browser
+// client writes them.
+func BenchmarkDecodeBody(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		data string
+		body func() any
+	}{
+		{"acquire", `{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","label":"Quarterly report","ttlMs":30000}`, func() any { return &acquireBody{} }},
+		{"renew", `{"tabId":"tab-0123456789","epoch":1796280848881387,"ttlMs":30000,"hidden":false}`, func() any { return &renewBody{} }},
+		{"release", `{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796280848881387}`, func() any { return &releaseBody{} }},
+		{"check", `{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796280848881387}`, func() any { return &checkBody{} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			data := []byte(c.data)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := decodeJSON(data, c.body()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

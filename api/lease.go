@@ -35,40 +35,30 @@ type renewBody struct {
 
 // decodeCompact is the compactDecoder of a renew body.
 func (b *renewBody) decodeCompact(data []byte) bool {
-	var seen [4]bool // tabId, epoch, ttlMs, hidden
-	ok := compactFields(data, func(key, v []byte) bool {
-		str, boolean := v[0] == '"', v[0] == 't' || v[0] == 'f'
-		number := !str && !boolean
-		switch string(key) {
-		case "tabId":
-			if seen[0] || !str {
-				return false
-			}
-			seen[0], b.TabID = true, string(v[1:len(v)-1])
-		case "epoch":
-			if seen[1] || !number {
-				return false
-			}
-			seen[1], b.Epoch = true, v
-		case "ttlMs":
-			if seen[2] || !number {
-				return false
-			}
-			seen[2], b.TTLMs = true, v
-		case "hidden":
-			if seen[3] || !boolean {
-				return false
-			}
-			seen[3], b.Hidden = true, v[0] == 't'
-		default:
-			return false
-		}
-		return true
-	})
+	ok := compactInto(data, []compactField{{key: "tabId", str: &b.TabID}, {key: "epoch", number: &b.Epoch},
+		{key: "ttlMs", number: &b.TTLMs}, {key: "hidden", boolean: &b.Hidden}})
 	if !ok {
 		*b = renewBody{}
 	}
 	return ok
+}
+
+// decodeCompact is the compactDecoder of an acquire body.
+func (b *acquireBody) decodeCompact(data []byte) bool {
+	var mode string
+	var hasMode bool
+	ok := compactInto(data, []compactField{{key: "tabId", str: &b.TabID}, {key: "label", str: &b.Label},
+		{key: "ttlMs", number: &b.TTLMs}, {key: "hidden", boolean: &b.Hidden},
+		{key: "mode", str: &mode, present: &hasMode}, {key: "newEpoch", boolean: &b.NewEpoch}})
+	if !ok {
+		*b = acquireBody{}
+		return false
+	}
+	if hasMode {
+		m := lease.Mode(mode)
+		b.Mode = &m
+	}
+	return true
 }
 
 type releaseBody struct {
@@ -77,16 +67,41 @@ type releaseBody struct {
 	Gone  bool            `json:"gone"` // the tab is gone for good: no epoch (lease.ReleaseRequest.Gone)
 }
 
-// releaseAnswer is the answer of a release.
-type releaseAnswer struct {
-	Released bool `json:"released"`
+// decodeCompact is the compactDecoder of a release body.
+func (b *releaseBody) decodeCompact(data []byte) bool {
+	ok := compactInto(data, []compactField{{key: "tabId", str: &b.TabID}, {key: "epoch", number: &b.Epoch},
+		{key: "gone", boolean: &b.Gone}})
+	if !ok {
+		*b = releaseBody{}
+	}
+	return ok
 }
+
+// releaseAnswers are the two answers of a release, {"released":false} and {"released":true}, as
+// encoding/json writes them, newline included.
+var releaseAnswers = [2][]byte{[]byte(`{"released":false}` + "\n"), []byte(`{"released":true}` + "\n")}
 
 // checkBody is {tabId, epoch} or {token} (see checkToken).
 type checkBody struct {
 	TabID string          `json:"tabId"`
 	Epoch json.RawMessage `json:"epoch,omitempty"`
 	Token *string         `json:"token,omitempty"`
+}
+
+// decodeCompact is the compactDecoder of a check body.
+func (b *checkBody) decodeCompact(data []byte) bool {
+	var token string
+	var hasToken bool
+	ok := compactInto(data, []compactField{{key: "tabId", str: &b.TabID}, {key: "epoch", number: &b.Epoch},
+		{key: "token", str: &token, present: &hasToken}})
+	if !ok {
+		*b = checkBody{}
+		return false
+	}
+	if hasToken {
+		b.Token = &token
+	}
+	return true
 }
 
 // modeFrom is the mode of an acquire body: try when left out, else one of the modes by name.
@@ -237,7 +252,11 @@ func (s *Server) release(c echo.Context) (err error) {
 		s.gone.retry(req, err) // a page going away sends it once (goneretry.go)
 		return err
 	}
-	return c.JSON(http.StatusOK, releaseAnswer{Released: res.Released})
+	answer := releaseAnswers[0]
+	if res.Released {
+		answer = releaseAnswers[1]
+	}
+	return c.JSONBlob(http.StatusOK, answer)
 }
 
 func (s *Server) get(c echo.Context) (err error) {
