@@ -217,8 +217,8 @@ type compactField struct {
 	present *bool // set when the key is there
 }
 
-// compactInto decodes data, a JSON object in the compact form (compactFields), into fields: each
-// key one of theirs, at most once, its value of its field's kind. It answers false otherwise, having
+// compactInto decodes data, a JSON object in the compact form (compactFields), into fields (at
+// most 64): each key one of theirs, at most once, its value of its field's kind. It answers false otherwise, having
 // filled some of the fields maybe: the caller then zeroes them.
 func compactInto(data []byte, fields []compactField) bool {
 	var seen uint64
