@@ -34,7 +34,7 @@ func (s *Server) devToken(c echo.Context) error {
 	if !loopbackHost(c.Request().Host) {
 		return &Error{
 			Code:    CodeForbidden,
-			Message: "/dev/token answers requests to a loopback name only (localhost, 127.0.0.1, [::1])",
+			Message: "/dev/token answers requests to a loopback name only (localhost or a name under .localhost, or a loopback address such as 127.0.0.1 or [::1])",
 			Details: map[string]any{"reason": "host_not_loopback"},
 		}
 	}
