@@ -163,9 +163,9 @@ func checkIntFields(t *testing.T, body any) {
 	}
 }
 
-// FuzzCompactBodiesAgree: every body that the own decoder of an acquire, renew, release or check
-// body accepts decodes as the general decoder decodes it, without error; and one it refuses leaves
-// the body zero, for the general decoder.
+// FuzzCompactBodiesAgree: every body that the decoder of its own of an acquire, renew, release or
+// check body accepts decodes as the general decoder decodes it, without error; and one it refuses
+// leaves the body zero, for the general decoder.
 func FuzzCompactBodiesAgree(f *testing.F) {
 	for _, s := range []string{
 		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
