@@ -181,8 +181,9 @@ export interface TabLeaseOptions {
   handoffGraceMs?: number;
   /** A hidden tab waits this long before taking a free lease. Default 3000. */
   hiddenAcquireDelayMs?: number;
-  /** A viewer re-reads the lease this often while the stream is down, each read up to a fifth of it
-   *  later (so that tabs opened together spread their reads). Default 10000. */
+  /** A viewer re-reads the lease this often while its stream is down, each read up to a fifth of
+   *  it later (so that tabs opened together spread their reads); a hidden viewer that cannot share
+   *  the browser's stream gives its own up and reads so (docs/browser-client.md). Default 10000. */
   viewerPollMs?: number;
   backoffBaseMs?: number;
   backoffMaxMs?: number;
@@ -357,7 +358,8 @@ export declare class TabLease extends EventTarget {
    *  Resolves once the first answer is in, and after requestTimeoutMs at the latest (a viewer
    *  then; a later answer is a rolechange or lease event). */
   start(): Promise<LeaseView>;
-  /** Releases (unless {release: false}), leaves the stream, removes listeners. The release is
+  /** Releases (unless {release: false}), leaves the stream, removes the page-lifecycle listeners
+   *  start() installed (those given to on() stay, for a later start()). The release is
    *  sent with the last token getToken gave, without waiting for getToken (a 401 asks it for a
    *  fresh one). */
   stop(opts?: { release?: boolean }): Promise<void>;

@@ -10,7 +10,7 @@ declare const api: { rename(args: unknown, lease: { epoch: number; token: string
 declare const modal: { show(q: string, o: { onAnswer(a: string): void; onCancel(): void }): void; setTimeLeft(ms: number): void; close(): void };
 declare function confirmModal(ui: { submit(v: { answer: string }): void; cancel(): void }, text: string): () => void;
 
-// docs/browser-client.md, "Use it from a web app"; README.md, "Browser client".
+// docs/browser-client.md, "Use it from a web app"; README.md, "Use it from a web app".
 let cached = { token: "", until: 0 };
 async function getToken({ refresh, signal }: { refresh?: boolean; signal?: AbortSignal } = {}): Promise<string> {
   if (!refresh && Date.now() < cached.until) return cached.token;
