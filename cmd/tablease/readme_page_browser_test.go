@@ -16,7 +16,8 @@ import (
 // The README's complete page, as written, in two tabs of one browser: only its tablease URL is
 // pointed at a test server, and its page's origin (another origin than tablease's) answers its
 // token endpoint. The first tab is owner and hides the banner; the second is a viewer and shows
-// it, and its "Use here" moves control. A newcomer copies this page first.
+// it, and its "Use here" moves control; a tab handing control over hides it too; a problem the
+// client reports is shown until tablease answers the tab again. A newcomer copies this page first.
 func TestTheReadmePageWorksAsWritten(t *testing.T) {
 	browsertest.Chromium(t)
 	readme, err := os.ReadFile("../../README.md")
@@ -30,8 +31,10 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 	}
 
 	rds := redistest.Start(t)
+	// The page as written, and one line more that lets the test reach its lease.
+	const hook = "window.testLease = lease;\n  </script>"
 	_, origin := startOtherOrigin(t, rds, true, "/auth/tablease-token", func(base string) string {
-		return strings.ReplaceAll(page, readmeBase, base)
+		return strings.Replace(strings.ReplaceAll(page, readmeBase, base), "</script>", hook, 1)
 	})
 
 	const (
@@ -55,6 +58,35 @@ func TestTheReadmePageWorksAsWritten(t *testing.T) {
 	}
 	if err := first.Until(viewer, 10*time.Second); err != nil {
 		t.Fatalf("the first tab does not show the banner after the second took control: %v", err)
+	}
+
+	// A handoff the first tab asks for while the second runs a guarded call: the second lets go
+	// once the call ends, and until then is handing control over, not controlled in another tab.
+	browsertest.Eval[chromedp.Void](second, `void window.testLease.guard(() => new Promise((r) => { window.endCall = r; }))()`)
+	browsertest.Eval[chromedp.Void](first, `void window.testLease.requestHandoff()`)
+	if err := second.Until(`window.testLease.handoff === 'releasing'`, 10*time.Second); err != nil {
+		t.Fatalf("the second tab is not handing over: %v", err)
+	}
+	if hidden := browsertest.Eval[bool](second, `document.getElementById('banner').hidden`); !hidden {
+		t.Fatal("the tab handing control over says it is controlled in another tab")
+	}
+	browsertest.Eval[chromedp.Void](second, `window.endCall()`)
+	if err := first.Until(owner, 15*time.Second); err != nil {
+		t.Fatalf("the handoff did not make the first tab owner: %v", err)
+	}
+	if err := second.Until(viewer, 10*time.Second); err != nil {
+		t.Fatalf("the second tab does not show the banner once the first has control: %v", err)
+	}
+
+	// A problem the client reports (as it does when getToken fails, while the stream stays up) is
+	// over at the next answer of tablease to the tab.
+	browsertest.Eval[chromedp.Void](first, `window.testLease.dispatchEvent(new CustomEvent('error', {detail: {error: new Error('token endpoint: 500')}}))`)
+	if err := first.Until(`!document.getElementById('problem').hidden`, 5*time.Second); err != nil {
+		t.Fatalf("the page does not show the problem the client reported: %v", err)
+	}
+	browsertest.Eval[chromedp.Void](first, `window.testLease.refresh()`)
+	if err := first.Until(`document.getElementById('problem').hidden`, 10*time.Second); err != nil {
+		t.Fatalf("the page still shows a problem after tablease answered the tab: %v", err)
 	}
 
 	// tablease cannot be reached as the page loads: the client's module does not load, and the
