@@ -218,8 +218,8 @@ type compactField struct {
 }
 
 // compactInto decodes data, a JSON object in the compact form (compactFields), into fields (at
-// most 64): each key one of theirs, at most once, its value of its field's kind. It answers false otherwise, having
-// filled some of the fields maybe: the caller then zeroes them.
+// most 64): each key one of theirs, at most once, its value of its field's kind. It answers false
+// otherwise, having filled some of the fields maybe: the caller then zeroes them.
 func compactInto(data []byte, fields []compactField) bool {
 	var seen uint64
 	return compactFields(data, func(key, v []byte) bool {
@@ -232,15 +232,22 @@ func compactInto(data []byte, fields []compactField) bool {
 				return false
 			}
 			seen |= 1 << i
-			switch {
-			case v[0] == '"' && f.str != nil:
+			switch v[0] { // compactFields gives a string, true, false or an integer
+			case '"':
+				if f.str == nil {
+					return false
+				}
 				*f.str = string(v[1 : len(v)-1])
-			case (v[0] == 't' || v[0] == 'f') && f.boolean != nil:
+			case 't', 'f':
+				if f.boolean == nil {
+					return false
+				}
 				*f.boolean = v[0] == 't'
-			case v[0] != '"' && v[0] != 't' && v[0] != 'f' && f.number != nil:
-				*f.number = v
 			default:
-				return false
+				if f.number == nil {
+					return false
+				}
+				*f.number = v
 			}
 			if f.present != nil {
 				*f.present = true
