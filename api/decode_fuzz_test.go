@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/tablease/tablease/api/socket"
 	"github.com/tablease/tablease/internal/jsontext"
 )
 
@@ -164,8 +165,8 @@ func checkIntFields(t *testing.T, body any) {
 }
 
 // FuzzCompactBodiesAgree: every body that the decoder of its own of an acquire, renew, release or
-// check body accepts decodes as the general decoder decodes it, without error; and one it refuses
-// leaves the body zero, for the general decoder.
+// check body, or of a socket message, accepts decodes as the general decoder decodes it, without
+// error; and one it refuses leaves the body zero, for the general decoder.
 func FuzzCompactBodiesAgree(f *testing.F) {
 	for _, s := range []string{
 		`{"tabId":"t-Xk3_9aQz-Lm0PqR7sTuVwY","epoch":1796586853684756}`,
@@ -179,6 +180,10 @@ func FuzzCompactBodiesAgree(f *testing.F) {
 		`{"tabId":"t-1","epoch":"1"}`, `{"tabId":"t-1","hidden":1}`, `{"tabId":"t-1","epoch":null}`,
 		`{"tabId":"t-1",}`, `{"tabId":"t-1"}x`, `{"tabId": "t-1"}`, `{}`, `{"tabId":"t-1","epoch":99999999999999999999}`,
 		`{"tabId":"t-1","epoch":true}`, `{"tabId":"t-1","extra":1}`,
+		`{"id":1,"op":"renew","sid":"s1","body":{"tabId":"t-1","epoch":7}}`, `{"id":"a","op":"auth","token":"a.b.c"}`,
+		`{"id":1,"op":"renew","sid":"s1","body":{"a":1},"x":{}}`, `{"id":1,"body":{"a":1,"a":2}}`,
+		`{"id":1,"body":{"a":"\udead"}}`, `{"id":1,"body":{} }`, `{"id":1,"body":{"b":{"c":[1,2]}}}`,
+		`{"id":1.5,"op":"renew"}`, `{"id":-1,"sid":"s","body":{}}`, `{"body":{},"id":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -187,7 +192,19 @@ func FuzzCompactBodiesAgree(f *testing.F) {
 		compactAgrees(t, data, &renewBody{}, &renewBody{})
 		compactAgrees(t, data, &releaseBody{}, &releaseBody{})
 		compactAgrees(t, data, &checkBody{}, &checkBody{})
+		compactAgrees(t, data, &socketMessage{}, &socketMessage{})
 	})
+}
+
+// socketMessage is a socket.Message with compactMessage as its decoder of its own.
+type socketMessage socket.Message
+
+func (m *socketMessage) decodeCompact(data []byte) bool {
+	ok := compactMessage(data, (*socket.Message)(m))
+	if !ok {
+		*m = socketMessage{}
+	}
+	return ok
 }
 
 // compactAgrees checks FuzzCompactBodiesAgree's rule for data, with fast and general two zero

@@ -257,6 +257,15 @@ type errorJSON struct {
 	Details   map[string]any `json:"details"`
 }
 
+// body is the JSON error shape of e.
+func (e *Error) body() errorBody {
+	details := e.Details
+	if details == nil {
+		details = map[string]any{}
+	}
+	return errorBody{Error: errorJSON{Code: e.Code, Message: e.Message, Retryable: e.Retryable, Details: details}}
+}
+
 // handleError is Echo's HTTPErrorHandler: every error becomes the JSON error shape.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -299,12 +308,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if ae.Code == CodeUnauthenticated {
 		h.Set("WWW-Authenticate", `Bearer realm="tablease"`)
 	}
-	details := ae.Details
-	if details == nil {
-		details = map[string]any{}
-	}
-	body := errorBody{Error: errorJSON{Code: ae.Code, Message: ae.Message, Retryable: ae.Retryable, Details: details}}
-	if werr := c.JSON(ae.Status(), body); werr != nil {
+	if werr := c.JSON(ae.Status(), ae.body()); werr != nil {
 		s.log.Debug("writing error answer", slog.String("request_id", requestID(c)), slog.String("error", werr.Error()))
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/tablease/tablease/api/socket"
 )
 
 // Keys of values stored in the Echo context.
@@ -179,6 +181,9 @@ func (s *Server) logRequest(c echo.Context, id string, start time.Time) {
 	}
 	if p := principalOf(c); p != nil {
 		attrs = append(attrs, slog.String("sub", p.Sub))
+	}
+	if socket.Carried(req.Context()) {
+		attrs = append(attrs, slog.Bool("socket", true))
 	}
 	if code, ok := c.Get(keyErrCode).(string); ok {
 		attrs = append(attrs, slog.String("code", code))

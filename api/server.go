@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tablease/tablease/api/socket"
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/internal/loglimit"
 	"github.com/tablease/tablease/lease"
@@ -105,6 +106,8 @@ type Options struct {
 	Nonces stream.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams stream.Options
+	// Sockets bounds the lease sockets (socket.go); zero values are the defaults.
+	Sockets socket.Options
 
 	// CORSOrigins are the origins, besides the server's own, whose pages may call /v1 (cors.go):
 	// each written as a browser sends it in the Origin header (scheme://host[:port], lower case,
@@ -148,6 +151,7 @@ type Server struct {
 	maxBlock time.Duration // bound on the blockMs of a revoke
 
 	streams *stream.Handler
+	sockets *socket.Handler
 	gone    *goneRetries // the gone releases the store did not answer, sent again
 
 	cors *corsPolicy // nil: same origin only
@@ -277,6 +281,10 @@ func New(opts Options) (*Server, error) {
 	if s.streams, err = newStreams(opts, now, logger, reg, s.storeCall, catalogs); err != nil {
 		return nil, err
 	}
+	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) })
+	if s.sockets, err = newSockets(opts, logger, reg, auth, cors, dispatch); err != nil {
+		return nil, err
+	}
 	s.echo = s.newEcho()
 	return s, nil
 }
@@ -291,9 +299,11 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // know the HTTP/1.1 connections that streams took over from net/http: Shutdown ends those
 // (closing any that outlive its wait). A stream still served by net/http when ctx ends (its
 // client stopped reading) ends when the caller closes the http.Server. It does not close the
-// engine, which the caller owns. It may be called more than once.
+// engine, which the caller owns. It may be called more than once. Lease sockets end the same
+// way: each answers the call it is serving and closes (1001); new ones are refused.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.streams.Close(ctx) // every stream gets its final event and ends
+	s.sockets.Close(ctx) // every socket answers the call it serves and ends
 	s.catalogs.Close()
 	s.gone.close()
 }
@@ -391,6 +401,7 @@ func (s *Server) newEcho() *echo.Echo {
 	v1.POST("/sessions/:sid/lease/check", chain(s.check, s.authenticate, s.rateLimitChecks, requireSession))
 	getAndHead(v1, "/sessions/:sid/catalog", s.sessionCatalog, authed...)
 	s.registerStreams(v1, authed)
+	v1.GET("/socket", s.openSocket) // authenticated by its messages (socket.go)
 
 	admin := append(authed[:len(authed):len(authed)], requireAdmin)
 	getAndHead(v1, "/admin/catalog", s.adminCatalog, admin...)

@@ -118,6 +118,11 @@ type Config struct {
 	StreamKeepalive    time.Duration
 	TicketSecret       []byte
 
+	// Lease sockets (GET /v1/socket): the most a user (TABLEASE_SOCKETS_PER_USER) and the
+	// instance (TABLEASE_SOCKETS_PER_INSTANCE) may have open.
+	SocketsPerUser     int
+	SocketsPerInstance int
+
 	// CORSOrigins are the origins other than the server's own that may call /v1 from a browser
 	// (TABLEASE_CORS_ORIGINS), each as a browser sends it (scheme://host[:port]); "*" (dev mode
 	// only) allows every origin. Empty: same origin only.
@@ -354,6 +359,14 @@ var variables = []variable{
 	}},
 	{"TABLEASE_STREAMS_PER_INSTANCE", "10000", "event streams an instance serves at most; more are 429", func(c *Config, v string) (err error) {
 		c.StreamsPerInstance, err = count(v, 1, 10_000_000)
+		return err
+	}},
+	{"TABLEASE_SOCKETS_PER_USER", "32", "lease sockets one user may have open on an instance; more are 429", func(c *Config, v string) (err error) {
+		c.SocketsPerUser, err = count(v, 1, 100_000)
+		return err
+	}},
+	{"TABLEASE_SOCKETS_PER_INSTANCE", "10000", "lease sockets an instance serves at most; more are 429", func(c *Config, v string) (err error) {
+		c.SocketsPerInstance, err = count(v, 1, 10_000_000)
 		return err
 	}},
 	{"TABLEASE_STREAM_KEEPALIVE", "15s", "interval of the keepalive comments of event streams", func(c *Config, v string) (err error) {

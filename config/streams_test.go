@@ -57,3 +57,37 @@ func TestStreamSettingsHaveDefaultsAndBounds(t *testing.T) {
 		})
 	}
 }
+
+func TestSocketSettingsHaveDefaultsAndBounds(t *testing.T) {
+	base := map[string]string{"TABLEASE_JWT_HS256_SECRET": goodSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud"}
+	c, err := Load(nil, env(base), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SocketsPerUser != 32 || c.SocketsPerInstance != 10000 {
+		t.Fatalf("socket defaults: %d %d", c.SocketsPerUser, c.SocketsPerInstance)
+	}
+	c, err = Load([]string{"--sockets-per-user", "4"}, env(map[string]string{
+		"TABLEASE_JWT_HS256_SECRET": goodSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud",
+		"TABLEASE_SOCKETS_PER_INSTANCE": "500",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SocketsPerUser != 4 || c.SocketsPerInstance != 500 {
+		t.Fatalf("socket settings: %d %d", c.SocketsPerUser, c.SocketsPerInstance)
+	}
+	for _, tc := range []struct{ key, value string }{
+		{"TABLEASE_SOCKETS_PER_USER", "0"}, {"TABLEASE_SOCKETS_PER_USER", "100001"},
+		{"TABLEASE_SOCKETS_PER_INSTANCE", "-1"}, {"TABLEASE_SOCKETS_PER_INSTANCE", "many"},
+	} {
+		m := map[string]string{tc.key: tc.value}
+		for k, v := range base {
+			m[k] = v
+		}
+		var ce *Error
+		if _, err := Load(nil, env(m), io.Discard); !errors.As(err, &ce) || ce.Var != tc.key {
+			t.Errorf("%s=%s: %v, want a configuration error naming it", tc.key, tc.value, err)
+		}
+	}
+}

@@ -37,6 +37,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("tablease bench", flag.ContinueOnError)
 	var o benchOptions
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:8080", "the tablease to drive")
+	fs.StringVar(&o.transport, "transport", "http", "how renew and acquire make their calls: http (a request each), or socket (one lease socket per client, GET /v1/socket)")
 	work := fs.String("work", "renew,acquire,streams,memory", "what to measure, comma-separated: renew, acquire, streams, memory")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long renew and acquire run each")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients for renew and acquire (one user and session each)")
@@ -67,6 +68,10 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams and --answers-kept not negative, --duration positive")
 		return 2
 	}
+	if o.transport != "http" && o.transport != "socket" {
+		fmt.Fprintln(p.Stderr, "tablease bench: --transport must be http or socket")
+		return 2
+	}
 	if err := lease.ValidateID("--tab-id", o.memTab); err != nil {
 		fmt.Fprintln(p.Stderr, "tablease bench:", err)
 		return 2
@@ -88,7 +93,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 			return 2
 		}
 	}
-	b := &bench{benchOptions: o, progress: p.Stderr, tokens: map[string]string{},
+	b := &bench{benchOptions: o, progress: p.Stderr, tokens: map[string]string{}, sockets: map[string]*benchSocket{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency + 8, MaxConnsPerHost: 0}}}
 	if o.redisURL != "" {
 		opts, err := redis.ParseURL(o.redisURL)
@@ -121,6 +126,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		}
 		results = append(results, r...)
 	}
+	b.closeSockets()
 	fmt.Fprintln(p.Stderr)
 	if *asJSON {
 		enc := json.NewEncoder(p.Stdout)
@@ -135,7 +141,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 }
 
 type benchOptions struct {
-	url                                       string
+	url, transport                            string
 	duration                                  time.Duration
 	concurrency, streams, takeovers, sessions int
 	sessionsPerUser                           int
@@ -172,8 +178,9 @@ type bench struct {
 	client   *http.Client
 	redis    *redis.Client // the Redis of --redis; nil without
 
-	mu     sync.Mutex
-	tokens map[string]string // by user
+	mu      sync.Mutex
+	tokens  map[string]string       // by user
+	sockets map[string]*benchSocket // by user, with --transport socket
 }
 
 func (b *bench) token(sub string) (string, error) {
@@ -198,14 +205,22 @@ type leaseAnswer struct {
 	} `json:"error"`
 }
 
-// call POSTs body to path as sub and decodes the answer; an answer other than 200 is an error
-// naming its code.
-func (b *bench) call(ctx context.Context, sub, path string, body any) (leaseAnswer, error) {
+// call makes the lease call op (acquire, renew, release) of session sid as sub, and decodes the
+// answer; an answer other than 200 is an error naming its code. With --transport socket, it goes
+// over sub's socket.
+func (b *bench) call(ctx context.Context, sub, op, sid string, body any) (leaseAnswer, error) {
 	tok, err := b.token(sub)
 	if err != nil {
 		return leaseAnswer{}, err
 	}
 	data, _ := json.Marshal(body)
+	if b.transport == "socket" {
+		return b.callSocket(ctx, sub, tok, op, sid, data)
+	}
+	path := "/v1/sessions/" + sid + "/lease"
+	if op != "acquire" {
+		path += "/" + op
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+path, bytes.NewReader(data))
 	if err != nil {
 		return leaseAnswer{}, err
@@ -232,12 +247,12 @@ func (b *bench) call(ctx context.Context, sub, path string, body any) (leaseAnsw
 }
 
 func (b *bench) acquire(ctx context.Context, sub, sid, tab, mode string) (int64, error) {
-	a, err := b.call(ctx, sub, "/v1/sessions/"+sid+"/lease", map[string]any{"tabId": tab, "mode": mode, "ttlMs": 60000})
+	a, err := b.call(ctx, sub, "acquire", sid, map[string]any{"tabId": tab, "mode": mode, "ttlMs": 60000})
 	return a.Epoch, err
 }
 
 func (b *bench) release(ctx context.Context, sub, sid, tab string, epoch int64) error {
-	_, err := b.call(ctx, sub, "/v1/sessions/"+sid+"/lease/release", map[string]any{"tabId": tab, "epoch": epoch})
+	_, err := b.call(ctx, sub, "release", sid, map[string]any{"tabId": tab, "epoch": epoch})
 	return err
 }
 
@@ -354,7 +369,7 @@ func (b *bench) renew(ctx context.Context) ([]benchResult, error) {
 		epochs[w] = e
 	}
 	r, err := b.loop(ctx, "renew", func(ctx context.Context, w int) error {
-		_, err := b.call(ctx, b.user(w), "/v1/sessions/"+b.prefix+"-renew/lease/renew", map[string]any{"tabId": "t", "epoch": epochs[w]})
+		_, err := b.call(ctx, b.user(w), "renew", b.prefix+"-renew", map[string]any{"tabId": "t", "epoch": epochs[w]})
 		return err
 	})
 	for w := range b.concurrency {

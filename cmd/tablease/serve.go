@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tablease/tablease/api"
+	"github.com/tablease/tablease/api/socket"
 	"github.com/tablease/tablease/api/stream"
 	"github.com/tablease/tablease/config"
 	"github.com/tablease/tablease/internal/jwk"
@@ -158,6 +159,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 		Nonces:  store.nonces,
 		Streams: streamOptions(cfg, log),
+		Sockets: socket.Options{PerUser: cfg.SocketsPerUser, PerInstance: cfg.SocketsPerInstance},
 
 		CORSOrigins: cfg.CORSOrigins,
 	})
@@ -513,6 +515,7 @@ func settingsAttrs(cfg config.Config) []any {
 		"sessions_per_user", cfg.SessionsPerUser,
 		"streams_per_user", cfg.StreamsPerUser, "streams_per_instance", cfg.StreamsPerInstance,
 		"stream_keepalive", cfg.StreamKeepalive.String(),
+		"sockets_per_user", cfg.SocketsPerUser, "sockets_per_instance", cfg.SocketsPerInstance,
 		"handoff_timeout", cfg.HandoffTimeout.String(), "handoff_reserve", cfg.HandoffReserve.String(),
 		"admin_max_block", cfg.AdminMaxBlock.String(), "revoke_replicas", cfg.RevokeReplicas,
 		"audit_retention", cfg.AuditRetention.String(), "audit_max_records", cfg.AuditMaxRecords,

@@ -1,0 +1,302 @@
+package socket
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tablease/tablease/lease"
+)
+
+// # The protocol (normative copy: docs/DESIGN.md §3, "Lease socket")
+//
+// Each message is a text frame holding one JSON object, answered by one text frame, in order:
+//
+//	{"id":1,"op":"auth","token":"<access token>"}          → {"id":1,"status":200,"body":{"sub":"alice","expiresInMs":3599000}}
+//	{"id":2,"op":"renew","sid":"s1","body":{"tabId":"t1","epoch":3}} → {"id":2,"status":200,"body":{…the lease…}}
+//
+// id is the client's (a number or a string, at most 64 bytes), echoed; null in the answer to a
+// message that could not be read. op is auth, or a call: acquire, renew, release and check are the
+// POSTs of /v1/sessions/{sid}/lease, …/renew, …/release and …/check with body as their request
+// body. The answer holds the status and body
+// the HTTP request would have been answered with, and retryAfterMs when it would have carried
+// Retry-After. A call is made with the token of the last auth message that was accepted, as its
+// Authorization header; until one is, calls are answered 401. A later auth message replaces the
+// token (of the same user: a socket carries one user's calls), before the old one expires.
+
+// maxMessageBytes bounds a message: a request body of the API (16 KiB) or an access token (8 KiB)
+// and the envelope. A longer one closes the socket with code 1009.
+const maxMessageBytes = 24 << 10
+
+// maxIDLen bounds a message's id as written.
+const maxIDLen = 64
+
+// Message is what a client sends.
+type Message struct {
+	ID    json.RawMessage `json:"id"`
+	Op    string          `json:"op"`
+	SID   string          `json:"sid"`
+	Body  json.RawMessage `json:"body"`
+	Token string          `json:"token"`
+}
+
+// callRoute is the HTTP request a call stands for: a POST of the path after /v1/sessions/{sid}.
+type callRoute struct{ suffix string }
+
+var calls = map[string]callRoute{
+	"acquire": {"/lease"},
+	"renew":   {"/lease/renew"},
+	"release": {"/lease/release"},
+	"check":   {"/lease/check"},
+}
+
+// An AuthError refuses a call on a socket without an accepted auth message (401), or an auth
+// message for another user than the socket's (403).
+type AuthError struct {
+	Forbidden bool
+	Reason    string
+}
+
+func (e *AuthError) Error() string { return e.Reason }
+
+var errNoAuth = &AuthError{Reason: `send {"op":"auth","token":"<access token>"} before the calls`}
+
+// socket is one open socket.
+type socket struct {
+	h            *Handler
+	conn         *websocket.Conn // set under h.mu once upgraded
+	ctx          context.Context // of the calls
+	remote, host string          // of the upgrade request, for the calls
+	user         string          // set by the first accepted auth message, under h.mu
+	bearer       string          // "Bearer <token>" of the last accepted auth message
+	stopping     atomic.Bool     // the instance is closing: end after the call being served
+
+	in  bytes.Buffer // the message being served
+	rec recorder     // the answer of the call being served
+	out []byte       // the answer being written
+}
+
+// run serves the socket's messages until it ends, and closes its connection.
+func (s *socket) run() {
+	h := s.h
+	s.conn.SetReadLimit(maxMessageBytes)
+	authBy := time.Now().Add(h.opts.AuthTimeout)
+	deadline := authBy
+	for {
+		// The deadline is set before the check of stopping: stop sets them the other way round,
+		// so that one of the two sees the other's.
+		_ = s.conn.SetReadDeadline(deadline)
+		if s.stopping.Load() {
+			s.close(websocket.CloseGoingAway, "server shutting down")
+			return
+		}
+		typ, r, err := s.conn.NextReader()
+		if err == nil && typ != websocket.TextMessage {
+			s.close(websocket.CloseUnsupportedData, "text messages only")
+			return
+		}
+		if err == nil {
+			s.in.Reset()
+			_, err = s.in.ReadFrom(r)
+		}
+		if err != nil {
+			s.ended(err)
+			return
+		}
+		answer := s.serve(s.in.Bytes())
+		_ = s.conn.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+		if err := s.conn.WriteMessage(websocket.TextMessage, answer); err != nil {
+			h.log.Debug("socket ended: its client did not take an answer", "peer", s.remote, "sub", s.user, "error", err.Error())
+			_ = s.conn.Close()
+			return
+		}
+		if s.bearer != "" {
+			deadline = time.Now().Add(h.opts.IdleTimeout)
+		}
+	}
+}
+
+// ended closes the socket after a read failed with err.
+func (s *socket) ended(err error) {
+	var ne net.Error
+	switch {
+	case s.stopping.Load():
+		s.close(websocket.CloseGoingAway, "server shutting down")
+	case errors.As(err, &ne) && ne.Timeout() && s.bearer == "":
+		s.close(websocket.ClosePolicyViolation, "no accepted auth message within "+s.h.opts.AuthTimeout.String())
+	case errors.As(err, &ne) && ne.Timeout():
+		s.close(websocket.CloseNormalClosure, "idle")
+	default: // the client closed it, went away, or broke the protocol (answered by gorilla/websocket)
+		_ = s.conn.Close()
+	}
+}
+
+// close sends a close frame of code and reason, and closes the connection.
+func (s *socket) close(code int, reason string) {
+	_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	_ = s.conn.Close()
+}
+
+// stop has the socket end after the call it is serving, if any (Handler.Close).
+func (s *socket) stop(conn *websocket.Conn) {
+	s.stopping.Store(true)
+	if conn != nil {
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// serve answers one message.
+func (s *socket) serve(data []byte) []byte {
+	var m Message
+	if err := s.h.cfg.Decode(data, &m); err != nil {
+		return s.refuse(nil, err)
+	}
+	if err := validID(m.ID); err != nil {
+		return s.refuse(nil, err)
+	}
+	if m.Op == "auth" {
+		return s.auth(&m)
+	}
+	route, ok := calls[m.Op]
+	switch {
+	case !ok:
+		return s.refuse(m.ID, &lease.InvalidError{Field: "op", Reason: `must be "auth", "acquire", "renew", "release" or "check"`})
+	case m.Token != "":
+		return s.refuse(m.ID, &lease.InvalidError{Field: "token", Reason: "goes in an auth message only"})
+	case m.SID == "":
+		return s.refuse(m.ID, &lease.InvalidError{Field: "sid", Reason: "is required: the session of the call"})
+	case s.bearer == "":
+		return s.refuse(m.ID, errNoAuth)
+	}
+	return s.call(&m, route)
+}
+
+// validID checks the id of a message: a number or a string, at most maxIDLen bytes.
+func validID(id json.RawMessage) error {
+	switch {
+	case len(id) == 0:
+		return &lease.InvalidError{Field: "id", Reason: "is required: a number or a string that the answer echoes"}
+	case len(id) > maxIDLen:
+		return &lease.InvalidError{Field: "id", Reason: "must be at most " + strconv.Itoa(maxIDLen) + " bytes"}
+	case id[0] == '"', id[0] == '-', id[0] >= '0' && id[0] <= '9':
+		return nil
+	}
+	return &lease.InvalidError{Field: "id", Reason: "must be a number or a string"}
+}
+
+// auth serves an auth message.
+func (s *socket) auth(m *Message) []byte {
+	switch {
+	case m.Token == "":
+		return s.refuse(m.ID, &lease.InvalidError{Field: "token", Reason: "is required in an auth message"})
+	case m.SID != "" || m.Body != nil:
+		return s.refuse(m.ID, &lease.InvalidError{Field: "op", Reason: "an auth message carries a token only"})
+	}
+	sub, until, err := s.h.cfg.Verify(s.ctx, m.Token)
+	if err != nil {
+		return s.refuse(m.ID, err)
+	}
+	switch {
+	case s.user == "":
+		if err := s.h.join(s, sub); err != nil {
+			return s.refuse(m.ID, err)
+		}
+	case sub != s.user:
+		return s.refuse(m.ID, &AuthError{Forbidden: true, Reason: "a socket carries the calls of one user: open another socket for another user"})
+	}
+	s.bearer = "Bearer " + m.Token
+	body, _ := json.Marshal(struct {
+		Sub         string `json:"sub"`
+		ExpiresInMs int64  `json:"expiresInMs"`
+	}{sub, max(0, time.Until(until).Milliseconds())})
+	return s.answer(m.ID, http.StatusOK, body, "")
+}
+
+// call serves a call as the HTTP request it stands for.
+func (s *socket) call(m *Message, route callRoute) []byte {
+	path := "/v1/sessions/" + m.SID + route.suffix
+	escaped := "/v1/sessions/" + url.PathEscape(m.SID) + route.suffix
+	u := &url.URL{Path: path}
+	if escaped != path {
+		u.RawPath = escaped
+	}
+	req := &http.Request{
+		Method: http.MethodPost, URL: u, RequestURI: escaped, Host: s.host, RemoteAddr: s.remote,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Authorization": {s.bearer}, "Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(m.Body)),
+		ContentLength: int64(len(m.Body)),
+	}
+	s.rec.reset()
+	s.h.cfg.Dispatch.ServeHTTP(&s.rec, req.WithContext(s.ctx))
+	return s.answer(m.ID, s.rec.status, s.rec.body, s.rec.header.Get("Retry-After"))
+}
+
+// refuse answers a message with err, rendered as the API renders it.
+func (s *socket) refuse(id json.RawMessage, err error) []byte {
+	status, body := s.h.cfg.Answer(err)
+	return s.answer(id, status, body, "")
+}
+
+// answer is the answer to message id: its status, its body (JSON, or empty), and the delay of a
+// Retry-After header in seconds.
+func (s *socket) answer(id json.RawMessage, status int, body []byte, retryAfter string) []byte {
+	b := append(s.out[:0], `{"id":`...)
+	if id == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, id...)
+	}
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	if secs, err := strconv.ParseInt(retryAfter, 10, 64); err == nil && secs >= 0 {
+		b = append(b, `,"retryAfterMs":`...)
+		b = strconv.AppendInt(b, secs*1000, 10)
+	}
+	if body = bytes.TrimRight(body, "\n"); len(body) > 0 {
+		b = append(b, `,"body":`...)
+		b = append(b, body...)
+	}
+	s.out = append(b, '}')
+	return s.out
+}
+
+// recorder is the http.ResponseWriter of a call: it keeps the answer, which is small.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) reset() {
+	if r.header == nil {
+		r.header = http.Header{}
+	}
+	clear(r.header)
+	r.status = 0
+	r.body = r.body[:0]
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	r.body = append(r.body, p...)
+	return len(p), nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// benchSocket is the lease socket of one bench user (--transport socket): its calls take turns.
+type benchSocket struct {
+	mu   sync.Mutex
+	conn *websocket.Conn
+	next int64 // id of the next message
+}
+
+// socketAnswer is what the bench reads of a socket's answer.
+type socketAnswer struct {
+	Status int         `json:"status"`
+	Body   leaseAnswer `json:"body"`
+}
+
+// callSocket makes the call op with body over sub's socket, which it opens, authenticated with
+// tok, at sub's first call.
+func (b *bench) callSocket(ctx context.Context, sub, tok, op, sid string, body []byte) (leaseAnswer, error) {
+	s, err := b.socket(ctx, sub, tok)
+	if err != nil {
+		return leaseAnswer{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, err := s.exchange(ctx, `{"id":`+strconv.FormatInt(s.next, 10)+`,"op":"`+op+`","sid":"`+sid+`","body":`+string(body)+`}`)
+	switch {
+	case err != nil:
+		return leaseAnswer{}, fmt.Errorf("%s over the socket: %w", op, err)
+	case a.Status != http.StatusOK:
+		code := "?"
+		if a.Body.Error != nil {
+			code = a.Body.Error.Code
+		}
+		return a.Body, fmt.Errorf("%s over the socket: %d %s", op, a.Status, code)
+	}
+	return a.Body, nil
+}
+
+// exchange sends msg and reads its answer; s.mu is held.
+func (s *benchSocket) exchange(ctx context.Context, msg string) (socketAnswer, error) {
+	s.next++
+	deadline := time.Now().Add(30 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = s.conn.SetWriteDeadline(deadline)
+	if err := s.conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		return socketAnswer{}, err
+	}
+	_ = s.conn.SetReadDeadline(deadline)
+	_, data, err := s.conn.ReadMessage()
+	if err != nil {
+		return socketAnswer{}, err
+	}
+	var a socketAnswer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return socketAnswer{}, fmt.Errorf("answer not JSON: %w", err)
+	}
+	return a, nil
+}
+
+// socket is sub's socket, opened and authenticated with tok at its first use.
+func (b *bench) socket(ctx context.Context, sub, tok string) (*benchSocket, error) {
+	b.mu.Lock()
+	s, ok := b.sockets[sub]
+	if !ok {
+		s = &benchSocket{}
+		b.sockets[sub] = s
+	}
+	b.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		return s, nil
+	}
+	conn, res, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/v1/socket", nil)
+	if err != nil {
+		if res != nil {
+			return nil, fmt.Errorf("opening a socket: %w (status %d)", err, res.StatusCode)
+		}
+		return nil, fmt.Errorf("opening a socket: %w", err)
+	}
+	s.conn = conn
+	a, err := s.exchange(ctx, `{"id":0,"op":"auth","token":"`+tok+`"}`)
+	if err == nil && a.Status != http.StatusOK {
+		err = fmt.Errorf("status %d", a.Status)
+	}
+	if err != nil {
+		_ = conn.Close()
+		s.conn = nil
+		return nil, fmt.Errorf("authenticating a socket: %w", err)
+	}
+	return s, nil
+}
+
+// closeSockets closes the sockets the bench opened.
+func (b *bench) closeSockets() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.sockets {
+		s.mu.Lock()
+		if s.conn != nil {
+			_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+			_ = s.conn.Close()
+		}
+		s.mu.Unlock()
+	}
+}
