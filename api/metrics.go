@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, store *storeHealth) (*metrics, error)
 		}, []string{"route", "method", "status"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tablease_http_requests_in_flight",
-			Help: "HTTP requests being served: received and not yet answered (an event stream counts until its connection is taken over, once its headers are sent).",
+			Help: "HTTP requests being served: received and not yet answered (an event stream counts until its connection is taken over, once its headers are sent; a lease socket until its handshake is answered, each of its calls while it is served).",
 		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tablease_http_request_duration_seconds",

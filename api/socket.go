@@ -56,8 +56,8 @@ func (s *Server) openSocket(c echo.Context) error {
 	if err := s.sockets.Serve(c.Response(), c.Request()); err != nil {
 		return socketError(err)
 	}
-	// The socket wrote its own 101 on the connection it took over: the request's log line and
-	// metrics say so, and Echo writes nothing more.
+	// The socket wrote its own 101 on the connection it took over, which it serves from now on:
+	// the request's log line and metrics say so, and Echo writes nothing more.
 	c.Response().Status = http.StatusSwitchingProtocols
 	c.Response().Committed = true
 	return nil

@@ -26,6 +26,7 @@ func TestBrowserFilesAreServedWithTheirTypesAndHeaders(t *testing.T) {
 		{"/sdk/http.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/sse.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/stream.js", "text/javascript; charset=utf-8", false},
+		{"/sdk/socket.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/lease.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/tools.js", "text/javascript; charset=utf-8", false},
 		{"/sdk/route.js", "text/javascript; charset=utf-8", false},

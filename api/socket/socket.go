@@ -153,10 +153,10 @@ const (
 	writeBufferSize = 2 << 10
 )
 
-// Serve upgrades r to a socket and serves it until it ends. It answers an error, and does not
-// upgrade, when the request is not a WebSocket handshake this server takes (*HandshakeError), or
-// the instance has as many sockets as allowed (*LimitError) or is closing (ErrClosing); nil once
-// the socket has been served.
+// Serve upgrades r to a socket, served from then on by a goroutine of its own: the HTTP request
+// is answered (101), and its handler may return. It answers an error, and does not upgrade, when
+// the request is not a WebSocket handshake this server takes (*HandshakeError), or the instance
+// has as many sockets as allowed (*LimitError) or is closing (ErrClosing).
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) error {
 	if !websocket.IsWebSocketUpgrade(r) {
 		return &HandshakeError{Status: http.StatusBadRequest, Reason: "GET /v1/socket opens a WebSocket: the request must ask to upgrade to websocket"}
@@ -180,13 +180,15 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) error {
 	h.mu.Lock()
 	s.conn = conn
 	h.mu.Unlock()
-	// The calls' context: net/http would end the request's when the handler returns; the socket
-	// ends its own.
+	// The calls' context: net/http ends the request's when the handler returns; the socket ends
+	// its own.
 	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), carriedKey{}, true))
 	s.ctx = ctx
-	defer cancel()
-	s.run()
-	h.leave(s)
+	go func() {
+		defer cancel()
+		s.run()
+		h.leave(s)
+	}()
 	return nil
 }
 

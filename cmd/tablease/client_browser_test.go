@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tablease/tablease/internal/browsertest"
@@ -645,41 +646,25 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		}
 	})
 
-	t.Run("a renew that is never answered costs nothing: the tab keeps its lease and renews it steadily", func(t *testing.T) {
-		// A connection that went silent (a proxy holding the request, packets dropped) is played by
-		// CDP's Fetch domain: the tab's first renew is paused and never let go; every other
-		// request goes on. The client gives a renew up at half the time left before its deadline
-		// (TTL 6 s: 1.25 s), so a retry renews the lease before it can lapse. What must not happen
-		// is a tab that waits out requestTimeoutMs (10 s) and loses the lease, or one that renews
-		// no more and takes the lease again every TTL, each time under a new epoch.
+	// A connection that went silent (a proxy holding the request, packets dropped): the tab's first
+	// renew is never answered; every other call goes on. Over HTTP, CDP's Fetch domain pauses the
+	// request and never lets it go; over the lease socket, the page's WebSocket send drops the
+	// message. The client gives a renew up at half the time left before its deadline (TTL 6 s:
+	// 1.25 s), so a retry renews the lease before it can lapse. What must not happen is a tab that
+	// waits out requestTimeoutMs (10 s) and loses the lease, or one that renews no more and takes
+	// the lease again every TTL, each time under a new epoch.
+	silentRenew := func(t *testing.T, query string, holdFirstRenew func(owner demoTab) (held func() bool)) {
 		const (
 			session = "silent-renew"
 			ttl     = 6 * time.Second
 		)
 		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String()})
 		b := browsertest.Start(t)
-		owner := srv.open(b.NewTab("owner"), session)
+		owner := srv.openWith(b.NewTab("owner"), session, query)
 		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
 		first := srv.mustHold(session, owner.id)
-
-		ctx := owner.Context()
-		var held atomic.Bool
-		paused := chromedp.Events(ctx, fetch.RequestPaused)
-		go func() {
-			for ev, err := range paused {
-				if err != nil {
-					return
-				}
-				if held.CompareAndSwap(false, true) {
-					continue // the first renew: never answered
-				}
-				_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
-			}
-		}()
-		if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/lease/renew*"}}}); err != nil {
-			t.Fatalf("Fetch.enable: %v", err)
-		}
-		if _, ok := within(time.Now(), 2*ttl, held.Load); !ok {
+		held := holdFirstRenew(owner)
+		if _, ok := within(time.Now(), 2*ttl, held); !ok {
 			t.Fatalf("no renew was sent within %v; client: %v", 2*ttl, lifecycleOf(owner))
 		}
 		hung := time.Now()
@@ -709,6 +694,102 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 		if got := guardAnswer(owner); got != "ran" {
 			t.Errorf("a guarded mutation answered %s, want ran; client: %v", got, lifecycleOf(owner))
 		}
+	}
+	t.Run("a renew request that is never answered costs nothing: the tab keeps its lease and renews it steadily", func(t *testing.T) {
+		silentRenew(t, "&socket=false", func(owner demoTab) func() bool {
+			ctx := owner.Context()
+			var held atomic.Bool
+			paused := chromedp.Events(ctx, fetch.RequestPaused)
+			go func() {
+				for ev, err := range paused {
+					if err != nil {
+						return
+					}
+					if held.CompareAndSwap(false, true) {
+						continue // the first renew: never answered
+					}
+					_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+				}
+			}()
+			if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/lease/renew*"}}}); err != nil {
+				t.Fatalf("Fetch.enable: %v", err)
+			}
+			return held.Load
+		})
+	})
+	t.Run("a renew message that is never answered costs nothing: the tab keeps its lease and renews it steadily", func(t *testing.T) {
+		silentRenew(t, "", func(owner demoTab) func() bool {
+			browsertest.Eval[bool](owner, `(() => {
+				const send = WebSocket.prototype.send;
+				WebSocket.prototype.send = function (data) {
+					if (!window.renewDropped && String(data).includes('"op":"renew"')) return void (window.renewDropped = true);
+					return send.call(this, data);
+				};
+				return true;
+			})()`)
+			return func() bool { return browsertest.Eval[bool](owner, `window.renewDropped === true`) }
+		})
+	})
+
+	t.Run("an owner tab renews over a lease socket, frozen and resumed as well, and closes it at pagehide", func(t *testing.T) {
+		const (
+			session = "lease-socket"
+			ttl     = 6 * time.Second // renews every 2 s
+		)
+		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String()})
+		b := browsertest.Start(t)
+		owner := srv.open(b.NewTab("owner"), session)
+		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)
+		var overSocket, overHTTP, auths atomic.Int64
+		countSocketCalls(t, owner, "renew", &overSocket)
+		countSocketCalls(t, owner, "auth", &auths)
+		countHTTP(t, owner, "/lease/renew", &overHTTP)
+		hc := &http.Client{Timeout: 5 * time.Second}
+		sockets := func() float64 {
+			n, err := metricValue(hc, srv.base, "tablease_sockets_open")
+			if err != nil {
+				t.Fatalf("reading tablease_sockets_open: %v", err)
+			}
+			return n
+		}
+		if _, ok := within(time.Now(), 3*ttl, func() bool { return overSocket.Load() >= 2 }); !ok {
+			t.Fatalf("%d renews over the socket, %d over HTTP within %v, want 2 over the socket; client: %v", overSocket.Load(), overHTTP.Load(), 3*ttl, lifecycleOf(owner))
+		}
+		if n := overHTTP.Load(); n != 0 {
+			t.Errorf("%d renews went over HTTP while the socket was up, want none", n)
+		}
+		if n := sockets(); n != 1 {
+			t.Errorf("tablease_sockets_open is %v with one owner tab renewing, want 1", n)
+		}
+
+		browsertest.Eval[bool](owner, `(window.errors = [], tablease.on("error", (e) => errors.push(e.error.code + ": " + e.error.message)), true)`)
+		owner.Freeze()
+		owner.Resume()
+		// The page is hidden once resumed (Chromium's freeze hides it): it renews at once, with the
+		// hidden TTL, over a socket (the one it had, or a new one when Chromium closed that one).
+		before := overSocket.Load()
+		if _, ok := within(time.Now(), 3*ttl, func() bool { return overSocket.Load() > before && sockets() == 1 }); !ok {
+			t.Errorf("after resume: %d renews over a socket (%d before), %d auth messages, tablease_sockets_open %v; client: %v",
+				overSocket.Load(), before, auths.Load(), sockets(), lifecycleOf(owner))
+		}
+		if errs := browsertest.Eval[[]string](owner, `errors`); len(errs) > 0 {
+			t.Errorf("the frozen and resumed owner reported errors: %v", errs)
+		}
+		owner.WaitFor("the resumed tab to be owner", ownerJS, 2*ttl)
+		if n := overHTTP.Load(); n != 0 {
+			t.Errorf("%d renews went over HTTP, want none", n)
+		}
+
+		// Left, the page closes its socket, which keeps it eligible for the back/forward cache
+		// (Chromium does not keep a page with an open WebSocket there).
+		browsertest.Eval[bool](owner, `addEventListener("pageshow", (e) => { window.restored = e.persisted; }), true`)
+		owner.Do("leave the demo", chromedp.Navigate(srv.base+"/healthz"))
+		if _, ok := within(time.Now(), 5*time.Second, func() bool { return sockets() == 0 }); !ok {
+			t.Errorf("the socket of a page left is still open on the server (tablease_sockets_open %v)", sockets())
+		}
+		owner.Do("go back to the demo", chromedp.Evaluate[chromedp.Void]("history.back()"))
+		owner.WaitFor("the page restored from the back/forward cache", `window.restored === true`, 10*time.Second)
+		owner.WaitFor("the restored tab to be owner again", ownerJS, 3*ttl)
 	})
 
 	t.Run("a tool disabled while a viewer tab's server was out of reach is unregistered as soon as its stream is back", func(t *testing.T) {
@@ -1083,7 +1164,8 @@ func ownerBehind(t *testing.T, srv demoServer, session string, carrierTab *brows
 }
 
 // countRequests counts the requests tab sends whose URL path ends with each key, and lets them go
-// on (CDP's Fetch domain).
+// on (CDP's Fetch domain), and the messages of the same calls on its lease socket (the Network
+// domain's frames).
 func countRequests(t *testing.T, tab demoTab, counts map[string]*atomic.Int64) {
 	t.Helper()
 	ctx := tab.Context()
@@ -1108,6 +1190,56 @@ func countRequests(t *testing.T, tab demoTab, counts map[string]*atomic.Int64) {
 		patterns = append(patterns, &fetch.RequestPattern{URLPattern: "*" + suffix + "*"})
 	}
 	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
+		t.Fatalf("Fetch.enable: %v", err)
+	}
+	// The same calls over the lease socket: a message of op renew is a POST …/lease/renew.
+	for suffix, n := range counts {
+		if op, ok := strings.CutPrefix(suffix, "/lease/"); ok {
+			countSocketCalls(t, tab, op, n)
+		}
+	}
+}
+
+// countSocketCalls counts the messages of op that tab sends on its lease socket (the Network
+// domain's frames).
+func countSocketCalls(t *testing.T, tab demoTab, op string, n *atomic.Int64) {
+	t.Helper()
+	ctx := tab.Context()
+	frames := chromedp.Events(ctx, network.WebSocketFrameSent)
+	go func() {
+		for ev, err := range frames {
+			if err != nil {
+				return
+			}
+			var m struct{ Op string }
+			if ev.Response != nil && json.Unmarshal(ev.Response.PayloadData, &m) == nil && m.Op == op {
+				n.Add(1)
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatalf("Network.enable: %v", err)
+	}
+}
+
+// countHTTP counts the requests tab sends whose URL path ends with suffix (CDP's Fetch domain),
+// and lets them go on: unlike countRequests, not the same calls over the lease socket.
+func countHTTP(t *testing.T, tab demoTab, suffix string, n *atomic.Int64) {
+	t.Helper()
+	ctx := tab.Context()
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	go func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			if u, err := url.Parse(ev.Request.URL); err == nil && strings.HasSuffix(u.Path, suffix) {
+				n.Add(1)
+			}
+			_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	}()
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*" + suffix + "*"}}}); err != nil {
 		t.Fatalf("Fetch.enable: %v", err)
 	}
 }

@@ -450,7 +450,13 @@ type demoTab struct {
 // answer is in) with the event stream connected.
 func (s demoServer) open(tab *browsertest.Tab, session string) demoTab {
 	s.t.Helper()
-	tab.Do("open the demo", chromedp.Navigate(s.base+"/demo?session="+session))
+	return s.openWith(tab, session, "")
+}
+
+// openWith is open with more of the demo's query (such as "&socket=false").
+func (s demoServer) openWith(tab *browsertest.Tab, session, query string) demoTab {
+	s.t.Helper()
+	tab.Do("open the demo", chromedp.Navigate(s.base+"/demo?session="+session+query))
 	tab.WaitFor("the demo to start", `window.tablease && tablease.streamLive && `+
 		`document.querySelector('[data-field="tab-id"]').textContent === tablease.tabId`, 15*time.Second)
 	return demoTab{Tab: tab, session: session, id: browsertest.Eval[string](tab, `tablease.tabId`)}

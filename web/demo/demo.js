@@ -15,6 +15,7 @@ const sessionId = params.get("session") || "demo";
 const sub = params.get("sub") || "demo";
 const baseUrl = sameOriginBase(params.get("base")); // ?base= may name only this page's origin (a path on it)
 const streamMode = params.get("stream") === "ticket" ? "ticket" : "fetch"; // ?stream=ticket tries EventSource
+const socket = params.get("socket") !== "false"; // ?socket=false: renews and checks over HTTP only
 
 // A link must not point the demo's requests, and the tokens they carry, at another server: a base
 // of another origin is ignored.
@@ -390,6 +391,7 @@ async function main() {
     getToken,
     label: () => `Events — ${route()}`,
     stream: streamMode,
+    socket,
   });
   window.tablease = lease; // for the console and end-to-end tests
 

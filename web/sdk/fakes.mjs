@@ -157,6 +157,20 @@ export class FakeServer {
     this.tokenSeq = 0;
     this.knowsNewEpoch = true; // false: an older server, which refuses the acquire's newEpoch
     this.fetch = (url, init = {}) => this._fetch(url, init);
+    this.sockets = []; // the FakeSockets opened, in order
+    this.refuseSockets = false; // sockets close before they open, as when the server has no /v1/socket
+    const server = this;
+    /** A WebSocket constructor whose sockets reach this server (FakeSocket). */
+    this.WebSocket = class extends FakeSocket {
+      constructor(url) {
+        super(server, url);
+      }
+    };
+  }
+
+  /** Closes every open socket from the server's side (idle, shutdown). */
+  closeSockets(code = 1001) {
+    for (const s of this.sockets) if (s.readyState === 1) s.closeFromServer(code);
   }
 
   valid() {
@@ -286,7 +300,7 @@ export class FakeServer {
     const headers = { ...(init.headers ?? {}) };
     const held = this.holds.findIndex((x) => x.match === `${method} ${path}`);
     if (held >= 0) await this.holds.splice(held, 1)[0].gate;
-    const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), cache: init.cache, at: this.clock.now() };
+    const call = { method, path, query: Object.fromEntries(u.searchParams), body, headers, keepalive: Boolean(init.keepalive), cache: init.cache, at: this.clock.now(), via: init.via ?? "http" };
     this.calls.push(call);
     if (this.down) throw new TypeError("fetch failed");
     const f = this.failures.find((x) => x.match === `${method} ${path}` && x.times > 0);
@@ -493,6 +507,82 @@ export class FakeServer {
 
   callsTo(method, path) {
     return this.calls.filter((c) => c.method === method && c.path === path);
+  }
+}
+
+/**
+ * A lease socket on a FakeServer (DESIGN §3, "Lease socket"): it opens on the next microtask
+ * (or closes, when the server refuses sockets); an auth message's token is accepted unless it is
+ * the server's rejectToken; each call is served as its HTTP request (in server.calls with via
+ * "socket"), and a network failure of the server closes the socket. Messages are answered in
+ * order.
+ */
+export class FakeSocket {
+  constructor(server, url) {
+    this.server = server;
+    this.url = url;
+    this.readyState = 0;
+    this.sent = []; // the messages the client sent, parsed
+    this.token = null;
+    this._queue = Promise.resolve();
+    server.sockets.push(this);
+    queueMicrotask(() => {
+      if (this.readyState !== 0) return;
+      if (server.refuseSockets || server.down) return this._closed(1006);
+      this.readyState = 1;
+      this.onopen?.({});
+    });
+  }
+
+  send(data) {
+    if (this.readyState !== 1) throw new Error("not open");
+    const m = JSON.parse(data);
+    this.sent.push(m);
+    this._queue = this._queue.then(() => this._serve(m));
+  }
+
+  close() {
+    if (this.readyState >= 2) return;
+    this.readyState = 2;
+    queueMicrotask(() => this._closed(1000));
+  }
+
+  closeFromServer(code) {
+    this._closed(code);
+  }
+
+  _closed(code) {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    this.onclose?.({ code });
+  }
+
+  _answer(a) {
+    if (this.readyState === 1) this.onmessage?.({ data: JSON.stringify(a) });
+  }
+
+  async _serve(m) {
+    if (this.readyState !== 1) return;
+    if (m.op === "auth") {
+      if (this.server.rejectToken && m.token === this.server.rejectToken) return this._answer({ id: m.id, status: 401, body: errorBody("UNAUTHENTICATED", "expired token") });
+      this.token = m.token;
+      return this._answer({ id: m.id, status: 200, body: { sub: "user", expiresInMs: 3600000 } });
+    }
+    if (!this.token) return this._answer({ id: m.id, status: 401, body: errorBody("UNAUTHENTICATED", "auth first") });
+    const path = m.op === "acquire" ? "/lease" : `/lease/${m.op}`;
+    let res;
+    try {
+      res = await this.server._fetch(`/v1/sessions/${encodeURIComponent(m.sid)}${path}`, {
+        method: "POST", headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/json" }, body: JSON.stringify(m.body), via: "socket",
+      });
+    } catch {
+      return this._closed(1006); // the server is down
+    }
+    const text = await res.text();
+    const a = { id: m.id, status: res.status, body: text ? JSON.parse(text) : undefined };
+    const ra = res.headers.get("Retry-After");
+    if (ra != null) a.retryAfterMs = Number(ra) * 1000;
+    this._answer(a);
   }
 }
 

@@ -1,6 +1,8 @@
 // http.js — the browser client's side of the HTTP contract (docs/DESIGN.md §3): one call with
 // its token, its errors, and the retry timing that every caller shares.
 
+import { SocketFailed } from "./socket.js";
+
 /** Defaults of the TabLease options, in milliseconds. */
 export const DEFAULTS = Object.freeze({
   marginMs: 1500, // subtracted from remainingMs (capped at a quarter of the granted TTL)
@@ -114,8 +116,11 @@ export function sleep(clock, ms, signal = undefined) {
  * tells onUserChange, which starts the tab over as the new user.
  */
 export class SessionApi {
-  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "", clock = browserClock, timeoutMs = DEFAULTS.requestTimeoutMs, onUserChange = undefined }) {
+  constructor({ baseUrl, sessionId, getToken, fetch, origin = globalThis.location?.origin ?? "", clock = browserClock, timeoutMs = DEFAULTS.requestTimeoutMs, onUserChange = undefined, socket = null }) {
     this.baseUrl = baseUrl;
+    /** The lease socket that carries renews and checks when it can (socket.js); null: HTTP only.
+     *  @type {import("./socket.js").LeaseSocket | null} */
+    this.socket = socket;
     this.sessionId = sessionId;
     this._getToken = getToken;
     this._fetch = fetch;
@@ -209,7 +214,9 @@ export class SessionApi {
   }
 
   /** One call: JSON in, JSON out. Resolves {status, body, etag, token} (token: the access token
-   *  it was sent with); rejects with a TabLeaseError.
+   *  it was sent with); rejects with a TabLeaseError. A renew or a check goes over the lease
+   *  socket when there is one that can take it, else (and when the socket does not answer it) as
+   *  an HTTP request: the same call, the same answer.
    *  timeoutMs (at most the client's) bounds the request and its answer. With token, the first
    *  attempt sends it without asking getToken (a release that must not wait on it), and a 401
    *  asks getToken for a fresh one as usual, of that token's user. beforeSend, when given, runs
@@ -227,6 +234,21 @@ export class SessionApi {
       // A keepalive request outlives the page: nothing waits for it.
       const d = keepalive ? null : this.deadline("answer", undefined, Math.min(timeoutMs, this.timeoutMs));
       try {
+        const op = d && method === "POST" && query === undefined && SOCKET_CALLS[path];
+        if (op && this.socket?.usable()) {
+          let a = null;
+          try {
+            a = await this.socket.call(op, this.sessionId, body, token, d.signal);
+          } catch (e) {
+            if (d.signal.aborted) throw this.networkError(method, path, d.error, true);
+            if (!(e instanceof SocketFailed)) throw e;
+          }
+          if (a) {
+            if (a.status === 401 && attempt === 0) continue;
+            return { ...settle(a.status, a.body, a.retryAfterMs, method, path), token };
+          }
+          // The socket did not answer: the call goes over HTTP, within the same deadline.
+        }
         let res;
         try {
           res = await this._fetch(this.url(path, query), {
@@ -290,6 +312,10 @@ export class SessionApi {
   }
 }
 
+/** The calls the lease socket carries, by path: a renew and a check change nothing when made
+ *  twice, so that one the socket did not answer is made again over HTTP. */
+const SOCKET_CALLS = Object.freeze({ "/lease/renew": "renew", "/lease/check": "check" });
+
 /** Reads an answer: {status, body, etag} when it is a success, a TabLeaseError otherwise. */
 export async function readAnswer(res, method, path) {
   const etag = res.headers?.get?.("ETag") ?? null;
@@ -304,13 +330,18 @@ export async function readAnswer(res, method, path) {
       body = JSON.parse(text);
     } catch {}
   }
-  if (res.ok) {
-    if (body === null && text) throw new TabLeaseError({ status: res.status, code: "INTERNAL", message: `tablease: ${method} ${path} answered something that is not JSON`, retryable: false });
-    return { status: res.status, body: body ?? {}, etag };
+  if (res.ok && body === null && text) {
+    throw new TabLeaseError({ status: res.status, code: "INTERNAL", message: `tablease: ${method} ${path} answered something that is not JSON`, retryable: false });
   }
+  return { ...settle(res.status, body, parseRetryAfter(res.headers?.get?.("Retry-After")), method, path), etag };
+}
+
+/** The answer {status, body} of a call answered status with body (its JSON, or null), when it is
+ *  a success; a TabLeaseError otherwise (retryAfterMs: its Retry-After, or null). */
+function settle(status, body, retryAfterHeaderMs, method, path) {
+  if (status >= 200 && status < 300) return { status, body: body ?? {}, etag: null };
   const err = body?.error ?? {};
-  const retryAfterMs = parseRetryAfter(res.headers?.get?.("Retry-After")) ?? (typeof err.details?.retryAfterMs === "number" ? err.details.retryAfterMs : null);
-  const status = res.status;
+  const retryAfterMs = retryAfterHeaderMs ?? (typeof err.details?.retryAfterMs === "number" ? err.details.retryAfterMs : null);
   throw new TabLeaseError({
     status,
     code: err.code ?? (status === 404 ? "NOT_FOUND" : status >= 500 ? "UNAVAILABLE" : "HTTP_" + status),

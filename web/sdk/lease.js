@@ -37,6 +37,7 @@
 import { DEFAULTS, SessionApi, TabLeaseError, USER_CHANGED, backoffDelay, browserClock, randomId, sleep, tokenSubject } from "./http.js";
 import { defaultHubs, fetchStreamOpener, joinHub, ticketStreamOpener } from "./stream.js";
 import { catalogRoute } from "./route.js";
+import { LeaseSocket, socketUrl } from "./socket.js";
 import { mayHaveActed } from "./call.js";
 import { isReadOnlyTool } from "./tools.js";
 
@@ -147,10 +148,17 @@ export class TabLease extends EventTarget {
     this._window = options.window !== undefined ? options.window : globalThis.window ?? null;
     this._presenceOn = options.presence ?? true;
     const fetchFn = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    const origin = options.origin ?? globalThis.location?.origin ?? "";
+    // Renews and checks go over a lease socket when the browser has WebSocket and the page does
+    // not say otherwise (socket: false), HTTP otherwise and whenever the socket cannot.
+    const WebSocketFn = options.WebSocket ?? globalThis.WebSocket;
+    const url = socketUrl(this.baseUrl, origin);
+    const socket = (options.socket ?? true) && typeof WebSocketFn === "function" && url ? new LeaseSocket({ url, WebSocket: WebSocketFn, clock: this._clock }) : null;
     this._api = new SessionApi({
-      baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin: options.origin ?? globalThis.location?.origin ?? "",
+      baseUrl: this.baseUrl, sessionId, getToken, fetch: fetchFn, origin,
       clock: options.clock ?? browserClock, timeoutMs: options.requestTimeoutMs ?? DEFAULTS.requestTimeoutMs,
       onUserChange: (e, previousToken) => this._userChanged(e, previousToken),
+      socket,
     });
     const streamMode = options.stream ?? "fetch"; // "fetch" | "ticket" | false
     this._streamMode = streamMode;
@@ -384,6 +392,7 @@ export class TabLease extends EventTarget {
     // would renew the lease being given up, and pass through "unconfirmed").
     this._to("stopped", "stopped");
     this._leaveStream();
+    this._api.socket?.close();
     const token = this._api.lastToken;
     if (!away && this._presenceOn) this._unlist({ token });
     if (holding && release) await this._api.post("/lease/release", { tabId: this.tabId, epoch }, { token }).catch(() => {});
@@ -1838,6 +1847,8 @@ export class TabLease extends EventTarget {
     if (!this._running()) return;
     this._freezes++;
     this._requireConfirmAfter = Infinity;
+    // The lease socket stays: a renew on its way is answered on resume, and a socket the server
+    // closed meanwhile (idle) is replaced by the next call's.
     this._update("frozen");
   }
 
@@ -1885,6 +1896,8 @@ export class TabLease extends EventTarget {
     if (this._policy === "yield") this._policy = "auto";
     this._clearTimers();
     this._leaveStream();
+    // A page with an open WebSocket is not kept in the back/forward cache.
+    this._api.socket?.close();
     this._to("away", "pagehide");
   }
 

@@ -1,0 +1,173 @@
+// The lease socket: renews and checks over it, HTTP whenever it cannot: `node --test web/sdk/`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { TabLease } from "./tablease.js";
+import { SOCKET_RETRY_MS, socketUrl } from "./socket.js";
+import { FakeClock, FakeServer, fakeOptions, flush } from "./fakes.mjs";
+
+function setup({ server: so = {}, lease: lo = {} } = {}) {
+  const clock = new FakeClock(1000);
+  const server = new FakeServer(clock, so);
+  const lease = new TabLease(fakeOptions(server, clock, { WebSocket: server.WebSocket, origin: "http://app.test", ...lo }));
+  return { clock, server, lease };
+}
+
+const renews = (server) => server.callsTo("POST", "/lease/renew");
+
+test("the socket's URL is the server's, with ws: or wss:", () => {
+  assert.equal(socketUrl("http://tablease.test", ""), "ws://tablease.test/v1/socket");
+  assert.equal(socketUrl("https://lease.example:8443/base", ""), "wss://lease.example:8443/base/v1/socket");
+  assert.equal(socketUrl("", "https://app.example"), "wss://app.example/v1/socket");
+  assert.equal(socketUrl("", ""), "", "no origin to resolve it against: no socket");
+});
+
+test("renews go over the socket, authenticated once, with the bodies HTTP would carry", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000);
+  await clock.advance(15000);
+  const r = renews(server);
+  assert.equal(r.length, 2);
+  assert.ok(r.every((c) => c.via === "socket" && c.body.epoch === lease.epoch && c.body.tabId === lease.tabId));
+  assert.equal(server.callsTo("POST", "/lease")[0].via, "http", "the acquire goes over HTTP");
+  assert.equal(server.sockets.length, 1);
+  const [s] = server.sockets;
+  assert.equal(s.url, "ws://tablease.test/v1/socket");
+  assert.deepEqual(s.sent.map((m) => m.op), ["auth", "renew", "renew"]);
+  assert.equal(s.sent[0].token, "token-1");
+  assert.deepEqual(Object.keys(s.sent[1]).sort(), ["body", "id", "op", "sid"]);
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+  assert.equal(s.readyState, 3, "stop closes the socket");
+});
+
+test("a renew's error answer over the socket is the error HTTP would give", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  server.takeoverBy("t-other");
+  await clock.advance(15000);
+  assert.equal(renews(server).at(-1).via, "socket");
+  assert.equal(lease.role, "viewer", "LEASE_LOST over the socket ends the tab's control");
+  await lease.stop({ release: false });
+});
+
+test("a 401 over the socket asks getToken for a fresh token, sent in a new auth message", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000);
+  server.rejectToken = "token-1"; // expired on the server
+  await clock.advance(15000);
+  const [s] = server.sockets;
+  // The socket accepted token-1 before: the renew is 401; token-2 is then sent first.
+  assert.deepEqual(s.sent.map((m) => m.op + (m.token ? ":" + m.token : "")), ["auth:token-1", "renew", "renew", "auth:token-2", "renew"]);
+  assert.equal(renews(server).length, 3);
+  assert.ok(renews(server).every((c) => c.via === "socket"));
+  assert.equal(renews(server)[2].headers.Authorization, "Bearer token-2");
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("a socket that cannot open leaves renews to HTTP, and is tried again later", async () => {
+  const { clock, server, lease } = setup();
+  server.refuseSockets = true;
+  await lease.start();
+  await clock.advance(15000);
+  assert.equal(renews(server).length, 1);
+  assert.equal(renews(server)[0].via, "http");
+  await clock.advance(15000);
+  assert.equal(server.sockets.length, 1, "no new socket before the retry delay");
+  assert.equal(renews(server)[1].via, "http");
+  server.refuseSockets = false;
+  await clock.advance(SOCKET_RETRY_MS);
+  assert.ok(server.sockets.length >= 2);
+  assert.equal(renews(server).at(-1).via, "socket");
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+test("a renew the socket closed on is made over HTTP at once", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000);
+  assert.equal(renews(server)[0].via, "socket");
+  const release = server.hold("POST /lease/renew");
+  clock.advance(15000);
+  await flush();
+  server.closeSockets(1001); // the instance shuts down with the renew on its way
+  release();
+  await clock.advance(0);
+  const r = renews(server);
+  assert.equal(r.at(-1).via, "http", "made again over HTTP");
+  assert.equal(lease.role, "owner");
+  // The next renew opens a new socket.
+  await clock.advance(15000);
+  assert.equal(server.sockets.length, 2);
+  assert.equal(renews(server).at(-1).via, "socket");
+  await lease.stop({ release: false });
+});
+
+test("a frozen page keeps its socket; one the server closed meanwhile is replaced; leaving the page closes it", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000);
+  const [s] = server.sockets;
+  assert.equal(s.readyState, 1);
+  lease._document.dispatchEvent(new Event("freeze"));
+  await flush();
+  assert.equal(s.readyState, 1, "freeze keeps it");
+  lease._document.dispatchEvent(new Event("resume"));
+  await clock.advance(0);
+  assert.equal(server.sockets.length, 1);
+  assert.equal(renews(server).at(-1).via, "socket", "the renew after resume goes over it");
+  lease._document.dispatchEvent(new Event("freeze"));
+  server.closeSockets(1000); // idle while the page was frozen
+  lease._document.dispatchEvent(new Event("resume"));
+  await clock.advance(0);
+  assert.equal(server.sockets.length, 2, "the renew after resume opens another");
+  assert.equal(renews(server).at(-1).via, "socket");
+  lease._window.dispatchEvent(Object.assign(new Event("pagehide"), { persisted: true }));
+  await flush();
+  assert.equal(server.sockets[1].readyState, 3, "pagehide closes it");
+  await lease.stop({ release: false });
+});
+
+test("socket: false keeps every call on HTTP", async () => {
+  const { clock, server, lease } = setup({ lease: { socket: false } });
+  await lease.start();
+  await clock.advance(15000);
+  assert.equal(server.sockets.length, 0);
+  assert.equal(renews(server)[0].via, "http");
+  await lease.stop({ release: false });
+});
+
+test("a guarded mutation's check goes over the socket", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  await clock.advance(15000); // the socket opens with the first renew
+  lease._document.dispatchEvent(new Event("freeze"));
+  lease._document.dispatchEvent(new Event("resume"));
+  await clock.advance(0);
+  const run = lease.guard(async () => "done")();
+  await clock.advance(0);
+  assert.equal(await run, "done");
+  const checks = server.callsTo("POST", "/lease/check");
+  const confirmations = [...checks, ...renews(server)].filter((c) => c.at >= 16000);
+  assert.ok(confirmations.length > 0 && confirmations.every((c) => c.via === "socket"), "confirmed over the socket");
+  await lease.stop({ release: false });
+});
+
+test("an auth message the socket refuses leaves the call to HTTP and the socket closed", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  server.rejectToken = "token-1";
+  await clock.advance(15000);
+  const [s, s2] = server.sockets;
+  assert.deepEqual(s.sent.map((m) => m.op), ["auth", "renew"]);
+  assert.equal(s.readyState, 3);
+  // The 401 of HTTP asks for token-2, which a new socket carries.
+  assert.deepEqual(renews(server).map((c) => [c.via, c.headers.Authorization]), [["http", "Bearer token-1"], ["socket", "Bearer token-2"]]);
+  assert.deepEqual(s2.sent.map((m) => m.op + ":" + (m.token ?? "")), ["auth:token-2", "renew:"]);
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
