@@ -294,14 +294,24 @@ func (s *Server) limitFailure(c echo.Context, err error) error {
 	default:
 		return err
 	}
+	if limited := s.chargeAddress(c.Request().RemoteAddr); limited != nil {
+		c.Set(keyQuietRefusal, true)
+		return limited
+	}
+	return err
+}
+
+// chargeAddress charges a failed authentication to the per-address limit of the peer remote (a
+// request's RemoteAddr), and answers 429 RATE_LIMITED once the address has no token left; nil
+// while it has, and when the limit is off.
+func (s *Server) chargeAddress(remote string) *Error {
 	if s.ipLimit == nil {
-		return err
+		return nil
 	}
-	ok, wait, _ := s.ipLimit.allow(clientKey(c.Request().RemoteAddr))
+	ok, wait, _ := s.ipLimit.allow(clientKey(remote))
 	if ok {
-		return err
+		return nil
 	}
-	c.Set(keyQuietRefusal, true)
 	return &Error{
 		Code:       CodeRateLimited,
 		Message:    "too many failed or unauthenticated requests from this address; retry after the Retry-After delay",

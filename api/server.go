@@ -281,8 +281,7 @@ func New(opts Options) (*Server, error) {
 	if s.streams, err = newStreams(opts, now, logger, reg, s.storeCall, catalogs); err != nil {
 		return nil, err
 	}
-	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) })
-	if s.sockets, err = newSockets(opts, logger, reg, auth, cors, dispatch); err != nil {
+	if s.sockets, err = s.newSockets(opts, reg); err != nil {
 		return nil, err
 	}
 	s.echo = s.newEcho()

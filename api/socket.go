@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -27,21 +26,15 @@ import (
 // a bearer token is; what package socket refuses is mapped to the error answers here, as
 // events.go maps what package stream refuses.
 
-// newSockets builds the socket handler; dispatch serves the calls (the server's Echo).
-func newSockets(opts Options, log *slog.Logger, reg prometheus.Registerer, auth *authenticator, cors *corsPolicy, dispatch http.Handler) (*socket.Handler, error) {
+// newSockets builds the socket handler of s, whose calls go through s.echo.
+func (s *Server) newSockets(opts Options, reg prometheus.Registerer) (*socket.Handler, error) {
 	h, err := socket.New(socket.Config{
-		Dispatch: dispatch,
-		Verify: func(ctx context.Context, token string) (string, time.Time, error) {
-			p, err := auth.verify(ctx, token)
-			if err != nil {
-				return "", time.Time{}, err
-			}
-			return p.Sub, p.Expires, nil
-		},
+		Dispatch:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }),
+		Verify:      s.verifySocketToken,
 		Decode:      decodeMessage,
 		Answer:      socketAnswer,
-		CheckOrigin: func(r *http.Request) bool { return socketOrigin(r, cors) },
-		Logger:      log,
+		CheckOrigin: func(r *http.Request) bool { return socketOrigin(r, s.cors) },
+		Logger:      s.log,
 		Registerer:  reg,
 		Options:     opts.Sockets,
 	})
@@ -49,6 +42,22 @@ func newSockets(opts Options, log *slog.Logger, reg prometheus.Registerer, auth 
 		return nil, fmt.Errorf("api: Options.Sockets: %w", err)
 	}
 	return h, nil
+}
+
+// verifySocketToken verifies the token of an auth message as a bearer token is; a token refused
+// (401) is charged to the per-address limit of the socket's peer, as a request that fails
+// authentication is (limitFailure).
+func (s *Server) verifySocketToken(ctx context.Context, token, remote string) (string, time.Time, error) {
+	p, err := s.auth.verify(ctx, token)
+	if err != nil {
+		if code := errorFor(err).Code; code == CodeUnauthenticated || code == CodeAuthUnavailable {
+			if limited := s.chargeAddress(remote); limited != nil {
+				return "", time.Time{}, limited
+			}
+		}
+		return "", time.Time{}, err
+	}
+	return p.Sub, p.Expires, nil
 }
 
 // openSocket serves GET /v1/socket.

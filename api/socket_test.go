@@ -276,3 +276,22 @@ func TestSocketsEndWhenNotUsed(t *testing.T) {
 		t.Fatalf("auth after the idle socket ended answered %d %s", r.Status, r.Body)
 	}
 }
+
+// TestSocketAuthFailuresCountAgainstTheAddress: an auth message whose token is refused is charged
+// to the per-address limit, as a request that fails authentication is, so that a socket is no way
+// around it.
+func TestSocketAuthFailuresCountAgainstTheAddress(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.IPRateLimit = 1 }) // burst 2
+	srv := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(srv.Close)
+	conn := dialSocket(t, srv, nil)
+	for i, want := range []int{401, 401, 429} {
+		r := exchange(t, conn, fmt.Sprintf(`{"id":%d,"op":"auth","token":"not-a-token"}`, i))
+		if r.Status != want || (want == 429 && !strings.Contains(string(r.Body), `"limit":"ip"`)) {
+			t.Fatalf("bad auth message %d answered %d %s, want %d", i, r.Status, r.Body, want)
+		}
+	}
+	// The address is out of tokens for HTTP too.
+	rec := h.do(request{method: http.MethodPost, path: leasePath("s") + "/renew", token: "not-a-token", body: `{}`, remote: "127.0.0.1:1"})
+	wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited)
+}

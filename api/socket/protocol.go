@@ -202,7 +202,7 @@ func (s *socket) auth(m *Message) []byte {
 	case m.SID != "" || m.Body != nil:
 		return s.refuse(m.ID, &lease.InvalidError{Field: "op", Reason: "an auth message carries a token only"})
 	}
-	sub, until, err := s.h.cfg.Verify(s.ctx, m.Token)
+	sub, until, err := s.h.cfg.Verify(s.ctx, m.Token, s.remote)
 	if err != nil {
 		return s.refuse(m.ID, err)
 	}

@@ -75,9 +75,10 @@ func (o Options) withDefaults() (Options, error) {
 type Config struct {
 	// Dispatch serves each call as the HTTP request it stands for. Required.
 	Dispatch http.Handler
-	// Verify checks the access token of an auth message: it answers the user it names and until
-	// when it is valid, or the error to answer the message with. Required.
-	Verify func(ctx context.Context, token string) (sub string, until time.Time, err error)
+	// Verify checks the access token of an auth message of a socket opened from remote (the
+	// handshake's RemoteAddr): it answers the user it names and until when it is valid, or the
+	// error to answer the message with. Required.
+	Verify func(ctx context.Context, token, remote string) (sub string, until time.Time, err error)
 	// Decode decodes a message strictly, as the API decodes request bodies. Required.
 	Decode func(data []byte, m *Message) error
 	// Answer renders an error as the API answers it: its status and its JSON body. It renders

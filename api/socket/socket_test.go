@@ -17,7 +17,7 @@ import (
 func testConfig(dispatch http.HandlerFunc) Config {
 	return Config{
 		Dispatch: dispatch,
-		Verify: func(_ context.Context, token string) (string, time.Time, error) {
+		Verify: func(_ context.Context, token, _ string) (string, time.Time, error) {
 			return token, time.Now().Add(time.Hour), nil
 		},
 		Decode: func(data []byte, m *Message) error { return json.Unmarshal(data, m) },
