@@ -481,9 +481,15 @@ func fieldError(field, reason string) *Error {
 }
 
 // pathParam is the decoded path parameter name; a malformed escape is left as it is, for
-// ValidateID to refuse.
+// ValidateID to refuse. Echo routes on the path as sent (URL.RawPath) when net/http kept it, that
+// is when it is not the default encoding of the decoded path, and its parameters are then still
+// encoded; otherwise on the decoded path, whose parameters must not be decoded again (a%2541 is
+// a%41, not aA).
 func pathParam(c echo.Context, name string) string {
 	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v
+	}
 	if d, err := url.PathUnescape(v); err == nil {
 		return d
 	}

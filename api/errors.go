@@ -257,6 +257,15 @@ type errorJSON struct {
 	Details   map[string]any `json:"details"`
 }
 
+// retryAfterHeader is the Retry-After header of e (whole seconds, rounded up); "" when it has
+// none.
+func (e *Error) retryAfterHeader() string {
+	if e.RetryAfter <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10)
+}
+
 // body is the JSON error shape of e.
 func (e *Error) body() errorBody {
 	details := e.Details
@@ -303,7 +312,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	// and may come before the handler that would have said how its answers are cached.
 	h.Set(echo.HeaderCacheControl, "no-store")
 	if ae.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
+		h.Set("Retry-After", ae.retryAfterHeader())
 	}
 	if ae.Code == CodeUnauthenticated {
 		h.Set("WWW-Authenticate", `Bearer realm="tablease"`)

@@ -204,6 +204,14 @@ func TestPercentEncodedSessionIDsAreDecoded(t *testing.T) {
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"role":"owner"`) {
 		t.Fatalf("doc:1 and doc%%3A1 must name the same session: %d %s", rec.Code, rec.Body)
 	}
+	// Decoded once: a%2541 is the session a%41, which is no identifier, and not aA.
+	alice := h.token("alice")
+	for _, path := range []string{"/v1/sessions/a%2541/lease", "/v1/sessions/a%41%2541/lease"} {
+		e := wantError(t, h.post(path, alice, `{"tabId":"t1"}`), http.StatusBadRequest, CodeInvalidArgument)
+		if e.Error.Details["field"] != "sessionId" {
+			t.Fatalf("%s: %v, want sessionId refused", path, e.Error)
+		}
+	}
 }
 
 // After a store lost data, a holder may hold its lease below an epoch it had minted; asking for a

@@ -60,9 +60,23 @@ func (s *Server) verifySocketToken(ctx context.Context, token, remote string) (s
 	return p.Sub, p.Expires, nil
 }
 
-// openSocket serves GET /v1/socket.
+// openSocket serves GET /v1/socket. Its handshake carries no credential: one in the URL is
+// refused as on every route, and so is an Authorization header, which the socket would not use.
 func (s *Server) openSocket(c echo.Context) error {
-	if err := s.sockets.Serve(c.Response(), c.Request()); err != nil {
+	req := c.Request()
+	if req.URL.RawQuery != "" {
+		q := req.URL.Query()
+		if q.Has("access_token") || q.Has("token") {
+			return unauthenticated(`tokens in URLs are refused; send the access token in the socket's first message, {"op":"auth","token":…}`)
+		}
+		if q.Has("ticket") {
+			return unauthenticated(`an event ticket opens GET …/events only; send the access token in the socket's first message, {"op":"auth","token":…}`)
+		}
+	}
+	if req.Header.Get(echo.HeaderAuthorization) != "" {
+		return unauthenticated(`the socket's handshake takes no credential; send the access token in its first message, {"op":"auth","token":…}`)
+	}
+	if err := s.sockets.Serve(c.Response(), req); err != nil {
 		return socketError(err)
 	}
 	// The socket wrote its own 101 on the connection it took over, which it serves from now on:
@@ -73,13 +87,23 @@ func (s *Server) openSocket(c echo.Context) error {
 }
 
 // decodeMessage decodes a socket message strictly, as request bodies are: its compact form
-// (compactMessage) without encoding/json, any other with the general decoder.
+// (compactMessage) without encoding/json, any other with the general decoder. A message refused
+// keeps its id, when it is a JSON object that gives one once (a null elsewhere, say), for its
+// answer to echo.
 func decodeMessage(data []byte, m *socket.Message) error {
 	if compactMessage(data, m) {
 		return nil
 	}
 	*m = socket.Message{}
-	return decodeAny(data, m)
+	err := decodeAny(data, m)
+	if err != nil {
+		*m = socket.Message{}
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(data, &fields) == nil && jsontext.RepeatedKey(data) != "id" {
+			m.ID = fields["id"]
+		}
+	}
+	return err
 }
 
 // bodyKey starts the body of a message in its compact form.
@@ -126,11 +150,12 @@ func socketOrigin(r *http.Request, cors *corsPolicy) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
-// socketAnswer is an error as a socket answers it: the status and JSON body of the HTTP answer.
-func socketAnswer(err error) (int, []byte) {
+// socketAnswer is an error as a socket answers it: the status, JSON body and Retry-After of the
+// HTTP answer.
+func socketAnswer(err error) (int, []byte, string) {
 	ae := errorFor(socketError(err))
 	body, _ := json.Marshal(ae.body())
-	return ae.Status(), body
+	return ae.Status(), body, ae.retryAfterHeader()
 }
 
 // socketError maps what package socket refuses to its answer; other errors pass.
@@ -156,7 +181,9 @@ func socketError(err error) error {
 			RetryAfter: socketLimitRetryAfter,
 		}
 	case errors.As(err, &handshake) && handshake.Status == http.StatusForbidden:
-		return forbidden(handshake.Reason)
+		e := forbidden(handshake.Reason)
+		e.Details = map[string]any{"reason": "origin_not_allowed"} // as a CORS preflight's
+		return e
 	case errors.As(err, &handshake):
 		return errInvalid(handshake.Reason)
 	}

@@ -167,8 +167,12 @@ func TestSocketRefusesWhatItCannotServe(t *testing.T) {
 		{`{"op":"auth","token":"` + alice + `"}`, 400, CodeInvalidArgument, "null"}, // no id
 		{`{"id":{},"op":"auth","token":"` + alice + `"}`, 400, CodeInvalidArgument, "null"},
 		{`{"id":1,"id":2,"op":"auth","token":"` + alice + `"}`, 400, CodeInvalidArgument, "null"},
-		{`{"id":"` + strings.Repeat("x", 70) + `","op":"renew","sid":"s"}`, 400, CodeInvalidArgument, "null"},
-		{`{"id":4,"op":"auth","token":"` + alice + `","extra":1}`, 400, CodeInvalidArgument, "null"},
+		{`{"id":"` + strings.Repeat("x", 65) + `","op":"renew","sid":"s"}`, 400, CodeInvalidArgument, "null"},
+		{`{"id":"` + strings.Repeat("x", 64) + `","op":"renew","sid":"s"}`, 401, CodeUnauthenticated, `"` + strings.Repeat("x", 64) + `"`},
+		{`{"id":3,"op":"renew","sid":"s","body":null}`, 400, CodeInvalidArgument, "3"}, // read, but for the null
+		{`{"id":"n","op":null}`, 400, CodeInvalidArgument, `"n"`},
+		{`{"id":3,"op":"auth","sid":"s","token":"` + alice + `"}`, 400, CodeInvalidArgument, "3"},
+		{`{"id":4,"op":"auth","token":"` + alice + `","extra":1}`, 400, CodeInvalidArgument, "4"},
 		{`{"id":5,"op":"auth","token":"` + alice + `"}`, 200, "", "5"},
 		{`{"id":6,"op":"delete","sid":"s"}`, 400, CodeInvalidArgument, "6"},
 		{`{"id":7,"op":"renew","body":{"tabId":"t"}}`, 400, CodeInvalidArgument, "7"},
@@ -211,9 +215,23 @@ func TestSocketHandshakeRefusalsAreAPIErrors(t *testing.T) {
 	srv := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(srv.Close)
 	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/socket"
+	// A credential in the handshake, which takes none.
+	alice := h.token("alice")
+	for _, c := range []struct {
+		url    string
+		header http.Header
+	}{
+		{url + "?token=" + alice, nil}, {url + "?access_token=" + alice, nil}, {url + "?ticket=x", nil},
+		{url, http.Header{"Authorization": {"Bearer " + alice}}},
+	} {
+		_, res, err := websocket.DefaultDialer.Dial(c.url, c.header)
+		if err == nil || res == nil || res.StatusCode != http.StatusUnauthorized || !strings.Contains(readAll(res), `"op\":\"auth`) {
+			t.Fatalf("a handshake with a credential (%s %v): %v %v", c.url, c.header, err, res)
+		}
+	}
 	// A page of an origin that may not call /v1.
 	_, res, err := websocket.DefaultDialer.Dial(url, http.Header{"Origin": {"https://evil.example"}})
-	if err == nil || res == nil || res.StatusCode != http.StatusForbidden || !strings.Contains(readAll(res), `"code":"FORBIDDEN"`) {
+	if err == nil || res == nil || res.StatusCode != http.StatusForbidden || !strings.Contains(readAll(res), `"reason":"origin_not_allowed"`) {
 		t.Fatalf("another origin's page: %v %v", err, res)
 	}
 	// A page of an allowed origin, up to the instance's limit of one socket.
@@ -259,7 +277,8 @@ func TestSocketsEndWhenNotUsed(t *testing.T) {
 		t.Fatalf("auth answered %d %s", r.Status, r.Body)
 	}
 	second := dialSocket(t, srv, nil)
-	if r := exchange(t, second, `{"id":1,"op":"auth","token":"`+alice+`"}`); r.Status != 429 || !strings.Contains(string(r.Body), `"limit":"sockets_user"`) {
+	if r := exchange(t, second, `{"id":1,"op":"auth","token":"`+alice+`"}`); r.Status != 429 || !strings.Contains(string(r.Body), `"limit":"sockets_user"`) ||
+		r.RetryAfterMs == nil || *r.RetryAfterMs != 5000 {
 		t.Fatalf("a second socket of the user answered %d %s, want 429", r.Status, r.Body)
 	}
 	if code, reason := closeOf(t, conn); code != websocket.CloseNormalClosure || reason != "idle" {

@@ -38,7 +38,7 @@ import (
 // and the envelope. A longer one closes the socket with code 1009.
 const maxMessageBytes = 24 << 10
 
-// maxIDLen bounds a message's id as written.
+// maxIDLen bounds a message's id as written (a string's between its quotes).
 const maxIDLen = 64
 
 // Message is what a client sends.
@@ -159,7 +159,11 @@ func (s *socket) stop(conn *websocket.Conn) {
 func (s *socket) serve(data []byte) []byte {
 	var m Message
 	if err := s.h.cfg.Decode(data, &m); err != nil {
-		return s.refuse(nil, err)
+		id := m.ID
+		if validID(id) != nil {
+			id = nil
+		}
+		return s.refuse(id, err)
 	}
 	if err := validID(m.ID); err != nil {
 		return s.refuse(nil, err)
@@ -181,12 +185,16 @@ func (s *socket) serve(data []byte) []byte {
 	return s.call(&m, route)
 }
 
-// validID checks the id of a message: a number or a string, at most maxIDLen bytes.
+// validID checks the id of a message: a number or a string, at most maxIDLen bytes as written.
 func validID(id json.RawMessage) error {
+	n := len(id)
+	if n > 0 && id[0] == '"' {
+		n -= 2
+	}
 	switch {
 	case len(id) == 0:
 		return &lease.InvalidError{Field: "id", Reason: "is required: a number or a string that the answer echoes"}
-	case len(id) > maxIDLen:
+	case n > maxIDLen:
 		return &lease.InvalidError{Field: "id", Reason: "must be at most " + strconv.Itoa(maxIDLen) + " bytes"}
 	case id[0] == '"', id[0] == '-', id[0] >= '0' && id[0] <= '9':
 		return nil
@@ -199,8 +207,10 @@ func (s *socket) auth(m *Message) []byte {
 	switch {
 	case m.Token == "":
 		return s.refuse(m.ID, &lease.InvalidError{Field: "token", Reason: "is required in an auth message"})
-	case m.SID != "" || m.Body != nil:
-		return s.refuse(m.ID, &lease.InvalidError{Field: "op", Reason: "an auth message carries a token only"})
+	case m.SID != "":
+		return s.refuse(m.ID, &lease.InvalidError{Field: "sid", Reason: "is not taken by an auth message, which carries a token only"})
+	case m.Body != nil:
+		return s.refuse(m.ID, &lease.InvalidError{Field: "body", Reason: "is not taken by an auth message, which carries a token only"})
 	}
 	sub, until, err := s.h.cfg.Verify(s.ctx, m.Token, s.remote)
 	if err != nil {
@@ -244,12 +254,12 @@ func (s *socket) call(m *Message, route callRoute) []byte {
 
 // refuse answers a message with err, rendered as the API renders it.
 func (s *socket) refuse(id json.RawMessage, err error) []byte {
-	status, body := s.h.cfg.Answer(err)
-	return s.answer(id, status, body, "")
+	status, body, retryAfter := s.h.cfg.Answer(err)
+	return s.answer(id, status, body, retryAfter)
 }
 
-// answer is the answer to message id: its status, its body (JSON, or empty), and the delay of a
-// Retry-After header in seconds.
+// answer is the answer to message id: its status, its body (JSON, or empty), and the value of
+// the Retry-After header the HTTP answer had (delay-seconds), if any.
 func (s *socket) answer(id json.RawMessage, status int, body []byte, retryAfter string) []byte {
 	b := append(s.out[:0], `{"id":`...)
 	if id == nil {

@@ -79,12 +79,14 @@ type Config struct {
 	// handshake's RemoteAddr): it answers the user it names and until when it is valid, or the
 	// error to answer the message with. Required.
 	Verify func(ctx context.Context, token, remote string) (sub string, until time.Time, err error)
-	// Decode decodes a message strictly, as the API decodes request bodies. Required.
+	// Decode decodes a message strictly, as the API decodes request bodies. When it refuses one,
+	// it leaves in m.ID the message's id if the message gives one (once), for the answer to echo.
+	// Required.
 	Decode func(data []byte, m *Message) error
-	// Answer renders an error as the API answers it: its status and its JSON body. It renders
-	// the errors of this package (*InvalidError, *AuthError, *LimitError, ErrClosing) and those
-	// of Verify and Decode. Required.
-	Answer func(err error) (status int, body []byte)
+	// Answer renders an error as the API answers it: its status, its JSON body and the value of
+	// its Retry-After header ("" without). It renders the errors of this package (*AuthError,
+	// *LimitError, ErrClosing, lease.InvalidError) and those of Verify and Decode. Required.
+	Answer func(err error) (status int, body []byte, retryAfter string)
 	// CheckOrigin says whether a browser page of the request's Origin may open a socket; a
 	// request without Origin (not a browser's) is not asked about. Required.
 	CheckOrigin func(r *http.Request) bool

@@ -21,9 +21,9 @@ func testConfig(dispatch http.HandlerFunc) Config {
 			return token, time.Now().Add(time.Hour), nil
 		},
 		Decode: func(data []byte, m *Message) error { return json.Unmarshal(data, m) },
-		Answer: func(err error) (int, []byte) {
+		Answer: func(err error) (int, []byte, string) {
 			body, _ := json.Marshal(map[string]string{"error": err.Error()})
-			return http.StatusBadRequest, body
+			return http.StatusBadRequest, body, ""
 		},
 		CheckOrigin: func(*http.Request) bool { return false },
 	}

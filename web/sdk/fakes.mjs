@@ -159,6 +159,10 @@ export class FakeServer {
     this.fetch = (url, init = {}) => this._fetch(url, init);
     this.sockets = []; // the FakeSockets opened, in order
     this.refuseSockets = false; // sockets close before they open, as when the server has no /v1/socket
+    // How new sockets behave otherwise: "normal"; "hang" (never open: a proxy holding the
+    // handshake); "error" (err and never tell a close, as a page's CSP makes them); "silent"
+    // (open, and never answer).
+    this.socketBehaviour = "normal";
     const server = this;
     /** A WebSocket constructor whose sockets reach this server (FakeSocket). */
     this.WebSocket = class extends FakeSocket {
@@ -526,8 +530,13 @@ export class FakeSocket {
     this.token = null;
     this._queue = Promise.resolve();
     server.sockets.push(this);
+    this.behaviour = server.socketBehaviour;
     queueMicrotask(() => {
-      if (this.readyState !== 0) return;
+      if (this.readyState !== 0 || this.behaviour === "hang") return;
+      if (this.behaviour === "error") {
+        this.readyState = 3;
+        return this.onerror?.({});
+      }
       if (server.refuseSockets || server.down) return this._closed(1006);
       this.readyState = 1;
       this.onopen?.({});
@@ -562,7 +571,7 @@ export class FakeSocket {
   }
 
   async _serve(m) {
-    if (this.readyState !== 1) return;
+    if (this.readyState !== 1 || this.behaviour === "silent") return;
     if (m.op === "auth") {
       if (this.server.rejectToken && m.token === this.server.rejectToken) return this._answer({ id: m.id, status: 401, body: errorBody("UNAUTHENTICATED", "expired token") });
       this.token = m.token;

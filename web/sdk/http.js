@@ -1,8 +1,6 @@
 // http.js — the browser client's side of the HTTP contract (docs/DESIGN.md §3): one call with
 // its token, its errors, and the retry timing that every caller shares.
 
-import { SocketFailed } from "./socket.js";
-
 /** Defaults of the TabLease options, in milliseconds. */
 export const DEFAULTS = Object.freeze({
   marginMs: 1500, // subtracted from remainingMs (capped at a quarter of the granted TTL)
@@ -236,12 +234,15 @@ export class SessionApi {
       try {
         const op = d && method === "POST" && query === undefined && SOCKET_CALLS[path];
         if (op && this.socket?.usable()) {
+          // The socket gets half the call's time: one that does not answer by then (it does not
+          // open, or is stalled) leaves the other half to HTTP.
+          const budgetMs = Math.max(1, Math.floor(Math.min(timeoutMs, this.timeoutMs) / 2));
           let a = null;
           try {
-            a = await this.socket.call(op, this.sessionId, body, token, d.signal);
-          } catch (e) {
+            a = await this.socket.call(op, this.sessionId, body, token, d.signal, budgetMs);
+          } catch {
             if (d.signal.aborted) throw this.networkError(method, path, d.error, true);
-            if (!(e instanceof SocketFailed)) throw e;
+            // (SocketFailed, the one other way call ends: HTTP below.)
           }
           if (a) {
             if (a.status === 401 && attempt === 0) continue;

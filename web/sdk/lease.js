@@ -1897,12 +1897,13 @@ export class TabLease extends EventTarget {
     this._clearTimers();
     this._leaveStream();
     // A page with an open WebSocket is not kept in the back/forward cache.
-    this._api.socket?.close();
+    this._api.socket?.suspend();
     this._to("away", "pagehide");
   }
 
   _onPageShow() {
     if (this._state !== "away") return;
+    this._api.socket?.resume();
     this._requireConfirmAfter = this._clock.now();
     this._to("viewer", "resumed");
     this._update("resumed");

@@ -10,7 +10,7 @@ export const SOCKET_RETRY_MS = 60000;
 const SOCKET_RETRY_MAX_MS = 10 * 60000;
 
 /** The error of a call the socket did not answer: the caller makes it over HTTP. */
-export class SocketFailed extends Error {}
+class SocketFailed extends Error {}
 
 /** The URL of the lease socket of the server at baseUrl ("" for the page's origin), or "" when
  *  it cannot be made (no page origin to resolve it against). */
@@ -33,51 +33,76 @@ export class LeaseSocket {
     this._clock = clock;
     this._ws = null;
     this._opening = null; // the promise of the socket being opened
+    this._giveUpOpening = null; // rejects it
     this._token = null; // the access token of the last auth message sent on this socket
     this._pending = new Map(); // id → {resolve, reject}
     this._nextId = 1;
     this._retryAt = 0; // no socket is tried before then
     this._failures = 0; // sockets in a row that could not open or refused the token
+    this._suspended = false; // between suspend() and resume()
   }
 
   /** Whether calls may try the socket now. */
   usable() {
-    return Boolean(this._url && this._WebSocket) && this._clock.now() >= this._retryAt;
+    return Boolean(this._url && this._WebSocket) && !this._suspended && this._clock.now() >= this._retryAt;
+  }
+
+  /** The page is left (pagehide): the socket is closed, and no call opens another until resume()
+   *  (pageshow): a call still on its way goes over HTTP, and a page with an open WebSocket would
+   *  not be kept in the back/forward cache. */
+  suspend() {
+    this._suspended = true;
+    this.close();
+  }
+
+  resume() {
+    this._suspended = false;
   }
 
   /** Makes the call op of session sid with body and the access token: resolves {status, body,
    *  retryAfterMs} as the server answered it (an error status included); rejects with
-   *  SocketFailed when the socket did not answer, or signal's reason when signal aborted first
-   *  (the socket is then closed: a call it does not answer in time says it is stalled). */
-  async call(op, sid, body, token, signal) {
-    const ws = await this._open(signal);
-    const answers = [];
-    if (this._token !== token) {
-      this._token = token;
-      answers.push(this._send(ws, { op: "auth", token }).then((a) => {
-        // Refused, the call's answer is never read: HTTP makes it. An expired token (401) is
-        // replaced by the next attempt's fresh one, which a new socket may carry at once.
-        if (a.status === 401) this.close();
-        else if (a.status !== 200) this._failed();
-      }));
-    }
-    const answer = this._send(ws, { op, sid, body });
-    answers.push(answer);
+   *  SocketFailed when the socket did not answer within budgetMs (it did not open, closed,
+   *  refused the token, or is stalled), or with signal's reason when signal aborted first.
+   *  Nothing else. A socket that did not open or answer in time is given up: HTTP carries the
+   *  calls for a while. */
+  async call(op, sid, body, token, signal, budgetMs) {
     let onAbort = () => {};
+    let timer = null;
     const ended = new Promise((_, reject) => {
       onAbort = () => reject(signal.reason);
       if (signal?.aborted) onAbort();
       else signal?.addEventListener("abort", onAbort, { once: true });
+      timer = this._clock.setTimeout(() => {
+        this._failed();
+        reject(new SocketFailed(`the lease socket did not answer within ${budgetMs} ms`));
+      }, budgetMs);
     });
     try {
+      const ws = await Promise.race([this._open(), ended]);
+      const answers = [];
+      if (this._token !== token) {
+        this._token = token;
+        answers.push(this._send(ws, { op: "auth", token }).then((a) => {
+          // Refused, the call's answer is never read: HTTP makes it. An expired token (401) is
+          // replaced by the next attempt's fresh one, which a new socket may carry at once.
+          if (a.status === 401) this.close();
+          else if (a.status !== 200) this._failed();
+        }));
+      }
+      const answer = this._send(ws, { op, sid, body });
+      answers.push(answer);
       await Promise.race([Promise.all(answers), ended]);
+      return await answer;
     } catch (e) {
-      if (signal?.aborted) this.close();
-      throw e;
+      if (signal?.aborted) {
+        this.close(); // a call it did not answer in time: it is stalled
+        throw signal.reason;
+      }
+      throw e instanceof SocketFailed ? e : new SocketFailed(`the lease socket failed: ${e?.message ?? e}`);
     } finally {
+      this._clock.clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
     }
-    return answer;
   }
 
   /** Closes the socket (the page is frozen or left, or the client stopped): the calls waiting
@@ -86,6 +111,8 @@ export class LeaseSocket {
     const ws = this._ws;
     this._ws = null;
     this._opening = null;
+    this._giveUpOpening?.();
+    this._giveUpOpening = null;
     this._token = null;
     for (const p of this._pending.values()) p.reject(new SocketFailed("the lease socket was closed"));
     this._pending.clear();
@@ -115,7 +142,10 @@ export class LeaseSocket {
     });
   }
 
-  _open(signal) {
+  /** The open socket: resolves once it is open; rejects with SocketFailed when it cannot be made,
+   *  or errs or closes before it opens (refused, no server, a CSP that forbids it), and when it is
+   *  closed meanwhile. */
+  _open() {
     if (this._ws && this._ws.readyState === 1) return Promise.resolve(this._ws);
     if (this._opening) return this._opening;
     if (this._ws) this.close(); // closing, its close not yet told: its calls fail now
@@ -128,29 +158,26 @@ export class LeaseSocket {
     }
     this._ws = ws;
     const opening = new Promise((resolve, reject) => {
-      const onAbort = () => {
-        if (this._ws === ws) this.close();
-        reject(signal.reason);
-      };
-      signal?.addEventListener("abort", onAbort, { once: true });
+      this._giveUpOpening = () => reject(new SocketFailed("the lease socket was closed before it opened"));
       ws.onopen = () => {
-        signal?.removeEventListener("abort", onAbort);
         if (this._ws !== ws) return;
         this._opening = null;
+        this._giveUpOpening = null;
         this._failures = 0;
         resolve(ws);
       };
-      ws.onclose = () => {
-        signal?.removeEventListener("abort", onAbort);
+      // A socket that errs or closes before it opens fails, and HTTP carries the calls for a
+      // while (a socket refused by the page's CSP errs and may never tell its close); one that
+      // was open is replaced by the next call's (idle, shutdown, the network).
+      const ended = () => {
         if (this._ws !== ws) return;
-        if (this._opening === opening) {
-          this._failed(); // never opened: refused, or no server
-          reject(new SocketFailed("the lease socket could not open"));
-        } else {
-          this.close(); // idle, shutdown, the network: the next call opens another
-        }
+        if (this._opening) this._failed();
+        else this.close();
       };
+      ws.onerror = ended;
+      ws.onclose = ended;
     });
+    opening.catch(() => {}); // (a caller that gave up does not await it)
     ws.onmessage = (e) => {
       if (this._ws !== ws) return;
       let a = null;

@@ -129,6 +129,11 @@ test("a frozen page keeps its socket; one the server closed meanwhile is replace
   lease._window.dispatchEvent(Object.assign(new Event("pagehide"), { persisted: true }));
   await flush();
   assert.equal(server.sockets[1].readyState, 3, "pagehide closes it");
+  assert.equal(lease._api.socket.usable(), false, "and none is opened while the page is away");
+  lease._window.dispatchEvent(new Event("pageshow"));
+  await clock.advance(15000);
+  assert.equal(server.sockets.length, 3, "back from the cache, the next renew opens one");
+  assert.equal(renews(server).at(-1).via, "socket");
   await lease.stop({ release: false });
 });
 
@@ -169,5 +174,48 @@ test("an auth message the socket refuses leaves the call to HTTP and the socket 
   assert.deepEqual(renews(server).map((c) => [c.via, c.headers.Authorization]), [["http", "Bearer token-1"], ["socket", "Bearer token-2"]]);
   assert.deepEqual(s2.sent.map((m) => m.op + ":" + (m.token ?? "")), ["auth:token-2", "renew:"]);
   assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
+
+for (const [behaviour, what] of [
+  ["hang", "a socket whose handshake is never answered"],
+  ["error", "a socket the page's CSP forbids (an error, and no close)"],
+  ["silent", "a socket that opens and never answers"],
+]) {
+  test(`${what} costs a renew half its time, not the lease: HTTP makes it, and carries the next ones`, async () => {
+    const { clock, server, lease } = setup();
+    const errors = [];
+    lease.on("error", ({ error }) => errors.push(error));
+    await lease.start();
+    server.socketBehaviour = behaviour;
+    const epoch = lease.epoch;
+    await clock.advance(15000); // the renew is due; it waits for the socket at most 5 s
+    await clock.advance(5000);
+    assert.deepEqual(renews(server).map((c) => c.via), ["http"], "made over HTTP within its deadline");
+    assert.equal(lease.role, "owner");
+    assert.equal(lease.epoch, epoch);
+    await clock.advance(30000);
+    assert.deepEqual(renews(server).map((c) => c.via), ["http", "http", "http"], "HTTP carries the next renews");
+    assert.equal(server.sockets.length, 1, "no other socket is tried meanwhile");
+    assert.deepEqual(errors, [], "no error event: every renew was answered");
+    assert.equal(lease.epoch, epoch);
+    await lease.stop({ release: false });
+  });
+}
+
+test("calls that share a socket which fails to open all go over HTTP", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  server.socketBehaviour = "hang";
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error));
+  const a = lease.check();
+  const b = lease.check();
+  await clock.advance(6000);
+  assert.equal(await a, true);
+  assert.equal(await b, true);
+  assert.deepEqual(server.callsTo("POST", "/lease/check").map((c) => c.via), ["http", "http"]);
+  assert.equal(lease.role, "owner");
+  assert.deepEqual(errors, []);
   await lease.stop({ release: false });
 });
