@@ -18,21 +18,10 @@ import (
 	"github.com/tablease/tablease/lease"
 )
 
-// # The protocol (normative copy: docs/DESIGN.md §3, "Lease socket")
-//
-// Each message is a text frame holding one JSON object, answered by one text frame, in order:
-//
-//	{"id":1,"op":"auth","token":"<access token>"}          → {"id":1,"status":200,"body":{"sub":"alice","expiresInMs":3599000}}
-//	{"id":2,"op":"renew","sid":"s1","body":{"tabId":"t1","epoch":3}} → {"id":2,"status":200,"body":{…the lease…}}
-//
-// id is the client's (a number or a string, at most 64 bytes), echoed; null in the answer to a
-// message that could not be read. op is auth, or a call: acquire, renew, release and check are the
-// POSTs of /v1/sessions/{sid}/lease, …/renew, …/release and …/check with body as their request
-// body. The answer holds the status and body
-// the HTTP request would have been answered with, and retryAfterMs when it would have carried
-// Retry-After. A call is made with the token of the last auth message that was accepted, as its
-// Authorization header; until one is, calls are answered 401. A later auth message replaces the
-// token (of the same user: a socket carries one user's calls), before the old one expires.
+// The protocol is docs/DESIGN.md §3, "Lease socket" (its one normative copy): each text frame
+// holds one JSON object (Message) and is answered, in order, by one ({"id","status","body"} and
+// "retryAfterMs" when the HTTP answer had Retry-After); an auth message sets the access token that
+// the calls then carry as their Authorization header; a call is the POST of calls[op].
 
 // maxMessageBytes bounds a message: a request body of the API (16 KiB) or an access token (8 KiB)
 // and the envelope. A longer one closes the socket with code 1009.
@@ -50,14 +39,12 @@ type Message struct {
 	Token string          `json:"token"`
 }
 
-// callRoute is the HTTP request a call stands for: a POST of the path after /v1/sessions/{sid}.
-type callRoute struct{ suffix string }
-
-var calls = map[string]callRoute{
-	"acquire": {"/lease"},
-	"renew":   {"/lease/renew"},
-	"release": {"/lease/release"},
-	"check":   {"/lease/check"},
+// calls are the requests the calls stand for, by op: a POST of the path after /v1/sessions/{sid}.
+var calls = map[string]string{
+	"acquire": "/lease",
+	"renew":   "/lease/renew",
+	"release": "/lease/release",
+	"check":   "/lease/check",
 }
 
 // An AuthError refuses a call on a socket without an accepted auth message (401), or an auth
@@ -171,7 +158,7 @@ func (s *socket) serve(data []byte) []byte {
 	if m.Op == "auth" {
 		return s.auth(&m)
 	}
-	route, ok := calls[m.Op]
+	suffix, ok := calls[m.Op]
 	switch {
 	case !ok:
 		return s.refuse(m.ID, &lease.InvalidError{Field: "op", Reason: `must be "auth", "acquire", "renew", "release" or "check"`})
@@ -182,7 +169,7 @@ func (s *socket) serve(data []byte) []byte {
 	case s.bearer == "":
 		return s.refuse(m.ID, errNoAuth)
 	}
-	return s.call(&m, route)
+	return s.call(&m, suffix)
 }
 
 // validID checks the id of a message: a number or a string, at most maxIDLen bytes as written.
@@ -232,10 +219,10 @@ func (s *socket) auth(m *Message) []byte {
 	return s.answer(m.ID, http.StatusOK, body, "")
 }
 
-// call serves a call as the HTTP request it stands for.
-func (s *socket) call(m *Message, route callRoute) []byte {
-	path := "/v1/sessions/" + m.SID + route.suffix
-	escaped := "/v1/sessions/" + url.PathEscape(m.SID) + route.suffix
+// call serves a call as the HTTP request it stands for: a POST of suffix after the session's path.
+func (s *socket) call(m *Message, suffix string) []byte {
+	path := "/v1/sessions/" + m.SID + suffix
+	escaped := "/v1/sessions/" + url.PathEscape(m.SID) + suffix
 	u := &url.URL{Path: path}
 	if escaped != path {
 		u.RawPath = escaped

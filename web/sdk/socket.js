@@ -1,11 +1,12 @@
 // socket.js — the lease socket (docs/DESIGN.md §3, "Lease socket"): one WebSocket per TabLease
 // that carries its renews and lease checks, each a third cheaper for the server than an HTTP
 // request. HTTP carries them whenever the socket cannot (SessionApi.request): a call the socket
-// did not answer, because it could not open, closed, or refused the token, is made over HTTP at
-// once; renews and checks change nothing when made twice.
+// did not answer within half its time, because it could not open, closed, refused the token or is
+// stalled, is made over HTTP at once; renews and checks change nothing when made twice.
 
-/** How long after a socket that could not open (or refused the token) the calls go over HTTP
- *  before another is tried; doubled after each failure in a row, up to SOCKET_RETRY_MAX_MS. */
+/** How long after a socket that could not open or answer in time (or refused the token) the calls
+ *  go over HTTP before another is tried; doubled after each failure in a row, up to
+ *  SOCKET_RETRY_MAX_MS. */
 export const SOCKET_RETRY_MS = 60000;
 const SOCKET_RETRY_MAX_MS = 10 * 60000;
 
@@ -26,7 +27,7 @@ export function socketUrl(baseUrl, origin) {
 }
 
 export class LeaseSocket {
-  /** url: socketUrl's; WebSocket: the browser's constructor; clock: now(). */
+  /** url: socketUrl's; WebSocket: the browser's constructor; clock: now() and timers. */
   constructor({ url, WebSocket, clock }) {
     this._url = url;
     this._WebSocket = WebSocket;
