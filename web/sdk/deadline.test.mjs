@@ -201,6 +201,26 @@ test("after resume the tab is read-only until a renew confirms", async () => {
   await lease.stop({ release: false });
 });
 
+test("a renew whose wait a freeze cut off is no error event: the renew at resume asks again", async () => {
+  const { clock, server, lease } = setup();
+  const errors = [];
+  lease.on("error", ({ error }) => errors.push(error.code));
+  await lease.start();
+  server.fail("POST /lease/renew", { hang: true }); // the renew due at 15 s, sent as the page hides
+  await clock.advance(15000);
+  lease._document.fire("freeze");
+  await clock.advance(12000); // frozen: the renew's deadline passes meanwhile
+  lease._document.fire("resume");
+  await clock.advance(100);
+  assert.deepEqual(errors, [], "no NETWORK error for the renew the freeze cut off");
+  assert.equal(lease.role, "owner", "the renew at resume confirmed");
+  // Without a freeze, a renew that gets no answer is an error event, as before.
+  server.fail("POST /lease/renew", { hang: true });
+  await clock.advance(30000);
+  assert.deepEqual(errors, ["NETWORK"]);
+  await lease.stop({ release: false });
+});
+
 test("a tab that finds the lease held is a viewer that knows the holder and the time left", async () => {
   const { clock, server, lease } = setup();
   server.takeoverBy("t-other", "Events — /events");

@@ -531,6 +531,7 @@ export class FakeSocket {
     this._queue = Promise.resolve();
     server.sockets.push(this);
     this.behaviour = server.socketBehaviour;
+    this.openedAt = server.clock.now();
     queueMicrotask(() => {
       if (this.readyState !== 0 || this.behaviour === "hang") return;
       if (this.behaviour === "error") {

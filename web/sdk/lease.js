@@ -1238,6 +1238,7 @@ export class TabLease extends EventTarget {
     const epoch = this._epoch;
     const sentAt = this._clock.now();
     const hidden = this._hidden;
+    const freezes = this._freezes;
     let ok = false;
     const p = (async () => {
       try {
@@ -1250,7 +1251,10 @@ export class TabLease extends EventTarget {
         if (e.code === "LEASE_LOST") {
           this._lost(epoch, e.details, "lost", sentAt);
         } else if (e.retryable) {
-          if (e.code === "NETWORK" || e.code === "UNAUTHENTICATED") this._requestFailed(e);
+          // A renew whose wait the page's freeze cut off says nothing of the server (the renew
+          // at resume asks again): no error event for it.
+          const frozenMeanwhile = this._freezes !== freezes;
+          if ((e.code === "NETWORK" && !frozenMeanwhile) || e.code === "UNAUTHENTICATED") this._requestFailed(e);
           this._scheduleRenew(this._clock.now() + backoffDelay(this._attempts.renew++, { ...this._backoff, random: this._random, retryAfterMs: e.retryAfterMs }));
         } else {
           // 400/401/403: this tab cannot prove it holds the lease; fail closed and say why. The

@@ -39,7 +39,7 @@ export class LeaseSocket {
     this._pending = new Map(); // id → {resolve, reject}
     this._nextId = 1;
     this._retryAt = 0; // no socket is tried before then
-    this._failures = 0; // sockets in a row that could not open or refused the token
+    this._failures = 0; // sockets in a row that could not open, answer in time, or refused the token
     this._suspended = false; // between suspend() and resume()
   }
 
@@ -164,7 +164,6 @@ export class LeaseSocket {
         if (this._ws !== ws) return;
         this._opening = null;
         this._giveUpOpening = null;
-        this._failures = 0;
         resolve(ws);
       };
       // A socket that errs or closes before it opens fails, and HTTP carries the calls for a
@@ -192,6 +191,7 @@ export class LeaseSocket {
         return; // (an answer to a call given up on: its id is gone)
       }
       this._pending.delete(a.id);
+      this._failures = 0; // it answers: the next failure waits a minute again
       p.resolve({ status: a.status, body: a.body ?? null, retryAfterMs: typeof a.retryAfterMs === "number" ? a.retryAfterMs : null });
     };
     this._opening = opening;

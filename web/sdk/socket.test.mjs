@@ -219,3 +219,19 @@ test("calls that share a socket which fails to open all go over HTTP", async () 
   assert.deepEqual(errors, []);
   await lease.stop({ release: false });
 });
+
+test("a socket that opens and never answers is given up for a minute, then two: the wait doubles until one answers", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  server.socketBehaviour = "silent";
+  const tried = () => server.sockets.map((s) => Math.round(s.openedAt / 1000));
+  // Renews every 15 s; a socket tried at a renew and given up 5 s later (half its time).
+  await clock.advance(240000);
+  const t = tried();
+  assert.equal(t.length, 3, `sockets tried at ${t} s`);
+  assert.ok(t[1] - t[0] >= 65 && t[1] - t[0] <= 80, `a minute after the first gave up: ${t} s`);
+  assert.ok(t[2] - t[1] >= 125 && t[2] - t[1] <= 140, `then two: ${t} s`);
+  assert.ok(renews(server).every((c) => c.via === "http"));
+  assert.equal(lease.role, "owner");
+  await lease.stop({ release: false });
+});
