@@ -20,11 +20,11 @@ import (
 
 // # The lease socket
 //
-// GET /v1/socket opens a WebSocket that carries lease calls (DESIGN §3, "Lease socket"), served by package
-// socket. This file wires it to the server: each call goes through the server's own Echo, every
-// middleware included, as the HTTP request it stands for; an auth message's token is verified as
-// a bearer token is; what package socket refuses is mapped to the error answers here, as
-// events.go maps what package stream refuses.
+// GET /v1/socket opens a WebSocket that carries lease calls (DESIGN §3, "Lease socket"), served
+// by package socket. This file wires it to the server: each call goes through the server's own
+// Echo, every middleware included, as the HTTP request it stands for; an auth message's token is
+// verified as a bearer token is; what package socket refuses is mapped to the error answers here,
+// as events.go maps what package stream refuses.
 
 // newSockets builds the socket handler of s, whose calls go through s.echo.
 func (s *Server) newSockets(opts Options, reg prometheus.Registerer) (*socket.Handler, error) {

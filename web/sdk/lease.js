@@ -344,6 +344,7 @@ export class TabLease extends EventTarget {
     if (this._state !== "stopped") return this.lease;
     this._gen++;
     this._hidden = this._document?.visibilityState === "hidden"; // as the page is now
+    this._api.socket?.resume(); // (stopped while the page was away, it was suspended)
     this._to("viewer", "started");
     this._installLifecycle();
     const late = new AbortController();

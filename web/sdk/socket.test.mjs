@@ -137,6 +137,17 @@ test("a frozen page keeps its socket; one the server closed meanwhile is replace
   await lease.stop({ release: false });
 });
 
+test("a client stopped while its page was away and started again renews over a socket", async () => {
+  const { clock, server, lease } = setup();
+  await lease.start();
+  lease._window.dispatchEvent(Object.assign(new Event("pagehide"), { persisted: true }));
+  await lease.stop({ release: false });
+  await lease.start();
+  await clock.advance(15000);
+  assert.equal(renews(server).at(-1).via, "socket");
+  await lease.stop({ release: false });
+});
+
 test("socket: false keeps every call on HTTP", async () => {
   const { clock, server, lease } = setup({ lease: { socket: false } });
   await lease.start();
