@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -622,7 +623,7 @@ func (s *Server) principal(req *http.Request) (*Principal, error) {
 	// (The query of nearly every request is empty, and parsing one costs a map.)
 	if req.URL.RawQuery != "" {
 		q := req.URL.Query()
-		if q.Has("access_token") || q.Has("token") {
+		if tokenInURL(q) {
 			return nil, unauthenticated("tokens in URLs are refused; send the access token in an Authorization: Bearer header")
 		}
 		if q.Has("ticket") { // the event stream reads its ticket before it asks for a principal
@@ -645,6 +646,10 @@ func (s *Server) principal(req *http.Request) (*Principal, error) {
 	}
 	return s.auth.verify(req.Context(), token)
 }
+
+// tokenInURL reports whether q carries an access token, which is refused on every route: URLs
+// end up in logs and histories.
+func tokenInURL(q url.Values) bool { return q.Has("access_token") || q.Has("token") }
 
 // FetchAccessKeys fetches the JWKS of AuthConfig.JWKSURL now (nothing without one), within the
 // fetch's timeout: at start, so that the first tokens do not wait for it and the log says at once

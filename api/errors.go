@@ -144,6 +144,18 @@ func retryAfterMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
+// rateLimited is the 429 RATE_LIMITED of a limit (details.limit) that asks for a wait: retryable,
+// with the wait as Retry-After and details.retryAfterMs.
+func rateLimited(message, limit string, wait time.Duration) *Error {
+	return &Error{
+		Code:       CodeRateLimited,
+		Message:    message,
+		Retryable:  true,
+		Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": limit},
+		RetryAfter: wait,
+	}
+}
+
 // storeRetryAfter is the Retry-After sent with STORE_UNAVAILABLE.
 const storeRetryAfter = time.Second
 

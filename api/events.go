@@ -148,13 +148,9 @@ func streamError(err error) error {
 	case errors.Is(err, stream.ErrClosing):
 		return &Error{Code: CodeStoreUnavailable, Message: "this instance is shutting down; reconnect", Retryable: true, RetryAfter: time.Second}
 	case errors.As(err, &limit):
-		return &Error{
-			Code:       CodeRateLimited,
-			Message:    limit.Error(),
-			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": retryAfterMs(stream.LimitRetryAfter), "limit": limit.Limit, "max": limit.Max},
-			RetryAfter: stream.LimitRetryAfter,
-		}
+		e := rateLimited(limit.Error(), limit.Limit, stream.LimitRetryAfter)
+		e.Details["max"] = limit.Max
+		return e
 	}
 	return ticketError(err)
 }

@@ -260,13 +260,7 @@ func charge(c echo.Context, l *userLimiter, sub, limit string) error {
 		if !first {
 			c.Set(keyQuietRefusal, true)
 		}
-		return &Error{
-			Code:       CodeRateLimited,
-			Message:    "too many requests for this user; retry after the Retry-After delay",
-			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": limit},
-			RetryAfter: wait,
-		}
+		return rateLimited("too many requests for this user; retry after the Retry-After delay", limit, wait)
 	}
 	return nil
 }
@@ -312,13 +306,7 @@ func (s *Server) chargeAddress(remote string) *Error {
 	if ok {
 		return nil
 	}
-	return &Error{
-		Code:       CodeRateLimited,
-		Message:    "too many failed or unauthenticated requests from this address; retry after the Retry-After delay",
-		Retryable:  true,
-		Details:    map[string]any{"retryAfterMs": retryAfterMs(wait), "limit": "ip"},
-		RetryAfter: wait,
-	}
+	return rateLimited("too many failed or unauthenticated requests from this address; retry after the Retry-After delay", "ip", wait)
 }
 
 func contextWithTimeout(c echo.Context, d time.Duration) (context.Context, context.CancelFunc) {

@@ -66,7 +66,7 @@ func (s *Server) openSocket(c echo.Context) error {
 	req := c.Request()
 	if req.URL.RawQuery != "" {
 		q := req.URL.Query()
-		if q.Has("access_token") || q.Has("token") {
+		if tokenInURL(q) {
 			return unauthenticated(`tokens in URLs are refused; send the access token in the socket's first message, {"op":"auth","token":…}`)
 		}
 		if q.Has("ticket") {
@@ -140,7 +140,9 @@ func compactMessage(data []byte, m *socket.Message) bool {
 }
 
 // socketOrigin reports whether a page of r's Origin may open a socket: one of the server's own
-// origin, or of an origin that may call /v1 (TABLEASE_CORS_ORIGINS).
+// origin, or of an origin that may call /v1 (TABLEASE_CORS_ORIGINS). Its own is its host: behind a
+// proxy that ends TLS, the request says http where the page says https (devSameOrigin, for
+// /dev/token on loopback, compares the scheme too).
 func socketOrigin(r *http.Request, cors *corsPolicy) bool {
 	o := r.Header.Get("Origin")
 	if cors != nil && cors.allows(o) {
@@ -173,13 +175,9 @@ func socketError(err error) error {
 	case errors.As(err, &auth):
 		return unauthenticated(auth.Reason)
 	case errors.As(err, &limit):
-		return &Error{
-			Code:       CodeRateLimited,
-			Message:    limit.Error(),
-			Retryable:  true,
-			Details:    map[string]any{"retryAfterMs": retryAfterMs(socketLimitRetryAfter), "limit": "sockets_" + limit.Limit, "max": limit.Max},
-			RetryAfter: socketLimitRetryAfter,
-		}
+		e := rateLimited(limit.Error(), "sockets_"+limit.Limit, socketLimitRetryAfter)
+		e.Details["max"] = limit.Max
+		return e
 	case errors.As(err, &handshake) && handshake.Status == http.StatusForbidden:
 		e := forbidden(handshake.Reason)
 		e.Details = map[string]any{"reason": "origin_not_allowed"} // as a CORS preflight's

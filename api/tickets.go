@@ -67,7 +67,7 @@ func (s *Server) authenticateStream(next echo.HandlerFunc) echo.HandlerFunc {
 	withHeader := s.authenticate(next)
 	return func(c echo.Context) error {
 		q := c.QueryParams()
-		if q.Has("access_token") || q.Has("token") {
+		if tokenInURL(q) {
 			return unauthenticated("access tokens in URLs are refused; send an Authorization: Bearer header, or an event ticket as ?ticket=")
 		}
 		if !q.Has("ticket") {

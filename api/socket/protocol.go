@@ -134,11 +134,12 @@ func (s *socket) close(code int, reason string) {
 	_ = s.conn.Close()
 }
 
-// stop has the socket end after the call it is serving, if any (Handler.Close).
-func (s *socket) stop(conn *websocket.Conn) {
+// stop has the socket end after the call it is serving, if any (Handler.Close, under h.mu). A
+// socket still upgrading has no conn yet: run sees stopping first.
+func (s *socket) stop() {
 	s.stopping.Store(true)
-	if conn != nil {
-		_ = conn.SetReadDeadline(time.Unix(1, 0))
+	if s.conn != nil {
+		_ = s.conn.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 

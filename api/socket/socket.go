@@ -183,12 +183,10 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) error {
 	h.mu.Lock()
 	s.conn = conn
 	h.mu.Unlock()
-	// The calls' context: net/http ends the request's when the handler returns; the socket ends
-	// its own.
-	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), carriedKey{}, true))
-	s.ctx = ctx
+	// The calls' context: net/http ends the request's when the handler returns, and a call runs
+	// on the socket's goroutine, which ends only once it is answered.
+	s.ctx = context.WithValue(context.WithoutCancel(r.Context()), carriedKey{}, true)
 	go func() {
-		defer cancel()
 		s.run()
 		h.leave(s)
 	}()
@@ -261,7 +259,7 @@ func (h *Handler) Close(ctx context.Context) {
 	h.mu.Lock()
 	h.closing = true
 	for s := range h.sockets {
-		s.stop(s.conn) // nil while upgrading: run then sees stopping first
+		s.stop()
 	}
 	h.mu.Unlock()
 	ended := make(chan struct{})

@@ -158,10 +158,9 @@ export class FakeServer {
     this.knowsNewEpoch = true; // false: an older server, which refuses the acquire's newEpoch
     this.fetch = (url, init = {}) => this._fetch(url, init);
     this.sockets = []; // the FakeSockets opened, in order
-    this.refuseSockets = false; // sockets close before they open, as when the server has no /v1/socket
-    // How new sockets behave otherwise: "normal"; "hang" (never open: a proxy holding the
-    // handshake); "error" (err and never tell a close, as a page's CSP makes them); "silent"
-    // (open, and never answer).
+    // How new sockets behave: "normal"; "refused" (close before they open, as when the server has
+    // no /v1/socket); "hang" (never open: a proxy holding the handshake); "error" (err and never
+    // tell a close, as a page's CSP makes them); "silent" (open, and never answer).
     this.socketBehaviour = "normal";
     const server = this;
     /** A WebSocket constructor whose sockets reach this server (FakeSocket). */
@@ -516,7 +515,7 @@ export class FakeServer {
 
 /**
  * A lease socket on a FakeServer (DESIGN §3, "Lease socket"): it opens on the next microtask
- * (or closes, when the server refuses sockets); an auth message's token is accepted unless it is
+ * (or behaves as server.socketBehaviour says); an auth message's token is accepted unless it is
  * the server's rejectToken; each call is served as its HTTP request (in server.calls with via
  * "socket"), and a network failure of the server closes the socket. Messages are answered in
  * order.
@@ -538,7 +537,7 @@ export class FakeSocket {
         this.readyState = 3;
         return this.onerror?.({});
       }
-      if (server.refuseSockets || server.down) return this._closed(1006);
+      if (this.behaviour === "refused" || server.down) return this._closed(1006);
       this.readyState = 1;
       this.onopen?.({});
     });

@@ -70,7 +70,7 @@ test("a 401 over the socket asks getToken for a fresh token, sent in a new auth 
 
 test("a socket that cannot open leaves renews to HTTP, and is tried again later", async () => {
   const { clock, server, lease } = setup();
-  server.refuseSockets = true;
+  server.socketBehaviour = "refused";
   await lease.start();
   await clock.advance(15000);
   assert.equal(renews(server).length, 1);
@@ -78,7 +78,7 @@ test("a socket that cannot open leaves renews to HTTP, and is tried again later"
   await clock.advance(15000);
   assert.equal(server.sockets.length, 1, "no new socket before the retry delay");
   assert.equal(renews(server)[1].via, "http");
-  server.refuseSockets = false;
+  server.socketBehaviour = "normal";
   await clock.advance(SOCKET_RETRY_MS);
   assert.ok(server.sockets.length >= 2);
   assert.equal(renews(server).at(-1).via, "socket");
