@@ -194,16 +194,33 @@ local function know(at_ms)
   return last
 end
 
+-- retention is keep_until (below) once the latest of the ends it counts is known, until_us: IDLE_MS
+-- after it, not before keep_us, nil while epoch is not below that time. The usual renew, which makes
+-- no state, calls it with its lease's end (renew.lua).
+-- (Comparisons and % rather than math.max, math.floor and math.ceil: a call of a library function
+-- costs Redis more than the arithmetic, and these run on every call, 3 % of the instructions of
+-- the usual renew, scripts/redis-instructions. The times are integers below 2^53, not negative,
+-- for which t - t % 1000 is 1000 times math.floor(t / 1000), exactly.)
+local function retention(until_us, keep_us, epoch)
+  local at_ms = (until_us - until_us % 1000) / 1000 + IDLE_MS
+  if keep_us > at_ms * 1000 then
+    at_ms = (keep_us - keep_us % 1000) / 1000
+    if keep_us % 1000 ~= 0 then
+      at_ms = at_ms + 1 -- math.ceil(keep_us / 1000)
+    end
+  end
+  if epoch >= at_ms * 1000 then
+    return nil
+  end
+  return at_ms
+end
+
 -- keep_until is when the state of s expires, before keep's slack (below): IDLE_MS after the latest
 -- of the lease's end, an admin's block, a handoff's end and, when changed, now; and not before
 -- keep_us (the end of the last revoke's retry window, itself a change, whose answer is kept until
 -- then, or of a gone tab's window); nil while the last epoch is not below the clock at that time
 -- (epochs run ahead of the clock only by the grants of one microsecond): the state is then kept
 -- with no expiry.
--- (Comparisons and % rather than math.max, math.floor and math.ceil: a call of a library function
--- costs Redis more than the arithmetic, and these run on every call, 3 % of the instructions of
--- the usual renew, scripts/redis-instructions. The times are integers below 2^53, not negative,
--- for which t - t % 1000 is 1000 times math.floor(t / 1000), exactly.)
 local function keep_until(s, now, changed)
   local until_us = s.expires_us
   if s.block_until_us > until_us then
@@ -215,18 +232,7 @@ local function keep_until(s, now, changed)
   if changed and now > until_us then
     until_us = now
   end
-  local at_ms = (until_us - until_us % 1000) / 1000 + IDLE_MS
-  local keep_us = s.keep_us
-  if keep_us > at_ms * 1000 then
-    at_ms = (keep_us - keep_us % 1000) / 1000
-    if keep_us % 1000 ~= 0 then
-      at_ms = at_ms + 1 -- math.ceil(keep_us / 1000)
-    end
-  end
-  if s.epoch >= at_ms * 1000 then
-    return nil
-  end
-  return at_ms
+  return retention(until_us, s.keep_us, s.epoch)
 end
 
 -- keep sets when the state of s expires (see state.lua): at keep_until, and up to an eighth of

@@ -9,17 +9,18 @@
 -- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
 -- changing nothing, for any other.
 
--- Validate (the epoch once the lease is read: arg_held in state.lua).
-local tab = ARGV[2]
-
 -- The usual check, of a tab that holds the lease with no handoff in progress, reads only
--- load_lease's fields and settles nothing, as the usual renew (renew.lua says why).
+-- LEASE_FIELDS and settles nothing, as the usual renew (renew.lua says why).
+local tab = ARGV[2]
 local now = now_us()
-local s = load_lease()
-local epoch = arg_held(3, 1, MAX_EPOCH, s.read[4], s.epoch)
-if usual_held(s, now, tab, epoch) then
+local v, usual = read_usual(now, tab, ARGV[3])
+local s = lease_state(v)
+if usual then
   return finish(s, now, reply('OK', s, now))
 end
+
+-- Validate.
+local epoch = arg_int(3, 1, MAX_EPOCH)
 if LEASE_ONLY then
   return 'DEFER'
 end

@@ -290,6 +290,18 @@ local function unpark(s)
   s.parked = nil
 end
 
+-- covered is keep_held's test of kept: whether it covers at_ms, the keep_until of the lease whose
+-- LEASE_FIELDS the call read as v (the epoch and expires_us strings v[4] and v[6]) and to which it
+-- wrote the expiry expires_s, or nil when it wrote none. It then moves kept to that expiry.
+local function covered(v, at_ms, expires_s)
+  local kept = SESSION_ENTRY.kept
+  if at_ms ~= nil and kept ~= nil and kept[1] == v[4] and kept[2] == v[6] and kept[3] >= at_ms then
+    kept[2] = expires_s or v[6]
+    return true
+  end
+  return false
+end
+
 -- keep_held is keep for a call that queued nothing, of a session with a holder and no handoff, in
 -- its hash: it moves the hash's expiry only when it is before keep_until (keep never brings it
 -- earlier then), which it learns with PEXPIRETIME, a command of the usual renew and check that costs
@@ -312,12 +324,11 @@ end
 -- moves the expiry (scripts/redis-instructions: 4 % fewer instructions per renew).
 local function keep_held(s, now)
   local entry, v = SESSION_ENTRY, s.read
-  local kept = entry.kept
   local at_ms = keep_until(s, now, false)
-  if at_ms ~= nil and kept ~= nil and kept[1] == v[4] and kept[2] == v[6] and kept[3] >= at_ms then
-    kept[2] = s.expires_s or v[6]
+  if covered(v, at_ms, s.expires_s) then
     return
   end
+  local kept = entry.kept
   local current = rcall('PEXPIRETIME', KEY_STATE)
   keep(s, now, false, current, false, false)
   if at_ms == nil or current < 0 then

@@ -25,23 +25,40 @@
 -- progress), announces nothing and does not settle: the lease it extends has not expired, and the
 -- presence entries that lapsed are announced by the next call that announces something, or by the
 -- settle timers of the watchers (deadline in events.lua), at their expiry all the same. It reads
--- only the fields it decides and answers with (load_lease), so it is three commands: TIME, HMGET
--- and HSET (and the PEXPIRETIME of keep when keep_held in events.lua needs it). Any other renew
--- reads the rest of the state too (load_rest).
+-- only the fields it decides and answers with (read_usual), so it is three commands: TIME, HMGET
+-- and HSET (and the PEXPIRETIME of keep when keep_held in events.lua needs it), and it decides on
+-- them as strings, making no state (read_usual says why), but when keep_held needs one. Any other
+-- renew reads the rest of the state too (load_rest).
 -- Called in the lease form (see state.lua), it does the usual renew, and answers "DEFER",
 -- changing nothing, for any other.
 
--- Validate (the epoch and TTL once the lease is read: arg_held), and decide; settle expiry when
--- the renew announces something. The usual renew (see above) reads only load_lease's fields; any
--- other reads the rest too.
+-- The usual renew (see above): the lease held by the tab at the epoch (read_usual), with the
+-- hidden flag and the TTL the hash holds (so they are valid), extended to no earlier an expiry.
 local tab = ARGV[2]
-local hidden = ARGV[4] == '1'
 local now = now_us()
-local s = load_lease()
-local epoch = arg_held(3, 1, MAX_EPOCH, s.read[4], s.epoch)
-local ttl_ms = arg_held(5, 1, MAX_EPOCH, s.read[7], s.ttl_ms)
+local v, held_until = read_usual(now, tab, ARGV[3])
+if held_until ~= nil and v[3] == ARGV[4] and v[7] == ARGV[5] then
+  local expires = now + ARGV[5] * 1000
+  if expires >= held_until then
+    local expires_s = sformat('%d', expires)
+    rcall('HSET', KEY_STATE, 'expires_us', expires_s)
+    -- What flush does for it (keep_held), making a state only when kept does not cover it.
+    if not covered(v, retention(expires, (v[9] or 0) + 0, v[4] + 0), expires_s) then
+      local s = lease_state(v)
+      s.expires_us, s.expires_s = expires, expires_s
+      keep_held(s, now)
+    end
+    return usual_answer(v, now)
+  end
+end
+
+-- Validate, and decide; settle expiry when the renew announces something.
+local hidden = ARGV[4] == '1'
+local s = lease_state(v)
+local epoch = arg_int(3, 1, MAX_EPOCH)
+local ttl_ms = arg_int(5, 1, MAX_EPOCH)
 local expires = now + ttl_ms * 1000
-if not usual_held(s, now, tab, epoch) or s.hidden ~= hidden or expires < s.expires_us then
+if held_until == nil or s.hidden ~= hidden or expires < s.expires_us then
   if LEASE_ONLY then
     return 'DEFER'
   end
@@ -79,8 +96,6 @@ if changed then
 end
 -- The usual answer says only what the caller does not know (see above).
 if s.ho_tab == '' and s.block_until_us <= now then
-  local v = s.read -- the fields load_lease read, as strings (LEASE_FIELDS)
-  return finish(s, now, 'OK ' .. sformat('%d', now) .. ' ' .. (v[5] or '0') .. ' ' ..
-    (v[8] or '0') .. ' ' .. s.label)
+  return finish(s, now, usual_answer(v, now))
 end
 return finish(s, now, reply('OK', s, now))
