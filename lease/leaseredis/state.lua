@@ -700,8 +700,8 @@ end
 -- block it did not read is neither in force nor later than the lease's end (see LEASE_FIELDS). The
 -- tab and the epoch are compared as the strings the hash holds: an argument that equals the epoch
 -- the scripts wrote ('%d') is that epoch, and valid; the caller validates any other (arg_int).
--- Deciding on the strings, without making lease_state's table, took the usual renew a fifth fewer
--- instructions (scripts/redis-instructions).
+-- Deciding on the strings, without making lease_state's table, took the usual renew from 92,700
+-- instructions to 77,500 (scripts/redis-instructions).
 local function read_usual(now, tab, epoch_s)
   local v = rcall('HMGET', KEY_STATE, tunpack(LEASE_FIELDS))
   if v[1] == tab and v[4] == epoch_s and not v[10] and now >= (v[5] or 0) + 0 then
