@@ -38,7 +38,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	var o benchOptions
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:8080", "the tablease to drive")
 	fs.StringVar(&o.transport, "transport", "http", "how renew and acquire make their calls: http (a request each), or socket (one lease socket per client, GET /v1/socket)")
-	work := fs.String("work", "renew,acquire,streams,memory", "what to measure, comma-separated: renew, acquire, streams, memory")
+	work := fs.String("work", "renew,acquire,streams,memory", "what to measure, comma-separated: renew, acquire, check, streams, memory")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long renew and acquire run each")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients for renew and acquire (one user and session each)")
 	fs.IntVar(&o.streams, "streams", 1000, "idle event streams held open while takeovers are timed")
@@ -84,7 +84,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	o.auth = cfg
 	works := splitList(*work)
 	for _, w := range works {
-		if !slices.Contains([]string{"renew", "acquire", "streams", "memory"}, w) {
+		if !slices.Contains([]string{"renew", "acquire", "check", "streams", "memory"}, w) {
 			fmt.Fprintf(p.Stderr, "tablease bench: --work: unknown work %q\n", w)
 			return 2
 		}
@@ -115,6 +115,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 			r, err = b.renew(ctx)
 		case "acquire":
 			r, err = b.acquireRelease(ctx)
+		case "check":
+			r, err = b.check(ctx)
 		case "streams":
 			r, err = b.idleStreams(ctx)
 		case "memory":
@@ -359,21 +361,29 @@ func (b *bench) functionStats(ctx context.Context) (functionStat, error) {
 }
 
 // renew: each worker holds a lease of its own and renews it as fast as it is answered.
-func (b *bench) renew(ctx context.Context) ([]benchResult, error) {
+func (b *bench) renew(ctx context.Context) ([]benchResult, error) { return b.held(ctx, "renew") }
+
+// check: each worker holds a lease of its own and checks it, as a guard does, as fast as it is
+// answered.
+func (b *bench) check(ctx context.Context) ([]benchResult, error) { return b.held(ctx, "check") }
+
+// held runs op, renew or check, from workers that each hold a lease of their own.
+func (b *bench) held(ctx context.Context, op string) ([]benchResult, error) {
+	sid := b.prefix + "-" + op
 	epochs := make([]int64, b.concurrency)
 	for w := range b.concurrency {
-		e, err := b.acquire(ctx, b.user(w), b.prefix+"-renew", "t", "takeover")
+		e, err := b.acquire(ctx, b.user(w), sid, "t", "takeover")
 		if err != nil {
 			return nil, err
 		}
 		epochs[w] = e
 	}
-	r, err := b.loop(ctx, "renew", func(ctx context.Context, w int) error {
-		_, err := b.call(ctx, b.user(w), "renew", b.prefix+"-renew", map[string]any{"tabId": "t", "epoch": epochs[w]})
+	r, err := b.loop(ctx, op, func(ctx context.Context, w int) error {
+		_, err := b.call(ctx, b.user(w), op, sid, map[string]any{"tabId": "t", "epoch": epochs[w]})
 		return err
 	})
 	for w := range b.concurrency {
-		_ = b.release(context.WithoutCancel(ctx), b.user(w), b.prefix+"-renew", "t", epochs[w])
+		_ = b.release(context.WithoutCancel(ctx), b.user(w), sid, "t", epochs[w])
 	}
 	return []benchResult{r}, err
 }

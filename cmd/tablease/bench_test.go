@@ -67,19 +67,19 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 		t.Errorf("redis memory: %+v, want bytes per held lease, per free session, and less once the answers kept for retries expired", r)
 	}
 
-	// Over lease sockets: the same calls, one function call each.
+	// Over lease sockets: the same calls, and a guard's check, one function call each.
 	out.Reset()
 	code = p.Main(t.Context(), []string{"bench", "--url", base, "--redis", rds.URL(), "--json", "--transport", "socket",
-		"--duration", "300ms", "--concurrency", "2", "--work", "renew,acquire"})
+		"--duration", "300ms", "--concurrency", "2", "--work", "renew,acquire,check"})
 	if code != 0 {
 		t.Fatalf("bench --transport socket exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
 	}
 	results = nil
-	if err := json.Unmarshal(out.Bytes(), &results); err != nil || len(results) != 2 {
+	if err := json.Unmarshal(out.Bytes(), &results); err != nil || len(results) != 3 {
 		t.Fatalf("bench --transport socket --json printed %q: %v", out.String(), err)
 	}
 	for _, r := range results {
-		if want := map[string]float64{"renew": 1, "acquire+release": 2}[r.Work]; r.Errors != 0 || r.Ops == 0 || r.FunctionCalls < want || r.FunctionCalls > want*1.1 {
+		if want := map[string]float64{"renew": 1, "acquire+release": 2, "check": 1}[r.Work]; r.Errors != 0 || r.Ops == 0 || r.FunctionCalls < want || r.FunctionCalls > want*1.1 {
 			t.Errorf("%s over sockets: %+v, want operations without errors, %v function calls each", r.Work, r, want)
 		}
 	}

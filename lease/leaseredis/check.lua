@@ -6,6 +6,8 @@
 -- ARGV[2]  tab id
 -- ARGV[3]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
+-- The "OK" of a lease with no handoff and no block in force is short, one string (usual_answer in
+-- state.lua).
 -- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
 -- changing nothing, for any other.
 
@@ -13,11 +15,16 @@
 -- LEASE_FIELDS and settles nothing, as the usual renew (renew.lua says why).
 local tab = ARGV[2]
 local now = now_us()
-local v, usual = read_usual(now, tab, ARGV[3])
-local s = lease_state(v)
-if usual then
-  return finish(s, now, reply('OK', s, now))
+local v, held_until = read_usual(now, tab, ARGV[3])
+if held_until ~= nil then
+  -- What flush does for it (keep_held), making a state only when kept does not cover it, and the
+  -- short answer (usual_answer).
+  if not covered(v, retention(held_until, (v[9] or 0) + 0, v[4] + 0), nil) then
+    keep_held(lease_state(v), now)
+  end
+  return usual_answer(now, v, v[6], v[7] or '0', v[3] or '0')
 end
+local s = lease_state(v)
 
 -- Validate.
 local epoch = arg_int(3, 1, MAX_EPOCH)

@@ -449,8 +449,8 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	}
 	v, err := e.usual(ctx, "renew", renewFn, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
-	if a, ok := v.(string); ok && err == nil && strings.HasPrefix(a, renewedPrefix) {
-		l, err := parseRenewed(req, ttl, a)
+	if a, ok := v.(string); ok && err == nil && strings.HasPrefix(a, usualPrefix) {
+		l, err := parseUsual("renew", req.Key, req.TabID, req.Epoch, a)
 		if err != nil {
 			return lease.Lease{}, &lease.UnavailableError{Op: "renew", Err: err}
 		}
@@ -518,6 +518,13 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 		return lease.Lease{}, err
 	}
 	v, err := e.usual(ctx, "check", checkFn, key, tabID, strconv.FormatInt(epoch, 10))
+	if a, ok := v.(string); ok && err == nil && strings.HasPrefix(a, usualPrefix) {
+		l, err := parseUsual("check", key, tabID, epoch, a)
+		if err != nil {
+			return lease.Lease{}, &lease.UnavailableError{Op: "check", Err: err}
+		}
+		return l, nil
+	}
 	status, l, err := leaseAnswer("check", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err

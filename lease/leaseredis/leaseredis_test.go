@@ -1549,28 +1549,29 @@ func TestClockOffsetReadsRedisAgainstThisProcess(t *testing.T) {
 	}
 }
 
-func TestParseRenewedFillsInTheRequest(t *testing.T) {
-	req := lease.RenewRequest{Key: alice, TabID: "tab-a", Epoch: 5, Hidden: true}
-	l, err := parseRenewed(req, 5*time.Millisecond, "OK 6 4 1 a label")
+func TestParseUsualFillsInTheCall(t *testing.T) {
+	l, err := parseUsual("renew", alice, "tab-a", 5, "OK 6 4 1 5006 5 1 a label")
 	want := lease.Lease{Key: alice, Held: true, Holder: lease.Holder{TabID: "tab-a", Label: "a label", Hidden: true},
 		Epoch: 5, GrantedAt: micros(4), ExpiresAt: micros(5006), TTL: 5 * time.Millisecond, Transitions: 1, Now: micros(6)}
 	if err != nil || l != want {
-		t.Fatalf("parseRenewed(good) = %+v, %v; want %+v", l, err, want)
+		t.Fatalf("parseUsual(good) = %+v, %v; want %+v", l, err, want)
 	}
 	// The same lease as the whole answer reads.
 	whole := []any{"OK", int64(1), "tab-a", "a label", int64(1), int64(5), int64(4), int64(5006), int64(5), int64(1), int64(6)}
 	if _, w, _, err := parseReply(alice, whole); err != nil || w != l {
 		t.Fatalf("parseReply(whole) = %+v, %v; want %+v", w, err, l)
 	}
-	if l, err := parseRenewed(req, 5*time.Millisecond, "OK 6 4 1 "); err != nil || l.Holder.Label != "" {
-		t.Fatalf("parseRenewed(no label) = %+v, %v", l, err)
+	if l, err := parseUsual("check", alice, "tab-a", 5, "OK 6 4 1 5006 5 0 "); err != nil || l.Holder.Label != "" || l.Holder.Hidden {
+		t.Fatalf("parseUsual(no label, visible) = %+v, %v", l, err)
 	}
 	for _, a := range []string{
-		"OK", "OK ", "OK 6 4 1", "OK 6 4", "LOST 6 4 1 L", "OK 0 4 1 L", "OK 6 0 1 L", "OK 6 4 -1 L",
-		"OK 6.5 4 1 L", "OK 6  4 1 L", "OK x 4 1 L", "OK 6 4 99999999999999999999 L",
+		"OK", "OK ", "OK 6 4 1 5006 5 1", "OK 6 4 1 5006 5", "LOST 6 4 1 5006 5 1 L", "OK 0 4 1 5006 5 1 L",
+		"OK 6 0 1 5006 5 1 L", "OK 6 4 -1 5006 5 1 L", "OK 6 4 1 6 5 1 L", "OK 6 4 1 5006 0 1 L",
+		"OK 6 4 1 5006 5 2 L", "OK 6.5 4 1 5006 5 1 L", "OK 6  4 1 5006 5 1 L", "OK x 4 1 5006 5 1 L",
+		"OK 6 4 99999999999999999999 5006 5 1 L", "OK 6 4 1 L",
 	} {
-		if _, err := parseRenewed(req, 5*time.Millisecond, a); err == nil {
-			t.Errorf("parseRenewed(%q) = nil error", a)
+		if _, err := parseUsual("renew", alice, "tab-a", 5, a); err == nil {
+			t.Errorf("parseUsual(%q) = nil error", a)
 		}
 	}
 }

@@ -257,16 +257,16 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	return status, l, until, nil
 }
 
-// renewedPrefix starts the short answer of a renew that extended a lease with no handoff and no
-// block in force: "OK <now_us> <granted_us> <transitions> <label>" (see renew.lua).
-const renewedPrefix = statusOK + " "
+// usualPrefix starts the short answer of the usual renew and check, of a lease held with no
+// handoff and no block in force: "OK <now_us> <granted_us> <transitions> <expires_us> <ttl_ms>
+// <hidden> <label>" (usual_answer in state.lua).
+const usualPrefix = statusOK + " "
 
-// parseRenewed reads the short answer a of renew.lua to req, whose TTL the engine clamped to ttl:
-// the lease is held by req's tab at req's epoch, with its hidden flag and ttl, and expires ttl
-// after now_us, as the script wrote it.
-func parseRenewed(req lease.RenewRequest, ttl time.Duration, a string) (lease.Lease, error) {
-	rest, ok := strings.CutPrefix(a, renewedPrefix)
-	var n [3]int64 // now_us, granted_us, transitions
+// parseUsual reads the short answer a of renew.lua or check.lua, op, to a call of tab at epoch on
+// the session key: the lease is held by that tab at that epoch, as the rest of a says.
+func parseUsual(op string, key lease.Key, tab string, epoch int64, a string) (lease.Lease, error) {
+	rest, ok := strings.CutPrefix(a, usualPrefix)
+	var n [6]int64 // now_us, granted_us, transitions, expires_us, ttl_ms, hidden
 	for i := range n {
 		var f string
 		var found bool
@@ -275,18 +275,17 @@ func parseRenewed(req lease.RenewRequest, ttl time.Duration, a string) (lease.Le
 		ok = ok && found && err == nil && x >= 0
 		n[i] = x
 	}
-	now, granted, transitions := n[0], n[1], n[2]
-	if !ok || now == 0 || granted == 0 {
-		return lease.Lease{}, fmt.Errorf("leaseredis: malformed renew reply %q", a)
+	now, granted, transitions, expires, ttlMS, hidden := n[0], n[1], n[2], n[3], n[4], n[5]
+	if !ok || now == 0 || granted == 0 || expires <= now || ttlMS == 0 || hidden > 1 {
+		return lease.Lease{}, fmt.Errorf("leaseredis: malformed %s reply %q", op, a)
 	}
-	ttlMS := ttl.Milliseconds()
 	return lease.Lease{
-		Key:         req.Key,
+		Key:         key,
 		Held:        true,
-		Holder:      lease.Holder{TabID: req.TabID, Label: rest, Hidden: req.Hidden},
-		Epoch:       req.Epoch,
+		Holder:      lease.Holder{TabID: tab, Label: rest, Hidden: hidden == 1},
+		Epoch:       epoch,
 		GrantedAt:   micros(granted),
-		ExpiresAt:   micros(now + ttlMS*1000),
+		ExpiresAt:   micros(expires),
 		TTL:         time.Duration(ttlMS) * time.Millisecond,
 		Transitions: transitions,
 		Now:         micros(now),

@@ -725,11 +725,17 @@ local function reservation(s, now)
   return s.ho_tab ~= '' and s.ho_reserved and not held(s, now) and s.ho_until_us > now
 end
 
--- usual_answer is the answer of the usual renew (renew.lua) of the lease whose LEASE_FIELDS were v
--- (as read_usual answers them), at now.
-local function usual_answer(v, now)
+-- usual_answer is the answer of the usual renew and check, at now, of a lease held with no handoff
+-- and no block in force, whose LEASE_FIELDS were v (as read_usual answers them) and whose expiry,
+-- TTL and hidden flag are now expires_s, ttl_s and hidden_s: one string, "OK <now_us> <granted_us>
+-- <transitions> <expires_us> <ttl_ms> <hidden> <label>", the label last, as it is (spaces and all),
+-- the numbers as the hash holds them ('%d'); the holder's tab and epoch are the caller's, which the
+-- engine fills in. Each field of an answer costs Redis about 650 instructions to send (and the
+-- engine an allocation to read): one string rather than reply's eleven fields took the usual check
+-- from 89,100 instructions to 68,200 (scripts/redis-instructions --work check).
+local function usual_answer(now, v, expires_s, ttl_s, hidden_s)
   return 'OK ' .. sformat('%d', now) .. ' ' .. (v[5] or '0') .. ' ' .. (v[8] or '0') .. ' ' ..
-    (v[2] or '')
+    expires_s .. ' ' .. ttl_s .. ' ' .. hidden_s .. ' ' .. (v[2] or '')
 end
 
 -- reply is the lease part of every answer: {status, held, tab, label, hidden, epoch, granted_us,
