@@ -89,7 +89,7 @@ s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires
 if changed then
   emit(lease_event('updated', s, now))
 end
--- The usual answer says only what the caller does not know (see above).
+-- The short answer while no handoff and no block is in force (see above).
 if s.ho_tab == '' and s.block_until_us <= now then
   return finish(s, now, usual_answer(now, v, expires_s, int(ttl_ms), hidden and '1' or '0'))
 end

@@ -258,8 +258,7 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 }
 
 // usualPrefix starts the short answer of the usual renew and check, of a lease held with no
-// handoff and no block in force: "OK <now_us> <granted_us> <transitions> <expires_us> <ttl_ms>
-// <hidden> <label>" (usual_answer in state.lua).
+// handoff and no block in force (usual_answer in state.lua says what follows).
 const usualPrefix = statusOK + " "
 
 // parseUsual reads the short answer a of renew.lua or check.lua, op, to a call of tab at epoch on
