@@ -111,12 +111,10 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	for _, w := range works {
 		var r []benchResult
 		switch w {
-		case "renew":
-			r, err = b.renew(ctx)
+		case "renew", "check":
+			r, err = b.held(ctx, w)
 		case "acquire":
 			r, err = b.acquireRelease(ctx)
-		case "check":
-			r, err = b.check(ctx)
 		case "streams":
 			r, err = b.idleStreams(ctx)
 		case "memory":
@@ -360,14 +358,8 @@ func (b *bench) functionStats(ctx context.Context) (functionStat, error) {
 	return st, nil
 }
 
-// renew: each worker holds a lease of its own and renews it as fast as it is answered.
-func (b *bench) renew(ctx context.Context) ([]benchResult, error) { return b.held(ctx, "renew") }
-
-// check: each worker holds a lease of its own and checks it, as a guard does, as fast as it is
-// answered.
-func (b *bench) check(ctx context.Context) ([]benchResult, error) { return b.held(ctx, "check") }
-
-// held runs op, renew or check, from workers that each hold a lease of their own.
+// held runs op, renew or check (as a guard does), from workers that each hold a lease of their
+// own, each call as soon as the last is answered.
 func (b *bench) held(ctx context.Context, op string) ([]benchResult, error) {
 	sid := b.prefix + "-" + op
 	epochs := make([]int64, b.concurrency)

@@ -17,11 +17,7 @@ local tab = ARGV[2]
 local now = now_us()
 local v, held_until = read_usual(now, tab, ARGV[3])
 if held_until ~= nil then
-  -- What flush does for it (keep_held), making a state only when kept does not cover it, and the
-  -- short answer (usual_answer).
-  if not covered(v, retention(held_until, (v[9] or 0) + 0, v[4] + 0), nil) then
-    keep_held(lease_state(v), now)
-  end
+  keep_usual(v, now, held_until, nil)
   return usual_answer(now, v, v[6], v[7] or '0', v[3] or '0')
 end
 local s = lease_state(v)

@@ -346,6 +346,17 @@ local function keep_held(s, now)
   kept[1], kept[2], kept[3] = v[4], s.expires_s or v[6], at
 end
 
+-- keep_usual is what flush does for the usual renew and check (keep_held), without a state unless
+-- keep_held needs one: v are the LEASE_FIELDS the call read (read_usual), expires_us the lease's
+-- expiry now, and expires_s that expiry as the call wrote it, or nil when it wrote none.
+local function keep_usual(v, now, expires_us, expires_s)
+  if not covered(v, retention(expires_us, (v[9] or 0) + 0, v[4] + 0), expires_s) then
+    local s = lease_state(v)
+    s.expires_us, s.expires_s = expires_us, expires_s
+    keep_held(s, now)
+  end
+end
+
 -- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
 -- (with its requester's label), appends and publishes the queued records and events, parks the
 -- session when it may be and the call changed it (or moves a parked session that may no longer be

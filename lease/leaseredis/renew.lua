@@ -37,12 +37,7 @@ if held_until ~= nil and v[3] == ARGV[4] and v[7] == ARGV[5] then
   if expires >= held_until then
     local expires_s = sformat('%d', expires)
     rcall('HSET', KEY_STATE, 'expires_us', expires_s)
-    -- What flush does for it (keep_held), making a state only when kept does not cover it.
-    if not covered(v, retention(expires, (v[9] or 0) + 0, v[4] + 0), expires_s) then
-      local s = lease_state(v)
-      s.expires_us, s.expires_s = expires, expires_s
-      keep_held(s, now)
-    end
+    keep_usual(v, now, expires, expires_s)
     return usual_answer(now, v, expires_s, ARGV[5], ARGV[4])
   end
 end
