@@ -6,8 +6,8 @@
 -- ARGV[2]  tab id
 -- ARGV[3]  epoch
 -- Answers "OK" and the lease when the tab holds it at that epoch, "LOST" and the lease otherwise.
--- The "OK" of a lease with no handoff and no block in force is short, one string (usual_answer in
--- state.lua).
+-- The answer of a lease with no handoff and no block in force is short, one string (reply in
+-- state.lua; usual_answer for the usual check).
 -- Called in the lease form (see state.lua), it does the usual check, and answers "DEFER",
 -- changing nothing, for any other.
 

@@ -449,7 +449,7 @@ func (e *Engine) Renew(ctx context.Context, req lease.RenewRequest) (lease.Lease
 	}
 	v, err := e.usual(ctx, "renew", renewFn, req.Key,
 		req.TabID, strconv.FormatInt(req.Epoch, 10), flag(req.Hidden), ttl.Milliseconds())
-	status, l, err := heldAnswer("renew", req.Key, req.TabID, req.Epoch, v, err)
+	status, l, err := leaseAnswer("renew", req.Key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -511,7 +511,7 @@ func (e *Engine) Check(ctx context.Context, key lease.Key, tabID string, epoch i
 		return lease.Lease{}, err
 	}
 	v, err := e.usual(ctx, "check", checkFn, key, tabID, strconv.FormatInt(epoch, 10))
-	status, l, err := heldAnswer("check", key, tabID, epoch, v, err)
+	status, l, err := leaseAnswer("check", key, v, err)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -1002,19 +1002,6 @@ func leaseAnswer(op string, key lease.Key, v any, err error) (string, lease.Leas
 		return "", lease.Lease{}, &lease.UnavailableError{Op: op, Err: err}
 	}
 	return status, l, nil
-}
-
-// heldAnswer parses the answer v of renew or check (op) to tab at epoch on key as leaseAnswer
-// does, and also their short answer (parseUsual), whose status is OK.
-func heldAnswer(op string, key lease.Key, tab string, epoch int64, v any, err error) (string, lease.Lease, error) {
-	if a, ok := v.(string); ok && err == nil && strings.HasPrefix(a, usualPrefix) {
-		l, err := parseUsual(op, key, tab, epoch, a)
-		if err != nil {
-			return "", lease.Lease{}, &lease.UnavailableError{Op: op, Err: err}
-		}
-		return statusOK, l, nil
-	}
-	return leaseAnswer(op, key, v, err)
 }
 
 // unexpected is the error for a status a script should not answer: a bug or a foreign script under

@@ -1189,14 +1189,6 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		l.Handoff != nil || !l.BlockedUntil.IsZero() {
 		t.Fatalf("parseReply(good) = %+v, %v, %v", l, until, err)
 	}
-	// The short answer, the same without its tail of zeros.
-	if _, l, until, err := parseReply(alice, good[:11]); err != nil || !l.HeldBy("tab-a", 5) || l.TTL != 5*time.Millisecond || !until.IsZero() ||
-		l.Handoff != nil || !l.BlockedUntil.IsZero() {
-		t.Fatalf("parseReply(good[:11]) = %+v, %v, %v", l, until, err)
-	}
-	if _, l, _, _ := parseReply(alice, good); func() bool { _, s, _, _ := parseReply(alice, good[:11]); return s != l }() {
-		t.Fatal("the short answer reads otherwise than the whole one")
-	}
 	blocked := append(append(append([]any{"BLOCKED", int64(0), "", "", int64(0)}, good[5:11]...), int64(7)), noHandoff[:5]...)
 	blocked = append(blocked, int64(7))
 	if status, l, until, err := parseReply(alice, blocked); err != nil || status != statusBlocked || until.UnixMicro() != 7 ||
@@ -1222,8 +1214,7 @@ func TestParseReplyRefusesMalformedAnswers(t *testing.T) {
 		"nil":                              nil,
 		"a string":                         "OK",
 		"too short":                        good[:12],
-		"shorter still":                    good[:10],
-		"short with a string time":         append(append([]any{}, good[:10]...), "6"),
+		"the short answer as a table":      good[:11],
 		"the old length":                   good[:17],
 		"a block that ended":               withBlock(int64(6)),
 		"a negative block":                 withBlock(int64(-7)),
@@ -1549,29 +1540,33 @@ func TestClockOffsetReadsRedisAgainstThisProcess(t *testing.T) {
 	}
 }
 
-func TestParseUsualFillsInTheCall(t *testing.T) {
-	l, err := parseUsual("renew", alice, "tab-a", 5, "OK 6 4 1 5006 5 1 a label")
-	want := lease.Lease{Key: alice, Held: true, Holder: lease.Holder{TabID: "tab-a", Label: "a label", Hidden: true},
-		Epoch: 5, GrantedAt: micros(4), ExpiresAt: micros(5006), TTL: 5 * time.Millisecond, Transitions: 1, Now: micros(6)}
-	if err != nil || l != want {
-		t.Fatalf("parseUsual(good) = %+v, %v; want %+v", l, err, want)
-	}
-	// The same lease as the whole answer reads.
-	whole := []any{"OK", int64(1), "tab-a", "a label", int64(1), int64(5), int64(4), int64(5006), int64(5), int64(1), int64(6)}
-	if _, w, _, err := parseReply(alice, whole); err != nil || w != l {
-		t.Fatalf("parseReply(whole) = %+v, %v; want %+v", w, err, l)
-	}
-	if l, err := parseUsual("check", alice, "tab-a", 5, "OK 6 4 1 5006 5 0 "); err != nil || l.Holder.Label != "" || l.Holder.Hidden {
-		t.Fatalf("parseUsual(no label, visible) = %+v, %v", l, err)
+// TestParseShortReadsAsTheLongAnswer: the short answer (reply in state.lua) reads as the long one
+// with no refusal's end, no handoff and no block, held or free, and a malformed one is refused.
+func TestParseShortReadsAsTheLongAnswer(t *testing.T) {
+	tail := []any{int64(0), int64(0), "", "", int64(0), int64(0), int64(0)}
+	for short, long := range map[string][]any{
+		"OK 1 6 4 1 5006 5 1 5 tab-a a label": {"OK", int64(1), "tab-a", "a label", int64(1), int64(5), int64(4), int64(5006), int64(5), int64(1), int64(6)},
+		"OK 1 6 4 1 5006 5 0 5 tab-a ":        {"OK", int64(1), "tab-a", "", int64(0), int64(5), int64(4), int64(5006), int64(5), int64(1), int64(6)},
+		"RELEASED 0 6 4 2 6 5 0 5  ":          {"RELEASED", int64(0), "", "", int64(0), int64(5), int64(4), int64(6), int64(5), int64(2), int64(6)},
+		"KEPT 0 6 0 0 0 0 0 0  ":              {"KEPT", int64(0), "", "", int64(0), int64(0), int64(0), int64(0), int64(0), int64(0), int64(6)},
+	} {
+		status, l, until, err := parseReply(alice, short)
+		wantStatus, want, _, werr := parseReply(alice, append(long, tail...))
+		if err != nil || werr != nil || status != wantStatus || l != want || !until.IsZero() {
+			t.Errorf("parseReply(%q) = %q, %+v, %v, %v; want %q, %+v (%v)", short, status, l, until, err, wantStatus, want, werr)
+		}
 	}
 	for _, a := range []string{
-		"OK", "OK ", "OK 6 4 1 5006 5 1", "OK 6 4 1 5006 5", "LOST 6 4 1 5006 5 1 L", "OK 0 4 1 5006 5 1 L",
-		"OK 6 0 1 5006 5 1 L", "OK 6 4 -1 5006 5 1 L", "OK 6 4 1 6 5 1 L", "OK 6 4 1 5006 0 1 L",
-		"OK 6 4 1 5006 5 2 L", "OK 6.5 4 1 5006 5 1 L", "OK 6  4 1 5006 5 1 L", "OK x 4 1 5006 5 1 L",
-		"OK 6 4 99999999999999999999 5006 5 1 L", "OK 6 4 1 L",
+		"", "OK", "OK ", " 1 6 4 1 5006 5 1 5 tab-a L", "OK 1 6 4 1 5006 5 1 5", "OK 1 6 4 1 5006 5 1 5 tab-a",
+		"OK 1 0 4 1 5006 5 1 5 tab-a L", "OK 1 6 0 1 5006 5 1 5 tab-a L", "OK 1 6 4 -1 5006 5 1 5 tab-a L",
+		"OK 1 6 4 1 6 5 1 5 tab-a L", "OK 1 6 4 1 5006 0 1 5 tab-a L", "OK 1 6 4 1 5006 5 2 5 tab-a L",
+		"OK 2 6 4 1 5006 5 1 5 tab-a L", "OK 1 6 4 1 5006 5 1 5  L", "OK 1 6.5 4 1 5006 5 1 5 tab-a L",
+		"OK 1 6  4 1 5006 5 1 5 tab-a L", "OK 1 x 4 1 5006 5 1 5 tab-a L", "OK 1 6 4 99999999999999999999 5006 5 1 5 tab-a L",
+		"OK 1 6 4 1 5006 5 1 9007199254740992 tab-a L", "RELEASED 0 6 4 2 6 5 0 5 tab-a ", "RELEASED 0 6 4 2 6 5 0 5  L",
+		"RELEASED 0 6 4 2 6 5 1 5  ",
 	} {
-		if _, err := parseUsual("renew", alice, "tab-a", 5, a); err == nil {
-			t.Errorf("parseUsual(%q) = nil error", a)
+		if _, _, _, err := parseReply(alice, a); err == nil {
+			t.Errorf("parseReply(%q) = nil error", a)
 		}
 	}
 }

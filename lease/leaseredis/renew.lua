@@ -8,8 +8,8 @@
 -- ARGV[5]  TTL in milliseconds, already clamped
 -- Answers "OK" and the lease, extended from now by the TTL, when the tab holds it at that epoch
 -- and it has not expired; "LOST" and the lease as it is otherwise. A renew never resurrects.
--- The "OK" of a lease with no handoff and no block in force is short, one string (usual_answer in
--- state.lua).
+-- The answer of a lease with no handoff and no block in force is short, one string (reply in
+-- state.lua; usual_answer for the usual renew).
 -- A renew keeps no answer for its retries: one that go-redis sends again decides again, which is
 -- an answer the first could have given. It extends again from a later now, which is what the
 -- caller asked for, or it answers "LOST" when another call ended the lease in between: ended
@@ -83,9 +83,5 @@ s.hidden, s.expires_us, s.ttl_ms, s.expires_s = hidden, expires, ttl_ms, expires
 -- Append event.
 if changed then
   emit(lease_event('updated', s, now))
-end
--- The short answer while no handoff and no block is in force (see above).
-if s.ho_tab == '' and s.block_until_us <= now then
-  return finish(s, now, usual_answer(now, v, expires_s, int(ttl_ms), hidden and '1' or '0'))
 end
 return finish(s, now, reply('OK', s, now))

@@ -165,13 +165,8 @@ const (
 // replyLen is the length of a lease answer: {status, held, tab, label, hidden, epoch,
 // granted_us, expires_us, ttl_ms, transitions, now_us, until_us, handoff, ho_tab, ho_label,
 // ho_hidden, ho_until_us, block_until_us} (see reply in state.lua). An answer with no refusal's
-// end, no handoff and no block stops after now_us, at replyShortLen: replyTail is the rest.
-const (
-	replyLen      = 18
-	replyShortLen = 11
-)
-
-var replyTail = [replyLen - replyShortLen]any{int64(0), int64(handoffNone), "", "", int64(0), int64(0), int64(0)}
+// end, no handoff and no block is short, one string of its first eleven fields (parseShort).
+const replyLen = 18
 
 // The handoff field of a lease answer: none, requested or reserved (see lease.HandoffState).
 const (
@@ -184,24 +179,22 @@ const (
 // handoff in progress and the admin's block in force), and the time at which a refusal ends (until_us: the end of the block of a
 // BLOCKED acquire, of the request or reservation of a PENDING one; zero when none).
 func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
+	if a, ok := v.(string); ok {
+		status, l, err := parseShort(key, a)
+		return status, l, time.Time{}, err
+	}
 	bad := func() (string, lease.Lease, time.Time, error) {
 		return "", lease.Lease{}, time.Time{}, fmt.Errorf("leaseredis: malformed script reply %v", v)
 	}
 	a, ok := v.([]any)
-	if !ok || (len(a) != replyLen && len(a) != replyShortLen) {
+	if !ok || len(a) != replyLen {
 		return bad()
-	}
-	at := func(i int) any {
-		if i < len(a) {
-			return a[i]
-		}
-		return replyTail[i-replyShortLen]
 	}
 	status, ok1 := a[0].(string)
 	tab, ok2 := a[2].(string)
 	label, ok3 := a[3].(string)
-	hoTab, ok4 := at(13).(string)
-	hoLabel, ok5 := at(14).(string)
+	hoTab, ok4 := a[13].(string)
+	hoLabel, ok5 := a[14].(string)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return bad()
 	}
@@ -209,7 +202,7 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	// ho_hidden, ho_until_us, block_until_us
 	var n [13]int64
 	for i, j := range []int{1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17} {
-		x, ok := at(j).(int64)
+		x, ok := a[j].(int64)
 		if !ok || x < 0 {
 			return bad()
 		}
@@ -257,15 +250,13 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	return status, l, until, nil
 }
 
-// usualPrefix starts the short answer of the usual renew and check, of a lease held with no
-// handoff and no block in force (usual_answer in state.lua says what follows).
-const usualPrefix = statusOK + " "
-
-// parseUsual reads the short answer a of renew.lua or check.lua, op, to a call of tab at epoch on
-// the session key: the lease is held by that tab at that epoch, as the rest of a says.
-func parseUsual(op string, key lease.Key, tab string, epoch int64, a string) (lease.Lease, error) {
-	rest, ok := strings.CutPrefix(a, usualPrefix)
-	var n [6]int64 // now_us, granted_us, transitions, expires_us, ttl_ms, hidden
+// parseShort reads the short lease answer a of key, "<status> <held> <now_us> <granted_us>
+// <transitions> <expires_us> <ttl_ms> <hidden> <epoch> <tab> <label>" (reply in state.lua): the
+// lease as parseReply reads a long one with no refusal's end, no handoff and no block.
+func parseShort(key lease.Key, a string) (string, lease.Lease, error) {
+	status, rest, ok := strings.Cut(a, " ")
+	ok = ok && status != ""
+	var n [8]int64 // held, now_us, granted_us, transitions, expires_us, ttl_ms, hidden, epoch
 	for i := range n {
 		var f string
 		var found bool
@@ -274,21 +265,29 @@ func parseUsual(op string, key lease.Key, tab string, epoch int64, a string) (le
 		ok = ok && found && err == nil && x >= 0
 		n[i] = x
 	}
-	now, granted, transitions, expires, ttlMS, hidden := n[0], n[1], n[2], n[3], n[4], n[5]
-	if !ok || now == 0 || granted == 0 || expires <= now || ttlMS == 0 || hidden > 1 {
-		return lease.Lease{}, fmt.Errorf("leaseredis: malformed %s reply %q", op, a)
+	held, now, granted, transitions, expires, ttlMS, hidden, epoch := n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
+	tab, label, found := strings.Cut(rest, " ")
+	switch {
+	case !ok || !found || now == 0 || epoch >= lease.MaxEpoch || held > 1 || hidden > 1,
+		held == 1 && (tab == "" || granted == 0 || expires <= now || ttlMS == 0),
+		held == 0 && (tab != "" || label != "" || hidden != 0):
+		return "", lease.Lease{}, fmt.Errorf("leaseredis: malformed script reply %q", a)
 	}
-	return lease.Lease{
+	l := lease.Lease{
 		Key:         key,
-		Held:        true,
-		Holder:      lease.Holder{TabID: tab, Label: rest, Hidden: hidden == 1},
+		Held:        held == 1,
 		Epoch:       epoch,
-		GrantedAt:   micros(granted),
-		ExpiresAt:   micros(expires),
 		TTL:         time.Duration(ttlMS) * time.Millisecond,
 		Transitions: transitions,
 		Now:         micros(now),
-	}, nil
+	}
+	if granted != 0 {
+		l.GrantedAt, l.ExpiresAt = micros(granted), micros(expires)
+	}
+	if l.Held {
+		l.Holder = lease.Holder{TabID: tab, Label: label, Hidden: hidden == 1}
+	}
+	return status, l, nil
 }
 
 // micros is the time of a store clock reading in microseconds, in UTC like every time the engines
