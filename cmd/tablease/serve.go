@@ -309,6 +309,10 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, reg pro
 			log.Warn("the event log of a watched session lacks events its streams were sent, so the store lost data (a FLUSHALL, a failover that lost writes): those streams start over with a snapshot",
 				"sub", key.User, "sid", key.Session)
 		},
+		OnMissedEvents: func(key lease.Key) {
+			log.Warn("event streams of a session missed events appended while its event log was missing (the store lost it, or keeping it failed): those streams start over with a snapshot",
+				"sub", key.User, "sid", key.Session)
+		},
 		OnSweep: func(n int, err error) {
 			swept.Add(float64(n))
 			if err != nil {

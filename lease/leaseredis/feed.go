@@ -61,6 +61,11 @@ type watcher struct {
 	// last is the id of the newest event the watch has: its position, then each event delivered.
 	// Events at or before it are never delivered.
 	last lease.EventID
+	// behind is the newest event of the session's log, as a settle read it, while the watch has
+	// not had it, and behindAt when the settle read it; zero when the watch had every event the
+	// last settle found (see fire).
+	behind   lease.EventID
+	behindAt time.Time
 	// release lets go of the sharded subscription of the watch's user (see subscribeShard); nil
 	// elsewhere. live reports, with Engine.mu held, whether the subscription the watch waited for
 	// is still the one that brings its events (see subscribe).
@@ -68,9 +73,13 @@ type watcher struct {
 	live    func() bool
 }
 
+// heldEvent is an event of the subscription: its id, the id of the session's event before it
+// (prev, when hasPrev: messages of libraries before p carry none), and the event.
 type heldEvent struct {
-	id lease.EventID
-	ev lease.Event
+	id      lease.EventID
+	prev    lease.EventID
+	hasPrev bool
+	ev      lease.Event
 }
 
 // Watch implements lease.Feed.
@@ -219,7 +228,7 @@ const heartbeatEvery = time.Second
 // re-subscribes by itself once it answers.
 func (e *Engine) beat() {
 	defer e.timers.Done()
-	lost := max(3*heartbeatEvery, 2*e.opTimeout)
+	lost := e.silenceLimit()
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()
 	var waiting time.Time // when a heartbeat not heard back yet was sent; zero when none
@@ -382,7 +391,10 @@ func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next i
 		return
 	}
 	for _, h := range held {
-		if !e.send(key, s, x, h.id, h.ev) {
+		if ended, missed := e.send(key, s, x, h); ended {
+			if missed {
+				e.missed(key)
+			}
 			return
 		}
 	}
@@ -432,33 +444,49 @@ func (e *Engine) drop(key lease.Key, s *watched, x *watcher) {
 	}
 }
 
-// send hands ev (whose id is id) to x: held aside while x is not ready, delivered when it is after
-// the last event x has, dropped otherwise. It answers false when x has ended and was dropped. e.mu
-// must be held.
-func (e *Engine) send(key lease.Key, s *watched, x *watcher, id lease.EventID, ev lease.Event) bool {
+// send hands h to x: held aside while x is not ready, delivered when it is after the last event x
+// has, dropped otherwise. It answers whether x has ended and was dropped, and whether because x
+// missed the events between its last and h: h names another event before it (events.lua
+// publishes only the events of sessions with a log, and a watched session's log may have gone
+// missing), and x ends with lease.ErrResync. e.mu must be held.
+func (e *Engine) send(key lease.Key, s *watched, x *watcher, h heldEvent) (ended, missed bool) {
 	if !x.ready {
 		if len(x.pending) >= e.watchBuffer {
 			x.lost = x.pending[0].id
 			x.pending = append(x.pending[:0], x.pending[1:]...)
 		}
-		x.pending = append(x.pending, heldEvent{id, ev})
-		return true
+		x.pending = append(x.pending, h)
+		return false, false
 	}
-	if id.Compare(x.last) <= 0 {
-		return true
+	if h.id.Compare(x.last) <= 0 {
+		return false, false
 	}
-	x.last = id
-	if !x.sender.Send(ev) {
+	if h.hasPrev && h.prev != x.last {
+		x.sender.End(lease.ErrResync)
 		e.drop(key, s, x)
-		return false
+		return true, true
 	}
-	return true
+	x.last = h.id
+	if !x.sender.Send(h.ev) {
+		e.drop(key, s, x)
+		return true, false
+	}
+	return false, false
+}
+
+// missed tells Options.OnMissedEvents that watches of key missed events and ended. e.mu must be
+// held.
+func (e *Engine) missed(key lease.Key) {
+	if e.onMissedEvents != nil {
+		e.onMissedEvents(key)
+	}
 }
 
 // deliver handles one message of the subscription: an event, handed to the watchers of its
 // session, and the session's next deadline, for its settle timer. Messages of sessions this engine
 // does not watch are ignored, and so are messages that are not JSON (they are not the engine's);
-// an event of a watched session whose id cannot be read ends its watches with lease.ErrResync.
+// an event of a watched session whose id (or the id of the event before it) cannot be read ends
+// its watches with lease.ErrResync.
 func (e *Engine) deliver(payload string) {
 	var m wireMessage
 	if err := json.Unmarshal([]byte(payload), &m); err != nil {
@@ -466,13 +494,18 @@ func (e *Engine) deliver(payload string) {
 	}
 	key := lease.Key{User: m.User, Session: m.Session}
 	var (
-		id  lease.EventID
-		ev  lease.Event
+		h   heldEvent
 		bad error
 	)
 	if m.Event != nil {
-		if id, bad = lease.ParseEventID(m.ID); bad == nil {
-			ev = m.Event.event(key, m.ID)
+		if h.id, bad = lease.ParseEventID(m.ID); bad == nil {
+			h.ev = m.Event.event(key, m.ID)
+		}
+		if m.Prev != nil && bad == nil {
+			h.hasPrev = true
+			if *m.Prev != "" { // "": the session had no event before
+				h.prev, bad = lease.ParseEventID(*m.Prev)
+			}
 		}
 	}
 	e.mu.Lock()
@@ -490,8 +523,13 @@ func (e *Engine) deliver(payload string) {
 		return
 	}
 	if m.Event != nil {
+		missed := false
 		for x := range s.watchers {
-			e.send(key, s, x, id, ev)
+			_, gap := e.send(key, s, x, h)
+			missed = missed || gap
+		}
+		if missed {
+			e.missed(key)
 		}
 		if e.sessions[key] != s {
 			return // every watcher ended
@@ -552,19 +590,45 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 	if e.shut || e.sessions[key] != s {
 		return
 	}
+	waiting := false // a watch is behind the log (below)
 	if err == nil {
-		lost := false
+		lost, missed := false, false
+		now, limit := time.Now(), e.silenceLimit()
 		for x := range s.watchers {
-			if last, ok := had[x]; ok && newest.Compare(last) < 0 {
+			last, ok := had[x]
+			if !ok {
+				continue
+			}
+			if x.last.Compare(x.behind) >= 0 {
+				x.behind = lease.EventID{} // it had what the last settle found
+			}
+			switch {
+			case newest.Compare(last) < 0:
 				// The store no longer has events this watch was sent, nor maybe the state they
 				// told of: it starts over from what the store holds now.
 				x.sender.End(lease.ErrResync)
 				e.drop(key, s, x)
 				lost = true
+			case x.behind != (lease.EventID{}) && now.Sub(x.behindAt) >= limit:
+				// An event of the log that the watch did not have when a settle read it, and does
+				// not have a silence limit later, was not published to it: the session had no
+				// log when it was appended (events.lua), and the watch missed it.
+				x.sender.End(lease.ErrResync)
+				e.drop(key, s, x)
+				missed = true
+			case newest.Compare(x.last) > 0:
+				// In flight, or missed: the next settle, a silence limit later, tells.
+				if x.behind == (lease.EventID{}) {
+					x.behind, x.behindAt = newest, now
+				}
+				waiting = true
 			}
 		}
 		if lost && e.onLostEvents != nil {
 			e.onLostEvents(key)
+		}
+		if missed {
+			e.missed(key)
 		}
 		if e.sessions[key] != s {
 			return // every watcher ended
@@ -577,8 +641,19 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 			e.setTimer(key, s, settleRetry)
 		}
 	default:
-		e.schedule(key, s, nowUS, e.nextSettle(nowUS, next))
+		at := e.nextSettle(nowUS, next)
+		if waiting {
+			at = min(at, nowUS+e.silenceLimit().Microseconds())
+		}
+		e.schedule(key, s, nowUS, at)
 	}
+}
+
+// silenceLimit is how long the engine waits for what it should hear on its subscription (its
+// heartbeat, an event a settle found in the log) before it judges it lost: twice OpTimeout, and at
+// least three heartbeats.
+func (e *Engine) silenceLimit() time.Duration {
+	return max(3*heartbeatEvery, 2*e.opTimeout)
 }
 
 // settle runs settle.lua on key, and answers the store time, the session's next deadline, and
@@ -690,6 +765,7 @@ type wireMessage struct {
 	User    string     `json:"u"`
 	Session string     `json:"s"`
 	ID      string     `json:"id"`
+	Prev    *string    `json:"p"` // the id of the session's event before this one; nil from libraries before it
 	Event   *wireEvent `json:"ev"`
 	Now     int64      `json:"now,string"`
 	Next    int64      `json:"next,string"`

@@ -401,6 +401,43 @@ func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *test
 			t.Errorf("Err = %v, want lease.ErrResync", err)
 		}
 	})
+	t.Run("an event naming the event before it follows the watch's last, or ends the watch with a resync", func(t *testing.T) {
+		withPrev := func(ms int, prev string) {
+			e.deliver(fmt.Sprintf(`{"u":"alice","s":"doc-1","id":"%d-0","p":"%s","ev":{"type":"updated","at":"1"},"now":"1","next":"0"}`, ms, prev))
+		}
+		w, x := begin()
+		withPrev(31, "30-0") // held, then delivered after the position it follows
+		e.start(alice, x, "30-0", 0, 0)
+		withPrev(31, "30-0") // a late duplicate: dropped, whatever it names
+		withPrev(32, "31-0")
+		if got := ids([]lease.Event{next(t, w), next(t, w)}); got != "31-0 32-0" {
+			t.Errorf("events = %s, want 31-0 32-0", got)
+		}
+		withPrev(34, "33-0") // 33-0 was not published: a gap
+		if evs, err := drain(t, w); len(evs) != 0 || !errors.Is(err, lease.ErrResync) {
+			t.Errorf("watch after a gap = %s, %v; want no event and lease.ErrResync", ids(evs), err)
+		}
+		// The first event of a session names none; one held across the start is checked alike.
+		w, x = begin()
+		withPrev(41, "")
+		e.start(alice, x, "", 0, 0)
+		if ev := next(t, w); ev.ID != "41-0" {
+			t.Errorf("the session's first event = %+v, want 41-0", ev)
+		}
+		w, x = begin()
+		withPrev(51, "49-0")
+		e.start(alice, x, "50-0", 0, 0)
+		if evs, err := drain(t, w); len(evs) != 0 || !errors.Is(err, lease.ErrResync) {
+			t.Errorf("watch after a held gap = %s, %v; want no event and lease.ErrResync", ids(evs), err)
+		}
+		// One that cannot be read is no event of the engine's.
+		w, x = begin()
+		e.start(alice, x, "", 0, 0)
+		withPrev(61, "x")
+		if _, err := drain(t, w); !errors.Is(err, lease.ErrResync) {
+			t.Errorf("Err after an unreadable p = %v, want lease.ErrResync", err)
+		}
+	})
 	t.Run("events of other sessions never reach the watch", func(t *testing.T) {
 		w, x := begin()
 		e.start(alice, x, "", 0, 0)
@@ -475,15 +512,19 @@ func TestEachEventNamesTheSessionsNextDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := lease.Key{User: "u-deadline", Session: "doc"}
+	mustWatch(t, e, key, "") // the events of a session nobody watches are not published
 	published := func(what string) (now, next int64) {
 		t.Helper()
-		msg, err := sub.ReceiveTimeout(t.Context(), waitFor)
-		if err != nil {
-			t.Fatalf("%s: no message: %v", what, err)
-		}
 		var m struct{ Now, Next string }
-		if err := json.Unmarshal([]byte(msg.(*redis.Message).Payload), &m); err != nil {
-			t.Fatalf("%s: %v", what, err)
+		for {
+			msg, err := sub.ReceiveTimeout(t.Context(), waitFor)
+			if err != nil {
+				t.Fatalf("%s: no message: %v", what, err)
+			}
+			if json.Unmarshal([]byte(msg.(*redis.Message).Payload), &m) == nil {
+				break
+			}
+			// The engine's heartbeat, which is not JSON.
 		}
 		now, _ = strconv.ParseInt(m.Now, 10, 64)
 		next, _ = strconv.ParseInt(m.Next, 10, 64)
@@ -655,5 +696,123 @@ func TestWatchesOfASessionWhoseEventsTheStoreLostStartOver(t *testing.T) {
 	again := mustWatch(t, instances[1].e, alice, "")
 	if l := again.Snapshot; l.Held || l.Epoch != 0 {
 		t.Errorf("the new watch's lease = %+v, want the store's as it is now (free, epoch 0; %d before)", l, a.Epoch)
+	}
+}
+
+// missingLogEngines starts a private Redis and n engines on it with prefix "p", each telling its
+// OnMissedEvents on its channel, and answers them with a client of the server.
+func missingLogEngines(t *testing.T, n int, opts Options) ([]*Engine, []chan lease.Key, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	var engines []*Engine
+	var missed []chan lease.Key
+	for range n {
+		client, err := NewClient(srv.URL(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		ch := make(chan lease.Key, 4)
+		o := opts
+		o.Prefix, o.OpTimeout = "p", time.Second
+		o.OnMissedEvents = func(k lease.Key) { ch <- k }
+		e, err := New(client, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		engines, missed = append(engines, e), append(missed, ch)
+	}
+	return engines, missed, srv.Client(t)
+}
+
+// The events of a session nobody watches are not published; those of a watched one are, each
+// naming the event before it.
+func TestOnlyTheEventsOfWatchedSessionsArePublished(t *testing.T) {
+	engines, _, admin := missingLogEngines(t, 1, Options{})
+	e, ctx := engines[0], t.Context()
+	sub := admin.Subscribe(ctx, "p:events")
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	bob := lease.Key{User: "bob", Session: "doc-2"}
+	mustReleaseLease(t, e, bob, "tab-a", mustAcquire(t, e, bob, tabA, lease.ModeTry).Epoch)
+	w := mustWatch(t, e, alice, "")
+	mustAcquire(t, e, alice, tabA, lease.ModeTry)
+	ev := next(t, w)
+	// The first message of an event on the channel is alice's: bob's two were published before
+	// it, had they been published.
+	for {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m wireMessage
+		if json.Unmarshal([]byte(msg.Payload), &m) != nil || m.Event == nil {
+			continue // a heartbeat
+		}
+		if m.User != alice.User || m.ID != ev.ID || m.Prev == nil || *m.Prev != w.Position {
+			t.Fatalf("the first event published: %s; want alice's %s after %q", msg.Payload, ev.ID, w.Position)
+		}
+		return
+	}
+}
+
+// A watch that missed events appended while its session's log was missing (unpublished, see
+// events.lua) ends with lease.ErrResync at the next event it receives, which names another event
+// before it; a watch that started after them gets that event.
+func TestAWatchThatMissedUnpublishedEventsStartsOverAtTheNextEvent(t *testing.T) {
+	engines, missed, admin := missingLogEngines(t, 2, Options{})
+	ctx := t.Context()
+	w1 := mustWatch(t, engines[0], alice, "")
+	if err := admin.Del(ctx, "p:{alice}:log:doc-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := mustAcquire(t, engines[0], alice, tabA, lease.ModeTry) // not published: no log
+	w2 := mustWatch(t, engines[1], alice, "")                   // makes the log again
+	mustReleaseLease(t, engines[0], alice, "tab-a", a.Epoch)
+	if evs, err := drain(t, w1); !errors.Is(err, lease.ErrResync) || len(evs) != 0 {
+		t.Fatalf("the watch that missed the grant: %v, %v; want no event and lease.ErrResync", evs, err)
+	}
+	select {
+	case k := <-missed[0]:
+		if k != alice {
+			t.Errorf("OnMissedEvents(%+v), want %+v", k, alice)
+		}
+	case <-time.After(waitFor):
+		t.Error("OnMissedEvents was not called")
+	}
+	if ev := next(t, w2); ev.Type != lease.EventReleased || ev.Epoch != a.Epoch {
+		t.Fatalf("the watch that started after the grant got %+v, want its release", ev)
+	}
+	if len(missed[1]) != 0 {
+		t.Error("OnMissedEvents was called for the watch that missed nothing")
+	}
+}
+
+// A watch that missed events appended while its session's log was missing, and gets no event
+// after them, ends with lease.ErrResync once a settle found the log ahead of it and the next,
+// a silence limit later, still does.
+func TestAWatchBehindTheLogForASilenceLimitStartsOver(t *testing.T) {
+	// A short log TTL: the settle that keeps the log runs every 200 ms.
+	engines, missed, admin := missingLogEngines(t, 1, Options{EventLogTTL: 2 * time.Second})
+	ctx := t.Context()
+	w := mustWatch(t, engines[0], alice, "")
+	if err := admin.Del(ctx, "p:{alice}:log:doc-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	mustAcquire(t, engines[0], alice, tabA, lease.ModeTry) // not published: no log
+	if evs, err := drain(t, w); !errors.Is(err, lease.ErrResync) || len(evs) != 0 {
+		t.Fatalf("the watch behind the log: %v, %v; want no event and lease.ErrResync", evs, err)
+	}
+	if d := time.Since(start); d < engines[0].silenceLimit() {
+		t.Errorf("the watch ended %v after the grant, before the silence limit %v", d, engines[0].silenceLimit())
+	}
+	select {
+	case <-missed[0]:
+	case <-time.After(waitFor):
+		t.Error("OnMissedEvents was not called")
 	}
 }

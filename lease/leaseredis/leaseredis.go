@@ -117,6 +117,12 @@ type Options struct {
 	// lease.ErrResync. It must not block.
 	OnLostEvents func(key lease.Key)
 
+	// OnMissedEvents, when set, is called when watches of a session this engine watches ended
+	// with lease.ErrResync because they missed events: the events of a session are published
+	// only while it has an event log (events.lua), and a watched session's log went missing (the
+	// store lost it, or the settle scripts that keep it failed for EventLogTTL). It must not block.
+	OnMissedEvents func(key lease.Key)
+
 	// RevokeReplicas is how many replicas of the primary that holds a session must confirm a
 	// revoke of it (Redis's WAIT, within OpTimeout) before Revoke answers it (revokeCall in
 	// admin.go); zero, the default, answers once the primary ran it. It needs a *redis.Client (standalone or
@@ -160,6 +166,7 @@ type Engine struct {
 	onClockOffset  func(offset, rtt time.Duration)
 	onResubscribe  func(time.Duration) // Options.OnResubscribe
 	onLostEvents   func(lease.Key)     // Options.OnLostEvents
+	onMissedEvents func(lease.Key)     // Options.OnMissedEvents
 	revokeReplicas int                 // Options.RevokeReplicas
 	// common is the first argument of every session script, the engine's seven options (see
 	// state.lua), formatted once.
@@ -289,6 +296,7 @@ func New(client redis.UniversalClient, opts Options) (*Engine, error) {
 		onClockOffset:  opts.OnClockOffset,
 		onResubscribe:  opts.OnResubscribe,
 		onLostEvents:   opts.OnLostEvents,
+		onMissedEvents: opts.OnMissedEvents,
 		revokeReplicas: opts.RevokeReplicas,
 		ctx:            ctx,
 		cancel:         cancel,
