@@ -225,13 +225,15 @@ local LEASE_ONLY
 -- parsing the key and building the names to compare took about 2 % of the instructions of the usual
 -- renew, and of an acquire or a release (scripts/redis-instructions). They depend on the key alone,
 -- but for kept: what the usual renew or check last learnt of the state hash's expiry (flush in
--- events.lua), which is checked against the hash on every use. At most SESSION_KEYS_MAX sessions
+-- events.lua), which is checked against the hash on every use; and audit_until: what the last
+-- append of an audit record learnt of the user's audit log's expiry (flush_audit in admin.lua),
+-- which NOMKSTREAM checks on every use. At most SESSION_KEYS_MAX sessions
 -- are kept (about 1 KB of the Lua heap each): the table starts anew when it is full.
 local SESSION_KEYS, SESSION_KEYS_N, SESSION_KEYS_MAX = {}, 0, 1000
 
 -- session_keys is what SESSION_KEYS keeps of the state key k: {tag, prefix, user, session, and the
 -- keys of the session and of its user, the start of its reply keys, the start of its revoke
--- keys, and kept (set by flush)}; nil when k is not a state key.
+-- keys, and kept and audit_until (set by flush and flush_audit)}; nil when k is not a state key.
 local function session_keys(k)
   local p = SESSION_KEYS[k]
   if p ~= nil then
