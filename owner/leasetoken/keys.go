@@ -25,8 +25,9 @@ const (
 // SigningKey is a private key that signs lease tokens, with its algorithm and key id. The zero
 // value is not a key. It never prints its private part (String and GoString).
 type SigningKey struct {
-	priv crypto.Signer // ed25519.PrivateKey or *ecdsa.PrivateKey on P-256
-	pub  PublicKey
+	priv   crypto.Signer // ed25519.PrivateKey or *ecdsa.PrivateKey on P-256
+	pub    PublicKey
+	header string // the header segment of the tokens it signs (tokenHeader)
 }
 
 // PublicKey is a public key that verifies lease tokens, with its algorithm and key id.
@@ -55,13 +56,16 @@ func NewSigningKey(priv crypto.PrivateKey) (SigningKey, error) {
 			return SigningKey{}, errors.New("leasetoken: malformed Ed25519 private key")
 		}
 		pub, err := NewPublicKey(k.Public())
-		return SigningKey{priv: k, pub: pub}, err
+		if err != nil {
+			return SigningKey{}, err
+		}
+		return SigningKey{priv: k, pub: pub, header: tokenHeader(pub)}, nil
 	case *ecdsa.PrivateKey:
 		pub, err := NewPublicKey(&k.PublicKey)
 		if err != nil {
 			return SigningKey{}, err
 		}
-		return SigningKey{priv: k, pub: pub}, nil
+		return SigningKey{priv: k, pub: pub, header: tokenHeader(pub)}, nil
 	}
 	return SigningKey{}, fmt.Errorf("leasetoken: unsupported private key type %T (want Ed25519 or ECDSA P-256)", priv)
 }

@@ -121,6 +121,44 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	}
 }
 
+// A token is what golang-jwt's SignedString makes of the same header and claims (Sign encodes the
+// header once per key): an Ed25519 signature is deterministic, so the two are the same text.
+func TestATokenIsWhatGolangJWTSigns(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := leasetoken.NewSigningKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, key)
+	c := claims(t0.Add(300*time.Millisecond), 45*time.Second)
+	type wireClaims struct {
+		jwt.RegisteredClaims
+		Sid   string `json:"sid"`
+		Tab   string `json:"tab"`
+		Epoch int64  `json:"epoch"`
+	}
+	want := jwt.NewWithClaims(jwt.SigningMethodEdDSA, wireClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    issuer,
+			Subject:   c.Subject,
+			IssuedAt:  jwt.NewNumericDate(c.IssuedAt.Truncate(time.Second)),
+			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt.Truncate(time.Second)),
+		},
+		Sid: c.Session, Tab: c.Tab, Epoch: c.Epoch,
+	})
+	want.Header["kid"], want.Header["typ"] = key.KeyID(), leasetoken.TokenType
+	wantTok, err := want.SignedString(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.sign(t, c); got != wantTok {
+		t.Fatalf("Sign = %s\nwant %s (golang-jwt's SignedString)", got, wantTok)
+	}
+}
+
 func TestALeaseWithLessThanASecondLeftGetsAToken(t *testing.T) {
 	f := newFixture(t, leasetoken.SigningKey{})
 	now := t0.Add(200 * time.Millisecond)
