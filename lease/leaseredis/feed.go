@@ -488,6 +488,9 @@ func (e *Engine) missed(key lease.Key) {
 // an event of a watched session whose id (or the id of the event before it) cannot be read ends
 // its watches with lease.ErrResync.
 func (e *Engine) deliver(payload string) {
+	if !e.watching(payload) {
+		return
+	}
 	var m wireMessage
 	if err := json.Unmarshal([]byte(payload), &m); err != nil {
 		return
@@ -538,6 +541,32 @@ func (e *Engine) deliver(payload string) {
 	if m.Next > 0 {
 		e.schedule(key, s, m.Now, m.Next)
 	}
+}
+
+// watching reports whether the engine watches the session of a message, read from the start of the
+// message as events.lua writes an event's, {"u":"<user>","s":"<session>",…} (identifiers hold no
+// quote: lease.ValidateID), so that the messages of the sessions other instances watch are not
+// decoded; it answers true when the message does not start so (a hint, which cjson writes in any
+// order, or no message of the engine's), which deliver then decodes to tell.
+func (e *Engine) watching(payload string) bool {
+	rest, ok := strings.CutPrefix(payload, `{"u":"`)
+	if !ok {
+		return true
+	}
+	user, rest, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return true
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"s":"`); !ok {
+		return true
+	}
+	session, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sessions[lease.Key{User: user, Session: session}] != nil
 }
 
 // schedule sets the settle timer of s to fire at the store time next (µs), as seen from the store

@@ -438,6 +438,24 @@ func TestEventsThatArriveWhileAWatchStartsAreSortedOutAgainstItsPosition(t *test
 			t.Errorf("Err after an unreadable p = %v, want lease.ErrResync", err)
 		}
 	})
+	t.Run("a message is decoded only when its start does not tell a session this engine does not watch", func(t *testing.T) {
+		_, x := begin()
+		e.start(alice, x, "", 0, 0)
+		for payload, want := range map[string]bool{
+			`{"u":"alice","s":"doc-1","id":"1-0","p":"","ev":{}}`: true,
+			`{"u":"alice","s":"doc-2","id":"1-0","p":"","ev":{}}`: false,
+			`{"u":"bob","s":"doc-1","id":"1-0","p":"","ev":{}}`:   false,
+			`{"now":"1","u":"bob","s":"doc-1","next":"2"}`:        true, // a hint, in cjson's order
+			`{"u":"bob","now":"1"}`:                               true,
+			`{"u":"bob","s":"doc-1`:                               true,
+			`{"u":"bob`:                                           true,
+			`not json`:                                            true,
+		} {
+			if got := e.watching(payload); got != want {
+				t.Errorf("watching(%s) = %v, want %v", payload, got, want)
+			}
+		}
+	})
 	t.Run("events of other sessions never reach the watch", func(t *testing.T) {
 		w, x := begin()
 		e.start(alice, x, "", 0, 0)
