@@ -52,7 +52,9 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 			t.Errorf("%s: %+v, want operations with their rate and latencies", w, r)
 		} else if _, ok := r[0].CPUMicros["tablease"]; !ok {
 			t.Errorf("%s: no CPU per operation of the tablease process: %+v", w, r[0])
-		} else if want := map[string]float64{"renew": 1, "acquire+release": 2}[w]; r[0].FunctionMicros <= 0 || r[0].FunctionCalls < want || r[0].FunctionCalls > want*1.1 {
+		} else if want := map[string]float64{"renew": 1, "acquire+release": 2}[w]; r[0].FunctionMicros <= 0 ||
+			r[0].FunctionCalls <= 0 || r[0].FunctionCalls > want*1.1 ||
+			(r[0].FunctionCalls < want && w != "renew") { // renews that queue together share a call (batch.go)
 			t.Errorf("%s: %.1f µs in %.2f function calls per operation, want some in %v", w, r[0].FunctionMicros, r[0].FunctionCalls, want)
 		}
 	}

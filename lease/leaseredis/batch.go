@@ -2,6 +2,8 @@ package leaseredis
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +35,8 @@ import (
 //
 // Redis runs each function of a pipeline on its own, as if sent alone, and go-redis sends a
 // pipeline again after losing its answers as it would a single call; the functions are written
-// for both (state.lua).
+// for both (state.lua). The usual renews of a pipeline go further: they are sent together in one
+// function call (mergeable), each answered as it would be alone.
 type batcher struct {
 	client redis.UniversalClient
 
@@ -102,13 +105,116 @@ type batchCall struct {
 	// answered is set by whatever answers a queued call first (see answer), err with it.
 	answered atomic.Bool
 	err      error
+	// merge, when not nil, lets a pipeline send the call with others in one function call.
+	merge *mergeable
+}
+
+// mergeable is a usual renew (renew.lua in the lease form), which a pipeline sends together with
+// the other usual renews of its group in one call of renew_many.lua, when it has several: a call
+// costs Redis the function call's own work and the store clock's reading whatever it does, a
+// quarter of the instructions of the usual renew (scripts/redis-instructions), which the renews
+// called together share. Each gets the answer renew.lua would have given it, so its caller does
+// not tell the difference: "DEFER" sends it again alone, with every key (usual in leaseredis.go).
+type mergeable struct {
+	// group: the renews of a group may share a function call. On a Cluster, whose functions take
+	// the keys of one slot, the renews of one user (the hash tag of its keys, mergeGroup); one
+	// group elsewhere.
+	group  string
+	keys   [2]string // KEYS of renew.lua in the lease form
+	common []any     // the engine's common arguments
+	args   []any     // the arguments after them
+}
+
+// mergeGroup is the group (mergeable) of the usual renew of the lease whose state key is key:
+// its hash tag on a Cluster, "" elsewhere.
+func mergeGroup(key string, cluster bool) string {
+	if !cluster {
+		return ""
+	}
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i:], '}'); j > 0 {
+			return key[i : i+j+1]
+		}
+	}
+	return key
+}
+
+// merged is a call of renew_many.lua that carries the usual renews of calls.
+type merged struct {
+	cmd   *redis.Cmd
+	calls []*batchCall
+}
+
+// combine answers the commands of a pipeline of batch: each call's own, but that the mergeable
+// calls of a group, when it has several, are one call of renew_many.lua (merged), in the order of
+// their first call.
+func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
+	var groups map[string][]*batchCall
+	var order []string
+	for _, c := range batch {
+		if c.merge == nil {
+			cmds = append(cmds, c.cmd)
+			continue
+		}
+		if groups == nil {
+			groups = map[string][]*batchCall{}
+		}
+		if _, ok := groups[c.merge.group]; !ok {
+			order = append(order, c.merge.group)
+		}
+		groups[c.merge.group] = append(groups[c.merge.group], c)
+	}
+	for _, g := range order {
+		calls := groups[g]
+		if len(calls) == 1 {
+			cmds = append(cmds, calls[0].cmd)
+			continue
+		}
+		first := calls[0].merge
+		args := make([]any, 0, 3+2*len(calls)+len(first.common)+len(calls)*len(first.args))
+		args = append(args, "fcall", renewManyFn.fcall, 2*len(calls))
+		for _, c := range calls {
+			args = append(args, c.merge.keys[0], c.merge.keys[1])
+		}
+		args = append(args, first.common...)
+		for _, c := range calls {
+			args = append(args, c.merge.args...)
+		}
+		cmd := redis.NewCmd(context.Background(), args...)
+		cmd.SetFirstKeyPos(3)
+		cmds = append(cmds, cmd)
+		merges = append(merges, merged{cmd, calls})
+	}
+	return cmds, merges
+}
+
+// split gives each call of m its entry of m's answer, or m's error.
+func (m merged) split() {
+	v, err := m.cmd.Result()
+	a, ok := v.([]any)
+	if err == nil && (!ok || len(a) != len(m.calls)) {
+		err = fmt.Errorf("leaseredis: malformed renew_many reply %v", v)
+	}
+	for i, c := range m.calls {
+		if err != nil {
+			c.cmd.SetErr(err)
+		} else {
+			c.cmd.SetVal(a[i])
+		}
+	}
 }
 
 // do sends cmd by deadline (zero: none), alone or with the commands of other calls, and answers
 // once cmd has its answer (cmd.Result) or the context ended (ctx.Err, and cmd may or may not have
 // run). A call whose deadline passed while it queued answers context.DeadlineExceeded, unsent.
 func (b *batcher) do(ctx context.Context, deadline time.Time, cmd *redis.Cmd) error {
-	c := &batchCall{deadline: deadline, cmd: cmd}
+	return b.doMerging(ctx, deadline, cmd, nil)
+}
+
+// doMerging is do of a call that a pipeline may merge with others (merge, when not nil; cmd is
+// then the call alone).
+func (b *batcher) doMerging(ctx context.Context, deadline time.Time, cmd *redis.Cmd, merge *mergeable) error {
+	c := &batchCall{deadline: deadline, cmd: cmd, merge: merge}
 	b.mu.Lock()
 	if b.flushing < maxFlushes {
 		b.flushing++
@@ -212,12 +318,20 @@ func (b *batcher) flush(batch []*batchCall) {
 		return
 	}
 	defer expireQueued(batch, deadline)()
-	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range batch {
-			_ = p.Process(ctx, c.cmd)
-		}
-		return nil
-	})
+	cmds, merges := combine(batch)
+	if len(cmds) == 1 {
+		_ = b.client.Process(ctx, cmds[0])
+	} else {
+		_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, cmd := range cmds {
+				_ = p.Process(ctx, cmd)
+			}
+			return nil
+		})
+	}
+	for _, m := range merges {
+		m.split()
+	}
 	for _, c := range batch {
 		c.answer(nil)
 	}

@@ -3,6 +3,7 @@ package leaseredis
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tablease/tablease/internal/redistest"
+	"github.com/tablease/tablease/lease"
 )
 
 // pipelineSizes is a go-redis hook that records the number of commands of every pipeline but those
@@ -365,5 +367,143 @@ func TestEachPrimaryOfAClusterHasABatcherOfItsOwn(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Errorf("%d batchers for the 3 primaries", len(seen))
+	}
+}
+
+// fcalls is a go-redis hook that records the function and the number of keys of every FCALL
+// sent, alone or in a pipeline.
+type fcalls struct {
+	mu    sync.Mutex
+	calls []string // "<function> <numkeys>"
+}
+
+func (h *fcalls) record(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 2 && a[0] == "fcall" {
+			name := strings.TrimPrefix(a[1].(string), libraryName+"_")
+			h.calls = append(h.calls, name+" "+strconv.Itoa(a[2].(int)))
+		}
+	}
+}
+
+func (h *fcalls) get() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.calls...)
+}
+
+func (h *fcalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *fcalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.record(cmd); return next(ctx, cmd) }
+}
+func (h *fcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.record(cmds...); return next(ctx, cmds) }
+}
+
+// The usual renews that queue while Redis works go out in one call of renew_many.lua, each
+// answered as it would be alone; one that needs more (it shortens its lease) is deferred by it
+// and made alone with every key, and the others' expiry is the one they asked for.
+func TestUsualRenewsThatQueueTogetherShareOneFunctionCall(t *testing.T) {
+	srv := redistest.Start(t)
+	// A read timeout longer than the BLPOPs' that keep the flush slots (busyBatcher).
+	client, err := NewClient(srv.URL(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	hook := &fcalls{}
+	client.AddHook(hook)
+	e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	const n = 6
+	leases := make([]lease.Lease, n)
+	for i := range leases {
+		key := lease.Key{User: "u" + strconv.Itoa(i), Session: "doc"}
+		leases[i] = mustAcquire(t, e, key, tabA, lease.ModeTry) // a TTL of a minute
+	}
+	b := e.batches.shared
+	var blocked sync.WaitGroup
+	for i := range maxFlushes {
+		blocked.Add(1)
+		go func() {
+			defer blocked.Done()
+			cmd := redis.NewCmd(context.Background(), "blpop", "gate:"+strconv.Itoa(i), 10)
+			if err := b.do(context.Background(), time.Time{}, cmd); err != nil || cmd.Err() != nil {
+				t.Errorf("blpop: %v %v", err, cmd.Err())
+			}
+		}()
+	}
+	eventually(t, "every flush slot taken", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.flushing == maxFlushes
+	})
+	before := len(hook.get())
+
+	renewed := make([]lease.Lease, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ttl := time.Minute
+			if i == n-1 {
+				ttl = 30 * time.Second // shortens the lease: not the usual renew
+			}
+			renewed[i], errs[i] = e.Renew(ctx, lease.RenewRequest{Key: leases[i].Key, TabID: tabA.TabID, Epoch: leases[i].Epoch, TTL: ttl})
+		}()
+	}
+	eventually(t, "every renew queued", func() bool { return queueLen(b) == n })
+	for i := range maxFlushes {
+		if err := srv.Client(t).LPush(ctx, "gate:"+strconv.Itoa(i), "go").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocked.Wait()
+	wg.Wait()
+	for i := range n {
+		want := time.Minute
+		if i == n-1 {
+			want = 30 * time.Second
+		}
+		if l := renewed[i]; errs[i] != nil || !l.HeldBy(tabA.TabID, leases[i].Epoch) || l.TTL != want ||
+			l.ExpiresAt.Sub(l.Now) != want || l.Holder != tabA || l.Transitions != leases[i].Transitions {
+			t.Errorf("renew %d: %+v, %v; want held by %s at %d for %v", i, l, errs[i], tabA.TabID, leases[i].Epoch, want)
+		}
+	}
+	// Each renew's expiry is in the store as it answered it.
+	for i := range n {
+		if got, err := client.HGet(ctx, e.stateKey(leases[i].Key), "expires_us").Int64(); err != nil || got != renewed[i].ExpiresAt.UnixMicro() {
+			t.Errorf("renew %d: the store's expiry %d (%v), want %d", i, got, err, renewed[i].ExpiresAt.UnixMicro())
+		}
+	}
+	want := []string{"renew_many " + strconv.Itoa(2*n), "renew 8"}
+	if got := hook.get()[before:]; !slices.Equal(got, want) {
+		t.Errorf("function calls %v, want %v: the queued renews in one, then the deferred one alone with every key", got, want)
+	}
+}
+
+func TestMergeGroupsAreUsersOnACluster(t *testing.T) {
+	for _, c := range []struct {
+		key     string
+		cluster bool
+		want    string
+	}{
+		{"p:{alice}:lease:doc-1", true, "{alice}"},
+		{"p:{alice}:lease:doc-2", true, "{alice}"},
+		{"p:{bob}:lease:doc-1", true, "{bob}"},
+		{"p:{alice}:lease:doc-1", false, ""},
+		{"no-tag", true, "no-tag"},
+	} {
+		if got := mergeGroup(c.key, c.cluster); got != c.want {
+			t.Errorf("mergeGroup(%q, %v) = %q, want %q", c.key, c.cluster, got, c.want)
+		}
 	}
 }

@@ -376,6 +376,25 @@ local function keep_usual(v, now, expires_us, expires_s)
   end
 end
 
+-- usual_renew is the usual renew of renew.lua, at now, of the lease that tab holds at the epoch
+-- epoch_s, with the hidden flag hidden_s and the TTL ttl_s (renew.lua's ARGV[2..5], as strings):
+-- when the lease is held so, with that hidden flag and TTL, and the renew brings its expiry no
+-- earlier, it writes the expiry and answers the short answer; otherwise it changes nothing, and
+-- answers nil, the LEASE_FIELDS it read and, when the lease is held so, its expiry (read_usual).
+local function usual_renew(now, tab, epoch_s, hidden_s, ttl_s)
+  local v, held_until = read_usual(now, tab, epoch_s)
+  if held_until ~= nil and v[3] == hidden_s and v[7] == ttl_s then
+    local expires = now + ttl_s * 1000
+    if expires >= held_until then
+      local expires_s = sformat('%d', expires)
+      rcall('HSET', KEY_STATE, 'expires_us', expires_s)
+      keep_usual(v, now, expires, expires_s)
+      return usual_answer(now, v, expires_s, ttl_s, hidden_s)
+    end
+  end
+  return nil, v, held_until
+end
+
 -- flush ends the writes of a script: it deletes a handoff that lapsed or whose reservation ended
 -- (with its requester's label), appends and publishes the queued records and events, parks the
 -- session when it may be and the call changed it (or moves a parked session that may no longer be

@@ -941,6 +941,12 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(append(cmdArgs, e.common...), args...)
+	// The usual renew may go with others in one function call (mergeable in batch.go).
+	var merge *mergeable
+	if f == renewFn && len(keys) == 2 && conn == nil {
+		merge = &mergeable{group: mergeGroup(keys[0], e.batches.cluster != nil), keys: [2]string{keys[0], keys[1]},
+			common: e.common, args: args}
+	}
 	var v any
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -950,7 +956,7 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		if conn != nil {
 			err = conn.Process(withDeadline(), cmd)
 		} else {
-			err = e.batches.of(nodeCtx, keys[0]).do(ctx, deadline, cmd)
+			err = e.batches.of(nodeCtx, keys[0]).doMerging(ctx, deadline, cmd, merge)
 		}
 		if err == nil {
 			v, err = cmd.Result()

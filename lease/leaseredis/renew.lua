@@ -28,18 +28,13 @@
 -- changing nothing, for any other.
 
 -- The usual renew (see above): the lease held by the tab at the epoch (read_usual), with the
--- hidden flag and the TTL the hash holds (so they are valid), extended to no earlier an expiry.
+-- hidden flag and the TTL the hash holds (so they are valid), extended to no earlier an expiry
+-- (usual_renew in events.lua; renew_many.lua makes several in one call).
 local tab = ARGV[2]
 local now = now_us()
-local v, held_until = read_usual(now, tab, ARGV[3])
-if held_until ~= nil and v[3] == ARGV[4] and v[7] == ARGV[5] then
-  local expires = now + ARGV[5] * 1000
-  if expires >= held_until then
-    local expires_s = sformat('%d', expires)
-    rcall('HSET', KEY_STATE, 'expires_us', expires_s)
-    keep_usual(v, now, expires, expires_s)
-    return usual_answer(now, v, expires_s, ARGV[5], ARGV[4])
-  end
+local answer, v, held_until = usual_renew(now, tab, ARGV[3], ARGV[4], ARGV[5])
+if answer then
+  return answer
 end
 
 -- Validate, and decide; settle expiry when the renew announces something.

@@ -41,6 +41,8 @@ var (
 	acquireLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed renew_many.lua
+	renewManyLua string
 	//go:embed release.lua
 	releaseLua string
 	//go:embed check.lua
@@ -87,27 +89,32 @@ type function struct {
 	allowOOM bool
 	// leaseForm lets the function be called with the lease's keys alone (see state.lua).
 	leaseForm bool
+	// each makes a function of several leases, whose body calls begin for each of them with its
+	// keys (renew_many.lua), rather than once with the call's.
+	each bool
 }
 
 var (
 	acquireFn = &function{name: "acquire", body: acquireLua}
 	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true, leaseForm: true}
-	releaseFn = &function{name: "release", body: releaseLua}
-	checkFn   = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
-	getFn     = &function{name: "get", body: getLua, allowOOM: true}
-	watchFn   = &function{name: "watch", body: watchLua, allowOOM: true}
-	settleFn  = &function{name: "settle", body: settleLua, allowOOM: true}
-	joinFn    = &function{name: "join", body: joinLua}
-	leaveFn   = &function{name: "leave", body: leaveLua}
-	tabsFn    = &function{name: "tabs", body: tabsLua, allowOOM: true}
-	revokeFn  = &function{name: "revoke", body: revokeLua, allowOOM: true}
-	pingFn    = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
+	// renewManyFn makes the usual renews of several leases in one call (batch.go).
+	renewManyFn = &function{name: "renew_many", body: renewManyLua, allowOOM: true, each: true}
+	releaseFn   = &function{name: "release", body: releaseLua}
+	checkFn     = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
+	getFn       = &function{name: "get", body: getLua, allowOOM: true}
+	watchFn     = &function{name: "watch", body: watchLua, allowOOM: true}
+	settleFn    = &function{name: "settle", body: settleLua, allowOOM: true}
+	joinFn      = &function{name: "join", body: joinLua}
+	leaveFn     = &function{name: "leave", body: leaveLua}
+	tabsFn      = &function{name: "tabs", body: tabsLua, allowOOM: true}
+	revokeFn    = &function{name: "revoke", body: revokeLua, allowOOM: true}
+	pingFn      = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
 	// library is the source of the library, and libraryName its name: "tablease_" and the start
 	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
 	// call their own functions, named <library name>_<function> (function.fcall).
-	library, libraryName = newLibrary(acquireFn, renewFn, releaseFn, checkFn, getFn, watchFn,
-		settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
+	library, libraryName = newLibrary(acquireFn, renewFn, renewManyFn, releaseFn, checkFn, getFn,
+		watchFn, settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
 )
 
 // LibraryName is the name of the Redis Functions library this build loads and calls,
@@ -118,7 +125,7 @@ func LibraryName() string { return libraryName }
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
 // function per script that takes the call's keys and arguments (begin, in state.lua, told whether
-// the function takes the lease form), starts with
+// the function takes the lease form; a function of several leases calls it for each), starts with
 // nothing queued, and runs the script's body, and answers it with its name. It sets the fcall name
 // of each of fns.
 func newLibrary(fns ...*function) (source, name string) {
@@ -132,9 +139,13 @@ func newLibrary(fns ...*function) (source, name string) {
 		if f.allowOOM {
 			flags = "'allow-oom'"
 		}
+		begin := fmt.Sprintf("  begin(keys, argv, %t)\n", f.leaseForm)
+		if f.each {
+			begin = ""
+		}
 		fmt.Fprintf(&b, "redis.register_function{function_name = LIBRARY .. '_%s', flags = {%s},\n"+
-			"  callback = function(keys, argv)\n  begin(keys, argv, %t)\n  audit_begin()\n  events_begin()\n%s\nend}\n",
-			f.name, flags, f.leaseForm, f.body)
+			"  callback = function(keys, argv)\n%s  audit_begin()\n  events_begin()\n%s\nend}\n",
+			f.name, flags, begin, f.body)
 	}
 	src := b.String()
 	sum := sha1.Sum([]byte(src))
