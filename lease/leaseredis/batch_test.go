@@ -54,6 +54,13 @@ func busyBatcher(t *testing.T) (b *batcher, client *redis.Client, hook *pipeline
 	hook = &pipelineSizes{}
 	client.AddHook(hook)
 	b = &batcher{client: client}
+	return b, client, hook, takeFlushSlots(t, b, srv.Client(t))
+}
+
+// takeFlushSlots takes every flush slot of b with a call that waits in Redis (BLPOP, for up to
+// 10 s: b's client must read that long) until release is called, which other makes.
+func takeFlushSlots(t *testing.T, b *batcher, other *redis.Client) (release func()) {
+	t.Helper()
 	var blocked sync.WaitGroup
 	for i := range maxFlushes {
 		blocked.Add(1)
@@ -70,8 +77,7 @@ func busyBatcher(t *testing.T) (b *batcher, client *redis.Client, hook *pipeline
 		defer b.mu.Unlock()
 		return b.flushing == maxFlushes
 	})
-	other := srv.Client(t)
-	return b, client, hook, func() {
+	return func() {
 		for i := range maxFlushes {
 			if err := other.LPush(context.Background(), "gate:"+strconv.Itoa(i), "go").Err(); err != nil {
 				t.Fatal(err)
@@ -428,22 +434,7 @@ func TestUsualRenewsThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 		leases[i] = mustAcquire(t, e, key, tabA, lease.ModeTry) // a TTL of a minute
 	}
 	b := e.batches.shared
-	var blocked sync.WaitGroup
-	for i := range maxFlushes {
-		blocked.Add(1)
-		go func() {
-			defer blocked.Done()
-			cmd := redis.NewCmd(context.Background(), "blpop", "gate:"+strconv.Itoa(i), 10)
-			if err := b.do(context.Background(), time.Time{}, cmd); err != nil || cmd.Err() != nil {
-				t.Errorf("blpop: %v %v", err, cmd.Err())
-			}
-		}()
-	}
-	eventually(t, "every flush slot taken", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.flushing == maxFlushes
-	})
+	release := takeFlushSlots(t, b, srv.Client(t))
 	before := len(hook.get())
 
 	renewed := make([]lease.Lease, n)
@@ -461,12 +452,7 @@ func TestUsualRenewsThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 		}()
 	}
 	eventually(t, "every renew queued", func() bool { return queueLen(b) == n })
-	for i := range maxFlushes {
-		if err := srv.Client(t).LPush(ctx, "gate:"+strconv.Itoa(i), "go").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	blocked.Wait()
+	release()
 	wg.Wait()
 	for i := range n {
 		want := time.Minute
