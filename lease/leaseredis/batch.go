@@ -116,6 +116,7 @@ type batchCall struct {
 // called together share. Each gets the answer renew.lua would have given it, so its caller does
 // not tell the difference: "DEFER" sends it again alone, with every key (usual in leaseredis.go).
 type mergeable struct {
+	fn *function // the function that makes several calls at once (function.merged)
 	// group: the renews of a group may share a function call. On a Cluster, whose functions take
 	// the keys of one slot, the renews of one user (the hash tag of its keys, mergeGroup); one
 	// group elsewhere.
@@ -146,7 +147,7 @@ type merged struct {
 }
 
 // combine answers the commands of a pipeline of batch: each call's own, but that the mergeable
-// calls of a group, when it has several, are one call of renew_many.lua (merged), in the order of
+// calls of a group, when it has several, are one call of their merged function (merged), in the order of
 // their first call.
 func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
 	var groups map[string][]*batchCall
@@ -159,10 +160,11 @@ func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
 		if groups == nil {
 			groups = map[string][]*batchCall{}
 		}
-		if _, ok := groups[c.merge.group]; !ok {
-			order = append(order, c.merge.group)
+		g := c.merge.fn.name + " " + c.merge.group
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
 		}
-		groups[c.merge.group] = append(groups[c.merge.group], c)
+		groups[g] = append(groups[g], c)
 	}
 	for _, g := range order {
 		calls := groups[g]
@@ -172,7 +174,7 @@ func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
 		}
 		first := calls[0].merge
 		args := make([]any, 0, 3+2*len(calls)+len(first.common)+len(calls)*len(first.args))
-		args = append(args, "fcall", renewManyFn.fcall, 2*len(calls))
+		args = append(args, "fcall", first.fn.fcall, 2*len(calls))
 		for _, c := range calls {
 			args = append(args, c.merge.keys[0], c.merge.keys[1])
 		}

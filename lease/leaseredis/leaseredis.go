@@ -941,11 +941,11 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(append(cmdArgs, e.common...), args...)
-	// The usual renew may go with others in one function call (mergeable in batch.go).
+	// A call in the lease form may go with others in one function call (mergeable in batch.go).
 	var merge *mergeable
-	if f == renewFn && len(keys) == 2 && conn == nil {
-		merge = &mergeable{group: mergeGroup(keys[0], e.batches.cluster != nil), keys: [2]string{keys[0], keys[1]},
-			common: e.common, args: args}
+	if f.merged != nil && len(keys) == 2 && conn == nil {
+		merge = &mergeable{fn: f.merged, group: mergeGroup(keys[0], e.batches.cluster != nil),
+			keys: [2]string{keys[0], keys[1]}, common: e.common, args: args}
 	}
 	var v any
 	var err error

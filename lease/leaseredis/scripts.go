@@ -92,11 +92,14 @@ type function struct {
 	// each makes a function of several leases, whose body calls begin for each of them with its
 	// keys (renew_many.lua), rather than once with the call's.
 	each bool
+	// merged, when not nil, is the function that makes several calls of this one in the lease
+	// form at once, which a pipeline sends them in (mergeable in batch.go).
+	merged *function
 }
 
 var (
 	acquireFn = &function{name: "acquire", body: acquireLua}
-	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true, leaseForm: true}
+	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true, leaseForm: true, merged: renewManyFn}
 	// renewManyFn makes the usual renews of several leases in one call (batch.go).
 	renewManyFn = &function{name: "renew_many", body: renewManyLua, allowOOM: true, each: true}
 	releaseFn   = &function{name: "release", body: releaseLua}
@@ -234,20 +237,8 @@ func parseReply(key lease.Key, v any) (string, lease.Lease, time.Time, error) {
 	if n[8] != 0 {
 		until = micros(n[8])
 	}
-	l := lease.Lease{
-		Key:         key,
-		Held:        heldFlag == 1,
-		Epoch:       epoch,
-		TTL:         time.Duration(ttlMS) * time.Millisecond,
-		Transitions: transitions,
-		Now:         micros(now),
-	}
-	if granted != 0 {
-		l.GrantedAt, l.ExpiresAt = micros(granted), micros(expires)
-	}
-	if l.Held {
-		l.Holder = lease.Holder{TabID: tab, Label: label, Hidden: hidden == 1}
-	}
+	l := leaseFields{held: heldFlag == 1, tab: tab, label: label, hidden: hidden == 1, epoch: epoch,
+		granted: granted, expires: expires, ttlMS: ttlMS, transitions: transitions, now: now}.lease(key)
 	if ho != handoffNone {
 		l.Handoff = &lease.HandoffState{
 			Requester: lease.Holder{TabID: hoTab, Label: hoLabel, Hidden: hoHidden == 1},
@@ -284,21 +275,38 @@ func parseShort(key lease.Key, a string) (string, lease.Lease, error) {
 		held == 0 && (tab != "" || label != "" || hidden != 0):
 		return "", lease.Lease{}, fmt.Errorf("leaseredis: malformed script reply %q", a)
 	}
+	return status, leaseFields{held: held == 1, tab: tab, label: label, hidden: hidden == 1, epoch: epoch,
+		granted: granted, expires: expires, ttlMS: ttlMS, transitions: transitions, now: now}.lease(key), nil
+}
+
+// leaseFields are the first eleven fields of a lease answer, long or short (reply in state.lua),
+// once read.
+type leaseFields struct {
+	held, hidden          bool
+	tab, label            string
+	epoch, transitions    int64
+	granted, expires, now int64 // store times, in µs
+	ttlMS                 int64
+}
+
+// lease is the lease of key the fields f tell of: no holder unless held, and no grant and expiry
+// times for a lease never granted.
+func (f leaseFields) lease(key lease.Key) lease.Lease {
 	l := lease.Lease{
 		Key:         key,
-		Held:        held == 1,
-		Epoch:       epoch,
-		TTL:         time.Duration(ttlMS) * time.Millisecond,
-		Transitions: transitions,
-		Now:         micros(now),
+		Held:        f.held,
+		Epoch:       f.epoch,
+		TTL:         time.Duration(f.ttlMS) * time.Millisecond,
+		Transitions: f.transitions,
+		Now:         micros(f.now),
 	}
-	if granted != 0 {
-		l.GrantedAt, l.ExpiresAt = micros(granted), micros(expires)
+	if f.granted != 0 {
+		l.GrantedAt, l.ExpiresAt = micros(f.granted), micros(f.expires)
 	}
-	if l.Held {
-		l.Holder = lease.Holder{TabID: tab, Label: label, Hidden: hidden == 1}
+	if f.held {
+		l.Holder = lease.Holder{TabID: f.tab, Label: f.label, Hidden: f.hidden}
 	}
-	return status, l, nil
+	return l
 }
 
 // micros is the time of a store clock reading in microseconds, in UTC like every time the engines
