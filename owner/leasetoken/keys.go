@@ -26,6 +26,7 @@ const (
 // value is not a key. It never prints its private part (String and GoString).
 type SigningKey struct {
 	priv   crypto.Signer // ed25519.PrivateKey or *ecdsa.PrivateKey on P-256
+	signer crypto.Signer // what signs with priv: ed25519Signer for Ed25519 (ed25519.go), else priv
 	pub    PublicKey
 	header string // the header segment of the tokens it signs (tokenHeader)
 }
@@ -59,13 +60,17 @@ func NewSigningKey(priv crypto.PrivateKey) (SigningKey, error) {
 		if err != nil {
 			return SigningKey{}, err
 		}
-		return SigningKey{priv: k, pub: pub, header: tokenHeader(pub)}, nil
+		signer, err := newEd25519Signer(k)
+		if err != nil {
+			return SigningKey{}, err
+		}
+		return SigningKey{priv: k, signer: signer, pub: pub, header: tokenHeader(pub)}, nil
 	case *ecdsa.PrivateKey:
 		pub, err := NewPublicKey(&k.PublicKey)
 		if err != nil {
 			return SigningKey{}, err
 		}
-		return SigningKey{priv: k, pub: pub, header: tokenHeader(pub)}, nil
+		return SigningKey{priv: k, signer: k, pub: pub, header: tokenHeader(pub)}, nil
 	}
 	return SigningKey{}, fmt.Errorf("leasetoken: unsupported private key type %T (want Ed25519 or ECDSA P-256)", priv)
 }

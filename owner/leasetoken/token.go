@@ -243,7 +243,7 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	// What jwt.Token's SignedString makes of this header and these claims, the header encoded
 	// once per key (its JSON, a map, took 6 % of BenchmarkSign): the signature is golang-jwt's.
 	signing := key.header + "." + base64.RawURLEncoding.EncodeToString(payload)
-	sig, err := signingMethod(key.pub).Sign(signing, key.priv)
+	sig, err := signingMethod(key.pub).Sign(signing, key.signer)
 	if err != nil {
 		return "", fmt.Errorf("leasetoken: sign: %w", err)
 	}
