@@ -15,7 +15,8 @@ import (
 var ErrResync = errors.New("lease: watch fell behind; watch again")
 
 // Watch is one watch of a session, as Feed.Watch answers it. The fields are set by the engine
-// before Watch returns and never change afterwards.
+// before Watch returns and never change afterwards, but that the caller may drop the start
+// (DropStart).
 //
 // # Delivery
 //
@@ -37,20 +38,9 @@ var ErrResync = errors.New("lease: watch fell behind; watch again")
 type Watch struct {
 	// Key is the session watched.
 	Key Key
-	// Snapshot is the lease at Position, read in the step that started the watch. It is always
-	// set; a caller that is not Resumed must start from it.
-	Snapshot Lease
-	// Tabs are the tabs present at Position (see Presence.Tabs); nil when there are none.
-	Tabs []Tab
-	// Position is the id of the session's last event when the watch started, or empty when the
-	// session had none (or the store forgot it). Snapshot and Tabs include every event up to it;
-	// Events delivers the events after it. It is the SSE id of a snapshot.
-	Position string
-	// Resumed reports that the log still held every event after the caller's after: Replay holds
-	// them (possibly none), and the caller need not start from Snapshot.
-	Resumed bool
-	// Replay is the events after the caller's after up to Position, in order, when Resumed.
-	Replay []Event
+	// WatchStart is where the watch starts (its fields read as the watch's: w.Snapshot…), until
+	// the caller drops it (DropStart).
+	*WatchStart
 
 	// An idle watch is small: streams hold one each, by the ten thousand.
 	events chan Event // capacity 1
@@ -191,6 +181,31 @@ func (w *Watch) forward() {
 	w.shutIfDrained()
 }
 
+// WatchStart is where a watch starts, read in the step that started it. The caller reads it to
+// begin (a stream writes its snapshot and replay) and then drops it (DropStart): an idle watch
+// keeps only what it needs for the events to come.
+type WatchStart struct {
+	// Snapshot is the lease at Position. It is always set; a caller that is not Resumed must start
+	// from it.
+	Snapshot Lease
+	// Tabs are the tabs present at Position (see Presence.Tabs); nil when there are none.
+	Tabs []Tab
+	// Position is the id of the session's last event when the watch started, or empty when the
+	// session had none (or the store forgot it). Snapshot and Tabs include every event up to it;
+	// Events delivers the events after it. It is the SSE id of a snapshot.
+	Position string
+	// Resumed reports that the log still held every event after the caller's after: Replay holds
+	// them (possibly none), and the caller need not start from Snapshot.
+	Resumed bool
+	// Replay is the events after the caller's after up to Position, in order, when Resumed.
+	Replay []Event
+}
+
+// DropStart lets the watch forget where it started (WatchStart), once the caller has read it:
+// Snapshot, Tabs, Position, Resumed and Replay must not be read after. The engine never reads
+// them once it has handed the watch out.
+func (w *Watch) DropStart() { w.WatchStart = nil }
+
 // WatchSender is the engine's side of a Watch: what the engine keeps among the session's watchers.
 // Its methods never block, and may be called with the engine's locks held.
 type WatchSender struct{ w *Watch }
@@ -206,7 +221,8 @@ func NewWatch(ctx context.Context, key Key, buffer int, stop func()) (*Watch, *W
 		buffer = DefaultWatchBuffer
 	}
 	buffer = min(buffer, math.MaxInt32)
-	w := &Watch{Key: key, events: make(chan Event, 1), buffer: int32(buffer), stop: stop, afterStop: neverDone}
+	w := &Watch{Key: key, WatchStart: &WatchStart{}, events: make(chan Event, 1), buffer: int32(buffer),
+		stop: stop, afterStop: neverDone}
 	if ctx.Done() != nil { // a ctx that is never done costs the watch nothing
 		w.afterStop = context.AfterFunc(ctx, func() {
 			w.end(ctx.Err())

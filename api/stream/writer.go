@@ -114,7 +114,8 @@ func (w *sseWriter) appendEvent(id, name string, data []byte) {
 	w.buf = append(w.buf, "\n\n"...)
 }
 
-// start writes what opens a watch: the snapshot, and the replay when the watch resumed. first
+// start writes what opens a watch: the snapshot, and the replay when the watch resumed, and then
+// drops the watch's start (lease.Watch.DropStart), which an idle stream would otherwise hold. first
 // adds the retry: field that opens a stream. It answers the id of the last event the client
 // now has (the position of the snapshot, or the last replayed event).
 func (w *sseWriter) start(views Views, watch *lease.Watch, tabID string, first bool) (string, error) {
@@ -144,6 +145,7 @@ func (w *sseWriter) start(views Views, watch *lease.Watch, tabID string, first b
 		w.sent.event(ev.Type.Stream())
 		last = ev.ID
 	}
+	watch.DropStart()
 	return last, w.flush()
 }
 
