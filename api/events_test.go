@@ -1084,7 +1084,7 @@ func (f *resyncFeed) Watch(ctx context.Context, key lease.Key, after string) (*l
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if !sender.Send(ev) {
+			if !sender.Send(*ev) {
 				return
 			}
 		}

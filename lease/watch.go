@@ -43,7 +43,7 @@ type Watch struct {
 	*WatchStart
 
 	// An idle watch is small: streams hold one each, by the ten thousand.
-	events chan Event // capacity 1
+	events chan *Event // capacity 1: a pointer, so that the channel's buffer is a word
 	// afterStop cancels the context.AfterFunc that ends the watch with ctx.
 	afterStop func() bool
 
@@ -74,7 +74,7 @@ type backlog struct {
 
 // Events is the channel of the events after Position. It is closed when the watch ends, after
 // the events still buffered.
-func (w *Watch) Events() <-chan Event { return w.events }
+func (w *Watch) Events() <-chan *Event { return w.events }
 
 // OnReady has ready called after each event put on Events and when Events is closed, so that a
 // reader may wait for something to do without a goroutine blocked on Events: after ready, it reads
@@ -167,7 +167,7 @@ func (w *Watch) forward() {
 		ev := b.queue[0]
 		w.mu.Unlock()
 		select {
-		case w.events <- ev:
+		case w.events <- &ev:
 		case <-b.quit:
 		}
 		w.mu.Lock()
@@ -221,7 +221,7 @@ func NewWatch(ctx context.Context, key Key, buffer int, stop func()) (*Watch, *W
 		buffer = DefaultWatchBuffer
 	}
 	buffer = min(buffer, math.MaxInt32)
-	w := &Watch{Key: key, WatchStart: &WatchStart{}, events: make(chan Event, 1), buffer: int32(buffer),
+	w := &Watch{Key: key, WatchStart: &WatchStart{}, events: make(chan *Event, 1), buffer: int32(buffer),
 		stop: stop, afterStop: neverDone}
 	if ctx.Done() != nil { // a ctx that is never done costs the watch nothing
 		w.afterStop = context.AfterFunc(ctx, func() {
@@ -247,7 +247,7 @@ func (s *WatchSender) Send(ev Event) bool {
 	}
 	if !w.forwarding {
 		select {
-		case w.events <- ev: // the reader keeps up: no queue, no goroutine
+		case w.events <- &ev: // the reader keeps up: no queue, no goroutine
 			w.notify()
 			return true
 		default:

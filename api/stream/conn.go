@@ -356,7 +356,7 @@ func (sc *streamConn) work() bool {
 				}
 				continue
 			}
-			if err := sc.sse.event(sc.h.views, ev); err != nil {
+			if err := sc.sse.event(sc.h.views, *ev); err != nil {
 				sc.ended = writeEnd(err)
 				return false
 			}

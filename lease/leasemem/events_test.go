@@ -40,7 +40,7 @@ func next(t *testing.T, w *lease.Watch) lease.Event {
 		if !ok {
 			t.Fatalf("the watch ended: %v", w.Err())
 		}
-		return ev
+		return *ev
 	case <-time.After(waitFor):
 		t.Fatalf("no event within %v", waitFor)
 	}

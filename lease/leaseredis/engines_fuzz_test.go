@@ -710,7 +710,7 @@ func (p *program) events(e *engine) []lease.Event {
 			if !ok {
 				p.t.Fatalf("%s: the live watch ended: %v\n%s", e.name, e.live.Err(), p.history())
 			}
-			got = append(got, ev)
+			got = append(got, *ev)
 		case <-deadline:
 			p.t.Fatalf("%s: the live watch delivered %d events, none with the id %s of the log's last\n%s", e.name, len(got), w.Position, p.history())
 		}

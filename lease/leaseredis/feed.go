@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"net"
 	"strings"
@@ -34,12 +35,69 @@ var errNotSubscribed = errors.New("leaseredis: the event subscription was not co
 
 // watched is a session this engine has watchers for. Its fields are protected by Engine.mu.
 type watched struct {
-	watchers map[*watcher]struct{}
+	watchers watcherSet
 	// timer runs the settle script at the session's next deadline; nil until there is one.
 	timer *time.Timer
 	// dueUS is the store time (µs) timer is set for; 0 when it is not set, and math.MaxInt64
 	// while it waits to retry a failed settle (any deadline learned meanwhile replaces it).
 	dueUS int64
+}
+
+// watcherSet is the watchers of a session: most sessions have one, which is kept without a map
+// (a map of one entry costs an idle stream some 140 bytes).
+type watcherSet struct {
+	one  *watcher              // the watcher while the set has only ever had one
+	many map[*watcher]struct{} // every watcher once a second one came
+}
+
+func (ws *watcherSet) add(x *watcher) {
+	switch {
+	case ws.many != nil:
+		ws.many[x] = struct{}{}
+	case ws.one == nil:
+		ws.one = x
+	default:
+		ws.many = map[*watcher]struct{}{ws.one: {}, x: {}}
+		ws.one = nil
+	}
+}
+
+// remove takes x out of the set; removing while all ranges over it is allowed.
+func (ws *watcherSet) remove(x *watcher) {
+	if ws.one == x {
+		ws.one = nil
+	}
+	delete(ws.many, x)
+}
+
+func (ws *watcherSet) has(x *watcher) bool {
+	if ws.one != nil {
+		return ws.one == x
+	}
+	_, ok := ws.many[x]
+	return ok
+}
+
+func (ws *watcherSet) len() int {
+	if ws.one != nil {
+		return 1
+	}
+	return len(ws.many)
+}
+
+// all ranges over the watchers, in no particular order.
+func (ws *watcherSet) all() iter.Seq[*watcher] {
+	return func(yield func(*watcher) bool) {
+		if ws.one != nil {
+			yield(ws.one)
+			return
+		}
+		for x := range ws.many {
+			if !yield(x) {
+				return
+			}
+		}
+	}
 }
 
 func (s *watched) stopTimer() {
@@ -331,7 +389,7 @@ func (e *Engine) resync() {
 		return
 	}
 	for key, s := range e.sessions {
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			x.sender.End(lease.ErrResync)
 		}
 		s.stopTimer()
@@ -357,10 +415,10 @@ func (e *Engine) register(key lease.Key, x *watcher) error {
 	}
 	s := e.sessions[key]
 	if s == nil {
-		s = &watched{watchers: make(map[*watcher]struct{})}
+		s = &watched{}
 		e.sessions[key] = s
 	}
-	s.watchers[x] = struct{}{}
+	s.watchers.add(x)
 	return nil
 }
 
@@ -375,7 +433,7 @@ func (e *Engine) start(key lease.Key, x *watcher, position string, nowUS, next i
 	if s == nil {
 		return
 	}
-	if _, ok := s.watchers[x]; !ok {
+	if !s.watchers.has(x) {
 		return // ended meanwhile
 	}
 	var pos lease.EventID
@@ -425,7 +483,7 @@ func (e *Engine) forget(key lease.Key, x *watcher) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s := e.sessions[key]; s != nil {
-		if _, ok := s.watchers[x]; ok {
+		if s.watchers.has(x) {
 			e.drop(key, s, x)
 		}
 	}
@@ -437,8 +495,8 @@ func (e *Engine) drop(key lease.Key, s *watched, x *watcher) {
 	if x.release != nil {
 		x.release()
 	}
-	delete(s.watchers, x)
-	if len(s.watchers) == 0 {
+	s.watchers.remove(x)
+	if s.watchers.len() == 0 {
 		s.stopTimer()
 		delete(e.sessions, key)
 	}
@@ -519,7 +577,7 @@ func (e *Engine) deliver(payload string) {
 	}
 	if bad != nil {
 		// An event of the session that cannot be read: its watchers would miss it.
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			x.sender.End(lease.ErrResync)
 			e.drop(key, s, x)
 		}
@@ -527,7 +585,7 @@ func (e *Engine) deliver(payload string) {
 	}
 	if m.Event != nil {
 		missed := false
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			_, gap := e.send(key, s, x, h)
 			missed = missed || gap
 		}
@@ -602,8 +660,8 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 	s.dueUS = 0
 	// The newest event each watch had before the script: the log the script reads holds them all,
 	// unless the store lost data (settle.lua).
-	had := make(map[*watcher]lease.EventID, len(s.watchers))
-	for x := range s.watchers {
+	had := make(map[*watcher]lease.EventID, s.watchers.len())
+	for x := range s.watchers.all() {
 		if x.ready {
 			had[x] = x.last
 		}
@@ -623,7 +681,7 @@ func (e *Engine) fire(key lease.Key, s *watched) {
 	if err == nil {
 		lost, missed := false, false
 		now, limit := time.Now(), e.silenceLimit()
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			last, ok := had[x]
 			if !ok {
 				continue
@@ -1253,7 +1311,7 @@ func (e *Engine) endUser(user string, u *userSub, err error) {
 		if key.User != user {
 			continue
 		}
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			x.release = nil // the subscription is gone already
 			x.sender.End(lease.ErrResync)
 			e.drop(key, s, x)

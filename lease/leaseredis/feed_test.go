@@ -27,7 +27,7 @@ func next(t *testing.T, w *lease.Watch) lease.Event {
 		if !ok {
 			t.Fatalf("the watch of %+v ended: %v", w.Key, w.Err())
 		}
-		return ev
+		return *ev
 	case <-time.After(waitFor):
 		t.Fatalf("no event on the watch of %+v within %v", w.Key, waitFor)
 	}
@@ -45,7 +45,7 @@ func drain(t *testing.T, w *lease.Watch) ([]lease.Event, error) {
 			if !ok {
 				return evs, w.Err()
 			}
-			evs = append(evs, ev)
+			evs = append(evs, *ev)
 		case <-deadline:
 			t.Fatalf("the watch of %+v did not end within %v", w.Key, waitFor)
 		}
@@ -832,5 +832,42 @@ func TestAWatchBehindTheLogForASilenceLimitStartsOver(t *testing.T) {
 	case <-missed[0]:
 	case <-time.After(waitFor):
 		t.Error("OnMissedEvents was not called")
+	}
+}
+
+// A session's watchers are one without a map, and a map once a second one comes; removing while
+// ranging over them is allowed, and the set empties whichever form it has.
+func TestAWatcherSetHoldsOneWithoutAMapAndMoreInOne(t *testing.T) {
+	a, b, c := &watcher{}, &watcher{}, &watcher{}
+	members := func(ws *watcherSet) map[*watcher]bool {
+		got := map[*watcher]bool{}
+		for x := range ws.all() {
+			got[x] = true
+		}
+		return got
+	}
+	var ws watcherSet
+	ws.add(a)
+	if ws.many != nil || !ws.has(a) || ws.has(b) || ws.len() != 1 || len(members(&ws)) != 1 {
+		t.Fatalf("one watcher: %+v", ws)
+	}
+	ws.add(b)
+	ws.add(c)
+	if ws.one != nil || ws.len() != 3 || !ws.has(a) || !ws.has(b) || !ws.has(c) || len(members(&ws)) != 3 {
+		t.Fatalf("three watchers: %+v", ws)
+	}
+	for x := range ws.all() {
+		ws.remove(x)
+	}
+	if ws.len() != 0 || ws.has(a) || len(members(&ws)) != 0 {
+		t.Fatalf("after removing each while ranging: %+v", ws)
+	}
+	var one watcherSet
+	one.add(a)
+	for x := range one.all() {
+		one.remove(x)
+	}
+	if one.len() != 0 || one.has(a) {
+		t.Fatalf("one watcher removed while ranging: %+v", one)
 	}
 }

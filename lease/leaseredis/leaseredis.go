@@ -568,7 +568,7 @@ func (e *Engine) Close() error {
 	}
 	e.shut = true
 	for _, s := range e.sessions {
-		for x := range s.watchers {
+		for x := range s.watchers.all() {
 			x.sender.End(&lease.UnavailableError{Op: "watch", Err: ErrClosed})
 		}
 		s.stopTimer()

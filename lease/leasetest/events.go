@@ -913,9 +913,9 @@ func testPresenceExpiry(t *testing.T, newTarget Factory) {
 				t.Fatalf("the watch ended: %v", w.w.Err())
 			}
 			if time.Now().After(due) {
-				t.Errorf("%s came more than %v after the entry's expiry", show(ev), expiryBound+eventSlack)
+				t.Errorf("%s came more than %v after the entry's expiry", show(*ev), expiryBound+eventSlack)
 			}
-			gone = append(gone, ev)
+			gone = append(gone, *ev)
 		case <-deadline:
 			t.Fatalf("tab-a did not leave within %v of its unrefreshed entry's TTL of %v", waitFor, ttl)
 		}

@@ -135,13 +135,13 @@ func (x *watcher) nextWithin(d time.Duration) (lease.Event, bool) {
 		if !open {
 			x.f.t.Fatalf("%s ended: %v", x.name, x.w.Err())
 		}
-		x.check("received", ev)
+		x.check("received", *ev)
 		id := x.parse("a received ID", ev.ID)
 		if id.Compare(x.last) <= 0 {
 			x.f.t.Errorf("%s: received event %s after %s: ids must strictly increase", x.name, ev.ID, x.last)
 		}
 		x.last = id
-		return ev, true
+		return *ev, true
 	case <-timer.C:
 		return lease.Event{}, false
 	}
@@ -169,7 +169,7 @@ func (x *watcher) ended() ([]lease.Event, error) {
 			if !open {
 				return evs, x.w.Err()
 			}
-			evs = append(evs, ev)
+			evs = append(evs, *ev)
 		case <-deadline.C:
 			x.f.t.Fatalf("%s did not end within %v", x.name, waitFor)
 		}
