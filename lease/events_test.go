@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tablease/tablease/lease"
 )
@@ -322,4 +323,12 @@ func TestAWatchEndsOnceWhicheverEndsItFirst(t *testing.T) {
 			t.Errorf("after End: open %v, Err %v, %d stops; want closed, the engine's error, 0", open, w.Err(), stops.Load())
 		}
 	})
+}
+
+// A watch without its start (lease.Watch.DropStart) is what an idle stream keeps of it, by the ten
+// thousand: it stays within the 128-byte size class.
+func TestAWatchWithoutItsStartIsSmall(t *testing.T) {
+	if size := unsafe.Sizeof(lease.Watch{}); size > 128 {
+		t.Fatalf("a watch takes %d bytes without its start, want at most 128 (the size class idle streams pay)", size)
+	}
 }

@@ -246,8 +246,10 @@ func (s *WatchSender) Send(ev Event) bool {
 		return false
 	}
 	if !w.forwarding {
+		sent := new(Event) // a copy made here: a watch that ended or queues ev makes none
+		*sent = ev
 		select {
-		case w.events <- &ev: // the reader keeps up: no queue, no goroutine
+		case w.events <- sent: // the reader keeps up: no queue, no goroutine
 			w.notify()
 			return true
 		default:
