@@ -215,7 +215,7 @@ func (e *Engine) Revoke(ctx context.Context, req lease.RevokeRequest) (lease.Rev
 	if err := e.addUser(ctx, op, req.Key.User); err != nil && !outOfMemory(err) {
 		return lease.RevokeResult{}, err
 	}
-	keys := append(e.sessionKeys(req.Key), e.replyKey(req.Key.User), e.adminAuditKey(req.Key.User))
+	keys := e.sessionKeys(req.Key, newReply(), keyName{nameAdminAudit, ""})
 	if req.RequestID != "" {
 		keys = append(keys, e.revokeAnswerKey(req))
 	}

@@ -330,44 +330,95 @@ func contextTimeoutEnabled(client redis.UniversalClient) bool {
 	return true
 }
 
-// stateKey is the key of the state hash of k, which must be valid.
-func (e *Engine) stateKey(k lease.Key) string {
-	return e.prefix + ":{" + k.User + "}:lease:" + k.Session
+// The keys of a user are named <prefix>:{<user>}:<name><id>: the id is the session of a session's
+// key (and more for a revoke's answer), or a call's; the hash tag {<user>} puts them all in one
+// Cluster slot (see state.lua).
+const (
+	nameState      = "lease:"      // the state hash of a session
+	nameLog        = "log:"        // the event log of a session
+	nameTabs       = "tabs:"       // the presence entries of a session
+	nameTabInfo    = "tabinfo:"    // the presence details of a session
+	nameIndex      = "sessions"    // the user's index of held leases
+	nameAudit      = "audit"       // the user's audit log
+	nameKnown      = "known"       // the user's sessions whose state is kept
+	nameFree       = "free"        // the state of the user's free sessions
+	nameAdminAudit = "audit:admin" // the admins' records of the user
+	nameReply      = "reply:"      // the answer of one call, for its retries: a random id
+	nameRevoke     = "revoke:"     // the answer of an admin's revoke with a request id
+)
+
+// keyName names a key of a user: <name><id> after the hash tag.
+type keyName struct{ name, id string }
+
+// userKey is the key of user, a valid identifier, that name and id name.
+func (e *Engine) userKey(user, name, id string) string {
+	return e.prefix + ":{" + user + "}:" + name + id
 }
+
+// stateKey is the key of the state hash of k, which must be valid.
+func (e *Engine) stateKey(k lease.Key) string { return e.userKey(k.User, nameState, k.Session) }
 
 // sessionKeys are the KEYS of every session script for k, which must be valid: the state hash,
 // the event log, the two presence keys, the user's index of held leases, the user's audit log, the
 // user's sessions whose state is kept and the state of the user's free sessions (see state.lua),
-// all under the user's hash tag.
-func (e *Engine) sessionKeys(k lease.Key) []string {
-	tag := e.prefix + ":{" + k.User + "}:"
-	return []string{e.stateKey(k), tag + "log:" + k.Session, tag + "tabs:" + k.Session, tag + "tabinfo:" + k.Session,
-		e.indexKey(k.User), e.auditKey(k.User), e.knownKey(k.User), tag + "free"}
+// then the keys of the user that more names. They are substrings of one string, in one slice: two
+// allocations rather than one per key (a call that changes a session has nine keys).
+func (e *Engine) sessionKeys(k lease.Key, more ...keyName) []string {
+	own := [...]keyName{{nameState, k.Session}, {nameLog, k.Session}, {nameTabs, k.Session},
+		{nameTabInfo, k.Session}, {nameIndex, ""}, {nameAudit, ""}, {nameKnown, ""}, {nameFree, ""}}
+	tag := len(e.prefix) + len(":{}:") + len(k.User)
+	n := 0
+	for _, kn := range own {
+		n += tag + len(kn.name) + len(kn.id)
+	}
+	for _, kn := range more {
+		n += tag + len(kn.name) + len(kn.id)
+	}
+	// The builder holds them all from the start, so it never moves what it wrote: each key is
+	// the end of what String answers once it is written.
+	var b strings.Builder
+	b.Grow(n)
+	keys := make([]string, 0, len(own)+len(more))
+	add := func(kn keyName) {
+		start := b.Len()
+		b.WriteString(e.prefix)
+		b.WriteString(":{")
+		b.WriteString(k.User)
+		b.WriteString("}:")
+		b.WriteString(kn.name)
+		b.WriteString(kn.id)
+		keys = append(keys, b.String()[start:])
+	}
+	for _, kn := range own {
+		add(kn)
+	}
+	for _, kn := range more {
+		add(kn)
+	}
+	return keys
 }
 
 // revokeAnswerKey is where the answer of req, a revoke with a request id, is kept for its retries
 // (KEYS[11] of revoke.lua, see state.lua).
 func (e *Engine) revokeAnswerKey(req lease.RevokeRequest) string {
-	return e.prefix + ":{" + req.Key.User + "}:revoke:" + req.Key.Session + "/" + req.Admin + "/" + req.RequestID
+	return e.userKey(req.Key.User, nameRevoke, req.Key.Session+"/"+req.Admin+"/"+req.RequestID)
 }
 
 // knownKey is the key of the sessions of user whose state is kept (see state.lua).
-func (e *Engine) knownKey(user string) string { return e.prefix + ":{" + user + "}:known" }
+func (e *Engine) knownKey(user string) string { return e.userKey(user, nameKnown, "") }
 
-// replyKey is a new key, unique to one call, under which a script that changes a session of user
+// newReply names a new key, unique to one call, under which a script that changes a session
 // keeps its answer for the retries of that call (KEYS[9], see state.lua).
-func (e *Engine) replyKey(user string) string {
-	return e.prefix + ":{" + user + "}:reply:" + rand.Text()
-}
+func newReply() keyName { return keyName{nameReply, rand.Text()} }
 
 // indexKey is the key of the index of held leases of user, a valid identifier (see admin.lua).
-func (e *Engine) indexKey(user string) string { return e.prefix + ":{" + user + "}:sessions" }
+func (e *Engine) indexKey(user string) string { return e.userKey(user, nameIndex, "") }
 
 // auditKey is the key of the audit log of user, a valid identifier (see admin.lua).
-func (e *Engine) auditKey(user string) string { return e.prefix + ":{" + user + "}:audit" }
+func (e *Engine) auditKey(user string) string { return e.userKey(user, nameAudit, "") }
 
 // adminAuditKey is the key of the admins' records of user (see admin.lua).
-func (e *Engine) adminAuditKey(user string) string { return e.auditKey(user) + ":admin" }
+func (e *Engine) adminAuditKey(user string) string { return e.userKey(user, nameAdminAudit, "") }
 
 // auditKeys are the KEYS of audit.lua for user: its audit log and its admins' records.
 func (e *Engine) auditKeys(user string) []string {
@@ -896,7 +947,7 @@ func (e *Engine) usual(ctx context.Context, op string, f *function, key lease.Ke
 // own (KEYS[9]): when go-redis sends the script again after losing its answer, the script answers
 // what it answered the first time and changes nothing, whatever ran in between.
 func (e *Engine) change(ctx context.Context, op string, f *function, key lease.Key, args ...any) (any, error) {
-	return e.call(ctx, op, f, append(e.sessionKeys(key), e.replyKey(key.User)), args)
+	return e.call(ctx, op, f, e.sessionKeys(key, newReply()), args)
 }
 
 // call runs the function f of the library with keys, the common arguments and args, bounded by

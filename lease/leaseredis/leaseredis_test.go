@@ -622,7 +622,7 @@ func TestADriverRetryAfterAnotherCallIsAnsweredAsTheFirst(t *testing.T) {
 			if tc.before != nil {
 				tc.before(t, e)
 			}
-			keys := append(e.sessionKeys(alice), e.replyKey(alice.User))
+			keys := e.sessionKeys(alice, newReply())
 			if tc.script == revokeFn {
 				keys = append(keys, e.adminAuditKey(alice.User))
 			}
@@ -1568,5 +1568,24 @@ func TestParseShortReadsAsTheLongAnswer(t *testing.T) {
 		if _, _, _, err := parseReply(alice, a); err == nil {
 			t.Errorf("parseReply(%q) = nil error", a)
 		}
+	}
+}
+
+func TestSessionKeysAreEachKeyOfTheSessionAndTheUser(t *testing.T) {
+	e := &Engine{prefix: "tl"}
+	k := lease.Key{User: "u:1", Session: "s|2"}
+	got := e.sessionKeys(k, keyName{nameReply, "R"}, keyName{nameAdminAudit, ""})
+	want := []string{"tl:{u:1}:lease:s|2", "tl:{u:1}:log:s|2", "tl:{u:1}:tabs:s|2", "tl:{u:1}:tabinfo:s|2",
+		"tl:{u:1}:sessions", "tl:{u:1}:audit", "tl:{u:1}:known", "tl:{u:1}:free", "tl:{u:1}:reply:R",
+		"tl:{u:1}:audit:admin"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sessionKeys = %q\nwant %q", got, want)
+	}
+	if got[0] != e.stateKey(k) || got[5] != e.auditKey(k.User) || got[6] != e.knownKey(k.User) ||
+		got[4] != e.indexKey(k.User) || got[9] != e.adminAuditKey(k.User) {
+		t.Fatal("sessionKeys and the keys of one name differ")
+	}
+	if n := testing.AllocsPerRun(100, func() { e.sessionKeys(k, newReply()) }); n > 3 {
+		t.Fatalf("sessionKeys with a reply key took %v allocations, want 3 (the reply id, the keys and their slice)", n)
 	}
 }

@@ -100,7 +100,7 @@ func TestARevokeAnswersOnceItsReplicasConfirmIt(t *testing.T) {
 	t.Run("a driver's resend on a new connection waits for the call it resends", func(t *testing.T) {
 		key := lease.Key{User: "cy", Session: "doc-1"}
 		mustAcquire(t, e, key, tabA, lease.ModeTry)
-		keys := append(e.sessionKeys(key), e.replyKey(key.User), e.adminAuditKey(key.User))
+		keys := e.sessionKeys(key, newReply(), keyName{nameAdminAudit, ""})
 		args := []any{"root", "r", int64(0), "", lease.RevokeRetryWindow.Milliseconds()}
 		replica.Pause(t)
 		defer replica.Resume(t)
