@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/tablease/tablease/lease/leasemem"
 )
@@ -89,3 +92,43 @@ func BenchmarkAcquireReleaseHandler(b *testing.B) {
 }
 
 func jsonInt(v int64) string { d, _ := json.Marshal(v); return string(d) }
+
+// BenchmarkAcquireReleaseOverSocket acquires a lease and releases it over one lease socket, as
+// the browser client does (two calls per op): the handler chain as above, and the socket's own
+// work, with the client's, over loopback TCP.
+func BenchmarkAcquireReleaseOverSocket(b *testing.B) {
+	h, token := benchHandler(b)
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/socket", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	call := func(msg string) []byte {
+		if err := conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			b.Fatal(err)
+		}
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte(`"status":200`)) {
+			b.Fatalf("%s answered %s", msg, data)
+		}
+		return data
+	}
+	call(`{"id":0,"op":"auth","token":"` + token + `"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		var granted struct {
+			Body struct {
+				Epoch int64 `json:"epoch"`
+			} `json:"body"`
+		}
+		if err := json.Unmarshal(call(`{"id":1,"op":"acquire","sid":"doc-1","body":{"tabId":"tab-1","ttlMs":60000}}`), &granted); err != nil {
+			b.Fatal(err)
+		}
+		call(`{"id":2,"op":"release","sid":"doc-1","body":{"tabId":"tab-1","epoch":` + jsonInt(granted.Body.Epoch) + `}}`)
+	}
+}

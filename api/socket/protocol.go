@@ -65,12 +65,19 @@ type socket struct {
 	ctx          context.Context // of the calls
 	remote, host string          // of the upgrade request, for the calls
 	user         string          // set by the first accepted auth message, under h.mu
-	bearer       string          // "Bearer <token>" of the last accepted auth message
+	bearer       []string        // the Authorization header of the calls: "Bearer <token>" of the last accepted auth message
 	stopping     atomic.Bool     // the instance is closing: end after the call being served
 
 	in  bytes.Buffer // the message being served
 	rec recorder     // the answer of the call being served
 	out []byte       // the answer being written
+
+	// The request of the call being served, made anew from base for each (call): base has the
+	// calls' context, the socket's addresses and header, which a call sets.
+	base, req *http.Request
+	url       url.URL
+	body      bytes.Reader
+	bodyRC    io.ReadCloser // body, as a request's
 }
 
 // run serves the socket's messages until it ends, and closes its connection.
@@ -107,7 +114,7 @@ func (s *socket) run() {
 			_ = s.conn.Close()
 			return
 		}
-		if s.bearer != "" {
+		if s.bearer != nil {
 			deadline = time.Now().Add(h.opts.IdleTimeout)
 		}
 	}
@@ -119,7 +126,7 @@ func (s *socket) ended(err error) {
 	switch {
 	case s.stopping.Load():
 		s.close(websocket.CloseGoingAway, "server shutting down")
-	case errors.As(err, &ne) && ne.Timeout() && s.bearer == "":
+	case errors.As(err, &ne) && ne.Timeout() && s.bearer == nil:
 		s.close(websocket.ClosePolicyViolation, "no accepted auth message within "+s.h.opts.AuthTimeout.String())
 	case errors.As(err, &ne) && ne.Timeout():
 		s.close(websocket.CloseNormalClosure, "idle")
@@ -167,7 +174,7 @@ func (s *socket) serve(data []byte) []byte {
 		return s.refuse(m.ID, &lease.InvalidError{Field: "token", Reason: "goes in an auth message only"})
 	case m.SID == "":
 		return s.refuse(m.ID, &lease.InvalidError{Field: "sid", Reason: "is required: the session of the call"})
-	case s.bearer == "":
+	case s.bearer == nil:
 		return s.refuse(m.ID, errNoAuth)
 	}
 	return s.call(&m, suffix)
@@ -212,7 +219,7 @@ func (s *socket) auth(m *Message) []byte {
 	case sub != s.user:
 		return s.refuse(m.ID, &AuthError{Forbidden: true, Reason: "a socket carries the calls of one user: open another socket for another user"})
 	}
-	s.bearer = "Bearer " + m.Token
+	s.bearer = []string{"Bearer " + m.Token}
 	body, _ := json.Marshal(struct {
 		Sub         string `json:"sub"`
 		ExpiresInMs int64  `json:"expiresInMs"`
@@ -221,24 +228,41 @@ func (s *socket) auth(m *Message) []byte {
 }
 
 // call serves a call as the HTTP request it stands for: a POST of suffix after the session's path.
+// The socket's one request is made anew for each call, from its base and in place, as are its URL,
+// body and header: a call allocates only what the route does, which is what a request served by
+// net/http allocates.
 func (s *socket) call(m *Message, suffix string) []byte {
+	if s.base == nil {
+		s.base = (&http.Request{
+			Method: http.MethodPost, Host: s.host, RemoteAddr: s.remote,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{},
+		}).WithContext(s.ctx)
+		s.req = new(http.Request)
+		s.bodyRC = io.NopCloser(&s.body)
+	}
 	path := "/v1/sessions/" + m.SID + suffix
-	escaped := "/v1/sessions/" + url.PathEscape(m.SID) + suffix
-	u := &url.URL{Path: path}
+	escaped := path
+	if sid := url.PathEscape(m.SID); sid != m.SID {
+		escaped = "/v1/sessions/" + sid + suffix
+	}
+	s.url = url.URL{Path: path}
 	if escaped != path {
-		u.RawPath = escaped
+		s.url.RawPath = escaped
 	}
-	req := &http.Request{
-		Method: http.MethodPost, URL: u, RequestURI: escaped, Host: s.host, RemoteAddr: s.remote,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        http.Header{"Authorization": {s.bearer}, "Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(m.Body)),
-		ContentLength: int64(len(m.Body)),
-	}
+	s.body.Reset(m.Body)
+	h := s.base.Header
+	clear(h)
+	h["Authorization"], h["Content-Type"] = s.bearer, contentTypeJSON
+	*s.req = *s.base
+	s.req.URL, s.req.RequestURI = &s.url, escaped
+	s.req.Body, s.req.ContentLength = s.bodyRC, int64(len(m.Body))
 	s.rec.reset()
-	s.h.cfg.Dispatch.ServeHTTP(&s.rec, req.WithContext(s.ctx))
+	s.h.cfg.Dispatch.ServeHTTP(&s.rec, s.req)
 	return s.answer(m.ID, s.rec.status, s.rec.body, s.rec.header.Get("Retry-After"))
 }
+
+// contentTypeJSON is the Content-Type of every call's request.
+var contentTypeJSON = []string{"application/json"}
 
 // refuse answers a message with err, rendered as the API renders it.
 func (s *socket) refuse(id json.RawMessage, err error) []byte {
@@ -257,9 +281,11 @@ func (s *socket) answer(id json.RawMessage, status int, body []byte, retryAfter 
 	}
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
-	if secs, err := strconv.ParseInt(retryAfter, 10, 64); err == nil && secs >= 0 {
-		b = append(b, `,"retryAfterMs":`...)
-		b = strconv.AppendInt(b, secs*1000, 10)
+	if retryAfter != "" { // most answers have none, and ParseInt's error for "" allocates
+		if secs, err := strconv.ParseInt(retryAfter, 10, 64); err == nil && secs >= 0 {
+			b = append(b, `,"retryAfterMs":`...)
+			b = strconv.AppendInt(b, secs*1000, 10)
+		}
 	}
 	if body = bytes.TrimRight(body, "\n"); len(body) > 0 {
 		b = append(b, `,"body":`...)
