@@ -92,9 +92,14 @@ func (p *Principal) HasScope(scope string) bool { return p.Scopes[scope] }
 
 // principalOf returns the verified caller of the request, or nil before authentication.
 func principalOf(c echo.Context) *Principal {
-	p, _ := c.Get(keyPrincipal).(*Principal)
-	return p
+	if s, ok := c.(*served); ok {
+		return s.principal
+	}
+	return nil
 }
+
+// setPrincipal stores the verified caller of the request, for principalOf.
+func setPrincipal(c echo.Context, p *Principal) { c.(*served).principal = p }
 
 // accessClaims are the claims read from an access token.
 type accessClaims struct {
@@ -600,7 +605,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(keyPrincipal, p)
+		setPrincipal(c, p)
 		return next(c)
 	}
 }

@@ -30,9 +30,6 @@ import (
 // the stream starts from a snapshot, which is always correct, rather than failing an EventSource
 // for good.
 
-// keyTicketTab is the Echo context key of the tab an event ticket was issued for.
-const keyTicketTab = "tablease.ticketTab"
-
 // newStreams builds the event streams, with the presence of their tabs and their tickets.
 func newStreams(opts Options, now func() time.Time, log *slog.Logger, reg prometheus.Registerer, storeCall func(string, error), catalogs *catalog.Source) (*stream.Handler, error) {
 	if opts.Nonces == nil {
@@ -91,7 +88,7 @@ func (s *Server) streamRequest(c echo.Context) (stream.Request, error) {
 		return q, err
 	}
 	tabID := c.QueryParam("tabId")
-	if ticketTab, ok := c.Get(keyTicketTab).(string); ok {
+	if ticketTab := c.(*served).ticketTab; ticketTab != "" {
 		if tabID != "" && tabID != ticketTab { // redeem checked it already
 			return q, ticketError(stream.ErrTicketTab)
 		}

@@ -94,7 +94,7 @@ func (s *Server) redeemTicket(c echo.Context, ticket, tabID string) error {
 	if err != nil {
 		return ticketError(err)
 	}
-	c.Set(keyPrincipal, &Principal{Sub: claims.Sub, Scopes: map[string]bool{}, Sessions: []string{claims.Sid}, Expires: time.UnixMilli(claims.Until)})
-	c.Set(keyTicketTab, claims.Tab)
+	setPrincipal(c, &Principal{Sub: claims.Sub, Scopes: map[string]bool{}, Sessions: []string{claims.Sid}, Expires: time.UnixMilli(claims.Until)})
+	c.(*served).ticketTab = claims.Tab
 	return nil
 }
