@@ -54,8 +54,8 @@ const maxRequestIDLen = 128
 // written by this name directly is not canonicalized first, which allocates for this one.
 const headerRequestID = "X-Request-Id"
 
-// requestID is the id of the request being served: what observe put in its answer's header ("" outside
-// observe).
+// requestID is the id of the request being served: what observe put in its answer's header (""
+// outside observe).
 func requestID(c echo.Context) string {
 	if id := c.Response().Header()[headerRequestID]; len(id) > 0 {
 		return id[0]
@@ -126,9 +126,8 @@ var nosniff = []string{"nosniff"}
 
 // served is the context of a request that the middlewares and handlers inside observe get: Echo's,
 // with the request's verified caller (principalOf) and the tab of its event ticket, if any, in
-// fields rather than in Echo's store, a map made for each request that sets a value (two
-// allocations, and some 300 bytes that an event stream would keep; the other values, of refusals
-// and errors, go there still).
+// fields rather than in Echo's store, a map that Echo makes for each request that sets a value
+// (two allocations; the other values, of refusals and errors, go there still).
 type served struct {
 	echo.Context
 	principal *Principal
