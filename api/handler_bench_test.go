@@ -17,11 +17,12 @@ import (
 )
 
 // Benchmarks of the api's own work for a renew and an acquire+release: the handler chain served
-// in process (no socket) on the memory engine, so that the figures are the api layer's cost
+// in process (no network) on the memory engine, so that the figures are the api layer's cost
 // (routing, middleware, auth, decoding, the lease token, the answer, the log line) without the
-// network or Redis. The request log is written, at info level, to io.Discard.
+// network or Redis; and an acquire+release over a lease socket on loopback, the socket's and its
+// client's work added. The request log is written, at info level, to io.Discard.
 //
-//	go test -run XXX -bench 'Handler' -count 10 ./api/ > new.txt
+//	go test -run XXX -bench 'Handler|OverSocket' -count 10 ./api/ > new.txt
 
 func benchHandler(b *testing.B) (http.Handler, string) {
 	b.Helper()

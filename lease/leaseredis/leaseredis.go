@@ -343,7 +343,7 @@ const (
 	nameKnown      = "known"       // the user's sessions whose state is kept
 	nameFree       = "free"        // the state of the user's free sessions
 	nameAdminAudit = "audit:admin" // the admins' records of the user
-	nameReply      = "reply:"      // the answer of one call, for its retries: a random id
+	nameReply      = "reply:"      // the answer of one call, for its retries (newReply)
 	nameRevoke     = "revoke:"     // the answer of an admin's revoke with a request id
 )
 

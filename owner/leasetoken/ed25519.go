@@ -18,8 +18,9 @@ import (
 // and the signature was 26–30 % of tablease's CPU per acquire and release (README, Cost per
 // operation). Verification stays crypto/ed25519's (golang-jwt's).
 //
-// golang-jwt's EdDSA method takes it as the crypto.Signer it asks for: Public answers the
-// ed25519.PublicKey it checks for, and Sign is asked for pure Ed25519 (crypto.Hash(0)).
+// It is a crypto.Signer, asked for pure Ed25519 (crypto.Hash(0)) of a token's signing input, as
+// golang-jwt's EdDSA method asks it (Signer.Sign in token.go calls it so itself); Public answers
+// the ed25519.PublicKey that method checks for.
 type ed25519Signer struct {
 	pub ed25519.PublicKey
 	key voied.PrivateKey
