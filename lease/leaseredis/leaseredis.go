@@ -352,7 +352,26 @@ type keyName struct{ name, id string }
 
 // userKey is the key of user, a valid identifier, that name and id name.
 func (e *Engine) userKey(user, name, id string) string {
-	return e.prefix + ":{" + user + "}:" + name + id
+	kn := keyName{name, id}
+	var b strings.Builder
+	b.Grow(e.keyLen(user, kn))
+	e.writeKey(&b, user, kn)
+	return b.String()
+}
+
+// keyLen is the length of the key of user that kn names.
+func (e *Engine) keyLen(user string, kn keyName) int {
+	return len(e.prefix) + len(":{}:") + len(user) + len(kn.name) + len(kn.id)
+}
+
+// writeKey writes the key of user that kn names to b: the one spelling of a key.
+func (e *Engine) writeKey(b *strings.Builder, user string, kn keyName) {
+	b.WriteString(e.prefix)
+	b.WriteString(":{")
+	b.WriteString(user)
+	b.WriteString("}:")
+	b.WriteString(kn.name)
+	b.WriteString(kn.id)
 }
 
 // stateKey is the key of the state hash of k, which must be valid.
@@ -366,13 +385,12 @@ func (e *Engine) stateKey(k lease.Key) string { return e.userKey(k.User, nameSta
 func (e *Engine) sessionKeys(k lease.Key, more ...keyName) []string {
 	own := [...]keyName{{nameState, k.Session}, {nameLog, k.Session}, {nameTabs, k.Session},
 		{nameTabInfo, k.Session}, {nameIndex, ""}, {nameAudit, ""}, {nameKnown, ""}, {nameFree, ""}}
-	tag := len(e.prefix) + len(":{}:") + len(k.User)
 	n := 0
 	for _, kn := range own {
-		n += tag + len(kn.name) + len(kn.id)
+		n += e.keyLen(k.User, kn)
 	}
 	for _, kn := range more {
-		n += tag + len(kn.name) + len(kn.id)
+		n += e.keyLen(k.User, kn)
 	}
 	// The builder holds them all from the start, so it never moves what it wrote: each key is
 	// the end of what String answers once it is written.
@@ -381,12 +399,7 @@ func (e *Engine) sessionKeys(k lease.Key, more ...keyName) []string {
 	keys := make([]string, 0, len(own)+len(more))
 	add := func(kn keyName) {
 		start := b.Len()
-		b.WriteString(e.prefix)
-		b.WriteString(":{")
-		b.WriteString(k.User)
-		b.WriteString("}:")
-		b.WriteString(kn.name)
-		b.WriteString(kn.id)
+		e.writeKey(&b, k.User, kn)
 		keys = append(keys, b.String()[start:])
 	}
 	for _, kn := range own {
