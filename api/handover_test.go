@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,15 +31,19 @@ func (c *connStates) hook(_ net.Conn, s http.ConnState) {
 	c.states = append(c.states, s)
 }
 
-func (c *connStates) saw(s http.ConnState) bool {
+func (c *connStates) saw(s http.ConnState) bool { return c.count(s) > 0 }
+
+// count is how many times a connection entered the state s.
+func (c *connStates) count(s http.ConnState) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := 0
 	for _, x := range c.states {
 		if x == s {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // startServer starts a test server on the harness's handler, with HTTP/2 over TLS when h2.
@@ -235,4 +240,47 @@ func TestWhatAClientSendsAfterItsRequestIsDroppedUpToALimit(t *testing.T) {
 		t.Fatalf("the stream of a client that sent %d bytes after its request: %v, want its end", maxStrayBytes, err)
 	}
 	h.waitTabs(alice, "doc-1", 0)
+}
+
+// A stream taken over ends as soon as its client goes away, by closing its connection or by
+// resetting it, long before any write to the client would fail: its tab leaves the list at once.
+// Many streams at once, so that each is told apart from the others that stay.
+func TestAStreamTakenOverEndsAtOnceWhenItsClientGoesAway(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Streams.Keepalive = time.Hour })
+	ts, states := h.startServer(false)
+	alice := h.token("alice")
+	const n = 6
+	streams := make([]*rawStream, n)
+	for i := range streams {
+		c, err := openRawStream(ts.Listener.Addr().String(), eventsPath("doc-1", "tabId=tab-"+strconv.Itoa(i)), alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.conn.Close()
+		c.body = bufio.NewReaderSize(c.body, 16<<10) // a snapshot lists the tabs open before
+		_ = c.conn.SetDeadline(time.Now().Add(waitFor))
+		if _, err := c.until("snapshot"); err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = c
+	}
+	h.waitTabs(alice, "doc-1", n)
+	for deadline := time.Now().Add(waitFor); states.count(http.StateHijacked) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams handed over", states.count(http.StateHijacked), n)
+		}
+	}
+	// Closed, then reset (SO_LINGER 0), one after the other; the others go on.
+	for i, c := range streams[:n-1] {
+		if i%2 == 1 {
+			_ = c.conn.(*net.TCPConn).SetLinger(0)
+		}
+		_ = c.conn.Close()
+		h.waitTabs(alice, "doc-1", n-1-i)
+	}
+	last := streams[n-1]
+	h.acquire(alice, "doc-1", "tab-0", "try")
+	if _, err := last.until("lease"); err != nil {
+		t.Fatalf("the stream whose client stayed: %v", err)
+	}
 }

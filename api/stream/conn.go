@@ -248,6 +248,7 @@ func (sc *streamConn) close() {
 	if sc.w != nil {
 		sc.w.Close()
 	}
+	forgetHangup(&sc.st)
 	sc.sse.end()
 	if sc.conn != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)

@@ -12,10 +12,12 @@ import (
 // Once its headers and snapshot are sent, the connection of an HTTP/1.1 stream is hijacked from
 // net/http, whose handler returns; each event is written as a chunk of the body straight to the
 // connection (by the goroutine that runs the stream while it has something to do, see
-// streamConn), and one goroutine reads the connection to learn at once that the client went away.
-// An idle stream then holds neither net/http's buffers (4 KiB to read, 4 + 2 KiB to write) nor
-// its goroutine and the handler's frames on its stack, nor the request: it costs a fraction of
-// what it costs served by its handler (BenchmarkIdleStreams in package api measures both).
+// streamConn), and the connection is watched for the client's going (watchHangup: on Linux one
+// goroutine of the process for every stream, hangup_linux.go; elsewhere a goroutine per stream,
+// watchClient). An idle stream then holds neither net/http's buffers (4 KiB to read, 4 + 2 KiB to
+// write) nor a goroutine and the handler's frames on its stack, nor the request: it costs a
+// fraction of what it costs served by its handler (BenchmarkIdleStreams in package api measures
+// both).
 // Everything else about the stream is the same either way: the default path (writer.go, the
 // handler's goroutine waiting for the stream to end) serves HTTP/2, which cannot be hijacked, and
 // HTTP/1.0, whose response net/http does not chunk.
@@ -65,7 +67,7 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	sc.h.mu.Lock()
 	sc.st.closer = conn
 	sc.h.mu.Unlock()
-	go watchClient(conn, &sc.st)
+	watchHangup(conn, &sc.st, sc.h.log)
 	return true
 }
 
@@ -87,7 +89,8 @@ func tcpConn(conn net.Conn) *net.TCPConn {
 
 // watchClient reads conn, the connection of the stream st that was taken over, until the client
 // closes it (or the stream does), and then tells st that its client went away: at once after a
-// clean disconnect. What a client sends after its request is dropped.
+// clean disconnect. What a client sends after its request is dropped. It is the goroutine of one
+// stream where the process's watch of every stream cannot be had (watchHangup).
 func watchClient(conn net.Conn, st *stream) {
 	defer st.tell(newsGone)
 	buf := make([]byte, 16)
