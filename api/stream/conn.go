@@ -98,7 +98,7 @@ type streamConn struct {
 	// serves the stream.
 	done chan struct{}
 	// opened is when the stream was admitted (Unix ns). With ended, the stream stays within the
-	// allocation size class of 416 bytes.
+	// allocation size class of 448 bytes.
 	opened int64
 }
 
@@ -248,7 +248,7 @@ func (sc *streamConn) close() {
 	if sc.w != nil {
 		sc.w.Close()
 	}
-	forgetHangup(&sc.st)
+	forgetHangup(sc.st.hangup)
 	sc.sse.end()
 	if sc.conn != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), presenceCallTimeout)

@@ -11,7 +11,7 @@ import (
 // Learning that the client of a stream taken over went away, on Linux.
 //
 // A goroutine per stream blocked in a read of its connection (watchClient) costs the stream its
-// stack and the goroutine's own record, some 2.5 KiB of an idle stream's 7.5. Instead, one
+// stack and the goroutine's own record, 2.5 KiB (README, Event stream). Instead, one
 // goroutine of the process waits in an epoll set of its own for any of those connections to
 // become readable or hung up, and reads only the one that did: what a client sends after its
 // request is dropped as watchClient drops it, and an end of file or an error tells the stream
@@ -26,7 +26,7 @@ import (
 const hangupEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
 
 // hangupWatcher is the process's set of connections watched (all Handlers share it): its epoll
-// set, and the registrations in it by id and by stream.
+// set, and the registrations in it by id (a stream keeps its own, stream.hangup).
 var hangupWatcher = struct {
 	once sync.Once
 	epfd int
@@ -35,8 +35,7 @@ var hangupWatcher = struct {
 	mu   sync.Mutex
 	next uint64
 	byID map[uint64]*hangup
-	bySt map[*stream]uint64
-}{byID: map[uint64]*hangup{}, bySt: map[*stream]uint64{}}
+}{byID: map[uint64]*hangup{}}
 
 // hangup is one connection watched: the stream it tells, and what its client sent so far.
 type hangup struct {
@@ -46,9 +45,16 @@ type hangup struct {
 }
 
 // watchHangup has the stream st told (newsGone) once the client of conn, its connection taken
-// over, goes away; forgetHangup(st) ends the watch. It falls back on a goroutine of the stream's
-// own (watchClient) when conn is not a TCP connection or the epoll set cannot be had.
+// over, goes away; forgetHangup(st.hangup) ends the watch. It falls back on a goroutine of the
+// stream's own (watchClient) when conn is not a TCP connection or the epoll set cannot be had.
 func watchHangup(conn net.Conn, st *stream, log *slog.Logger) {
+	if !register(conn, st, log) {
+		go watchClient(conn, st)
+	}
+}
+
+// register puts conn in the process's set for st, and reports whether it could.
+func register(conn net.Conn, st *stream, log *slog.Logger) bool {
 	w := &hangupWatcher
 	w.once.Do(func() {
 		w.log = log
@@ -61,35 +67,31 @@ func watchHangup(conn net.Conn, st *stream, log *slog.Logger) {
 	})
 	tc := tcpConn(conn)
 	if w.err != nil || tc == nil {
-		go watchClient(conn, st)
-		return
+		return false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		go watchClient(conn, st)
-		return
+		return false
 	}
 	w.mu.Lock()
 	w.next++
 	id := w.next
 	w.byID[id] = &hangup{raw: raw, st: st}
-	w.bySt[st] = id
 	w.mu.Unlock()
 	if err := arm(raw, syscall.EPOLL_CTL_ADD, id); err != nil {
-		forgetHangup(st)
-		go watchClient(conn, st)
+		forgetHangup(id)
+		return false
 	}
+	st.hangup = id
+	return true
 }
 
-// forgetHangup ends the watch of st, if any: the stream ended.
-func forgetHangup(st *stream) {
+// forgetHangup ends the watch of registration id, if any (0: none): its stream ended.
+func forgetHangup(id uint64) {
 	w := &hangupWatcher
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if id, ok := w.bySt[st]; ok {
-		delete(w.bySt, st)
-		delete(w.byID, id)
-	}
+	delete(w.byID, id)
+	w.mu.Unlock()
 }
 
 // arm puts the connection raw in the set (op EPOLL_CTL_ADD), or arms it again (EPOLL_CTL_MOD),
@@ -159,6 +161,6 @@ func readHangup(id uint64) {
 	if again && arm(h.raw, syscall.EPOLL_CTL_MOD, id) == nil {
 		return
 	}
-	forgetHangup(h.st)
+	forgetHangup(id)
 	h.st.tell(newsGone)
 }

@@ -11,5 +11,5 @@ import (
 // over, goes away: a goroutine of the stream's own reads conn (see hangup_linux.go for Linux).
 func watchHangup(conn net.Conn, st *stream, _ *slog.Logger) { go watchClient(conn, st) }
 
-// forgetHangup ends the watch of st: the goroutine ends with the connection.
-func forgetHangup(*stream) {}
+// forgetHangup ends a watch: the goroutine ends with the connection.
+func forgetHangup(uint64) {}

@@ -320,6 +320,9 @@ type stream struct {
 	// closer ends the stream's connection when it outlives Close's wait (see hijack.go); nil while
 	// net/http serves it. Protected by Handler.mu.
 	closer interface{ Close() error }
+	// hangup is the stream's registration in the process's watch of disconnects
+	// (hangup_linux.go), set when it is taken over; 0 for none.
+	hangup uint64
 }
 
 // News of a stream (stream.news).
