@@ -35,8 +35,8 @@ import (
 //
 // Redis runs each function of a pipeline on its own, as if sent alone, and go-redis sends a
 // pipeline again after losing its answers as it would a single call; the functions are written
-// for both (state.lua). The usual renews of a pipeline go further: they are sent together in one
-// function call (mergeable), each answered as it would be alone.
+// for both (state.lua). The usual renews of a pipeline, and its changes, go further: each kind is
+// sent together in one function call (mergeable), each call answered as it would be alone.
 type batcher struct {
 	client redis.UniversalClient
 
@@ -109,21 +109,24 @@ type batchCall struct {
 	merge *mergeable
 }
 
-// mergeable is a usual renew (renew.lua in the lease form), which a pipeline sends together with
-// the other usual renews of its group in one call of renew_many.lua, when it has several: a call
-// costs Redis the function call's own work and the store clock's reading whatever it does, a
-// quarter of the instructions of the usual renew (scripts/redis-instructions), which the renews
-// called together share. Each gets the answer renew.lua would have given it, so its caller does
-// not tell the difference: "DEFER" sends it again alone, with every key (usual in leaseredis.go).
+// mergeable is a call that a pipeline sends together with the other calls of its group in one
+// call of the function that makes several at once (function.merged), when it has several: a
+// function call costs Redis its own work and the store clock's reading whatever it does, which the
+// calls made together share. The usual renews (renew.lua in the lease form) go in renew_many.lua,
+// where this is a quarter of the instructions of the usual renew (scripts/redis-instructions); the
+// changes (acquire, release, join, leave) in change_many.lua. Each gets the answer its function
+// would have given it alone, so its caller does not tell the difference: a renew's "DEFER" sends
+// it again alone, with every key (usual in leaseredis.go).
 type mergeable struct {
 	fn *function // the function that makes several calls at once (function.merged)
-	// group: the renews of a group may share a function call. On a Cluster, whose functions take
-	// the keys of one slot, the renews of one user (the hash tag of its keys, mergeGroup); one
+	// group: the calls of a group may share a function call. On a Cluster, whose functions take
+	// the keys of one slot, the calls of one user (the hash tag of its keys, mergeGroup); one
 	// group elsewhere.
 	group  string
-	keys   [2]string // KEYS of renew.lua in the lease form
-	common []any     // the engine's common arguments
-	args   []any     // the arguments after them
+	keys   []string // the call's keys, fn.callKeys of them
+	common []any    // the engine's common arguments
+	head   []any    // for a function that makes calls of several (fn.named): the call's function and count of arguments
+	args   []any    // the call's own arguments
 }
 
 // mergeGroup is the group (mergeable) of the usual renew of the lease whose state key is key:
@@ -140,7 +143,7 @@ func mergeGroup(key string, cluster bool) string {
 	return key
 }
 
-// merged is a call of renew_many.lua that carries the usual renews of calls.
+// merged is a call of a function that makes several calls at once, which carries calls.
 type merged struct {
 	cmd   *redis.Cmd
 	calls []*batchCall
@@ -173,14 +176,20 @@ func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
 			continue
 		}
 		first := calls[0].merge
-		args := make([]any, 0, 3+2*len(calls)+len(first.common)+len(calls)*len(first.args))
-		args = append(args, "fcall", first.fn.fcall, 2*len(calls))
+		size := 3 + len(first.common)
 		for _, c := range calls {
-			args = append(args, c.merge.keys[0], c.merge.keys[1])
+			size += len(c.merge.keys) + len(c.merge.head) + len(c.merge.args)
+		}
+		args := make([]any, 0, size)
+		args = append(args, "fcall", first.fn.fcall, first.fn.callKeys*len(calls))
+		for _, c := range calls {
+			for _, k := range c.merge.keys {
+				args = append(args, k)
+			}
 		}
 		args = append(args, first.common...)
 		for _, c := range calls {
-			args = append(args, c.merge.args...)
+			args = append(append(args, c.merge.head...), c.merge.args...)
 		}
 		cmd := redis.NewCmd(context.Background(), args...)
 		cmd.SetFirstKeyPos(3)
@@ -190,16 +199,18 @@ func combine(batch []*batchCall) (cmds []redis.Cmder, merges []merged) {
 	return cmds, merges
 }
 
-// split gives each call of m its entry of m's answer, or m's error.
+// split gives each call of m its entry of m's answer (an error reply its error), or m's error.
 func (m merged) split() {
 	v, err := m.cmd.Result()
 	a, ok := v.([]any)
 	if err == nil && (!ok || len(a) != len(m.calls)) {
-		err = fmt.Errorf("leaseredis: malformed renew_many reply %v", v)
+		err = fmt.Errorf("leaseredis: malformed %s reply %v", m.calls[0].merge.fn.name, v)
 	}
 	for i, c := range m.calls {
 		if err != nil {
 			c.cmd.SetErr(err)
+		} else if e, ok := a[i].(error); ok {
+			c.cmd.SetErr(e)
 		} else {
 			c.cmd.SetVal(a[i])
 		}

@@ -493,3 +493,160 @@ func TestMergeGroupsAreUsersOnACluster(t *testing.T) {
 		}
 	}
 }
+
+// The changes that queue while Redis works go out in one call of change_many.lua, each answered as
+// it would be alone: a grant, a refusal, a release, presence written and removed, and a call whose
+// function fails, whose error is its own; and a resent merged call (a lost answer) changes
+// nothing twice.
+func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
+	for _, resent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sent once", true: "resent"}[resent], func(t *testing.T) {
+			srv := redistest.Start(t)
+			client, err := NewClient(srv.URL(), 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = client.Close() })
+			if resent {
+				client.AddHook(twice{}) // before hook, which then sees both sends
+			}
+			hook := &fcalls{}
+			client.AddHook(hook)
+			e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			ctx := t.Context()
+			key := func(user string) lease.Key { return lease.Key{User: user, Session: "doc"} }
+			held := mustAcquire(t, e, key("u0"), tabA, lease.ModeTry)
+			released := mustAcquire(t, e, key("u1"), tabA, lease.ModeTry)
+			if _, err := e.Join(ctx, key("u2"), "c-left", lease.Tab{TabID: "tab-l"}, 1); err != nil {
+				t.Fatal(err)
+			}
+			// A state key that is not a hash: the function fails on it (WRONGTYPE).
+			if err := client.Set(ctx, e.stateKey(key("u3")), "not a hash", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			b := e.batches.shared
+			release := takeFlushSlots(t, b, srv.Client(t))
+			before := len(hook.get())
+
+			var (
+				wg                         sync.WaitGroup
+				granted                    lease.Lease
+				grantErr, heldErr, failErr error
+				rel                        lease.ReleaseResult
+				relErr, joinErr, leaveErr  error
+			)
+			calls := []func(){
+				func() {
+					granted, grantErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u4"), Holder: tabB, Mode: lease.ModeTry})
+				},
+				func() {
+					_, heldErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u0"), Holder: tabB, Mode: lease.ModeTry})
+				},
+				func() {
+					rel, relErr = e.Release(ctx, lease.ReleaseRequest{Key: key("u1"), TabID: tabA.TabID, Epoch: released.Epoch})
+				},
+				func() { _, joinErr = e.Join(ctx, key("u2"), "c-new", lease.Tab{TabID: "tab-n"}, 1) },
+				func() { leaveErr = e.Leave(ctx, key("u2"), "c-left", "tab-l", 2) },
+				func() {
+					_, failErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u3"), Holder: tabB, Mode: lease.ModeTry})
+				},
+			}
+			for _, call := range calls {
+				wg.Go(call)
+			}
+			eventually(t, "every change queued", func() bool { return queueLen(b) == len(calls) })
+			release()
+			wg.Wait()
+			made := hook.get()[before:]
+
+			if grantErr != nil || !granted.Held || granted.Holder != tabB || granted.Transitions != 1 {
+				t.Errorf("the grant: %+v, %v; want tab-b holding after one grant", granted, grantErr)
+			}
+			var he *lease.HeldError
+			if !errors.As(heldErr, &he) || he.Holder != tabA || he.Epoch != held.Epoch {
+				t.Errorf("the try of a held lease: %v; want held by tab-a at %d", heldErr, held.Epoch)
+			}
+			if relErr != nil || !rel.Released || rel.Lease.Held {
+				t.Errorf("the release: %+v, %v; want released", rel, relErr)
+			}
+			if joinErr != nil || leaveErr != nil {
+				t.Errorf("join %v, leave %v; want both made", joinErr, leaveErr)
+			}
+			var ue *lease.UnavailableError
+			if !errors.As(failErr, &ue) || !strings.Contains(failErr.Error(), "WRONGTYPE") {
+				t.Errorf("the acquire whose function fails: %v; want unavailable, with Redis's WRONGTYPE", failErr)
+			}
+			// The store holds what each answered, once.
+			// (A function called after the merged call reads the store clock anew.)
+			if g, err := e.Get(ctx, key("u4")); err != nil || !g.HeldBy(tabB.TabID, granted.Epoch) || g.Transitions != 1 ||
+				!g.Now.After(granted.Now) {
+				t.Errorf("u4 after the grant at %v: %+v, %v", granted.Now, g, err)
+			}
+			if g, err := e.Get(ctx, key("u0")); err != nil || !g.HeldBy(tabA.TabID, held.Epoch) || g.Transitions != 1 {
+				t.Errorf("u0 after the refused try: %+v, %v", g, err)
+			}
+			if g, err := e.Get(ctx, key("u1")); err != nil || g.Held || g.Epoch != released.Epoch {
+				t.Errorf("u1 after the release: %+v, %v", g, err)
+			}
+			if tabs, err := e.Tabs(ctx, key("u2")); err != nil || len(tabs) != 1 || tabs[0].TabID != "tab-n" {
+				t.Errorf("u2's presence: %+v, %v; want tab-n alone", tabs, err)
+			}
+			p, err := e.Audit(ctx, lease.AuditQuery{User: "u4", Limit: 10})
+			if err != nil || len(p.Records) != 1 || p.Records[0].Action != lease.AuditGrant {
+				t.Errorf("u4's audit: %+v, %v; want its grant once", p.Records, err)
+			}
+			sent := 1
+			if resent {
+				sent = 2
+			}
+			want := slices.Repeat([]string{"change_many " + strconv.Itoa(9*len(calls))}, sent)
+			if !slices.Equal(made, want) {
+				t.Errorf("function calls %v, want %v: the queued changes in one", made, want)
+			}
+		})
+	}
+}
+
+// change_many refuses, before it makes any call, arguments it cannot read as calls: a function it
+// does not make (revoke, whose flags differ), a count of arguments past the end, arguments after
+// the last call, keys that are not nine per call.
+func TestChangeManyRefusesWhatIsNotCallsBeforeMakingAny(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := NewClient(srv.URL(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	e, err := New(client, Options{Prefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	mustAcquire(t, e, alice, tabA, lease.ModeTry) // loads the library
+	keys := e.sessionKeys(lease.Key{User: "u", Session: "doc"}, newReply())
+	acquire := []any{"acquire", 7, tabB.TabID, "", "0", 60000, "try", 1000, 1000}
+	for _, c := range []struct {
+		name string
+		keys []string
+		args []any
+	}{
+		{"a function it does not make", keys, []any{"revoke", 0}},
+		{"a count past the end", keys, []any{"acquire", 8, tabB.TabID, "", "0", 60000, "try", 1000, 1000}},
+		{"arguments after the last call", keys, append(slices.Clone(acquire), "release")},
+		{"keys that are not nine per call", keys[:8], acquire},
+		{"a good call before a bad one", append(slices.Clone(keys), keys...), append(slices.Clone(acquire), "acquire", -1)},
+	} {
+		err := client.FCall(ctx, changeManyFn.fcall, c.keys, append(slices.Clone(e.common), c.args...)...).Err()
+		if err == nil || !strings.Contains(err.Error(), "change_many") {
+			t.Errorf("%s: %v, want change_many's refusal", c.name, err)
+		}
+	}
+	if n, err := client.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+		t.Errorf("%d keys of the session written (%v), want none", n, err)
+	}
+}

@@ -1015,11 +1015,15 @@ func (e *Engine) callOn(ctx context.Context, conn *redis.Conn, op string, f *fun
 		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(append(cmdArgs, e.common...), args...)
-	// A call in the lease form may go with others in one function call (mergeable in batch.go).
+	// A renew in the lease form, or a change, may go with others in one function call (mergeable
+	// in batch.go).
 	var merge *mergeable
-	if f.merged != nil && len(keys) == 2 && conn == nil {
+	if f.merged != nil && len(keys) == f.merged.callKeys && conn == nil {
 		merge = &mergeable{fn: f.merged, group: mergeGroup(keys[0], e.batches.cluster != nil),
-			keys: [2]string{keys[0], keys[1]}, common: e.common, args: args}
+			keys: keys, common: e.common, args: args}
+		if f.merged.named {
+			merge.head = []any{f.name, len(args)}
+		}
 	}
 	var v any
 	var err error

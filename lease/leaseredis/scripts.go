@@ -45,6 +45,8 @@ var (
 	renewManyLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed change_many.lua
+	changeManyLua string
 	//go:embed check.lua
 	checkLua string
 	//go:embed get.lua
@@ -89,35 +91,47 @@ type function struct {
 	allowOOM bool
 	// leaseForm lets the function be called with the lease's keys alone (see state.lua).
 	leaseForm bool
-	// each makes a function of several leases, whose body calls begin for each of them with its
-	// keys (renew_many.lua), rather than once with the call's.
+	// each makes a function of several calls, whose body calls begin for each of them with its
+	// keys (renew_many.lua), or has their functions do it (change_many.lua), rather than once
+	// with the call's.
 	each bool
-	// merged, when not nil, is the function that makes several calls of this one in the lease
-	// form at once, which a pipeline sends them in (mergeable in batch.go).
+	// merged, when not nil, is the function that makes several calls of this one at once, which
+	// a pipeline sends them in (mergeable in batch.go): the calls with merged.callKeys keys.
 	merged *function
+	// callKeys is, for a function that makes several calls at once, how many keys each call
+	// takes: 2 for renews in the lease form, 9 for changes.
+	callKeys int
+	// named is true for a function that makes calls of several functions at once: each call is
+	// preceded in its arguments by its function's name and the count of its own arguments
+	// (change_many.lua).
+	named bool
 }
 
 var (
-	acquireFn = &function{name: "acquire", body: acquireLua}
+	acquireFn = &function{name: "acquire", body: acquireLua, merged: changeManyFn}
 	renewFn   = &function{name: "renew", body: renewLua, allowOOM: true, leaseForm: true, merged: renewManyFn}
 	// renewManyFn makes the usual renews of several leases in one call (batch.go).
-	renewManyFn = &function{name: "renew_many", body: renewManyLua, allowOOM: true, each: true}
-	releaseFn   = &function{name: "release", body: releaseLua}
-	checkFn     = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
-	getFn       = &function{name: "get", body: getLua, allowOOM: true}
-	watchFn     = &function{name: "watch", body: watchLua, allowOOM: true}
-	settleFn    = &function{name: "settle", body: settleLua, allowOOM: true}
-	joinFn      = &function{name: "join", body: joinLua}
-	leaveFn     = &function{name: "leave", body: leaveLua}
-	tabsFn      = &function{name: "tabs", body: tabsLua, allowOOM: true}
-	revokeFn    = &function{name: "revoke", body: revokeLua, allowOOM: true}
-	pingFn      = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
+	renewManyFn = &function{name: "renew_many", body: renewManyLua, allowOOM: true, each: true, callKeys: 2}
+	releaseFn   = &function{name: "release", body: releaseLua, merged: changeManyFn}
+	// changeManyFn makes several calls of the functions that change a session and keep their
+	// answers (KEYS[9]) in one call (batch.go). Those functions and it have the same flags: Redis
+	// admits or refuses the call as it would each.
+	changeManyFn = &function{name: "change_many", body: changeManyLua, each: true, callKeys: 9, named: true}
+	checkFn      = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
+	getFn        = &function{name: "get", body: getLua, allowOOM: true}
+	watchFn      = &function{name: "watch", body: watchLua, allowOOM: true}
+	settleFn     = &function{name: "settle", body: settleLua, allowOOM: true}
+	joinFn       = &function{name: "join", body: joinLua, merged: changeManyFn}
+	leaveFn      = &function{name: "leave", body: leaveLua, merged: changeManyFn}
+	tabsFn       = &function{name: "tabs", body: tabsLua, allowOOM: true}
+	revokeFn     = &function{name: "revoke", body: revokeLua, allowOOM: true}
+	pingFn       = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
 	// library is the source of the library, and libraryName its name: "tablease_" and the start
 	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
 	// call their own functions, named <library name>_<function> (function.fcall).
 	library, libraryName = newLibrary(acquireFn, renewFn, renewManyFn, releaseFn, checkFn, getFn,
-		watchFn, settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn)
+		watchFn, settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn, changeManyFn)
 )
 
 // LibraryName is the name of the Redis Functions library this build loads and calls,
@@ -127,16 +141,19 @@ var (
 func LibraryName() string { return libraryName }
 
 // newLibrary writes the library of the session scripts fns: the preludes, then one registered
-// function per script that takes the call's keys and arguments (begin, in state.lua, told whether
-// the function takes the lease form; a function of several leases calls it for each), starts with
-// nothing queued, and runs the script's body, and answers it with its name. It sets the fcall name
-// of each of fns.
+// function per script that clears CALLS_NOW (state.lua), takes the call's keys and arguments
+// (begin, in state.lua, told whether the function takes the lease form; a function of several
+// calls has it done for each), starts with nothing queued, and runs the script's body, and answers
+// it with its name. The functions that a function of several calls makes (merged.named) are also
+// kept in CALLS, by name, without the clearing, for it to call (change_many.lua). It sets the
+// fcall name of each of fns.
 func newLibrary(fns ...*function) (source, name string) {
 	var b strings.Builder
 	for _, s := range []string{stateLua, adminLua, eventsLua, presenceLua} {
 		b.WriteString(s)
 		b.WriteString("\n")
 	}
+	b.WriteString("local CALLS = {}\n")
 	for _, f := range fns {
 		flags := ""
 		if f.allowOOM {
@@ -146,9 +163,15 @@ func newLibrary(fns ...*function) (source, name string) {
 		if f.each {
 			begin = ""
 		}
-		fmt.Fprintf(&b, "redis.register_function{function_name = LIBRARY .. '_%s', flags = {%s},\n"+
-			"  callback = function(keys, argv)\n%s  audit_begin()\n  events_begin()\n%s\nend}\n",
-			f.name, flags, begin, f.body)
+		begin += "  audit_begin()\n  events_begin()\n"
+		kept := ""
+		if f.merged != nil && f.merged.named {
+			kept = fmt.Sprintf("  CALLS['%s'] = call\n", f.name)
+		}
+		fmt.Fprintf(&b, "do\n  local function call(keys, argv)\n%s%s\n  end\n%s"+
+			"  redis.register_function{function_name = LIBRARY .. '_%s', flags = {%s},\n"+
+			"    callback = function(keys, argv) CALLS_NOW = nil return call(keys, argv) end}\nend\n",
+			begin, f.body, kept, f.name, flags)
 	}
 	src := b.String()
 	sum := sha1.Sum([]byte(src))

@@ -170,8 +170,15 @@ local MAX_EPOCH = 9007199254740992 -- 2^53, exclusive
 -- tonumber, for the error it raises on a bad one.
 
 -- now_us is the store clock in microseconds. Redis 7 replicates the effects of scripts, so a
--- script may read TIME and then write.
+-- script may read TIME and then write. CALLS_NOW, when set, is the clock of the calls that one
+-- function call makes together (change_many.lua), which it reads once for all of them: they run at
+-- the same moment. Every function clears it first (scripts.go), so that it never outlives the
+-- function call that set it, even one that failed.
+local CALLS_NOW
 local function now_us()
+  if CALLS_NOW then
+    return CALLS_NOW
+  end
   local t = redis.call('TIME')
   return t[1] * 1000000 + t[2]
 end
