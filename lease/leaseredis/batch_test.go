@@ -496,8 +496,8 @@ func TestMergeGroupsAreUsersOnACluster(t *testing.T) {
 
 // The changes that queue while Redis works go out in one call of change_many.lua, each answered as
 // it would be alone: a grant, a refusal, a release, presence written and removed, and a call whose
-// function fails, whose error is its own; and a resent merged call (a lost answer) changes
-// nothing twice.
+// function fails, whose error is its own; and a merged call that go-redis sends again (its answer
+// lost) after another tab's call is answered as it was the first time and changes nothing.
 func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 	for _, resent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sent once", true: "resent"}[resent], func(t *testing.T) {
@@ -507,8 +507,9 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = client.Close() })
+			var between func() // run between the two sends of a resent call
 			if resent {
-				client.AddHook(twice{}) // before hook, which then sees both sends
+				client.AddHook(twiceAfter{func() { between() }}) // before hook, which then sees both sends
 			}
 			hook := &fcalls{}
 			client.AddHook(hook)
@@ -521,6 +522,20 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 			key := func(user string) lease.Key { return lease.Key{User: user, Session: "doc"} }
 			held := mustAcquire(t, e, key("u0"), tabA, lease.ModeTry)
 			released := mustAcquire(t, e, key("u1"), tabA, lease.ModeTry)
+			takenOver := mustAcquire(t, e, key("u5"), tabA, lease.ModeTry)
+			// Between the two sends of a resent call, tab-c takes u5 over, through another client.
+			other, err := NewClient(srv.URL(), 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = other.Close() })
+			e2, err := New(other, Options{Prefix: "p", OpTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e2.Close() })
+			tabC := lease.Holder{TabID: "tab-c"}
+			between = func() { mustAcquire(t, e2, key("u5"), tabC, lease.ModeTakeover) }
 			if _, err := e.Join(ctx, key("u2"), "c-left", lease.Tab{TabID: "tab-l"}, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -534,7 +549,8 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 
 			var (
 				wg                         sync.WaitGroup
-				granted                    lease.Lease
+				granted, took              lease.Lease
+				tookErr                    error
 				grantErr, heldErr, failErr error
 				rel                        lease.ReleaseResult
 				relErr, joinErr, leaveErr  error
@@ -545,6 +561,9 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 				},
 				func() {
 					_, heldErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u0"), Holder: tabB, Mode: lease.ModeTry})
+				},
+				func() {
+					took, tookErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u5"), Holder: tabB, Mode: lease.ModeTakeover})
 				},
 				func() {
 					rel, relErr = e.Release(ctx, lease.ReleaseRequest{Key: key("u1"), TabID: tabA.TabID, Epoch: released.Epoch})
@@ -565,6 +584,14 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 
 			if grantErr != nil || !granted.Held || granted.Holder != tabB || granted.Transitions != 1 {
 				t.Errorf("the grant: %+v, %v; want tab-b holding after one grant", granted, grantErr)
+			}
+			// A takeover made twice would mint two epochs: a resent one is answered as it was.
+			if tookErr != nil || !took.Held || took.Holder != tabB || took.Transitions != 2 || took.Epoch <= takenOver.Epoch {
+				t.Errorf("the takeover: %+v, %v; want tab-b holding after two grants", took, tookErr)
+			}
+			if g, err := e.Get(ctx, key("u5")); err != nil || resent && (g.Holder != tabC || g.Transitions != 3) ||
+				!resent && (!g.HeldBy(tabB.TabID, took.Epoch) || g.Transitions != 2) {
+				t.Errorf("u5 after the takeover (resent %v, tab-c's takeover in between): %+v, %v", resent, g, err)
 			}
 			var he *lease.HeldError
 			if !errors.As(heldErr, &he) || he.Holder != tabA || he.Epoch != held.Epoch {
@@ -648,5 +675,26 @@ func TestChangeManyRefusesWhatIsNotCallsBeforeMakingAny(t *testing.T) {
 	}
 	if n, err := client.Exists(ctx, keys...).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys of the session written (%v), want none", n, err)
+	}
+}
+
+// twiceAfter is a go-redis hook that sends each call of change_many.lua twice, running between in
+// the meantime, and keeps the second answer, as when go-redis sends a command again after losing
+// its answer while other clients' calls ran.
+type twiceAfter struct{ between func() }
+
+func (twiceAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (twiceAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h twiceAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[1] == changeManyFn.fcall {
+			if err := next(ctx, cmd.Clone()); err != nil {
+				return err
+			}
+			h.between()
+		}
+		return next(ctx, cmd)
 	}
 }
