@@ -129,8 +129,8 @@ type mergeable struct {
 	args   []any    // the call's own arguments
 }
 
-// mergeGroup is the group (mergeable) of the usual renew of the lease whose state key is key:
-// its hash tag on a Cluster, "" elsewhere.
+// mergeGroup is the group (mergeable) of a call on the session whose state key is key: its hash
+// tag on a Cluster, "" elsewhere.
 func mergeGroup(key string, cluster bool) string {
 	if !cluster {
 		return ""
@@ -143,7 +143,7 @@ func mergeGroup(key string, cluster bool) string {
 	return key
 }
 
-// merged is a call of a function that makes several calls at once, which carries calls.
+// merged is a call of a function that makes several calls at once, and the calls it carries.
 type merged struct {
 	cmd   *redis.Cmd
 	calls []*batchCall

@@ -59,7 +59,7 @@ func busyBatcher(t *testing.T) (b *batcher, client *redis.Client, hook *pipeline
 
 // takeFlushSlots takes every flush slot of b with a call that waits in Redis (BLPOP, for up to
 // 10 s: b's client must read that long) until release is called, which other makes.
-func takeFlushSlots(t *testing.T, b *batcher, other *redis.Client) (release func()) {
+func takeFlushSlots(t *testing.T, b *batcher, other redis.Cmdable) (release func()) {
 	t.Helper()
 	var blocked sync.WaitGroup
 	for i := range maxFlushes {
@@ -696,5 +696,81 @@ func (h twiceAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.between()
 		}
 		return next(ctx, cmd)
+	}
+}
+
+// On a Cluster the changes queued for one primary share a function call per user, whose keys
+// share a slot: two users' acquires on one primary go in two calls of change_many.lua, each
+// answered (one call for both users would be refused, CROSSSLOT).
+func TestChangesOfEachUserShareAFunctionCallOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	addrs := c.Addrs()
+	url := "redis://" + addrs[0] + "?cluster=true&addr=" + strings.Join(addrs[1:], "&addr=")
+	client, err := NewClient(url, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	hook := &fcalls{}
+	client.AddHook(hook)
+	e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	// Two users whose keys are on one primary.
+	var users []string
+	var primary string
+	for i := 0; i < 1000 && len(users) < 2; i++ {
+		u := "u" + strconv.Itoa(i)
+		p := c.PrimaryOf(t, e.stateKey(lease.Key{User: u, Session: "doc"})).Addr()
+		if primary == "" {
+			primary = p
+		}
+		if p == primary {
+			users = append(users, u)
+		}
+	}
+	if len(users) < 2 {
+		t.Fatal("no two users on one primary")
+	}
+	mustAcquire(t, e, lease.Key{User: users[0], Session: "doc"}, tabA, lease.ModeTry) // loads the library on the primary
+	other, err := NewClient(url, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	b := e.batches.of(ctx, e.stateKey(lease.Key{User: users[0], Session: "doc"}))
+	release := takeFlushSlots(t, b, other)
+	before := len(hook.get())
+
+	keys := []lease.Key{{User: users[0], Session: "a"}, {User: users[0], Session: "b"},
+		{User: users[1], Session: "a"}, {User: users[1], Session: "b"}}
+	got := make([]lease.Lease, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			got[i], errs[i] = e.Acquire(ctx, lease.AcquireRequest{Key: k, Holder: tabA, Mode: lease.ModeTry})
+		})
+	}
+	eventually(t, "every acquire queued", func() bool { return queueLen(b) == len(keys) })
+	release()
+	wg.Wait()
+	made := hook.get()[before:]
+	for i, k := range keys {
+		if errs[i] != nil || !got[i].Held || got[i].Holder != tabA || got[i].Key != k {
+			t.Errorf("acquire of %v: %+v, %v; want tab-a holding", k, got[i], errs[i])
+		}
+	}
+	var changes []string
+	for _, m := range made {
+		if strings.HasPrefix(m, "change_many ") {
+			changes = append(changes, m)
+		}
+	}
+	if want := []string{"change_many 18", "change_many 18"}; !slices.Equal(changes, want) {
+		t.Errorf("function calls %v, want %v: one per user", made, want)
 	}
 }

@@ -386,7 +386,7 @@ local function usual_renew(now, tab, epoch_s, hidden_s, ttl_s)
   if held_until ~= nil and v[3] == hidden_s and v[7] == ttl_s then
     local expires = now + ttl_s * 1000
     if expires >= held_until then
-      local expires_s = sformat('%d', expires)
+      local expires_s = expiry_string(expires)
       rcall('HSET', KEY_STATE, 'expires_us', expires_s)
       keep_usual(v, now, expires, expires_s)
       return usual_answer(now, v, expires_s, ttl_s, hidden_s)

@@ -17,8 +17,12 @@ if #keys < 2 or #keys % 2 ~= 0 or #argv ~= 1 + 2 * #keys then
 end
 local now = now_us()
 local out = {}
+-- Each lease's KEYS and ARGV, in two tables made once and filled anew for each lease (begin reads
+-- them at once, and nothing keeps them).
+local ks, as = {}, {argv[1]}
 for i = 1, #keys / 2 do
-  begin({keys[2 * i - 1], keys[2 * i]}, {argv[1]}, true)
+  ks[1], ks[2] = keys[2 * i - 1], keys[2 * i]
+  begin(ks, as, true)
   local a = 4 * i - 2
   out[i] = usual_renew(now, argv[a], argv[a + 1], argv[a + 2], argv[a + 3]) or 'DEFER'
 end
