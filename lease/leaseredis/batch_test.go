@@ -376,6 +376,26 @@ func TestEachPrimaryOfAClusterHasABatcherOfItsOwn(t *testing.T) {
 	}
 }
 
+// patientEngine is an engine on the Redis of url whose client, with hooks, waits 30 s for an
+// answer: longer than the BLPOPs that keep the flush slots (takeFlushSlots).
+func patientEngine(t *testing.T, url string, hooks ...redis.Hook) (*Engine, redis.UniversalClient) {
+	t.Helper()
+	client, err := NewClient(url, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	for _, h := range hooks {
+		client.AddHook(h)
+	}
+	e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, client
+}
+
 // fcalls is a go-redis hook that records the function and the number of keys of every FCALL
 // sent, alone or in a pipeline.
 type fcalls struct {
@@ -413,19 +433,8 @@ func (h *fcalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // and made alone with every key, and the others' expiry is the one they asked for.
 func TestUsualRenewsThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 	srv := redistest.Start(t)
-	// A read timeout longer than the BLPOPs' that keep the flush slots (busyBatcher).
-	client, err := NewClient(srv.URL(), 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	hook := &fcalls{}
-	client.AddHook(hook)
-	e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, client := patientEngine(t, srv.URL(), hook)
 	ctx := t.Context()
 	const n = 6
 	leases := make([]lease.Lease, n)
@@ -502,38 +511,20 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 	for _, resent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sent once", true: "resent"}[resent], func(t *testing.T) {
 			srv := redistest.Start(t)
-			client, err := NewClient(srv.URL(), 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
 			var between func() // run between the two sends of a resent call
-			if resent {
-				client.AddHook(twiceAfter{func() { between() }}) // before hook, which then sees both sends
-			}
 			hook := &fcalls{}
-			client.AddHook(hook)
-			e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
+			hooks := []redis.Hook{hook}
+			if resent {
+				hooks = []redis.Hook{twiceAfter{func() { between() }}, hook} // hook sees both sends
 			}
-			t.Cleanup(func() { _ = e.Close() })
+			e, client := patientEngine(t, srv.URL(), hooks...)
 			ctx := t.Context()
 			key := func(user string) lease.Key { return lease.Key{User: user, Session: "doc"} }
 			held := mustAcquire(t, e, key("u0"), tabA, lease.ModeTry)
 			released := mustAcquire(t, e, key("u1"), tabA, lease.ModeTry)
 			takenOver := mustAcquire(t, e, key("u5"), tabA, lease.ModeTry)
 			// Between the two sends of a resent call, tab-c takes u5 over, through another client.
-			other, err := NewClient(srv.URL(), 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = other.Close() })
-			e2, err := New(other, Options{Prefix: "p", OpTimeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e2.Close() })
+			e2, _ := patientEngine(t, srv.URL())
 			tabC := lease.Holder{TabID: "tab-c"}
 			between = func() { mustAcquire(t, e2, key("u5"), tabC, lease.ModeTakeover) }
 			if _, err := e.Join(ctx, key("u2"), "c-left", lease.Tab{TabID: "tab-l"}, 1); err != nil {
@@ -706,18 +697,8 @@ func TestChangesOfEachUserShareAFunctionCallOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	addrs := c.Addrs()
 	url := "redis://" + addrs[0] + "?cluster=true&addr=" + strings.Join(addrs[1:], "&addr=")
-	client, err := NewClient(url, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	hook := &fcalls{}
-	client.AddHook(hook)
-	e, err := New(client, Options{Prefix: "p", OpTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, _ := patientEngine(t, url, hook)
 	ctx := t.Context()
 	// Two users whose keys are on one primary.
 	var users []string
@@ -736,11 +717,7 @@ func TestChangesOfEachUserShareAFunctionCallOnACluster(t *testing.T) {
 		t.Fatal("no two users on one primary")
 	}
 	mustAcquire(t, e, lease.Key{User: users[0], Session: "doc"}, tabA, lease.ModeTry) // loads the library on the primary
-	other, err := NewClient(url, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	_, other := patientEngine(t, url)
 	b := e.batches.of(ctx, e.stateKey(lease.Key{User: users[0], Session: "doc"}))
 	release := takeFlushSlots(t, b, other)
 	before := len(hook.get())
