@@ -751,3 +751,48 @@ func TestChangesOfEachUserShareAFunctionCallOnACluster(t *testing.T) {
 		t.Errorf("function calls %v, want %v: one per user", made, want)
 	}
 }
+
+// The usual checks that queue while Redis works go out in one call of check_many.lua, each
+// answered as it would be alone; one of an epoch the tab does not hold is deferred by it and made
+// alone with every key, which answers it lost.
+func TestUsualChecksThatQueueTogetherShareOneFunctionCall(t *testing.T) {
+	srv := redistest.Start(t)
+	hook := &fcalls{}
+	e, _ := patientEngine(t, srv.URL(), hook)
+	ctx := t.Context()
+	const n = 5
+	leases := make([]lease.Lease, n)
+	for i := range leases {
+		leases[i] = mustAcquire(t, e, lease.Key{User: "u" + strconv.Itoa(i), Session: "doc"}, tabA, lease.ModeTry)
+	}
+	b := e.batches.shared
+	release := takeFlushSlots(t, b, srv.Client(t))
+	before := len(hook.get())
+
+	checked := make([]lease.Lease, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		epoch := leases[i].Epoch
+		if i == n-1 {
+			epoch-- // not the epoch the tab holds
+		}
+		wg.Go(func() { checked[i], errs[i] = e.Check(ctx, leases[i].Key, tabA.TabID, epoch) })
+	}
+	eventually(t, "every check queued", func() bool { return queueLen(b) == n })
+	release()
+	wg.Wait()
+	made := hook.get()[before:]
+	for i := range n - 1 {
+		if l := checked[i]; errs[i] != nil || !l.HeldBy(tabA.TabID, leases[i].Epoch) || !l.ExpiresAt.Equal(leases[i].ExpiresAt) ||
+			l.Holder != tabA || l.Transitions != 1 {
+			t.Errorf("check %d: %+v, %v; want held by %s at %d until %v", i, l, errs[i], tabA.TabID, leases[i].Epoch, leases[i].ExpiresAt)
+		}
+	}
+	if !errors.Is(errs[n-1], lease.ErrLost) {
+		t.Errorf("check of an epoch not held: %v, want lost", errs[n-1])
+	}
+	if want := []string{"check_many " + strconv.Itoa(2*n), "check 8"}; !slices.Equal(made, want) {
+		t.Errorf("function calls %v, want %v: the queued checks in one, then the deferred one alone with every key", made, want)
+	}
+}

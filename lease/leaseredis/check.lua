@@ -13,12 +13,12 @@
 
 -- The usual check, of a tab that holds the lease with no handoff in progress, reads only
 -- LEASE_FIELDS and settles nothing, as the usual renew (renew.lua says why).
+-- (usual_check in events.lua; check_many.lua makes several in one call.)
 local tab = ARGV[2]
 local now = now_us()
-local v, held_until = read_usual(now, tab, ARGV[3])
-if held_until ~= nil then
-  keep_usual(v, now, held_until, nil)
-  return usual_answer(now, v, v[6], v[7] or '0', v[3] or '0')
+local answer, v = usual_check(now, tab, ARGV[3])
+if answer then
+  return answer
 end
 local s = lease_state(v)
 

@@ -376,6 +376,38 @@ local function keep_usual(v, now, expires_us, expires_s)
   end
 end
 
+-- usual_check is the usual check of check.lua, at now, of the lease that tab holds at the epoch
+-- epoch_s (check.lua's ARGV[2..3]): when the lease is held so, the short answer; otherwise nil, the
+-- LEASE_FIELDS it read (read_usual). It changes nothing but the state's retention (keep_usual).
+local function usual_check(now, tab, epoch_s)
+  local v, held_until = read_usual(now, tab, epoch_s)
+  if held_until == nil then
+    return nil, v
+  end
+  keep_usual(v, now, held_until, nil)
+  return usual_answer(now, v, v[6], v[7] or '0', v[3] or '0')
+end
+
+-- lease_calls is the answer of a function that makes the usual calls of several leases at once in
+-- the lease form (renew_many.lua, check_many.lua), whose arguments are n per lease after ARGV[1]:
+-- for lease i, whose keys are keys[2i-1] and keys[2i], begin, then usual (usual_renew or
+-- usual_check) with now and the lease's arguments (and those after them, up to four, which it
+-- does not take), whose answer, or "DEFER" for nil, is the list's entry i. The store clock is
+-- read once, for all of them; begin is given two tables made once and filled anew for each lease
+-- (it reads them at once, and nothing keeps them).
+local function lease_calls(keys, argv, n, usual)
+  local now = now_us()
+  local out = {}
+  local ks, as = {}, {argv[1]}
+  for i = 1, #keys / 2 do
+    ks[1], ks[2] = keys[2 * i - 1], keys[2 * i]
+    begin(ks, as, true)
+    local a = n * i - n + 2
+    out[i] = usual(now, argv[a], argv[a + 1], argv[a + 2], argv[a + 3]) or 'DEFER'
+  end
+  return out
+end
+
 -- usual_renew is the usual renew of renew.lua, at now, of the lease that tab holds at the epoch
 -- epoch_s, with the hidden flag hidden_s and the TTL ttl_s (renew.lua's ARGV[2..5], as strings):
 -- when the lease is held so, with that hidden flag and TTL, and the renew brings its expiry no

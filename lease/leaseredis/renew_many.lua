@@ -11,19 +11,8 @@
 -- Answers a list with an entry per lease, in their order: what renew.lua answers in the lease
 -- form, the usual renew's answer or "DEFER", the renew having changed nothing (the engine then
 -- makes that renew alone, with every key). The store clock is read once, for all of them.
--- (The function takes each lease's keys in turn, and calls begin for each.)
+-- (lease_calls, in events.lua, takes each lease's keys in turn and calls begin for each.)
 if #keys < 2 or #keys % 2 ~= 0 or #argv ~= 1 + 2 * #keys then
   error('tablease: renew_many takes two keys and four arguments per lease')
 end
-local now = now_us()
-local out = {}
--- Each lease's KEYS and ARGV, in two tables made once and filled anew for each lease (begin reads
--- them at once, and nothing keeps them).
-local ks, as = {}, {argv[1]}
-for i = 1, #keys / 2 do
-  ks[1], ks[2] = keys[2 * i - 1], keys[2 * i]
-  begin(ks, as, true)
-  local a = 4 * i - 2
-  out[i] = usual_renew(now, argv[a], argv[a + 1], argv[a + 2], argv[a + 3]) or 'DEFER'
-end
-return out
+return lease_calls(keys, argv, 4, usual_renew)

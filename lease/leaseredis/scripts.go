@@ -49,6 +49,8 @@ var (
 	changeManyLua string
 	//go:embed check.lua
 	checkLua string
+	//go:embed check_many.lua
+	checkManyLua string
 	//go:embed get.lua
 	getLua string
 	//go:embed watch.lua
@@ -99,7 +101,7 @@ type function struct {
 	// a pipeline sends them in (mergeable in batch.go): the calls with merged.callKeys keys.
 	merged *function
 	// callKeys is, for a function that makes several calls at once, how many keys each call
-	// takes: 2 for renews in the lease form, 9 for changes.
+	// takes: 2 for renews and checks in the lease form, 9 for changes.
 	callKeys int
 	// named is true for a function that makes calls of several functions at once: each call is
 	// preceded in its arguments by its function's name and the count of its own arguments
@@ -117,21 +119,23 @@ var (
 	// answers (KEYS[9]) in one call (batch.go). Those functions and it have the same flags: Redis
 	// admits or refuses the call as it would each.
 	changeManyFn = &function{name: "change_many", body: changeManyLua, each: true, callKeys: 9, named: true}
-	checkFn      = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true}
-	getFn        = &function{name: "get", body: getLua, allowOOM: true}
-	watchFn      = &function{name: "watch", body: watchLua, allowOOM: true}
-	settleFn     = &function{name: "settle", body: settleLua, allowOOM: true}
-	joinFn       = &function{name: "join", body: joinLua, merged: changeManyFn}
-	leaveFn      = &function{name: "leave", body: leaveLua, merged: changeManyFn}
-	tabsFn       = &function{name: "tabs", body: tabsLua, allowOOM: true}
-	revokeFn     = &function{name: "revoke", body: revokeLua, allowOOM: true}
-	pingFn       = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
+	checkFn      = &function{name: "check", body: checkLua, allowOOM: true, leaseForm: true, merged: checkManyFn}
+	// checkManyFn makes the usual checks of several leases in one call (batch.go).
+	checkManyFn = &function{name: "check_many", body: checkManyLua, allowOOM: true, each: true, callKeys: 2}
+	getFn       = &function{name: "get", body: getLua, allowOOM: true}
+	watchFn     = &function{name: "watch", body: watchLua, allowOOM: true}
+	settleFn    = &function{name: "settle", body: settleLua, allowOOM: true}
+	joinFn      = &function{name: "join", body: joinLua, merged: changeManyFn}
+	leaveFn     = &function{name: "leave", body: leaveLua, merged: changeManyFn}
+	tabsFn      = &function{name: "tabs", body: tabsLua, allowOOM: true}
+	revokeFn    = &function{name: "revoke", body: revokeLua, allowOOM: true}
+	pingFn      = &function{name: "ping", body: pingLua, allowOOM: true, leaseForm: true}
 
 	// library is the source of the library, and libraryName its name: "tablease_" and the start
 	// of the SHA-1 of the source, so that instances of different versions sharing a Redis each
 	// call their own functions, named <library name>_<function> (function.fcall).
 	library, libraryName = newLibrary(acquireFn, renewFn, renewManyFn, releaseFn, checkFn, getFn,
-		watchFn, settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn, changeManyFn)
+		watchFn, settleFn, joinFn, leaveFn, tabsFn, revokeFn, pingFn, changeManyFn, checkManyFn)
 )
 
 // LibraryName is the name of the Redis Functions library this build loads and calls,
