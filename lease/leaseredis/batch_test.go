@@ -634,16 +634,7 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 // the last call, keys that are not nine per call.
 func TestChangeManyRefusesWhatIsNotCallsBeforeMakingAny(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := NewClient(srv.URL(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	e, err := New(client, Options{Prefix: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, client := patientEngine(t, srv.URL())
 	ctx := t.Context()
 	mustAcquire(t, e, alice, tabA, lease.ModeTry) // loads the library
 	keys := e.sessionKeys(lease.Key{User: "u", Session: "doc"}, newReply())
