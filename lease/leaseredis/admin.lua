@@ -63,7 +63,7 @@ end
 
 -- index_add lists the session in the user's index of held leases.
 local function index_add()
-  rcall('ZADD', KEY_SESSIONS, 0, SESSION)
+  rcall('ZADD', KEY_SESSIONS, '0', SESSION)
 end
 
 -- index_remove takes the session out of the user's index: its lease ended.
@@ -196,13 +196,13 @@ end
 -- user has fewer than MAX_SESSIONS sessions there (0: no limit).
 -- It forgets the sessions whose state expired: their entries in KEYS[7], and their parked state
 -- in KEYS[8] (see state.lua), up to EXPIRED_LIMIT of those at once (the others go with KEYS[8]).
-local EXPIRED_LIMIT = 256
+local EXPIRED_LIMIT, EXPIRED_LIMIT_S = 256, '256'
 local function admit(s, now)
   if MAX_SESSIONS == 0 or s.exists then
     return true
   end
   local now_ms = int(mfloor(now / 1000))
-  local expired = rcall('ZRANGE', KEY_KNOWN, '-inf', now_ms, 'BYSCORE', 'LIMIT', 0, EXPIRED_LIMIT)
+  local expired = rcall('ZRANGE', KEY_KNOWN, '-inf', now_ms, 'BYSCORE', 'LIMIT', '0', EXPIRED_LIMIT_S)
   if #expired > 0 then
     rcall('HDEL', KEY_FREE, tunpack(expired))
     if #expired < EXPIRED_LIMIT then
@@ -218,7 +218,7 @@ end
 -- expiry: that of its last entry.
 local function know(at_ms)
   rcall('ZADD', KEY_KNOWN, int(at_ms), SESSION)
-  local last = rcall('ZRANGE', KEY_KNOWN, -1, -1, 'WITHSCORES')[2]
+  local last = rcall('ZRANGE', KEY_KNOWN, '-1', '-1', 'WITHSCORES')[2]
   rcall('PEXPIREAT', KEY_KNOWN, last)
   return last
 end

@@ -20,7 +20,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now / 1000)
 local ms, seq = now_ms, 0
 for _, k in ipairs({key, admin_key}) do
-  local top = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)
+  local top = redis.call('XREVRANGE', k, '+', '-', 'COUNT', '1')
   if top[1] then
     local m, q = string.match(top[1][1], '^(%d+)-(%d+)$')
     m, q = tonumber(m), tonumber(q)

@@ -152,7 +152,7 @@ local NO_EVENT = '0-0'
 -- last_entry_id is the id of the newest entry of the log (its mark's when it has no event since
 -- its creation), or '' when the session has no event in it.
 local function last_entry_id()
-  local top = rcall('LINDEX', KEY_EVENTS, -1)
+  local top = rcall('LINDEX', KEY_EVENTS, '-1')
   if top then
     local id = smatch(top, '^%S+')
     if id ~= NO_EVENT then
@@ -179,7 +179,7 @@ end
 -- read_tabs_first reads the expiry of the session's earliest presence entry into tabs_first, and
 -- answers it.
 local function read_tabs_first()
-  local first = rcall('ZRANGE', KEY_TABS, 0, 0, 'WITHSCORES')
+  local first = rcall('ZRANGE', KEY_TABS, '0', '0', 'WITHSCORES')
   tabs_first = first[2] and first[2] + 0 or false
   return tabs_first
 end
@@ -263,12 +263,13 @@ local function append(s, now)
   end
   if logged then
     if len > LOG_LEN then
-      rcall('LTRIM', KEY_EVENTS, LOG_TRIM_S, -1)
+      rcall('LTRIM', KEY_EVENTS, LOG_TRIM_S, '-1')
     end
     rcall('PEXPIRE', KEY_EVENTS, LOG_TTL_S)
   end
   state_set('event_id', id)
   s.event_id = id
+  note_id(id, ms, seq)
   pending = {}
 end
 

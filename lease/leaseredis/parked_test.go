@@ -38,6 +38,16 @@ func TestAFreeSessionIsParkedAndReadAsItsHashWas(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("Get of a parked session", g, r.Lease)
+	// The library keeps what it parked (PARKED in state.lua); one that did not park it, as after a
+	// restart, reads the field.
+	if err := c.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g, err = e.Get(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("Get of a parked session by a library that did not park it", g, r.Lease)
 
 	// A free session in the hash layout reads the same, and its next change parks it.
 	legacy := lease.Key{User: "alice", Session: "doc-legacy"}

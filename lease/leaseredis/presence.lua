@@ -19,7 +19,7 @@
 -- entries reads every entry of the session: {member, tab, expires, label, hidden, connected,
 -- refreshed}, in the order of their expiry.
 local function entries()
-  local z = rcall('ZRANGE', KEY_TABS, 0, -1, 'WITHSCORES')
+  local z = rcall('ZRANGE', KEY_TABS, '0', '-1', 'WITHSCORES')
   if #z == 0 then
     return {}
   end

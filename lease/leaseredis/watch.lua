@@ -38,7 +38,7 @@ keep_log(s, now)
 local position = last_entry_id()
 local resumed, replay = 0, {}
 if after ~= '' and position ~= '' then
-  local first = smatch(rcall('LINDEX', KEY_EVENTS, 0), '^%S+')
+  local first = smatch(rcall('LINDEX', KEY_EVENTS, '0'), '^%S+')
   if compare_ids(after, first) >= 0 and compare_ids(after, position) <= 0 then
     -- The entries after ARGV[2] (the list is in the order of the ids), read from the newest back,
     -- in chunks that double, down to the first entry at or before ARGV[2], which must be ARGV[2]
@@ -47,7 +47,7 @@ if after ~= '' and position ~= '' then
     local found = compare_ids(after, position) == 0
     local newer, stop, size, done = {}, -1, 8, found
     while not done do
-      local chunk = rcall('LRANGE', KEY_EVENTS, stop - size + 1, stop)
+      local chunk = rcall('LRANGE', KEY_EVENTS, int(stop - size + 1), int(stop))
       for i = #chunk, 1, -1 do
         local id, json = smatch(chunk[i], '^(%S+) ?(.*)$')
         if compare_ids(id, after) <= 0 then
