@@ -41,7 +41,7 @@ end
 
 -- Settle expiry.
 local now = now_us()
-local s = load(now)
+local s = load(now, true) -- a release is most often of a held lease, in its hash
 settle(s, now)
 
 -- Mark a gone tab, and release whatever epoch it holds.

@@ -745,9 +745,11 @@ end
 -- instructions for a key that does not exist, EXISTS 3,100, and most sessions with no hash are
 -- parked (an acquire of a free session, a release's next acquire): 2.6 % of the instructions of an
 -- acquire and a release (scripts/redis-instructions), for the 3,100 more of a call that finds one.
+-- A call that is most often of a session in its hash (in_hash: a release, whose lease is held)
+-- skips the question, and reads the same: 0.7 % of the instructions of an acquire and a release.
 local NO_FIELDS = {}
-local function load(now)
-  if rcall('EXISTS', KEY_STATE) == 0 then
+local function load(now, in_hash)
+  if not in_hash and rcall('EXISTS', KEY_STATE) == 0 then
     return read_parked(state_of(NO_FIELDS), now)
   end
   local v = rcall('HMGET', KEY_STATE, tunpack(STATE_FIELDS))
