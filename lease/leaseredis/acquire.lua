@@ -163,17 +163,17 @@ index_add()
 
 -- Append event and audit record.
 local ev = lease_event('granted', s, now)
-local rec = {a = 'grant', e = epoch, at = now, tab = tab}
 if previous ~= nil then
   ev.type, ev.prev = 'taken_over', {tab = previous.tab, epoch = int(previous.epoch)}
-  rec.a, rec.ptab, rec.pep = 'takeover', previous.tab, previous.epoch
+  record('takeover', epoch, now, 'tab', tab, 'ptab', previous.tab, 'pep', int(previous.epoch))
 elseif handed_by ~= nil then
   ev.prev, ev.reason = {tab = handed_by.tab, epoch = int(handed_by.epoch)}, 'handoff'
-  rec.a, rec.ptab, rec.pep = 'handoff', handed_by.tab, handed_by.epoch
+  record('handoff', epoch, now, 'tab', tab, 'ptab', handed_by.tab, 'pep', int(handed_by.epoch))
 elseif former ~= nil then
   ev.prev, ev.reason = {tab = former.tab, epoch = int(former.epoch)}, 'new_epoch'
-  rec.ptab, rec.pep = former.tab, former.epoch
+  record('grant', epoch, now, 'tab', tab, 'ptab', former.tab, 'pep', int(former.epoch))
+else
+  record('grant', epoch, now, 'tab', tab)
 end
 emit(ev)
-record(rec)
 return finish(s, now, reply('OK', s, now))

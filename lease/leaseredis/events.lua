@@ -523,7 +523,7 @@ local function settle_lease(s, now)
     index_remove()
     emit({type = 'expired', epoch = int(s.epoch), prev = {tab = s.tab, epoch = int(s.epoch)},
       requester = reserve_handoff(s, s.expires_us), at = int(s.expires_us)})
-    record({a = 'expire', e = s.epoch, at = s.expires_us, ptab = s.tab}) -- pep: e (admin.lua)
+    record('expire', s.epoch, s.expires_us, 'ptab', s.tab) -- pep: e (admin.lua)
     drop_holder(s)
   end
 end

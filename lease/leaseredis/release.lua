@@ -82,5 +82,5 @@ index_remove()
 -- Append event and audit record.
 emit({type = 'released', epoch = int(epoch), prev = {tab = tab, epoch = int(epoch)},
   requester = requester, at = int(now)})
-record({a = 'release', e = epoch, at = now, tab = tab}) -- its holder before: tab at e (admin.lua)
+record('release', epoch, now, 'tab', tab) -- its holder before: tab at e (admin.lua)
 return finish(s, now, reply('RELEASED', s, now))

@@ -45,6 +45,7 @@ local block_ms = arg_int(4, 0, MAX_EPOCH)
 local request = ARGV[5]
 local window_ms = arg_int(6, 0, MAX_EPOCH)
 local rid = ARGV[7] or ''
+local rid_field = rid ~= '' and {'rid', rid} or {} -- of its audit records: a field is never empty
 if admin == '' or reason == '' then
   error('tablease: ARGV[2] and ARGV[3] must not be empty')
 end
@@ -94,16 +95,16 @@ if revoked then
   index_remove()
   emit({type = 'revoked', epoch = int(epoch), prev = {tab = previous.tab, epoch = int(previous.epoch)},
     reason = reason, at = int(now)})
-  record({a = 'revoke', e = epoch, at = now, adm = admin, ptab = previous.tab, pep = previous.epoch,
-    r = reason, rid = rid})
+  record('revoke', epoch, now, 'adm', admin, 'ptab', previous.tab, 'pep', int(previous.epoch),
+    'r', reason, tunpack(rid_field))
 end
 
 -- Write state: block.
 if block_ms > 0 then
   s.block_until_us = now + block_ms * 1000
   state_set('block_until_us', int(s.block_until_us))
-  record({a = 'block', e = s.epoch, at = now, adm = admin, r = reason, ['until'] = s.block_until_us,
-    rid = rid})
+  record('block', s.epoch, now, 'adm', admin, 'r', reason, 'until', int(s.block_until_us),
+    tunpack(rid_field))
 end
 
 -- Remember the answer for retries, and answer.
