@@ -115,9 +115,10 @@ type batchCall struct {
 // function call costs Redis its own work and the store clock's reading whatever it does, which the
 // calls made together share. The usual renews (renew.lua in the lease form) go in renew_many.lua,
 // where this is a quarter of the instructions of the usual renew (scripts/redis-instructions); the
-// usual checks in check_many.lua; the changes (acquire, release, join, leave) in change_many.lua. Each gets the answer its function
-// would have given it alone, so its caller does not tell the difference: a renew's or a check's
-// "DEFER" sends it again alone, with every key (usual in leaseredis.go).
+// usual checks in check_many.lua; the changes (acquire, release, join, leave) in change_many.lua.
+// Each gets the answer its function would have given it alone, so its caller does not tell the
+// difference: a renew's or a check's "DEFER" sends it again alone, with every key (usual in
+// leaseredis.go).
 type mergeable struct {
 	fn *function // the function that makes several calls at once (function.merged)
 	// group: the calls of a group may share a function call. On a Cluster, whose functions take

@@ -87,6 +87,31 @@ func takeFlushSlots(t *testing.T, b *batcher, other redis.Cmdable) (release func
 	}
 }
 
+// queueTogether makes calls at once while every flush slot of b is taken (takeFlushSlots, other
+// reaching the same Redis), so that all of them queue, then lets them go out together in the next
+// pipeline; it returns once each has its answer.
+func queueTogether(t *testing.T, b *batcher, other redis.Cmdable, calls ...func()) {
+	t.Helper()
+	release := takeFlushSlots(t, b, other)
+	var wg sync.WaitGroup
+	for _, call := range calls {
+		wg.Go(call)
+	}
+	eventually(t, "every call queued", func() bool { return queueLen(b) == len(calls) })
+	release()
+	wg.Wait()
+}
+
+// heldLeases acquires the session "doc" of the users u0 … u(n-1) for tabA on e.
+func heldLeases(t *testing.T, e *Engine, n int) []lease.Lease {
+	t.Helper()
+	leases := make([]lease.Lease, n)
+	for i := range leases {
+		leases[i] = mustAcquire(t, e, lease.Key{User: "u" + strconv.Itoa(i), Session: "doc"}, tabA, lease.ModeTry) // a TTL of a minute
+	}
+	return leases
+}
+
 func queueLen(b *batcher) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -437,32 +462,22 @@ func TestUsualRenewsThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 	e, client := patientEngine(t, srv.URL(), hook)
 	ctx := t.Context()
 	const n = 6
-	leases := make([]lease.Lease, n)
-	for i := range leases {
-		key := lease.Key{User: "u" + strconv.Itoa(i), Session: "doc"}
-		leases[i] = mustAcquire(t, e, key, tabA, lease.ModeTry) // a TTL of a minute
-	}
-	b := e.batches.shared
-	release := takeFlushSlots(t, b, srv.Client(t))
+	leases := heldLeases(t, e, n)
 	before := len(hook.get())
 
 	renewed := make([]lease.Lease, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	calls := make([]func(), n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ttl := time.Minute
-			if i == n-1 {
-				ttl = 30 * time.Second // shortens the lease: not the usual renew
-			}
+		ttl := time.Minute
+		if i == n-1 {
+			ttl = 30 * time.Second // shortens the lease: not the usual renew
+		}
+		calls[i] = func() {
 			renewed[i], errs[i] = e.Renew(ctx, lease.RenewRequest{Key: leases[i].Key, TabID: tabA.TabID, Epoch: leases[i].Epoch, TTL: ttl})
-		}()
+		}
 	}
-	eventually(t, "every renew queued", func() bool { return queueLen(b) == n })
-	release()
-	wg.Wait()
+	queueTogether(t, e.batches.shared, srv.Client(t), calls...)
 	for i := range n {
 		want := time.Minute
 		if i == n-1 {
@@ -534,12 +549,9 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 			if err := client.Set(ctx, e.stateKey(key("u3")), "not a hash", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			b := e.batches.shared
-			release := takeFlushSlots(t, b, srv.Client(t))
 			before := len(hook.get())
 
 			var (
-				wg                         sync.WaitGroup
 				granted, took              lease.Lease
 				tookErr                    error
 				grantErr, heldErr, failErr error
@@ -565,12 +577,7 @@ func TestChangesThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 					_, failErr = e.Acquire(ctx, lease.AcquireRequest{Key: key("u3"), Holder: tabB, Mode: lease.ModeTry})
 				},
 			}
-			for _, call := range calls {
-				wg.Go(call)
-			}
-			eventually(t, "every change queued", func() bool { return queueLen(b) == len(calls) })
-			release()
-			wg.Wait()
+			queueTogether(t, e.batches.shared, srv.Client(t), calls...)
 			made := hook.get()[before:]
 
 			if grantErr != nil || !granted.Held || granted.Holder != tabB || granted.Transitions != 1 {
@@ -710,22 +717,19 @@ func TestChangesOfEachUserShareAFunctionCallOnACluster(t *testing.T) {
 	mustAcquire(t, e, lease.Key{User: users[0], Session: "doc"}, tabA, lease.ModeTry) // loads the library on the primary
 	_, other := patientEngine(t, url)
 	b := e.batches.of(ctx, e.stateKey(lease.Key{User: users[0], Session: "doc"}))
-	release := takeFlushSlots(t, b, other)
 	before := len(hook.get())
 
 	keys := []lease.Key{{User: users[0], Session: "a"}, {User: users[0], Session: "b"},
 		{User: users[1], Session: "a"}, {User: users[1], Session: "b"}}
 	got := make([]lease.Lease, len(keys))
 	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
+	calls := make([]func(), len(keys))
 	for i, k := range keys {
-		wg.Go(func() {
+		calls[i] = func() {
 			got[i], errs[i] = e.Acquire(ctx, lease.AcquireRequest{Key: k, Holder: tabA, Mode: lease.ModeTry})
-		})
+		}
 	}
-	eventually(t, "every acquire queued", func() bool { return queueLen(b) == len(keys) })
-	release()
-	wg.Wait()
+	queueTogether(t, b, other, calls...)
 	made := hook.get()[before:]
 	for i, k := range keys {
 		if errs[i] != nil || !got[i].Held || got[i].Holder != tabA || got[i].Key != k {
@@ -752,27 +756,20 @@ func TestUsualChecksThatQueueTogetherShareOneFunctionCall(t *testing.T) {
 	e, _ := patientEngine(t, srv.URL(), hook)
 	ctx := t.Context()
 	const n = 5
-	leases := make([]lease.Lease, n)
-	for i := range leases {
-		leases[i] = mustAcquire(t, e, lease.Key{User: "u" + strconv.Itoa(i), Session: "doc"}, tabA, lease.ModeTry)
-	}
-	b := e.batches.shared
-	release := takeFlushSlots(t, b, srv.Client(t))
+	leases := heldLeases(t, e, n)
 	before := len(hook.get())
 
 	checked := make([]lease.Lease, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	calls := make([]func(), n)
 	for i := range n {
 		epoch := leases[i].Epoch
 		if i == n-1 {
 			epoch-- // not the epoch the tab holds
 		}
-		wg.Go(func() { checked[i], errs[i] = e.Check(ctx, leases[i].Key, tabA.TabID, epoch) })
+		calls[i] = func() { checked[i], errs[i] = e.Check(ctx, leases[i].Key, tabA.TabID, epoch) }
 	}
-	eventually(t, "every check queued", func() bool { return queueLen(b) == n })
-	release()
-	wg.Wait()
+	queueTogether(t, e.batches.shared, srv.Client(t), calls...)
 	made := hook.get()[before:]
 	for i := range n - 1 {
 		if l := checked[i]; errs[i] != nil || !l.HeldBy(tabA.TabID, leases[i].Epoch) || !l.ExpiresAt.Equal(leases[i].ExpiresAt) ||

@@ -10,7 +10,4 @@
 -- form, the usual check's answer or "DEFER", the check having changed nothing (the engine then
 -- makes that check alone, with every key). The store clock is read once, for all of them.
 -- (lease_calls, in events.lua, takes each lease's keys in turn and calls begin for each.)
-if #keys < 2 or #keys % 2 ~= 0 or #argv ~= 1 + #keys then
-  error('tablease: check_many takes two keys and two arguments per lease')
-end
-return lease_calls(keys, argv, 2, usual_check)
+return lease_calls('check_many', keys, argv, 2, usual_check)

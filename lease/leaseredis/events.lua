@@ -389,14 +389,18 @@ local function usual_check(now, tab, epoch_s)
   return usual_answer(now, v, v[6], v[7] or '0', v[3] or '0')
 end
 
--- lease_calls is the answer of a function that makes the usual calls of several leases at once in
--- the lease form (renew_many.lua, check_many.lua), whose arguments are n per lease after ARGV[1]:
--- for lease i, whose keys are keys[2i-1] and keys[2i], begin, then usual (usual_renew or
+-- lease_calls is the answer of the function name that makes the usual calls of several leases at
+-- once in the lease form (renew_many.lua, check_many.lua), whose arguments are n per lease after
+-- ARGV[1]: for lease i, whose keys are keys[2i-1] and keys[2i], begin, then usual (usual_renew or
 -- usual_check) with now and the lease's arguments (and those after them, up to four, which it
--- does not take), whose answer, or "DEFER" for nil, is the list's entry i. The store clock is
+-- does not take), whose answer, or "DEFER" for nil, is the list's entry i. It raises an error,
+-- having made none, unless it is given two keys and n arguments per lease. The store clock is
 -- read once, for all of them; begin is given two tables made once and filled anew for each lease
 -- (it reads them at once, and nothing keeps them).
-local function lease_calls(keys, argv, n, usual)
+local function lease_calls(name, keys, argv, n, usual)
+  if #keys < 2 or #keys % 2 ~= 0 or #argv ~= 1 + n * #keys / 2 then
+    error('tablease: ' .. name .. ' takes two keys and ' .. n .. ' arguments per lease')
+  end
   local now = now_us()
   local out = {}
   local ks, as = {}, {argv[1]}

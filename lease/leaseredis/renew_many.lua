@@ -12,7 +12,4 @@
 -- form, the usual renew's answer or "DEFER", the renew having changed nothing (the engine then
 -- makes that renew alone, with every key). The store clock is read once, for all of them.
 -- (lease_calls, in events.lua, takes each lease's keys in turn and calls begin for each.)
-if #keys < 2 or #keys % 2 ~= 0 or #argv ~= 1 + 2 * #keys then
-  error('tablease: renew_many takes two keys and four arguments per lease')
-end
-return lease_calls(keys, argv, 4, usual_renew)
+return lease_calls('renew_many', keys, argv, 4, usual_renew)
