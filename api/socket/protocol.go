@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -68,6 +69,13 @@ type socket struct {
 	bearer       []string        // the Authorization header of the calls: "Bearer <token>" of the last accepted auth message
 	stopping     atomic.Bool     // the instance is closing: end after the call being served
 
+	// The goroutine that serves the socket's messages (run), one at a time: only it touches the
+	// fields below, and those of the call.
+	watched  *watchedConn    // the connection, as gorilla/websocket reads it (frames.go)
+	raw      syscall.RawConn // the TCP connection under it, when awaitReadable may wait on it; nil otherwise
+	deadline time.Time       // by when the next message must come: the auth timeout, then the idle one
+	idle     bool            // the socket went idle: its goroutine is a new one, which serves no message yet (run)
+
 	in  bytes.Buffer // the message being served
 	rec recorder     // the answer of the call being served
 	out []byte       // the answer being written
@@ -80,24 +88,100 @@ type socket struct {
 	bodyRC    io.ReadCloser // body, as a request's
 }
 
-// run serves the socket's messages until it ends, and closes its connection.
-func (s *socket) run() {
-	h := s.h
+// start begins serving the socket, upgraded: run, in a goroutine of its own.
+func (s *socket) start() {
 	s.conn.SetReadLimit(maxMessageBytes)
-	authBy := time.Now().Add(h.opts.AuthTimeout)
-	deadline := authBy
+	s.deadline = time.Now().Add(s.h.opts.AuthTimeout)
+	if awaitable {
+		s.raw = rawConn(s.watched)
+	}
+	go s.run()
+}
+
+// run serves the socket's messages until it ends, then closes its connection and has its Handler
+// forget it. A socket whose next message did not come within h.linger of its last answer (or of
+// its opening) goes on waiting in a new goroutine, and this one ends: a goroutine keeps the stack
+// that the calls it served grew (often 16 to 32 KiB), and an idle socket, as a tab's socket is
+// most of the time, then waits with a stack of a few KiB and none of the buffers of its calls.
+func (s *socket) run() {
+	came := true
+	if s.idle {
+		came = s.awaitIdle()
+	}
+	if came && s.serve(s.idle) {
+		s.shed()
+		go s.run()
+		return
+	}
+	s.h.leave(s)
+}
+
+// awaitIdle waits, in the goroutine of an idle socket (run), for the socket's next message, until
+// its deadline or its end, and answers whether something came to read; it closes the socket
+// otherwise. Its frames and those it calls are few and small: the garbage collector halves the
+// stack of a goroutine that uses a quarter of it, and so the stack of an idle socket's goroutine
+// may shrink to the smallest.
+func (s *socket) awaitIdle() bool {
+	// The deadline is set before the check of stopping: stop sets them the other way round, so
+	// that one of the two sees the other's.
+	_ = s.conn.SetReadDeadline(s.deadline)
+	if s.stopping.Load() {
+		s.close(websocket.CloseGoingAway, "server shutting down")
+		return false
+	}
+	if err := awaitReadable(s.raw); err != nil {
+		s.ended(err)
+		return false
+	}
+	return true
+}
+
+// serve serves the socket's messages (the first at once when ready: something came to read),
+// and answers true when the next has not come within h.linger of the last answer (the socket then
+// goes on in a new goroutine: run), false once the socket ended.
+func (s *socket) serve(ready bool) (idle bool) {
+	h := s.h
+	s.idle = false
 	for {
+		// Wait for the next message on the connection itself when gorilla/websocket holds none
+		// (frames.go), until h.linger from now: a read of gorilla's that times out would end the
+		// socket.
+		await := !ready && s.raw != nil && !s.watched.frames.buffered()
+		ready = false
+		waitBy := s.deadline
+		if await {
+			if by := time.Now().Add(h.linger); by.Before(waitBy) {
+				waitBy = by
+			}
+		}
 		// The deadline is set before the check of stopping: stop sets them the other way round,
 		// so that one of the two sees the other's.
-		_ = s.conn.SetReadDeadline(deadline)
+		_ = s.conn.SetReadDeadline(waitBy)
 		if s.stopping.Load() {
 			s.close(websocket.CloseGoingAway, "server shutting down")
-			return
+			return false
+		}
+		if await {
+			if err := awaitReadable(s.raw); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() && !s.stopping.Load() && time.Now().Before(s.deadline) {
+					return true
+				}
+				s.ended(err)
+				return false
+			}
+			if waitBy != s.deadline {
+				_ = s.conn.SetReadDeadline(s.deadline) // the message's rest may take until then
+				if s.stopping.Load() {
+					s.close(websocket.CloseGoingAway, "server shutting down")
+					return false
+				}
+			}
 		}
 		typ, r, err := s.conn.NextReader()
 		if err == nil && typ != websocket.TextMessage {
 			s.close(websocket.CloseUnsupportedData, "text messages only")
-			return
+			return false
 		}
 		if err == nil {
 			s.in.Reset()
@@ -105,19 +189,32 @@ func (s *socket) run() {
 		}
 		if err != nil {
 			s.ended(err)
-			return
+			return false
 		}
-		answer := s.serve(s.in.Bytes())
+		s.watched.frames.took()
+		answer := s.message(s.in.Bytes())
 		_ = s.conn.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
 		if err := s.conn.WriteMessage(websocket.TextMessage, answer); err != nil {
 			h.log.Debug("socket ended: its client did not take an answer", "peer", s.remote, "sub", s.user, "error", err.Error())
 			_ = s.conn.Close()
-			return
+			return false
 		}
 		if s.bearer != nil {
-			deadline = time.Now().Add(h.opts.IdleTimeout)
+			s.deadline = time.Now().Add(h.opts.IdleTimeout)
 		}
 	}
+}
+
+// shed lets go of what the socket keeps from call to call, as it goes idle (run): the buffers of
+// the message, the answer and the call's request, which the next call makes anew.
+func (s *socket) shed() {
+	s.idle = true
+	s.in = bytes.Buffer{}
+	s.out = nil
+	s.rec = recorder{}
+	s.base, s.req, s.bodyRC = nil, nil, nil
+	s.body.Reset(nil)
+	s.url = url.URL{}
 }
 
 // ended closes the socket after a read failed with err.
@@ -150,8 +247,8 @@ func (s *socket) stop() {
 	}
 }
 
-// serve answers one message.
-func (s *socket) serve(data []byte) []byte {
+// message answers one message.
+func (s *socket) message(data []byte) []byte {
 	var m Message
 	if err := s.h.cfg.Decode(data, &m); err != nil {
 		id := m.ID

@@ -6,9 +6,10 @@
 // net/http's connection loop), about a third of what a renew costs tablease (README "Cost per
 // operation").
 //
-// One goroutine serves a socket: it reads a message, serves it, writes its answer and reads the
-// next, so that answers come in the order of the messages. The protocol (messages, answers, close
-// codes) is in protocol.go.
+// One goroutine at a time serves a socket: it reads a message, serves it, writes its answer and
+// reads the next, so that answers come in the order of the messages; a socket idle for a while
+// waits in a new goroutine, with a small stack (run, in protocol.go; frames.go). The protocol
+// (messages, answers, close codes) is in protocol.go.
 package socket
 
 import (
@@ -105,6 +106,7 @@ type Handler struct {
 	log      *slog.Logger
 	upgrader websocket.Upgrader
 	open     prometheus.Gauge
+	linger   time.Duration // how long a socket waits for its next message in the goroutine of its last (run)
 
 	mu      sync.Mutex
 	sockets map[*socket]struct{}
@@ -127,7 +129,7 @@ func New(cfg Config) (*Handler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, opts: opts, log: log, sockets: map[*socket]struct{}{}, perUser: map[string]int{},
+	h := &Handler{cfg: cfg, opts: opts, log: log, linger: defaultLinger, sockets: map[*socket]struct{}{}, perUser: map[string]int{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tablease_sockets_open", Help: "Lease sockets open on this instance (GET /v1/socket)."})}
 	h.upgrader = websocket.Upgrader{
 		ReadBufferSize:  readBufferSize,
@@ -149,10 +151,16 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
+// defaultLinger is how long a socket waits for its next message in the goroutine that served its
+// last, before it goes on waiting in a new one (run, in protocol.go): a client that calls again
+// within it (a load, or a page at work) costs no new goroutine per message, and one that waits
+// longer (a tab's renews, seconds apart) waits with a small stack.
+const defaultLinger = 2 * time.Second
+
 // Buffers of a socket: a call message is a few hundred bytes, and gorilla/websocket reads a
 // longer one through the buffer in pieces.
 const (
-	readBufferSize  = 2 << 10
+	readBufferSize  = 1 << 10
 	writeBufferSize = 2 << 10
 )
 
@@ -171,7 +179,8 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) error {
 	if err := h.admit(s); err != nil {
 		return err
 	}
-	conn, err := h.upgrader.Upgrade(w, r, nil)
+	hj := &hijacker{ResponseWriter: w}
+	conn, err := h.upgrader.Upgrade(hj, r, nil)
 	if err != nil {
 		h.leave(s)
 		var he websocket.HandshakeError
@@ -183,13 +192,11 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) error {
 	h.mu.Lock()
 	s.conn = conn
 	h.mu.Unlock()
+	s.watched = hj.conn
 	// The calls' context: net/http ends the request's when the handler returns, and a call runs
 	// on the socket's goroutine, which ends only once it is answered.
 	s.ctx = context.WithValue(context.WithoutCancel(r.Context()), carriedKey{}, true)
-	go func() {
-		s.run()
-		h.leave(s)
-	}()
+	s.start()
 	return nil
 }
 

@@ -31,18 +31,19 @@ import (
 // bench drives a running tablease over HTTP and reports what its operations cost: throughput and
 // latency of renew and of acquire+release, the latency from a takeover to its event on a stream
 // while many idle streams are open and, when it is given the processes' PIDs (--pid) and the
-// Redis URL (--redis), CPU per operation per process, RSS per idle stream and Redis memory per
-// lease. scripts/bench starts a private Redis and tablease and runs it.
+// Redis URL (--redis), CPU per operation per process, RSS per idle stream and per idle lease
+// socket, and Redis memory per lease. scripts/bench starts a private Redis and tablease and runs it.
 func (p Program) bench(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("tablease bench", flag.ContinueOnError)
 	var o benchOptions
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:8080", "the tablease to drive")
 	fs.StringVar(&o.transport, "transport", "http", "how renew and acquire make their calls: http (a request each), or socket (one lease socket per client, GET /v1/socket)")
-	work := fs.String("work", "renew,acquire,streams,memory", "what to measure, comma-separated: renew, acquire, check, streams, memory")
+	work := fs.String("work", "renew,acquire,streams,sockets,memory", "what to measure, comma-separated: renew, acquire, check, streams, sockets, memory")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long renew and acquire run each")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients for renew and acquire (one user and session each)")
 	fs.IntVar(&o.streams, "streams", 1000, "idle event streams held open while takeovers are timed")
 	fs.IntVar(&o.takeovers, "takeovers", 200, "takeovers timed to their event")
+	fs.IntVar(&o.idleSockets, "sockets", 1000, "idle lease sockets held open to measure the server's RSS per socket (each after one acquire)")
 	fs.IntVar(&o.sessions, "sessions", 2000, "sessions acquired to measure Redis memory per lease")
 	fs.IntVar(&o.sessionsPerUser, "sessions-per-user", 100, "sessions of each user in the memory work (a user's audit log and index are shared by its sessions)")
 	fs.StringVar(&o.redisURL, "redis", "", "the Redis tablease uses, to read its memory (memory work) and the time its functions take per operation")
@@ -64,8 +65,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		}
 		o.answersKept = leaseredis.AnswersKept(timeout)
 	}
-	if o.concurrency < 1 || o.streams < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 {
-		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams and --answers-kept not negative, --duration positive")
+	if o.concurrency < 1 || o.streams < 0 || o.idleSockets < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 {
+		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams, --sockets and --answers-kept not negative, --duration positive")
 		return 2
 	}
 	if o.transport != "http" && o.transport != "socket" {
@@ -84,7 +85,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	o.auth = cfg
 	works := splitList(*work)
 	for _, w := range works {
-		if !slices.Contains([]string{"renew", "acquire", "check", "streams", "memory"}, w) {
+		if !slices.Contains([]string{"renew", "acquire", "check", "streams", "sockets", "memory"}, w) {
 			fmt.Fprintf(p.Stderr, "tablease bench: --work: unknown work %q\n", w)
 			return 2
 		}
@@ -117,6 +118,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 			r, err = b.acquireRelease(ctx)
 		case "streams":
 			r, err = b.idleStreams(ctx)
+		case "sockets":
+			r, err = b.idleSocketsRSS(ctx)
 		case "memory":
 			r, err = b.memory(ctx)
 		}
@@ -144,7 +147,7 @@ type benchOptions struct {
 	url, transport                            string
 	duration                                  time.Duration
 	concurrency, streams, takeovers, sessions int
-	sessionsPerUser                           int
+	sessionsPerUser, idleSockets              int
 	answersKept                               time.Duration
 	redisURL, prefix, memTab                  string
 	pids                                      pidFlag
@@ -466,9 +469,9 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 	var results []benchResult
 	if rss1, err := b.rss("tablease"); err == nil && rssErr == nil && b.streams > 0 {
 		r := benchResult{Work: "idle streams", Ops: int64(b.streams), Note: "tablease RSS per idle stream", Bytes: float64(rss1-rss0) / float64(b.streams)}
-		if b.streams < minRSSStreams {
+		if b.streams < minRSSCount {
 			// The heap's own ups and downs, hundreds of KB, would be most of the figure.
-			r.Note, r.Bytes = fmt.Sprintf("tablease RSS per idle stream: not measured below %d streams", minRSSStreams), 0
+			r.Note, r.Bytes = fmt.Sprintf("tablease RSS per idle stream: not measured below %d streams", minRSSCount), 0
 		}
 		results = append(results, r)
 	}
@@ -530,9 +533,9 @@ func (b *bench) idleStreams(ctx context.Context) ([]benchResult, error) {
 	return append(results, r), nil
 }
 
-// minRSSStreams is the fewest idle streams over which the bench reports RSS per stream: over 100,
-// it printed from -24,781 to 31,580 B per stream where 1,000 give 2.7-3.2 KB.
-const minRSSStreams = 1000
+// minRSSCount is the fewest idle streams or sockets over which the bench reports RSS per each:
+// over 100 streams, it printed from -24,781 to 31,580 B per stream where 1,000 give 2.7-3.2 KB.
+const minRSSCount = 1000
 
 // memory acquires sessions and reads Redis's used_memory before, while they are held, and after
 // they are released, both with and without the answers kept for the retries of the releases,

@@ -119,3 +119,46 @@ func (b *bench) closeSockets() {
 		s.mu.Unlock()
 	}
 }
+
+// socketsSettle is how long the idle sockets work lets the server's sockets idle before it reads
+// the server's RSS: longer than the time a socket keeps the goroutine of its last call after
+// answering it (package socket, lingerFor).
+const socketsSettle = 3 * time.Second
+
+// idleSocketsRSS opens --sockets lease sockets, one per user, each authenticated and with one
+// acquire made over it (a tab's socket after its first call), lets them idle for socketsSettle,
+// and reports the server's RSS per idle socket. They stay open until the bench ends, as the
+// sockets of the other works do.
+func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
+	rss0, rssErr := b.rss("tablease")
+	body := []byte(`{"tabId":"t","ttlMs":60000}`)
+	for i := range b.idleSockets {
+		sub := b.prefix + "-k" + strconv.Itoa(i)
+		tok, err := b.token(sub)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := b.callSocket(ctx, sub, tok, "acquire", b.prefix+"-idle-socket", body); err != nil {
+			return nil, fmt.Errorf("idle socket %d: %w", i+1, err)
+		}
+		if (i+1)%500 == 0 || i+1 == b.idleSockets {
+			fmt.Fprintf(b.progress, "\r%-16s %d/%d open   ", "idle sockets", i+1, b.idleSockets)
+		}
+	}
+	if b.idleSockets < minRSSCount {
+		// The heap's own ups and downs, hundreds of KB, would be most of the figure.
+		return []benchResult{{Work: "idle sockets", Ops: int64(b.idleSockets),
+			Note: fmt.Sprintf("tablease RSS per idle lease socket: not measured below %d sockets", minRSSCount)}}, nil
+	}
+	select {
+	case <-time.After(socketsSettle):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	rss1, err := b.rss("tablease")
+	if err != nil || rssErr != nil {
+		return nil, nil
+	}
+	r := benchResult{Work: "idle sockets", Ops: int64(b.idleSockets), Note: "tablease RSS per idle lease socket", Bytes: float64(rss1-rss0) / float64(b.idleSockets)}
+	return []benchResult{r}, nil
+}

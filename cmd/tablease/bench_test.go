@@ -30,7 +30,7 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 	var out, errOut bytes.Buffer
 	p := Program{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
 	code := p.Main(t.Context(), []string{"bench", "--url", base, "--redis", rds.URL(), "--json",
-		"--duration", "300ms", "--concurrency", "2", "--streams", "20", "--takeovers", "5", "--sessions", "400",
+		"--duration", "300ms", "--concurrency", "2", "--streams", "20", "--sockets", "20", "--takeovers", "5", "--sessions", "400",
 		"--pid", "tablease=" + strconv.Itoa(os.Getpid())})
 	if code != 0 {
 		t.Fatalf("bench exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
@@ -63,6 +63,9 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 	}
 	if r := byWork["idle streams"]; len(r) != 1 || r[0].Ops != 20 || r[0].Bytes != 0 || !strings.Contains(r[0].Note, "not measured below") {
 		t.Errorf("idle streams: %+v, want 20 streams, too few for the RSS per stream", r)
+	}
+	if r := byWork["idle sockets"]; len(r) != 1 || r[0].Ops != 20 || r[0].Bytes != 0 || !strings.Contains(r[0].Note, "not measured below") {
+		t.Errorf("idle sockets: %+v, want 20 sockets, too few for the RSS per socket", r)
 	}
 	if r := byWork["redis memory"]; len(r) != 3 || r[0].Bytes <= 0 || !strings.Contains(r[0].Note, "held lease") ||
 		!strings.Contains(r[2].Note, "answer expired") || r[2].Bytes >= r[1].Bytes {
