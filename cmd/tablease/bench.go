@@ -38,7 +38,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	var o benchOptions
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:8080", "the tablease to drive")
 	fs.StringVar(&o.transport, "transport", "http", "how renew and acquire make their calls: http (a request each), or socket (one lease socket per client, GET /v1/socket)")
-	work := fs.String("work", "renew,acquire,streams,sockets,memory", "what to measure, comma-separated: renew, acquire, check, streams, sockets, memory")
+	work := fs.String("work", "renew,acquire,streams,memory,sockets", "what to measure, comma-separated: renew, acquire, check, streams, memory, sockets")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long renew and acquire run each")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients for renew and acquire (one user and session each)")
 	fs.IntVar(&o.streams, "streams", 1000, "idle event streams held open while takeovers are timed")

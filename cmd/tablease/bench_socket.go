@@ -127,20 +127,34 @@ const socketsSettle = 3 * time.Second
 
 // idleSocketsRSS opens --sockets lease sockets, one per user, each authenticated and with one
 // acquire made over it (a tab's socket after its first call), lets them idle for socketsSettle,
-// and reports the server's RSS per idle socket. They stay open until the bench ends, as the
-// sockets of the other works do.
+// and reports the server's RSS per idle socket. Then it releases the leases, so that the works
+// after it find none held that would expire as they measure. The sockets stay open until the
+// bench ends, as those of the other works do.
 func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 	rss0, rssErr := b.rss("tablease")
 	body := []byte(`{"tabId":"t","ttlMs":60000}`)
+	sid := b.prefix + "-idle-socket"
+	epochs := make([]int64, b.idleSockets)
+	defer func() {
+		for i, e := range epochs {
+			if e != 0 {
+				sub := b.prefix + "-k" + strconv.Itoa(i)
+				tok, _ := b.token(sub)
+				_, _ = b.callSocket(context.WithoutCancel(ctx), sub, tok, "release", sid, []byte(`{"tabId":"t","epoch":`+strconv.FormatInt(e, 10)+`}`))
+			}
+		}
+	}()
 	for i := range b.idleSockets {
 		sub := b.prefix + "-k" + strconv.Itoa(i)
 		tok, err := b.token(sub)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := b.callSocket(ctx, sub, tok, "acquire", b.prefix+"-idle-socket", body); err != nil {
+		a, err := b.callSocket(ctx, sub, tok, "acquire", sid, body)
+		if err != nil {
 			return nil, fmt.Errorf("idle socket %d: %w", i+1, err)
 		}
+		epochs[i] = a.Epoch
 		if (i+1)%500 == 0 || i+1 == b.idleSockets {
 			fmt.Fprintf(b.progress, "\r%-16s %d/%d open   ", "idle sockets", i+1, b.idleSockets)
 		}
