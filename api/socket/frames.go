@@ -11,10 +11,9 @@ import (
 
 // # Knowing when a socket has nothing to read
 //
-// An idle socket waits for its next message in a goroutine of its own new (idle in protocol.go),
-// whose stack did not grow with the calls served, and that waits on the connection itself
-// (awaitReadable) rather than in gorilla/websocket: a read that gorilla makes and that times out
-// ends the socket for good. Waiting on the connection tells of the bytes the kernel holds, not of
+// An idle socket waits for its next message in a new goroutine (run, in protocol.go), whose stack
+// did not grow with the calls served, and which waits on the connection itself (awaitReadable)
+// rather than in a read of gorilla/websocket's: one that times out ends the socket for good. Waiting on the connection tells of the bytes the kernel holds, not of
 // those gorilla/websocket read already and keeps in its buffer: a client may send its next message
 // before its last one is answered, in the same packet. So the socket follows the frames of what
 // gorilla reads (frames, RFC 6455 §5.2, through watchedConn): once gorilla gave the socket a whole
