@@ -2,11 +2,12 @@ package socket
 
 import (
 	"bufio"
-	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"syscall"
+
+	"github.com/tablease/tablease/internal/netconn"
 )
 
 // # Knowing when a socket has nothing to read
@@ -139,24 +140,16 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return h.conn, rw, nil
 }
 
-// rawConn answers the TCP connection under c, through the wrappers that answer NetConn and read
-// nothing ahead (package api's protocol wrapper, watchedConn), for awaitReadable; nil when there
-// is none, or when a wrapper may keep bytes it read (crypto/tls.Conn keeps records it decrypted).
+// rawConn answers the TCP connection under c, for awaitReadable; nil when there is none, or when
+// a wrapper on it may keep bytes it read (netconn.TCP).
 func rawConn(c net.Conn) syscall.RawConn {
-	for {
-		switch t := c.(type) {
-		case *net.TCPConn:
-			raw, err := t.SyscallConn()
-			if err != nil {
-				return nil
-			}
-			return raw
-		case *tls.Conn:
-			return nil
-		case interface{ NetConn() net.Conn }:
-			c = t.NetConn()
-		default:
-			return nil
-		}
+	tc, readsAhead := netconn.TCP(c)
+	if tc == nil || readsAhead {
+		return nil
 	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
 }

@@ -74,7 +74,6 @@ type socket struct {
 	watched  *watchedConn    // the connection, as gorilla/websocket reads it (frames.go)
 	raw      syscall.RawConn // the TCP connection under it, when awaitReadable may wait on it; nil otherwise
 	deadline time.Time       // by when the next message must come: the auth timeout, then the idle one
-	idle     bool            // the socket went idle: its goroutine is a new one, which serves no message yet (run)
 
 	in  bytes.Buffer // the message being served
 	rec recorder     // the answer of the call being served
@@ -95,25 +94,33 @@ func (s *socket) start() {
 	if awaitable {
 		s.raw = rawConn(s.watched)
 	}
-	go s.run()
+	go s.run(false)
 }
 
 // run serves the socket's messages until it ends, then closes its connection and has its Handler
 // forget it. A socket whose next message did not come within h.linger of its last answer (or of
-// its opening) goes on waiting in a new goroutine, and this one ends: a goroutine keeps the stack
-// that the calls it served grew (often 16 to 32 KiB), and an idle socket, as a tab's socket is
-// most of the time, then waits with a stack of a few KiB and none of the buffers of its calls.
-func (s *socket) run() {
-	came := true
-	if s.idle {
-		came = s.awaitIdle()
-	}
-	if came && s.serve(s.idle) {
+// its opening) goes on waiting in a new goroutine, run with idle, and this one ends: a goroutine
+// keeps the stack that the calls it served grew (often 16 to 32 KiB), and an idle socket, as a
+// tab's socket is most of the time, then waits with a stack of a few KiB and none of the buffers
+// of its calls.
+func (s *socket) run(idle bool) {
+	if (!idle || s.awaitIdle()) && s.serve(idle) {
 		s.shed()
-		go s.run()
+		go s.run(true)
 		return
 	}
 	s.h.leave(s)
+}
+
+// stopped closes the socket when the instance is closing, and reports whether it did. The read
+// deadline is set before it is asked: stop sets them the other way round, so that one of the two
+// sees the other's.
+func (s *socket) stopped() bool {
+	if s.stopping.Load() {
+		s.close(websocket.CloseGoingAway, "server shutting down")
+		return true
+	}
+	return false
 }
 
 // awaitIdle waits, in the goroutine of an idle socket (run), for the socket's next message, until
@@ -122,11 +129,8 @@ func (s *socket) run() {
 // stack of a goroutine that uses a quarter of it, and so the stack of an idle socket's goroutine
 // may shrink to the smallest.
 func (s *socket) awaitIdle() bool {
-	// The deadline is set before the check of stopping: stop sets them the other way round, so
-	// that one of the two sees the other's.
 	_ = s.conn.SetReadDeadline(s.deadline)
-	if s.stopping.Load() {
-		s.close(websocket.CloseGoingAway, "server shutting down")
+	if s.stopped() {
 		return false
 	}
 	if err := awaitReadable(s.raw); err != nil {
@@ -141,39 +145,34 @@ func (s *socket) awaitIdle() bool {
 // goes on in a new goroutine: run), false once the socket ended.
 func (s *socket) serve(ready bool) (idle bool) {
 	h := s.h
-	s.idle = false
 	for {
 		// Wait for the next message on the connection itself when gorilla/websocket holds none
 		// (frames.go), until h.linger from now: a read of gorilla's that times out would end the
 		// socket.
 		await := !ready && s.raw != nil && !s.watched.frames.buffered()
 		ready = false
-		waitBy := s.deadline
+		waitBy, shortened := s.deadline, false
 		if await {
 			if by := time.Now().Add(h.linger); by.Before(waitBy) {
-				waitBy = by
+				waitBy, shortened = by, true
 			}
 		}
-		// The deadline is set before the check of stopping: stop sets them the other way round,
-		// so that one of the two sees the other's.
 		_ = s.conn.SetReadDeadline(waitBy)
-		if s.stopping.Load() {
-			s.close(websocket.CloseGoingAway, "server shutting down")
+		if s.stopped() {
 			return false
 		}
 		if await {
 			if err := awaitReadable(s.raw); err != nil {
 				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() && !s.stopping.Load() && time.Now().Before(s.deadline) {
+				if shortened && errors.As(err, &ne) && ne.Timeout() && !s.stopping.Load() {
 					return true
 				}
 				s.ended(err)
 				return false
 			}
-			if waitBy != s.deadline {
+			if shortened {
 				_ = s.conn.SetReadDeadline(s.deadline) // the message's rest may take until then
-				if s.stopping.Load() {
-					s.close(websocket.CloseGoingAway, "server shutting down")
+				if s.stopped() {
 					return false
 				}
 			}
@@ -208,7 +207,6 @@ func (s *socket) serve(ready bool) (idle bool) {
 // shed lets go of what the socket keeps from call to call, as it goes idle (run): the buffers of
 // the message, the answer and the call's request, which the next call makes anew.
 func (s *socket) shed() {
-	s.idle = true
 	s.in = bytes.Buffer{}
 	s.out = nil
 	s.rec = recorder{}

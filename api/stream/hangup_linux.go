@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"syscall"
+
+	"github.com/tablease/tablease/internal/netconn"
 )
 
 // Learning that the client of a stream taken over went away, on Linux.
@@ -65,7 +67,7 @@ func register(conn net.Conn, st *stream, log *slog.Logger) bool {
 			log.Warn("event streams: no epoll set; each idle stream keeps a goroutine", slog.String("error", w.err.Error()))
 		}
 	})
-	tc := tcpConn(conn)
+	tc, _ := netconn.TCP(conn)
 	if w.err != nil || tc == nil {
 		return false
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/tablease/tablease/internal/netconn"
 )
 
 // Taking an HTTP/1.1 stream over from net/http.
@@ -60,7 +62,7 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	// context, which net/http ends when the handler returns.
 	sc.unlink()
 	sc.unlink = nil
-	if tc := tcpConn(conn); tc != nil {
+	if tc, _ := netconn.TCP(conn); tc != nil {
 		_ = tc.SetWriteBuffer(sendBuffer)
 	}
 	sc.sse.res, sc.sse.rc, sc.sse.conn = nil, nil, conn
@@ -69,22 +71,6 @@ func (sc *streamConn) handOver(r *http.Request) bool {
 	sc.h.mu.Unlock()
 	watchHangup(conn, &sc.st, sc.h.log)
 	return true
-}
-
-// tcpConn answers the TCP connection under conn, a connection net/http hands over: conn itself, or
-// what the wrappers it comes in answer to NetConn (as crypto/tls.Conn does, and the listener
-// package api serves on: api.Server.ProtocolErrors); nil when there is none.
-func tcpConn(conn net.Conn) *net.TCPConn {
-	for {
-		switch c := conn.(type) {
-		case *net.TCPConn:
-			return c
-		case interface{ NetConn() net.Conn }:
-			conn = c.NetConn()
-		default:
-			return nil
-		}
-	}
 }
 
 // watchClient reads conn, the connection of the stream st that was taken over, until the client
@@ -128,7 +114,7 @@ func (w *sseWriter) endChunked() {
 			w.stalled = writeEnd(err) == endWriteFailed
 		}
 	}
-	if tc := tcpConn(w.conn); w.stalled && tc != nil {
+	if tc, _ := netconn.TCP(w.conn); w.stalled && tc != nil {
 		_ = tc.SetLinger(0)
 	}
 	_ = w.conn.Close()
