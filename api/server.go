@@ -106,7 +106,9 @@ type Options struct {
 	Nonces stream.Nonces
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams stream.Options
-	// Sockets bounds the lease sockets (socket.go); zero values are the defaults.
+	// Sockets bounds the lease sockets (socket.go); zero values are the defaults, but for
+	// Linger, which is then SocketLinger of the time between the renews of a lease of
+	// Limits.Default.
 	Sockets socket.Options
 
 	// CORSOrigins are the origins, besides the server's own, whose pages may call /v1 (cors.go):
@@ -281,7 +283,7 @@ func New(opts Options) (*Server, error) {
 	if s.streams, err = newStreams(opts, now, logger, reg, s.storeCall, catalogs); err != nil {
 		return nil, err
 	}
-	if s.sockets, err = s.newSockets(opts, reg); err != nil {
+	if s.sockets, err = s.newSockets(opts, limits, reg); err != nil {
 		return nil, err
 	}
 	s.echo = s.newEcho()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tablease/tablease/api/socket"
 	"github.com/tablease/tablease/internal/jsontext"
+	"github.com/tablease/tablease/lease"
 )
 
 // # The lease socket
@@ -26,8 +27,25 @@ import (
 // verified as a bearer token is; what package socket refuses is mapped to the error answers here,
 // as events.go maps what package stream refuses.
 
+// socketLingerSlack is how much longer than the time between the renews of a lease of the default
+// TTL a socket waits for its next message in the goroutine of its last (socket.Options.Linger):
+// a tab renews that long after it sent its last renew, and so a little sooner after its answer,
+// unless its timers run late (a busy page). The renews of a tab at the default TTL (the browser
+// client's, unless the app asks for another) then come to a socket that lingers: past the linger,
+// a renew costs tablease about a third more CPU at the pace of tabs (README "Cost per
+// operation"), and a socket waits with a small stack.
+const socketLingerSlack = 2 * time.Second
+
+// SocketLinger is the linger of the sockets of a server whose leases of the default TTL are to be
+// renewed every renewAfter (their answers' renewAfterMs), unless Options.Sockets sets another.
+func SocketLinger(renewAfter time.Duration) time.Duration { return renewAfter + socketLingerSlack }
+
 // newSockets builds the socket handler of s, whose calls go through s.echo.
-func (s *Server) newSockets(opts Options, reg prometheus.Registerer) (*socket.Handler, error) {
+func (s *Server) newSockets(opts Options, limits lease.Limits, reg prometheus.Registerer) (*socket.Handler, error) {
+	sockets := opts.Sockets
+	if sockets.Linger == 0 {
+		sockets.Linger = SocketLinger(lease.RenewAfter(limits.Default))
+	}
 	h, err := socket.New(socket.Config{
 		Dispatch:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }),
 		Verify:      s.verifySocketToken,
@@ -36,7 +54,7 @@ func (s *Server) newSockets(opts Options, reg prometheus.Registerer) (*socket.Ha
 		CheckOrigin: func(r *http.Request) bool { return socketOrigin(r, s.cors) },
 		Logger:      s.log,
 		Registerer:  reg,
-		Options:     opts.Sockets,
+		Options:     sockets,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: Options.Sockets: %w", err)

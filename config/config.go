@@ -119,9 +119,12 @@ type Config struct {
 	TicketSecret       []byte
 
 	// Lease sockets (GET /v1/socket): the most a user (TABLEASE_SOCKETS_PER_USER) and the
-	// instance (TABLEASE_SOCKETS_PER_INSTANCE) may have open.
+	// instance (TABLEASE_SOCKETS_PER_INSTANCE) may have open, and how long a socket waits for its
+	// next message in the goroutine of its last (TABLEASE_SOCKET_LINGER; 0: the default of
+	// api.Options.Sockets, from the default TTL).
 	SocketsPerUser     int
 	SocketsPerInstance int
+	SocketLinger       time.Duration
 
 	// CORSOrigins are the origins other than the server's own that may call /v1 from a browser
 	// (TABLEASE_CORS_ORIGINS), each as a browser sends it (scheme://host[:port]); "*" (dev mode
@@ -367,6 +370,13 @@ var variables = []variable{
 	}},
 	{"TABLEASE_SOCKETS_PER_INSTANCE", "10000", "lease sockets an instance serves at most; more are 429", func(c *Config, v string) (err error) {
 		c.SocketsPerInstance, err = count(v, 1, 10_000_000)
+		return err
+	}},
+	{"TABLEASE_SOCKET_LINGER", "", "how long a lease socket waits for its next message in the goroutine of its last call, before it waits with a small stack (default: the renew interval of a lease of TABLEASE_TTL_DEFAULT plus 2s)", func(c *Config, v string) (err error) {
+		if v == "" {
+			return nil
+		}
+		c.SocketLinger, err = duration(v, time.Millisecond, time.Hour)
 		return err
 	}},
 	{"TABLEASE_STREAM_KEEPALIVE", "15s", "interval of the keepalive comments of event streams", func(c *Config, v string) (err error) {

@@ -64,22 +64,23 @@ func TestSocketSettingsHaveDefaultsAndBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SocketsPerUser != 32 || c.SocketsPerInstance != 10000 {
-		t.Fatalf("socket defaults: %d %d", c.SocketsPerUser, c.SocketsPerInstance)
+	if c.SocketsPerUser != 32 || c.SocketsPerInstance != 10000 || c.SocketLinger != 0 {
+		t.Fatalf("socket defaults: %d %d %s (the linger's is the api's, from the default TTL)", c.SocketsPerUser, c.SocketsPerInstance, c.SocketLinger)
 	}
 	c, err = Load([]string{"--sockets-per-user", "4"}, env(map[string]string{
 		"TABLEASE_JWT_HS256_SECRET": goodSecret, "TABLEASE_JWT_ISSUER": "idp", "TABLEASE_JWT_AUDIENCE": "aud",
-		"TABLEASE_SOCKETS_PER_INSTANCE": "500",
+		"TABLEASE_SOCKETS_PER_INSTANCE": "500", "TABLEASE_SOCKET_LINGER": "30s",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SocketsPerUser != 4 || c.SocketsPerInstance != 500 {
-		t.Fatalf("socket settings: %d %d", c.SocketsPerUser, c.SocketsPerInstance)
+	if c.SocketsPerUser != 4 || c.SocketsPerInstance != 500 || c.SocketLinger != 30*time.Second {
+		t.Fatalf("socket settings: %d %d %s", c.SocketsPerUser, c.SocketsPerInstance, c.SocketLinger)
 	}
 	for _, tc := range []struct{ key, value string }{
 		{"TABLEASE_SOCKETS_PER_USER", "0"}, {"TABLEASE_SOCKETS_PER_USER", "100001"},
 		{"TABLEASE_SOCKETS_PER_INSTANCE", "-1"}, {"TABLEASE_SOCKETS_PER_INSTANCE", "many"},
+		{"TABLEASE_SOCKET_LINGER", "0s"}, {"TABLEASE_SOCKET_LINGER", "2h"}, {"TABLEASE_SOCKET_LINGER", "20"},
 	} {
 		m := map[string]string{tc.key: tc.value}
 		for k, v := range base {

@@ -30,11 +30,11 @@ func idleHandler(t *testing.T, opts Options, linger time.Duration) *Handler {
 	t.Helper()
 	cfg := echoConfig()
 	cfg.Options = opts
+	cfg.Options.Linger = linger
 	h, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.linger = linger
 	t.Cleanup(func() { h.Close(context.Background()) })
 	return h
 }

@@ -98,11 +98,11 @@ func (s *socket) start() {
 }
 
 // run serves the socket's messages until it ends, then closes its connection and has its Handler
-// forget it. A socket whose next message did not come within h.linger of its last answer (or of
-// its opening) goes on waiting in a new goroutine, run with idle, and this one ends: a goroutine
-// keeps the stack that the calls it served grew (often 16 to 32 KiB), and an idle socket, as a
-// tab's socket is most of the time, then waits with a stack of a few KiB and none of the buffers
-// of its calls.
+// forget it. A socket whose next message did not come within Options.Linger of its last answer
+// (or of its opening) goes on waiting in a new goroutine, run with idle, and this one ends: a
+// goroutine keeps the stack that the calls it served grew (often 16 to 32 KiB), and a socket idle
+// that long (a hidden tab's, which renews seldom) then waits with a stack of a few KiB and none of
+// the buffers of its calls.
 func (s *socket) run(idle bool) {
 	if (!idle || s.awaitIdle()) && s.serve(idle) {
 		s.shed()
@@ -141,19 +141,19 @@ func (s *socket) awaitIdle() bool {
 }
 
 // serve serves the socket's messages (the first at once when ready: something came to read),
-// and answers true when the next has not come within h.linger of the last answer (the socket then
-// goes on in a new goroutine: run), false once the socket ended.
+// and answers true when the next has not come within Options.Linger of the last answer (the
+// socket then goes on in a new goroutine: run), false once the socket ended.
 func (s *socket) serve(ready bool) (idle bool) {
 	h := s.h
 	for {
 		// Wait for the next message on the connection itself when gorilla/websocket holds none
-		// (frames.go), until h.linger from now: a read of gorilla's that times out would end the
-		// socket.
+		// (frames.go), until Options.Linger from now: a read of gorilla's that times out would end
+		// the socket.
 		await := !ready && s.raw != nil && !s.watched.frames.buffered()
 		ready = false
 		waitBy, shortened := s.deadline, false
 		if await {
-			if by := time.Now().Add(h.linger); by.Before(waitBy) {
+			if by := time.Now().Add(h.opts.Linger); by.Before(waitBy) {
 				waitBy, shortened = by, true
 			}
 		}

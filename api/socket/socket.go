@@ -3,8 +3,8 @@
 // of the API and is served by the very handler of its route (Config.Dispatch), so that its rules,
 // answers, limits, logs and metrics are the route's own: the socket only saves what each HTTP
 // request costs a connection (reading a request head, writing a response head, the wakeups of
-// net/http's connection loop), about a third of what a renew costs tablease (README "Cost per
-// operation").
+// net/http's connection loop), about a third of what a renew costs a busy tablease (README "Cost
+// per operation").
 //
 // One goroutine at a time serves a socket: it reads a message, serves it, writes its answer and
 // reads the next, so that answers come in the order of the messages; a socket idle for a while
@@ -31,6 +31,7 @@ const (
 	DefaultIdleTimeout  = 60 * time.Second
 	DefaultAuthTimeout  = 10 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
+	DefaultLinger       = 2 * time.Second
 )
 
 // Options bound the sockets of an instance; zero values are the defaults.
@@ -48,10 +49,17 @@ type Options struct {
 	AuthTimeout time.Duration
 	// WriteTimeout closes a socket whose client did not take an answer within that long.
 	WriteTimeout time.Duration
+	// Linger is how long a socket waits for its next message in the goroutine that served its
+	// last, before it lets go of that goroutine's stack and of its calls' buffers and waits in a
+	// new goroutine (run, in protocol.go). Going idle costs a wake-up at the end of the linger, a
+	// new goroutine and, at the next call, a stack grown and buffers made anew: set it longer than
+	// the time between the calls of most clients (a tab's renews), so that their calls do not pay
+	// it, and the sockets of clients that call less often wait with a small stack.
+	Linger time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
-	if o.PerUser < 0 || o.PerInstance < 0 || o.IdleTimeout < 0 || o.AuthTimeout < 0 || o.WriteTimeout < 0 {
+	if o.PerUser < 0 || o.PerInstance < 0 || o.IdleTimeout < 0 || o.AuthTimeout < 0 || o.WriteTimeout < 0 || o.Linger < 0 {
 		return o, errors.New("socket: Options must not be negative")
 	}
 	if o.PerUser == 0 {
@@ -68,6 +76,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
 	}
 	return o, nil
 }
@@ -106,7 +117,6 @@ type Handler struct {
 	log      *slog.Logger
 	upgrader websocket.Upgrader
 	open     prometheus.Gauge
-	linger   time.Duration // how long a socket waits for its next message in the goroutine of its last (run)
 
 	mu      sync.Mutex
 	sockets map[*socket]struct{}
@@ -129,7 +139,7 @@ func New(cfg Config) (*Handler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, opts: opts, log: log, linger: defaultLinger, sockets: map[*socket]struct{}{}, perUser: map[string]int{},
+	h := &Handler{cfg: cfg, opts: opts, log: log, sockets: map[*socket]struct{}{}, perUser: map[string]int{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tablease_sockets_open", Help: "Lease sockets open on this instance (GET /v1/socket)."})}
 	h.upgrader = websocket.Upgrader{
 		ReadBufferSize:  readBufferSize,
@@ -150,12 +160,6 @@ func New(cfg Config) (*Handler, error) {
 	}
 	return h, nil
 }
-
-// defaultLinger is how long a socket waits for its next message in the goroutine that served its
-// last, before it goes on waiting in a new one (run, in protocol.go): a client that calls again
-// within it (a load, or a page at work) costs no new goroutine per message, and one that waits
-// longer (a tab's renews, seconds apart) waits with a small stack.
-const defaultLinger = 2 * time.Second
 
 // Buffers of a socket: a call message is a few hundred bytes, and gorilla/websocket reads a
 // longer one through the buffer in pieces.

@@ -41,6 +41,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 	work := fs.String("work", "renew,acquire,streams,memory,sockets", "what to measure, comma-separated: renew, acquire, check, streams, memory, sockets")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long renew and acquire run each")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent clients for renew and acquire (one user and session each)")
+	fs.DurationVar(&o.pace, "pace", 0, "how often each client of renew, acquire and check calls (an acquire and its release count as one), as a tab renews; 0: each call as soon as the last is answered")
 	fs.IntVar(&o.streams, "streams", 1000, "idle event streams held open while takeovers are timed")
 	fs.IntVar(&o.takeovers, "takeovers", 200, "takeovers timed to their event")
 	fs.IntVar(&o.idleSockets, "sockets", 1000, "idle lease sockets held open to measure the server's RSS per socket (each after one acquire)")
@@ -65,8 +66,8 @@ func (p Program) bench(ctx context.Context, args []string) int {
 		}
 		o.answersKept = leaseredis.AnswersKept(timeout)
 	}
-	if o.concurrency < 1 || o.streams < 0 || o.idleSockets < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 {
-		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams, --sockets and --answers-kept not negative, --duration positive")
+	if o.concurrency < 1 || o.streams < 0 || o.idleSockets < 0 || o.takeovers < 1 || o.sessions < 1 || o.sessionsPerUser < 1 || o.duration <= 0 || o.answersKept < 0 || o.pace < 0 {
+		fmt.Fprintln(p.Stderr, "tablease bench: --concurrency, --takeovers, --sessions and --sessions-per-user must be positive, --streams, --sockets, --answers-kept and --pace not negative, --duration positive")
 		return 2
 	}
 	if o.transport != "http" && o.transport != "socket" {
@@ -145,7 +146,7 @@ func (p Program) bench(ctx context.Context, args []string) int {
 
 type benchOptions struct {
 	url, transport                            string
-	duration                                  time.Duration
+	duration, pace                            time.Duration
 	concurrency, streams, takeovers, sessions int
 	sessionsPerUser, idleSockets              int
 	answersKept                               time.Duration
@@ -202,8 +203,9 @@ func (b *bench) token(sub string) (string, error) {
 
 // leaseAnswer is what the bench reads of a lease answer or an error answer.
 type leaseAnswer struct {
-	Epoch int64 `json:"epoch"`
-	Error *struct {
+	Epoch        int64 `json:"epoch"`
+	RenewAfterMs int64 `json:"renewAfterMs"`
+	Error        *struct {
 		Code string `json:"code"`
 	} `json:"error"`
 }
@@ -259,7 +261,10 @@ func (b *bench) release(ctx context.Context, sub, sid, tab string, epoch int64) 
 	return err
 }
 
-// loop runs op on every worker until the duration is over, timing each call, with a progress line.
+// loop runs op on every worker until the duration is over, timing each call, with a progress line:
+// each call as soon as the last is answered or, with --pace, worker w's k-th call at w/concurrency
+// of the pace plus k paces from the start (at once when the last was answered later), so that the
+// calls of all workers spread evenly over each pace.
 func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Context, w int) error) (benchResult, error) {
 	cpu0, err := b.cpu()
 	if err != nil {
@@ -279,9 +284,16 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			next := start.Add(b.pace * time.Duration(w) / time.Duration(b.concurrency))
 			// Calls in flight at the end finish: a request cut off would be a client gone, not a
 			// figure of the server.
 			for ctx.Err() == nil && time.Now().Before(end) {
+				if b.pace > 0 {
+					if !next.Before(end) || !sleepUntil(ctx, next) {
+						return
+					}
+					next = next.Add(b.pace)
+				}
 				t := time.Now()
 				if err := op(ctx, w); err != nil {
 					errs.Add(1)
@@ -328,6 +340,22 @@ func (b *bench) loop(ctx context.Context, work string, op func(ctx context.Conte
 		r.FunctionCalls = float64(fn1.calls-fn0.calls) / float64(r.Ops)
 	}
 	return r, nil
+}
+
+// sleepUntil waits until t, and reports whether ctx was not done by then.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // functionStat is what INFO commandstats says of FCALL: calls and the µs spent in them.

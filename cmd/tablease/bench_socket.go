@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tablease/tablease/api"
 )
 
 // benchSocket is the lease socket of one bench user (--transport socket): its calls take turns.
@@ -120,19 +122,20 @@ func (b *bench) closeSockets() {
 	}
 }
 
-// socketsSettle is how long the idle sockets work lets the server's sockets idle before it reads
-// the server's RSS: longer than the time a socket keeps the goroutine of its last call after
-// answering it (package socket, lingerFor).
-const socketsSettle = 3 * time.Second
+// socketsSettleMore is how much longer than a socket's linger (api.SocketLinger) the idle sockets
+// work lets the server's sockets idle before it reads the server's RSS.
+const socketsSettleMore = time.Second
 
 // idleSocketsRSS opens --sockets lease sockets, one per user, each authenticated and with one
-// acquire made over it (a tab's socket after its first call), lets them idle for socketsSettle,
-// and reports the server's RSS per idle socket. Then it releases the leases, so that the works
-// after it find none held that would expire as they measure. The sockets stay open until the
-// bench ends, as those of the other works do.
+// acquire made over it (a tab's socket after its first call; of the server's default TTL),
+// lets them idle past the time a socket keeps the goroutine of its last call (api.SocketLinger of
+// the renew interval that acquire answers), and reports the server's RSS per idle socket. Then it
+// releases the leases, so that the works after it find none held that would expire as they
+// measure. The sockets stay open until the bench ends, as those of the other works do.
 func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 	rss0, rssErr := b.rss("tablease")
-	body := []byte(`{"tabId":"t","ttlMs":60000}`)
+	body := []byte(`{"tabId":"t"}`)
+	var renewAfter time.Duration
 	sid := b.prefix + "-idle-socket"
 	epochs := make([]int64, b.idleSockets)
 	defer func() {
@@ -154,7 +157,7 @@ func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("idle socket %d: %w", i+1, err)
 		}
-		epochs[i] = a.Epoch
+		epochs[i], renewAfter = a.Epoch, time.Duration(a.RenewAfterMs)*time.Millisecond
 		if (i+1)%500 == 0 || i+1 == b.idleSockets {
 			fmt.Fprintf(b.progress, "\r%-16s %d/%d open   ", "idle sockets", i+1, b.idleSockets)
 		}
@@ -164,8 +167,9 @@ func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 		return []benchResult{{Work: "idle sockets", Ops: int64(b.idleSockets),
 			Note: fmt.Sprintf("tablease RSS per idle lease socket: not measured below %d sockets", minRSSCount)}}, nil
 	}
+	fmt.Fprintf(b.progress, "\r%-16s %d/%d open, idle for %s   ", "idle sockets", b.idleSockets, b.idleSockets, api.SocketLinger(renewAfter)+socketsSettleMore)
 	select {
-	case <-time.After(socketsSettle):
+	case <-time.After(api.SocketLinger(renewAfter) + socketsSettleMore):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

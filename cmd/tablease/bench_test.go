@@ -91,6 +91,22 @@ func TestBenchDrivesARunningServer(t *testing.T) {
 	if !strings.Contains(logs.String(), `"route":"/v1/sessions/:sid/lease/renew"`) || !strings.Contains(logs.String(), `"socket":true`) {
 		t.Errorf("the server's log has no renew carried by a socket:\n%s", logs)
 	}
+
+	// At a pace: each of 4 clients renews every 200 ms for 1 s, 5 renews each at most (at 0, 200,
+	// …, 800 ms of its start, which is at most 150 ms in), where back to back they make hundreds.
+	out.Reset()
+	code = p.Main(t.Context(), []string{"bench", "--url", base, "--json", "--work", "renew",
+		"--duration", "1s", "--concurrency", "4", "--pace", "200ms"})
+	if code != 0 {
+		t.Fatalf("bench --pace exited %d:\n%s\nserver:\n%s", code, errOut.String(), logs)
+	}
+	results = nil
+	if err := json.Unmarshal(out.Bytes(), &results); err != nil || len(results) != 1 {
+		t.Fatalf("bench --pace --json printed %q: %v", out.String(), err)
+	}
+	if r := results[0]; r.Errors != 0 || r.Ops < 4 || r.Ops > 20 {
+		t.Errorf("renew at a pace of 200 ms, 4 clients, 1 s: %+v, want 4 to 20 renews without errors", r)
+	}
 }
 
 func TestBenchRefusesBadFlagsWithUsage(t *testing.T) {
@@ -101,6 +117,7 @@ func TestBenchRefusesBadFlagsWithUsage(t *testing.T) {
 		{"bench", "--pid", "tablease"},
 		{"bench", "--concurrency", "0"},
 		{"bench", "--sessions-per-user", "0"},
+		{"bench", "--pace", "-1s"},
 	} {
 		var errOut bytes.Buffer
 		p := Program{Stdout: &bytes.Buffer{}, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}

@@ -763,11 +763,12 @@ func TestClientUnderBrowserLifecycles(t *testing.T) {
 	t.Run("an owner tab renews over a lease socket, frozen and resumed as well, and closes it at pagehide", func(t *testing.T) {
 		const (
 			session = "lease-socket"
-			// Renews every 2.5 s: past the 2 s after which the server's end of a socket waits in a
-			// goroutine of its own (package socket), so that each renew comes to an idle socket.
+			// Renews every 2.5 s: past the 1 s after which the server's end of a socket waits in a
+			// goroutine of its own (TABLEASE_SOCKET_LINGER), so that each renew comes to an idle
+			// socket.
 			ttl = 7500 * time.Millisecond
 		)
-		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String()})
+		srv := startDemoServer(t, rds, map[string]string{"TABLEASE_TTL_DEFAULT": ttl.String(), "TABLEASE_SOCKET_LINGER": "1s"})
 		b := browsertest.Start(t)
 		owner := srv.open(b.NewTab("owner"), session)
 		owner.WaitFor("the tab to be owner", ownerJS, 15*time.Second)

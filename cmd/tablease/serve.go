@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -159,7 +160,7 @@ func (p Program) run(ctx context.Context, cfg config.Config, log *slog.Logger) e
 
 		Nonces:  store.nonces,
 		Streams: streamOptions(cfg, log),
-		Sockets: socket.Options{PerUser: cfg.SocketsPerUser, PerInstance: cfg.SocketsPerInstance},
+		Sockets: socket.Options{PerUser: cfg.SocketsPerUser, PerInstance: cfg.SocketsPerInstance, Linger: cfg.SocketLinger},
 
 		CORSOrigins: cfg.CORSOrigins,
 	})
@@ -520,6 +521,7 @@ func settingsAttrs(cfg config.Config) []any {
 		"streams_per_user", cfg.StreamsPerUser, "streams_per_instance", cfg.StreamsPerInstance,
 		"stream_keepalive", cfg.StreamKeepalive.String(),
 		"sockets_per_user", cfg.SocketsPerUser, "sockets_per_instance", cfg.SocketsPerInstance,
+		"socket_linger", cmp.Or(cfg.SocketLinger, api.SocketLinger(lease.RenewAfter(cfg.Limits.Default))).String(),
 		"handoff_timeout", cfg.HandoffTimeout.String(), "handoff_reserve", cfg.HandoffReserve.String(),
 		"admin_max_block", cfg.AdminMaxBlock.String(), "revoke_replicas", cfg.RevokeReplicas,
 		"audit_retention", cfg.AuditRetention.String(), "audit_max_records", cfg.AuditMaxRecords,

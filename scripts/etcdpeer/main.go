@@ -3,8 +3,9 @@
 // acquire+release), from as many concurrent clients, for as long. The clients share one gRPC
 // connection, which HTTP/2 multiplexes (etcd's own client does so, and it is etcd's cheapest
 // shape), or, with --connection-per-client, each has one, as each client of tablease bench has
-// its HTTP/1.1 connection. It prints one JSON object per work with the count of operations,
-// errors and p50/p99; scripts/bench reads the processes' CPU.
+// its HTTP/1.1 connection. With --pace each client calls at that pace, as tablease bench's do with
+// theirs. It prints one JSON object per work with the count of operations, errors and p50/p99;
+// scripts/bench reads the processes' CPU.
 // It is a module of its own so that tablease does not depend on the etcd client.
 package main
 
@@ -38,7 +39,12 @@ func main() {
 	concurrency := flag.Int("concurrency", 64, "concurrent clients")
 	duration := flag.Duration("duration", 10*time.Second, "how long the work runs")
 	perClient := flag.Bool("connection-per-client", false, "give each client a connection of its own instead of one shared by all")
+	pace := flag.Duration("pace", 0, "how often each client calls (a grant and its revoke count as one); 0: each call as soon as the last is answered")
 	flag.Parse()
+	if *concurrency < 1 || *duration <= 0 || *pace < 0 {
+		fmt.Fprintln(os.Stderr, "etcdpeer: --concurrency and --duration must be positive, --pace not negative")
+		os.Exit(2)
+	}
 
 	clis := make([]*clientv3.Client, *concurrency) // the client of each worker
 	for w := range clis {
@@ -92,7 +98,17 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// As tablease bench paces its workers: worker w's k-th call at w/concurrency of the
+			// pace plus k paces from the start.
+			next := start.Add(*pace * time.Duration(w) / time.Duration(*concurrency))
 			for time.Now().Before(end) {
+				if *pace > 0 {
+					if !next.Before(end) {
+						return
+					}
+					time.Sleep(time.Until(next))
+					next = next.Add(*pace)
+				}
 				t := time.Now()
 				if err := op(ctx, w); err != nil {
 					errs.Add(1)
