@@ -32,7 +32,7 @@ import (
 // a tab renews that long after it sent its last renew, and so a little sooner after its answer,
 // unless its timers run late (a busy page). The renews of a tab at the default TTL (the browser
 // client's, unless the app asks for another) then come to a socket that lingers: past the linger,
-// a renew costs tablease about a third more CPU at the pace of tabs (README "Cost per
+// a renew costs tablease about 40 % more CPU at the pace of tabs (README "Cost per
 // operation"), and a socket waits with a small stack.
 const socketLingerSlack = 2 * time.Second
 
