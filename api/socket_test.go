@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tablease/tablease/api/socket"
+	"github.com/tablease/tablease/lease"
 )
 
 // socketReply is an answer read off a socket.
@@ -313,4 +315,48 @@ func TestSocketAuthFailuresCountAgainstTheAddress(t *testing.T) {
 	// The address is out of tokens for HTTP too.
 	rec := h.do(request{method: http.MethodPost, path: leasePath("s") + "/renew", token: "not-a-token", body: `{}`, remote: "127.0.0.1:1"})
 	wantError(t, rec, http.StatusTooManyRequests, CodeRateLimited)
+}
+
+// TestSocketsLingerThroughTheRenewIntervalOfTheDefaultTTL: by default a socket keeps the goroutine
+// of its last call for the renew interval of a lease of the default TTL plus socketLingerSlack (12 s
+// at a default TTL of 30 s), so that the renews of a tab at the default TTL find it there, and
+// only then waits in a goroutine of its own; Options.Sockets.Linger sets another.
+func TestSocketsLingerThroughTheRenewIntervalOfTheDefaultTTL(t *testing.T) {
+	// moved counts the sockets that wait in a goroutine of their own: one a socket's goroutine
+	// started as it went idle (package socket, run).
+	moved := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "created by github.com/tablease/tablease/api/socket.(*socket).run")
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   func(*Options)
+		moves  bool
+		within time.Duration
+	}{
+		{"the default, at a default TTL of 30 s", func(o *Options) {
+			o.Limits = lease.Limits{Min: time.Second, Default: 30 * time.Second, Max: time.Minute, HiddenMax: time.Minute}
+		}, false, 3 * time.Second},
+		{"Options.Sockets.Linger of 10 ms", func(o *Options) { o.Sockets.Linger = 10 * time.Millisecond }, true, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.opts)
+			srv := httptest.NewServer(h.srv.Handler())
+			t.Cleanup(srv.Close)
+			before := moved()
+			conn := dialSocket(t, srv, nil)
+			if r := exchange(t, conn, `{"id":1,"op":"auth","token":"`+h.token("alice")+`"}`); r.Status != 200 {
+				t.Fatalf("auth answered %d %s", r.Status, r.Body)
+			}
+			// Past socket.DefaultLinger (2 s), which a server that did not set the linger would
+			// use, the socket of the first case still lingers; that of the second moved long ago.
+			deadline := time.Now().Add(tc.within)
+			for time.Now().Before(deadline) && moved() == before {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := moved() > before; got != tc.moves {
+				t.Fatalf("within %v the socket came to wait in a goroutine of its own: %v, want %v", tc.within, got, tc.moves)
+			}
+		})
+	}
 }
