@@ -107,8 +107,7 @@ type Options struct {
 	// Streams bounds and tunes the event streams; zero values are the defaults.
 	Streams stream.Options
 	// Sockets bounds the lease sockets (socket.go); zero values are the defaults, but for
-	// Linger, which is then SocketLinger of the time between the renews of a lease of
-	// Limits.Default.
+	// Linger, which is then SocketLinger(Limits.Default).
 	Sockets socket.Options
 
 	// CORSOrigins are the origins, besides the server's own, whose pages may call /v1 (cors.go):

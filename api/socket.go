@@ -36,15 +36,17 @@ import (
 // operation"), and a socket waits with a small stack.
 const socketLingerSlack = 2 * time.Second
 
-// SocketLinger is the linger of the sockets of a server whose leases of the default TTL are to be
-// renewed every renewAfter (their answers' renewAfterMs), unless Options.Sockets sets another.
-func SocketLinger(renewAfter time.Duration) time.Duration { return renewAfter + socketLingerSlack }
+// SocketLinger is the linger of the sockets of a server whose default TTL is ttl, unless
+// Options.Sockets sets another: the renew interval of a lease of that TTL, plus socketLingerSlack.
+func SocketLinger(ttl time.Duration) time.Duration {
+	return lease.RenewAfter(ttl) + socketLingerSlack
+}
 
 // newSockets builds the socket handler of s, whose calls go through s.echo.
 func (s *Server) newSockets(opts Options, limits lease.Limits, reg prometheus.Registerer) (*socket.Handler, error) {
 	sockets := opts.Sockets
 	if sockets.Linger == 0 {
-		sockets.Linger = SocketLinger(lease.RenewAfter(limits.Default))
+		sockets.Linger = SocketLinger(limits.Default)
 	}
 	h, err := socket.New(socket.Config{
 		Dispatch:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }),

@@ -203,9 +203,9 @@ func (b *bench) token(sub string) (string, error) {
 
 // leaseAnswer is what the bench reads of a lease answer or an error answer.
 type leaseAnswer struct {
-	Epoch        int64 `json:"epoch"`
-	RenewAfterMs int64 `json:"renewAfterMs"`
-	Error        *struct {
+	Epoch int64 `json:"epoch"`
+	TTLMs int64 `json:"ttlMs"`
+	Error *struct {
 		Code string `json:"code"`
 	} `json:"error"`
 }

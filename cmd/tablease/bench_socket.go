@@ -129,13 +129,13 @@ const socketsSettleMore = time.Second
 // idleSocketsRSS opens --sockets lease sockets, one per user, each authenticated and with one
 // acquire made over it (a tab's socket after its first call; of the server's default TTL),
 // lets them idle past the time a socket keeps the goroutine of its last call (api.SocketLinger of
-// the renew interval that acquire answers), and reports the server's RSS per idle socket. Then it
+// the TTL that acquire answers), and reports the server's RSS per idle socket. Then it
 // releases the leases, so that the works after it find none held that would expire as they
 // measure. The sockets stay open until the bench ends, as those of the other works do.
 func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 	rss0, rssErr := b.rss("tablease")
 	body := []byte(`{"tabId":"t"}`)
-	var renewAfter time.Duration
+	var ttl time.Duration // the server's default
 	sid := b.prefix + "-idle-socket"
 	epochs := make([]int64, b.idleSockets)
 	defer func() {
@@ -157,7 +157,7 @@ func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("idle socket %d: %w", i+1, err)
 		}
-		epochs[i], renewAfter = a.Epoch, time.Duration(a.RenewAfterMs)*time.Millisecond
+		epochs[i], ttl = a.Epoch, time.Duration(a.TTLMs)*time.Millisecond
 		if (i+1)%500 == 0 || i+1 == b.idleSockets {
 			fmt.Fprintf(b.progress, "\r%-16s %d/%d open   ", "idle sockets", i+1, b.idleSockets)
 		}
@@ -167,9 +167,10 @@ func (b *bench) idleSocketsRSS(ctx context.Context) ([]benchResult, error) {
 		return []benchResult{{Work: "idle sockets", Ops: int64(b.idleSockets),
 			Note: fmt.Sprintf("tablease RSS per idle lease socket: not measured below %d sockets", minRSSCount)}}, nil
 	}
-	fmt.Fprintf(b.progress, "\r%-16s %d/%d open, idle for %s   ", "idle sockets", b.idleSockets, b.idleSockets, api.SocketLinger(renewAfter)+socketsSettleMore)
+	settle := api.SocketLinger(ttl) + socketsSettleMore
+	fmt.Fprintf(b.progress, "\r%-16s %d/%d open, idle for %s   ", "idle sockets", b.idleSockets, b.idleSockets, settle)
 	select {
-	case <-time.After(api.SocketLinger(renewAfter) + socketsSettleMore):
+	case <-time.After(settle):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

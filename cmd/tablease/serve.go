@@ -521,7 +521,7 @@ func settingsAttrs(cfg config.Config) []any {
 		"streams_per_user", cfg.StreamsPerUser, "streams_per_instance", cfg.StreamsPerInstance,
 		"stream_keepalive", cfg.StreamKeepalive.String(),
 		"sockets_per_user", cfg.SocketsPerUser, "sockets_per_instance", cfg.SocketsPerInstance,
-		"socket_linger", cmp.Or(cfg.SocketLinger, api.SocketLinger(lease.RenewAfter(cfg.Limits.Default))).String(),
+		"socket_linger", cmp.Or(cfg.SocketLinger, api.SocketLinger(cfg.Limits.Default)).String(),
 		"handoff_timeout", cfg.HandoffTimeout.String(), "handoff_reserve", cfg.HandoffReserve.String(),
 		"admin_max_block", cfg.AdminMaxBlock.String(), "revoke_replicas", cfg.RevokeReplicas,
 		"audit_retention", cfg.AuditRetention.String(), "audit_max_records", cfg.AuditMaxRecords,
